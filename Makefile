@@ -1,0 +1,74 @@
+# passk — `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PASSK := $(BIN)/passk
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help install kafka-up kafka-down pg-up pg-down topics up down demo test test-unit \
+        test-integration test-e2e lint typecheck schemas bench clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	@command -v $(PY) >/dev/null || { echo "python 3.11 is required"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c requirements.lock -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed ## create .venv and install passk with the pinned dependencies
+
+kafka-up: install ## start Apache Kafka (KRaft, 127.0.0.1:9092) from its Maven Central jars
+	@bash infra/kafka/kafka-up.sh
+
+kafka-down: ## stop the broker that kafka-up started
+	@bash infra/kafka/kafka-down.sh
+
+pg-up: ## start a local PostgreSQL for the store tests (Debian's packages)
+	@bash infra/postgres/pg-up.sh
+
+pg-down: ## stop that PostgreSQL
+	@bash infra/postgres/pg-down.sh
+
+topics: kafka-up ## create passk's topics (idempotent)
+	@$(PASSK) topics create
+
+up: kafka-up ## start Kafka and every processor in the background
+	@bash infra/stack/up.sh
+
+down: ## stop every process that `make up` started, and the broker it started
+	@bash infra/stack/down.sh
+
+demo: install ## the main job, end to end: scenarios, traffic, verdicts, report, deploy gate
+	@bash infra/stack/demo.sh
+
+test: kafka-up ## the whole suite: unit, integration (real Kafka), e2e
+	$(BIN)/pytest -q -ra tests
+
+test-unit: install ## pure logic only, in seconds
+	$(BIN)/pytest -q tests/unit
+
+test-integration: kafka-up ## the processors against the real broker
+	$(BIN)/pytest -q -ra tests/integration
+
+test-e2e: kafka-up ## the whole pipeline as an operator runs it
+	$(BIN)/pytest -q -ra tests/e2e
+
+lint: install ## ruff
+	$(BIN)/ruff check schemas services tests
+
+typecheck: install ## mypy
+	$(BIN)/mypy schemas services
+
+schemas: install ## regenerate the JSON Schema files in schemas/json from the models
+	$(BIN)/python -m schemas.generate
+
+bench: kafka-up ## benchmarks (ratios against a baseline measured in the same run)
+	@bash bench/run.sh
+
+clean: ## remove local state (var/), keeping the venv and the jar cache
+	rm -rf var

@@ -1,0 +1,38 @@
+"""The event contract: pydantic v2 models for every event passk reads or writes."""
+
+from schemas.events import (
+    SCHEMA_VERSION,
+    CheckOutcome,
+    ConversationFinished,
+    DeadLetter,
+    FailedCheck,
+    GateResult,
+    JudgeVerdict,
+    Label,
+    Message,
+    ScenarioReliability,
+    SessionPersisted,
+    TrialMetrics,
+    TrialVerdict,
+)
+from schemas.scenario import Expectation, JudgeSpec, Limits, Scenario
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CheckOutcome",
+    "ConversationFinished",
+    "DeadLetter",
+    "Expectation",
+    "FailedCheck",
+    "GateResult",
+    "JudgeSpec",
+    "JudgeVerdict",
+    "Label",
+    "Limits",
+    "Message",
+    "Scenario",
+    "ScenarioReliability",
+    "SessionPersisted",
+    "TrialMetrics",
+    "TrialVerdict",
+]

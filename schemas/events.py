@@ -1,0 +1,218 @@
+"""Events on passk's topics.
+
+Input events (written by harnesses and products) keep unknown fields, so a producer
+that is one minor version ahead is not dead-lettered. Derived events are written by
+passk itself; their `event_id` is deterministic so that a redelivered or replayed
+trial yields the same id and consumers can drop the duplicate.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer
+
+SCHEMA_VERSION = 1
+
+Outcome = Literal["passed", "failed", "error"]
+GateName = Literal["exit", "state"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Event(BaseModel):
+    event_id: str = Field(min_length=1, description="Unique per event; the idempotency key.")
+    type: str
+    schema_version: Literal[1] = SCHEMA_VERSION
+    occurred_at: AwareDatetime = Field(default_factory=utcnow, description="RFC 3339, UTC.")
+
+    @field_serializer("occurred_at", check_fields=False)
+    def _rfc3339(self, value: datetime) -> str:
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class InputEvent(_Event):
+    model_config = ConfigDict(extra="allow")
+
+
+class DerivedEvent(_Event):
+    model_config = ConfigDict(extra="ignore")
+
+
+# ---------------------------------------------------------------- input events
+
+
+class Message(BaseModel):
+    """One message of a transcript, in OpenAI chat format."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class TrialMetrics(BaseModel):
+    """Performance figures: tracked, never gating (except the declared limits)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input_tokens: int | None = Field(None, ge=0)
+    output_tokens: int | None = Field(None, ge=0)
+    turns: int | None = Field(None, ge=0)
+    duration_ms: float | None = Field(None, ge=0)
+    latency_ms: float | None = Field(None, ge=0)
+
+
+class ConversationFinished(InputEvent):
+    type: Literal["conversation_finished"] = "conversation_finished"
+    run_id: str = Field(min_length=1)
+    scenario_id: str = Field(min_length=1)
+    trial_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+    agent_version: str | None = None
+    exit_reason: str = Field(min_length=1)
+    transcript: list[Message]
+    metrics: TrialMetrics | None = None
+
+
+class SessionPersisted(InputEvent):
+    type: Literal["session_persisted"] = "session_persisted"
+    session_id: str = Field(min_length=1)
+    state: dict[str, Any]
+    trial_id: str | None = None
+    run_id: str | None = None
+    scenario_id: str | None = None
+
+
+class Label(InputEvent):
+    """A human's judgement of one judge on one trial, for calibration."""
+
+    type: Literal["label"] = "label"
+    trial_id: str = Field(min_length=1)
+    judge_id: str = Field(min_length=1)
+    passed: bool
+    labeller: str | None = None
+    note: str | None = None
+
+
+# -------------------------------------------------------------- derived events
+
+
+class CheckOutcome(BaseModel):
+    """One elementary check inside a gate: a limit or an outcome expectation."""
+
+    check: str
+    passed: bool
+    reason: str
+    expected: Any = None
+    found: Any = None
+
+
+class TrialRef(DerivedEvent):
+    """What every per-trial derived event carries, so consumers need no join."""
+
+    trial_id: str
+    run_id: str
+    scenario_id: str
+    scenario_version: str
+    session_id: str
+
+
+class GateResult(TrialRef):
+    type: Literal["gate_result"] = "gate_result"
+    gate: GateName
+    passed: bool
+    reasons: list[str] = Field(default_factory=list, description="Why it failed; empty on pass.")
+    checks: list[CheckOutcome] = Field(default_factory=list)
+
+
+class JudgeVerdict(TrialRef):
+    type: Literal["judge_verdict"] = "judge_verdict"
+    judge_id: str
+    judge_kind: str
+    judge_spec: dict[str, Any] = Field(default_factory=dict)
+    gating: bool = True
+    result: Outcome
+    reason: str
+    model: str | None = None
+    prompt_hash: str | None = None
+    latency_ms: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    attempts: int = 0
+    cached: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.result == "passed"
+
+
+class FailedCheck(BaseModel):
+    check: str
+    reason: str
+
+
+class TrialVerdict(TrialRef):
+    type: Literal["trial_verdict"] = "trial_verdict"
+    k: int
+    outcome: Outcome
+    failed_checks: list[FailedCheck] = Field(default_factory=list)
+    checks_passed: list[str] = Field(default_factory=list)
+    agent_version: str | None = None
+    exit_reason: str | None = None
+    metrics: TrialMetrics | None = None
+    finished_at: AwareDatetime | None = Field(None, description="occurred_at of the conversation")
+
+
+class ScenarioReliability(DerivedEvent):
+    type: Literal["scenario_reliability"] = "scenario_reliability"
+    run_id: str
+    scenario_id: str
+    scenario_version: str | None = None
+    k: int
+    n: int
+    passed: int
+    failed: int
+    errors: int
+    pass_at_k: float | None
+    pass_hat_k: float | None
+    scenario_passed: bool
+    window_start: AwareDatetime | None = None
+    window_end: AwareDatetime | None = None
+
+
+class DeadLetter(DerivedEvent):
+    """An input passk could not use, kept whole (base64) with where it came from and why."""
+
+    type: Literal["dead_letter"] = "dead_letter"
+    source_topic: str
+    partition: int | None = None
+    offset: int | None = None
+    key_b64: str | None = None
+    value_b64: str
+    reason: str = Field(description="A short, low-cardinality cause, e.g. invalid_json.")
+    detail: str = ""
+    processor: str
+
+
+INPUT_EVENTS: dict[str, type[InputEvent]] = {
+    "conversation_finished": ConversationFinished,
+    "session_persisted": SessionPersisted,
+    "label": Label,
+}
+ALL_MODELS: tuple[type[BaseModel], ...] = (
+    ConversationFinished,
+    SessionPersisted,
+    Label,
+    GateResult,
+    JudgeVerdict,
+    TrialVerdict,
+    ScenarioReliability,
+    DeadLetter,
+)

@@ -1,0 +1,119 @@
+"""A scenario definition, as written in YAML (see DESIGN.md, "Scenario file")."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCENARIO_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+DEFAULT_TRIALS = 3
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int | None = Field(None, ge=1)
+    max_duration_s: float | None = Field(None, gt=0)
+
+
+class Expectation(BaseModel):
+    """One assertion on the persisted session state; exactly one operator is set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, description="Dotted path; list items by index: a.b[0].c or a.b.0.c")
+    present: bool | None = None
+    equals: Any = None
+    unordered: bool = False
+    matches: str | None = None
+
+    @model_validator(mode="after")
+    def _one_operator(self) -> Expectation:
+        given = [op for op in ("present", "equals", "matches") if op in self.model_fields_set]
+        if len(given) != 1:
+            raise ValueError(
+                f"needs exactly one of present, equals, matches (got {', '.join(given) or 'none'})"
+            )
+        if self.unordered and "equals" not in self.model_fields_set:
+            raise ValueError("unordered only applies to equals")
+        if self.matches is not None:
+            try:
+                re.compile(self.matches)
+            except re.error as exc:
+                raise ValueError(f"matches is not a valid regular expression: {exc}") from exc
+        return self
+
+    @property
+    def operator(self) -> str:
+        return next(op for op in ("present", "equals", "matches") if op in self.model_fields_set)
+
+    def spec(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+
+class JudgeSpec(BaseModel):
+    """One binary judge. `kind` names a registered judge function; the rest are its arguments."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: str = "llm"
+    assertion: str | None = None
+    gating: bool = True
+
+    @model_validator(mode="after")
+    def _llm_needs_assertion(self) -> JudgeSpec:
+        if self.kind == "llm" and not (self.assertion and self.assertion.strip()):
+            raise ValueError("an llm judge needs a non-empty assertion")
+        return self
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=SCENARIO_ID)
+    description: str = ""
+    trials: int = Field(DEFAULT_TRIALS, ge=1, description="k")
+    expected_exit: list[str] = Field(min_length=1)
+    limits: Limits = Field(default_factory=Limits)
+    outcome: list[Expectation] = Field(default_factory=list)
+    judges: list[JudgeSpec] = Field(default_factory=list)
+    # Set from the content when published; not written in YAML.
+    version: str | None = None
+
+    @field_validator("expected_exit", mode="before")
+    @classmethod
+    def _exit_as_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _unique_judges(self) -> Scenario:
+        ids = [j.id for j in self.judges]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"judge ids must be unique: {', '.join(dupes)}")
+        return self
+
+    @property
+    def k(self) -> int:
+        return self.trials
+
+    @property
+    def gating_judges(self) -> list[JudgeSpec]:
+        return [j for j in self.judges if j.gating]
+
+    def content_hash(self) -> str:
+        body = self.model_dump(mode="json", exclude={"version"}, exclude_unset=False)
+        canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    def versioned(self) -> Scenario:
+        return self.model_copy(update={"version": self.content_hash()})

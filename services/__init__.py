@@ -1,0 +1,1 @@
+"""passk processors, producer SDK and CLI."""

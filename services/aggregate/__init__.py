@@ -1,0 +1,1 @@
+"""Aggregate processor: pass@k and pass^k per scenario and run."""

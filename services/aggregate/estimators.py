@@ -1,0 +1,72 @@
+"""The pass@k and pass^k estimators (n trials observed, c passed, k from the scenario).
+
+pass@k = 1 - C(n-c, k) / C(n, k): the chance that k trials drawn from the n include a pass.
+pass^k = C(c, k) / C(n, k): the chance that k trials drawn from the n all pass.
+Both are unbiased for n > k; with n == k they are "any passed" and "all passed".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+
+
+def pass_at_k(n: int, c: int, k: int) -> float | None:
+    _check(n, c, k)
+    if n < k:
+        return None
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float | None:
+    _check(n, c, k)
+    if n < k:
+        return None
+    return comb(c, k) / comb(n, k)
+
+
+def _check(n: int, c: int, k: int) -> None:
+    if k < 1 or n < 0 or not 0 <= c <= n:
+        raise ValueError(f"need k >= 1 and 0 <= c <= n (got n={n}, c={c}, k={k})")
+
+
+@dataclass
+class ReliabilityTally:
+    """Counts one scenario's trial outcomes; initialize / add / result, like a window aggregator."""
+
+    k: int
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+
+    def add(self, outcome: str) -> None:
+        if outcome == "passed":
+            self.passed += 1
+        elif outcome == "failed":
+            self.failed += 1
+        elif outcome == "error":
+            self.errors += 1
+        else:
+            raise ValueError(f"unknown outcome {outcome!r}")
+
+    @property
+    def n(self) -> int:
+        # An errored trial is a trial that did not pass: it counts in n, never in c.
+        return self.passed + self.failed + self.errors
+
+    @property
+    def pass_at_k(self) -> float | None:
+        return pass_at_k(self.n, self.passed, self.k)
+
+    @property
+    def pass_hat_k(self) -> float | None:
+        return pass_hat_k(self.n, self.passed, self.k)
+
+    @property
+    def insufficient(self) -> bool:
+        return self.n < self.k
+
+    @property
+    def scenario_passed(self) -> bool:
+        """Passes only with at least k trials observed and every one passed."""
+        return not self.insufficient and self.passed == self.n

@@ -1,0 +1,48 @@
+"""The `passk` command line. Each service contributes its commands through `register`."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="passk",
+    help="passk: grade agent trials with binary judges and outcome gates; pass@k and pass^k.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Stream processors runnable with `passk worker NAME`; each has services/NAME/app.py.
+WORKERS = ("gate", "verdict", "judge", "sink", "aggregate")
+
+# Modules that add commands: each defines `register(app: typer.Typer) -> None`.
+COMMAND_MODULES = (
+    "services.common.commands",
+)
+
+
+@app.command()
+def worker(
+    service: str = typer.Argument(..., help=f"one of: {', '.join(WORKERS)}"),
+    loglevel: str = typer.Option(None, "--loglevel", "-l", help="crit|error|warn|info|debug"),
+) -> None:
+    """Run one stream processor (a Faust worker in its own consumer group)."""
+    from services.common.settings import get_settings
+
+    if service not in WORKERS:
+        raise typer.BadParameter(f"unknown service {service!r}; choose from {', '.join(WORKERS)}")
+    module = importlib.import_module(f"services.{service}.app")
+    level = loglevel or get_settings().log_level
+    sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]
+    module.app.main()
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    app()

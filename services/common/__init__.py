@@ -1,0 +1,1 @@
+"""The small core every processor shares: settings, topics, codec, app factory."""

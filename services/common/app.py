@@ -1,0 +1,44 @@
+"""The Faust app factory: every processor is built the same way from the settings."""
+
+from __future__ import annotations
+
+import faust
+
+from services.common.settings import Settings, get_settings
+from services.common.topics import Topic, spec_for, topic_name, partitions_for
+
+
+def make_app(name: str, settings: Settings | None = None) -> faust.App:
+    """One Faust app per processor; its id (prefix + name) is its consumer group."""
+    settings = settings or get_settings()
+    return faust.App(
+        f"{settings.topic_prefix}{name}",
+        broker=f"kafka://{settings.kafka_bootstrap_servers}",
+        store="memory://",  # tables are rebuilt from their changelog topics on start
+        topic_partitions=settings.topic_partitions,
+        topic_replication_factor=1,
+        web_enabled=False,
+        # Commit often: a worker killed mid-stream then reprocesses little, and the
+        # processors' idempotency (deterministic event ids, keyed tables) drops repeats.
+        broker_commit_every=100,
+        broker_commit_interval=1.0,
+        producer_acks=-1,
+        table_cleanup_interval=30.0,
+        consumer_auto_offset_reset="earliest",
+        datadir=str(settings.data_dir / "faust" / name),
+    )
+
+
+def raw_topic(app: faust.App, topic: Topic, settings: Settings | None = None) -> faust.TopicT:
+    """A topic of raw bytes: decoding (and dead-lettering) happens in our code, not Faust's."""
+    settings = settings or get_settings()
+    spec = spec_for(topic)
+    return app.topic(
+        topic_name(topic, settings),
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions_for(spec, settings),
+        internal=False,
+    )

@@ -1,0 +1,74 @@
+"""Bytes on the wire <-> event models, with a named reason for everything refused.
+
+Processors read raw bytes and decode here, so a message that cannot be used becomes a
+`Rejection` (sent to the dead-letter topic) instead of an exception inside Faust.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.events import SCHEMA_VERSION
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str  # low-cardinality, used as a metric label
+    detail: str
+
+
+def encode(event: BaseModel) -> bytes:
+    return event.model_dump_json().encode("utf-8")
+
+
+def _describe(exc: ValidationError) -> Rejection:
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "(root)"
+    kinds = {e["type"] for e in errors}
+    if kinds == {"missing"}:
+        reason = "missing_field"
+    elif first["type"] == "literal_error" and first.get("loc") == ("type",):
+        reason = "wrong_type"
+    else:
+        reason = "invalid_field"
+    detail = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ())) or '(root)'}: {e['msg']}" for e in errors[:5]
+    )
+    if len(errors) > 5:
+        detail += f"; and {len(errors) - 5} more"
+    return Rejection(reason, detail or f"{where}: invalid")
+
+
+def decode(raw: bytes | None, model: type[M], *, max_bytes: int = 1_000_000) -> M | Rejection:
+    """Decode one message into `model`, or say precisely why it cannot be used."""
+    if raw is None:
+        return Rejection("empty", "message has no value (tombstone)")
+    if len(raw) > max_bytes:
+        return Rejection("oversized", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Rejection("invalid_utf8", str(exc))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return Rejection("invalid_json", str(exc))
+    if not isinstance(data, dict):
+        return Rejection("not_an_object", f"expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if "schema_version" in data and version != SCHEMA_VERSION:
+        return Rejection(
+            "unknown_schema_version",
+            f"schema_version {version!r} is not supported (this worker reads {SCHEMA_VERSION})",
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        return _describe(exc)

@@ -1,0 +1,43 @@
+"""One settings object, read from the environment (see DESIGN.md, "Configuration")."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    kafka_bootstrap_servers: str = Field("127.0.0.1:9092", alias="KAFKA_BOOTSTRAP_SERVERS")
+    topic_prefix: str = Field("passk.", alias="PASSK_TOPIC_PREFIX")
+    topic_partitions: int = Field(8, alias="PASSK_TOPIC_PARTITIONS", ge=1)
+    # -1 keeps records forever: the log is the source of truth.
+    topic_retention_ms: int = Field(-1, alias="PASSK_TOPIC_RETENTION_MS")
+    database_url: str = Field(
+        f"sqlite:///{PROJECT_ROOT / 'var' / 'passk.db'}", alias="PASSK_DATABASE_URL"
+    )
+    session_wait_s: float = Field(120.0, alias="PASSK_SESSION_WAIT_S", gt=0)
+    judge_wait_s: float = Field(300.0, alias="PASSK_JUDGE_WAIT_S", gt=0)
+    # Messages larger than this go to the dead-letter topic instead of being parsed.
+    max_event_bytes: int = Field(1_000_000, alias="PASSK_MAX_EVENT_BYTES", gt=0)
+    openai_api_key: str | None = Field(None, alias="OPENAI_API_KEY")
+    openai_base_url: str | None = Field(None, alias="OPENAI_BASE_URL")
+    judge_model: str = Field("gpt-4o-mini", alias="PASSK_JUDGE_MODEL")
+    judge_concurrency: int = Field(16, alias="PASSK_JUDGE_CONCURRENCY", ge=1)
+    judge_timeout_s: float = Field(30.0, alias="PASSK_JUDGE_TIMEOUT_S", gt=0)
+    judge_max_retries: int = Field(4, alias="PASSK_JUDGE_MAX_RETRIES", ge=0)
+    judge_cache: bool = Field(True, alias="PASSK_JUDGE_CACHE")
+    metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
+    data_dir: Path = Field(PROJECT_ROOT / "var", alias="PASSK_DATA_DIR")
+    log_level: str = Field("warn", alias="PASSK_LOG_LEVEL")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()  # type: ignore[call-arg]

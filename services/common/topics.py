@@ -1,0 +1,64 @@
+"""Every topic passk uses, declared once. Nothing else spells a topic name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from services.common.settings import Settings, get_settings
+
+
+class Topic(str, Enum):
+    CONVERSATION_FINISHED = "conversation-finished.v1"
+    SESSION_PERSISTED = "session-persisted.v1"
+    SCENARIOS = "scenarios.v1"
+    JUDGE_VERDICTS = "judge-verdicts.v1"
+    GATE_RESULTS = "gate-results.v1"
+    TRIAL_VERDICTS = "trial-verdicts.v1"
+    SCENARIO_RELIABILITY = "scenario-reliability.v1"
+    LABELS = "labels.v1"
+    DEAD_LETTERS = "dead-letters.v1"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    topic: Topic
+    key: str
+    compacted: bool = False
+    partitions: int | None = None  # None: settings.topic_partitions
+    config: dict[str, str] = field(default_factory=dict)
+
+
+TOPIC_SPECS: tuple[TopicSpec, ...] = (
+    TopicSpec(Topic.CONVERSATION_FINISHED, key="session_id"),
+    TopicSpec(Topic.SESSION_PERSISTED, key="session_id"),
+    # One partition keeps every scenario version in one ordered log; it is tiny.
+    TopicSpec(Topic.SCENARIOS, key="scenario_id", compacted=True, partitions=1),
+    TopicSpec(Topic.JUDGE_VERDICTS, key="trial_id"),
+    TopicSpec(Topic.GATE_RESULTS, key="trial_id"),
+    TopicSpec(Topic.TRIAL_VERDICTS, key="trial_id"),
+    TopicSpec(Topic.SCENARIO_RELIABILITY, key="scenario_id"),
+    TopicSpec(Topic.LABELS, key="trial_id"),
+    TopicSpec(Topic.DEAD_LETTERS, key="original key"),
+)
+
+
+def topic_name(topic: Topic, settings: Settings | None = None) -> str:
+    return f"{(settings or get_settings()).topic_prefix}{topic.value}"
+
+
+def spec_for(topic: Topic) -> TopicSpec:
+    return next(s for s in TOPIC_SPECS if s.topic is topic)
+
+
+def partitions_for(spec: TopicSpec, settings: Settings | None = None) -> int:
+    return spec.partitions or (settings or get_settings()).topic_partitions
+
+
+def topic_configs(spec: TopicSpec, settings: Settings | None = None) -> dict[str, str]:
+    settings = settings or get_settings()
+    if spec.compacted:
+        cfg = {"cleanup.policy": "compact"}
+    else:
+        cfg = {"cleanup.policy": "delete", "retention.ms": str(settings.topic_retention_ms)}
+    return {**cfg, **spec.config}

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient
+
+from services.common.admin import create_topics
+from services.common.settings import Settings
+from tests.support import new_prefix
+
+logging.getLogger("kafka").setLevel(logging.WARNING)
+
+
+def _bootstrap() -> str:
+    return Settings().kafka_bootstrap_servers  # type: ignore[call-arg]
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """The real broker. `make test` starts it; a test that needs it fails loudly without it."""
+    bootstrap = _bootstrap()
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+        admin.list_topics()
+        admin.close()
+    except Exception as exc:  # pragma: no cover - environment problem, reported plainly
+        pytest.fail(f"no Kafka broker answers on {bootstrap} ({exc}); run `make kafka-up`")
+    return bootstrap
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
+    """Settings for one test: its own topic prefix (so tests never see each other's
+    records), its own SQLite file and data dir, and topics created up front."""
+    s = Settings(  # type: ignore[call-arg]
+        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        PASSK_TOPIC_PREFIX=new_prefix(),
+        PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
+        PASSK_DATA_DIR=str(tmp_path / "data"),
+        PASSK_SESSION_WAIT_S=5,
+        PASSK_JUDGE_WAIT_S=60,
+    )
+    create_topics(s)
+    return s

@@ -1,0 +1,129 @@
+"""Helpers shared by integration and e2e tests: real broker, real topics, no sleeping-and-hoping."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kafka import KafkaConsumer, TopicPartition
+
+from services.common.settings import Settings
+from services.common.topics import Topic, topic_name
+
+ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+def wait_for(
+    condition: Callable[[], T], *, timeout: float, interval: float = 0.2, what: str = "condition"
+) -> T:
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def isolated_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment for a subprocess that talks to this test's topics only."""
+    env = dict(os.environ)
+    env.update(
+        KAFKA_BOOTSTRAP_SERVERS=settings.kafka_bootstrap_servers,
+        PASSK_TOPIC_PREFIX=settings.topic_prefix,
+        PASSK_DATABASE_URL=settings.database_url,
+        PASSK_SESSION_WAIT_S=str(settings.session_wait_s),
+        PASSK_JUDGE_WAIT_S=str(settings.judge_wait_s),
+        PASSK_DATA_DIR=str(settings.data_dir),
+        PYTHONUNBUFFERED="1",
+    )
+    if settings.openai_base_url:
+        env["OPENAI_BASE_URL"] = settings.openai_base_url
+    if settings.openai_api_key:
+        env["OPENAI_API_KEY"] = settings.openai_api_key
+    env.update(extra)
+    return env
+
+
+def new_prefix() -> str:
+    return f"passk.t{uuid.uuid4().hex[:10]}."
+
+
+def read_topic(
+    settings: Settings, topic: Topic, *, min_count: int = 0, timeout: float = 30.0
+) -> list[tuple[bytes | None, dict[str, Any], int]]:
+    """Every record of a topic as (key, json value, partition), waiting until at least min_count."""
+    name = topic_name(topic, settings)
+
+    def fetch() -> list[tuple[bytes | None, dict[str, Any], int]]:
+        consumer = KafkaConsumer(
+            bootstrap_servers=settings.kafka_bootstrap_servers,
+            enable_auto_commit=False,
+            consumer_timeout_ms=1500,
+        )
+        try:
+            parts = consumer.partitions_for_topic(name) or set()
+            tps = [TopicPartition(name, p) for p in parts]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            end = consumer.end_offsets(tps)
+            out = []
+            while any(consumer.position(tp) < end[tp] for tp in tps):
+                for tp, records in consumer.poll(timeout_ms=1000).items():
+                    for r in records:
+                        out.append((r.key, json.loads(r.value), r.partition))
+            return out
+        finally:
+            consumer.close()
+
+    if min_count == 0:
+        return fetch()
+    return wait_for(
+        lambda: (lambda rows: rows if len(rows) >= min_count else None)(fetch()),
+        timeout=timeout,
+        interval=1.0,
+        what=f"{min_count} records on {name}",
+    )
+
+
+@contextmanager
+def running(
+    args: list[str], env: dict[str, str], log: Path, ready: Callable[[], Any] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a passk process for the duration of a block; always stopped afterwards."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *args] if args[0] != "-m" else [sys.executable, *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    try:
+        if ready is not None:
+            wait_for(ready, timeout=60, what=f"{' '.join(args)} ready")
+        yield proc
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
