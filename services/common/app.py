@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import faust
 
+from services.common.codec import Rejection
 from services.common.settings import Settings, get_settings
-from services.common.topics import Topic, spec_for, topic_name, partitions_for
+from services.common.topics import Topic, partitions_for, spec_for, topic_name
 
 
 def make_app(name: str, settings: Settings | None = None) -> faust.App:
@@ -42,3 +43,27 @@ def raw_topic(app: faust.App, topic: Topic, settings: Settings | None = None) ->
         partitions=partitions_for(spec, settings),
         internal=False,
     )
+
+
+async def send_dead_letter(
+    dead_letters: faust.TopicT,
+    *,
+    processor: str,
+    event: faust.types.EventT,
+    rejection: Rejection,
+) -> None:
+    """Send what could not be used, whole, with where it came from and why; then go on."""
+    from services.common.codec import encode
+    from services.common.deadletter import dead_letter
+
+    message = event.message
+    record = dead_letter(
+        processor=processor,
+        source_topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value,
+        rejection=rejection,
+    )
+    await dead_letters.send(key=message.key, value=encode(record))
