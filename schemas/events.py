@@ -130,6 +130,11 @@ class GateResult(TrialRef):
     passed: bool
     reasons: list[str] = Field(default_factory=list, description="Why it failed; empty on pass.")
     checks: list[CheckOutcome] = Field(default_factory=list)
+    # Facts of the trial, carried so the verdict needs no join with the input topics.
+    agent_version: str | None = None
+    exit_reason: str | None = None
+    metrics: TrialMetrics | None = None
+    finished_at: AwareDatetime | None = Field(None, description="occurred_at of the conversation")
 
 
 class JudgeVerdict(TrialRef):

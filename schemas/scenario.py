@@ -25,7 +25,8 @@ class Expectation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(min_length=1, description="Dotted path; list items by index: a.b[0].c or a.b.0.c")
+    # Dotted path; list items by index: a.b[0].c or a.b.0.c
+    path: str = Field(min_length=1)
     present: bool | None = None
     equals: Any = None
     unordered: bool = False
