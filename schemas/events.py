@@ -29,8 +29,13 @@ class _Event(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     occurred_at: AwareDatetime = Field(default_factory=utcnow, description="RFC 3339, UTC.")
 
-    @field_serializer("occurred_at", check_fields=False)
-    def _rfc3339(self, value: datetime) -> str:
+    # Every time on the wire is RFC 3339 in UTC, whatever zone the producer wrote.
+    @field_serializer(
+        "occurred_at", "finished_at", "window_start", "window_end", check_fields=False
+    )
+    def _rfc3339(self, value: datetime | None) -> str | None:
+        if value is None:
+            return None
         return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
