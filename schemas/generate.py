@@ -45,8 +45,9 @@ def expected_files() -> dict[Path, str]:
     return {JSON_DIR / f"{schema_name(m)}.schema.json": render(m) for m in MODELS}
 
 
-def stale_files(directory: Path = JSON_DIR) -> list[str]:
+def stale_files(directory: Path | None = None) -> list[str]:
     """Files that are missing, differ from what the models generate, or match no model."""
+    directory = directory or JSON_DIR
     problems = []
     for path, text in expected_files().items():
         target = directory / path.name
@@ -61,7 +62,8 @@ def stale_files(directory: Path = JSON_DIR) -> list[str]:
     return problems
 
 
-def write(directory: Path = JSON_DIR) -> list[Path]:
+def write(directory: Path | None = None) -> list[Path]:
+    directory = directory or JSON_DIR
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for path, text in expected_files().items():
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(MODELS)} schema files up to date")
         return 0
     for path in write():
-        print(path.relative_to(JSON_DIR.parent.parent))
+        print(path)
     return 0
 
 
