@@ -34,7 +34,8 @@ def _describe(exc: ValidationError) -> Rejection:
     kinds = {e["type"] for e in errors}
     if kinds == {"missing"}:
         reason = "missing_field"
-    elif first["type"] == "literal_error" and first.get("loc") == ("type",):
+    elif any(e["type"] == "literal_error" and e.get("loc") == ("type",) for e in errors):
+        # Another event type on this topic: say so, not which of its fields are missing.
         reason = "wrong_type"
     else:
         reason = "invalid_field"
@@ -50,6 +51,8 @@ def decode(raw: bytes | None, model: type[M], *, max_bytes: int = 1_000_000) -> 
     """Decode one message into `model`, or say precisely why it cannot be used."""
     if raw is None:
         return Rejection("empty", "message has no value (tombstone)")
+    if not raw:
+        return Rejection("empty", "message value is 0 bytes")
     if len(raw) > max_bytes:
         return Rejection("oversized", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
     try:
@@ -63,7 +66,8 @@ def decode(raw: bytes | None, model: type[M], *, max_bytes: int = 1_000_000) -> 
     if not isinstance(data, dict):
         return Rejection("not_an_object", f"expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
-    if "schema_version" in data and version != SCHEMA_VERSION:
+    # `true == 1` in Python; a boolean is not a version.
+    if "schema_version" in data and (isinstance(version, bool) or version != SCHEMA_VERSION):
         return Rejection(
             "unknown_schema_version",
             f"schema_version {version!r} is not supported (this worker reads {SCHEMA_VERSION})",

@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
 
         table = Table("topic", "partitions", "status")
         for status in create_topics():
-            table.add_row(status.name, str(status.partitions), "created" if status.created else "exists")
+            state = "created" if status.created else "exists"
+            table.add_row(status.name, str(status.partitions), state)
         Console().print(table)
 
     app.add_typer(topics, name="topics")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from services.common.settings import Settings, get_settings
 
 
-class Topic(str, Enum):
+class Topic(StrEnum):
     CONVERSATION_FINISHED = "conversation-finished.v1"
     SESSION_PERSISTED = "session-persisted.v1"
     SCENARIOS = "scenarios.v1"
@@ -18,6 +18,10 @@ class Topic(str, Enum):
     SCENARIO_RELIABILITY = "scenario-reliability.v1"
     LABELS = "labels.v1"
     DEAD_LETTERS = "dead-letters.v1"
+    # Internal: a processor's timer asks its own agent, in stream order and on the key's
+    # partition, to re-examine a key whose deadline has passed (table writes need that).
+    GATE_TICKS = "gate-ticks.v1"
+    VERDICT_TICKS = "verdict-ticks.v1"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.SCENARIO_RELIABILITY, key="scenario_id"),
     TopicSpec(Topic.LABELS, key="trial_id"),
     TopicSpec(Topic.DEAD_LETTERS, key="original key"),
+    TopicSpec(Topic.GATE_TICKS, key="session_id", config={"retention.ms": str(24 * 3600 * 1000)}),
+    TopicSpec(Topic.VERDICT_TICKS, key="trial_id", config={"retention.ms": str(24 * 3600 * 1000)}),
 )
 
 

@@ -1,0 +1,149 @@
+"""Gate processor wiring: join conversation-finished and session-persisted by session_id,
+grade both gates, publish one GateResult per gate. Logic lives in domain.py and gates.py."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import faust
+
+from schemas.events import ConversationFinished, SessionPersisted
+from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.codec import Rejection, decode, encode
+from services.common.metrics import common_metrics, serve_metrics
+from services.common.settings import get_settings
+from services.common.ticks import DeadlineTicker, table_value
+from services.common.topics import Topic, topic_name
+from services.gate import domain
+from services.gate.gates import exit_gate, state_gate
+from services.gate.metrics import GateMetrics
+from services.scenarios.catalog import ScenarioCatalog
+
+PROCESSOR = "gate"
+log = logging.getLogger(__name__)
+settings = get_settings()
+app = make_app(PROCESSOR, settings)
+timing = domain.Timing(
+    session_wait_s=settings.session_wait_s,
+    orphan_ttl_s=max(10 * settings.session_wait_s, 3600.0),
+    retention_s=7 * 24 * 3600.0,
+)
+
+# --------------------------------------------------------------------------- topics
+conversation_topic = topic_name(Topic.CONVERSATION_FINISHED, settings)
+session_topic = topic_name(Topic.SESSION_PERSISTED, settings)
+tick_topic = topic_name(Topic.GATE_TICKS, settings)
+inputs = app.topic(
+    conversation_topic, session_topic, tick_topic,
+    key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+)
+ticks = raw_topic(app, Topic.GATE_TICKS, settings)
+gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
+dead_letters = raw_topic(app, Topic.DEAD_LETTERS, settings)
+
+# --------------------------------------------------------------------------- tables
+# session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
+joins = app.Table("gate-joins", default=None, partitions=settings.topic_partitions)
+catalog = ScenarioCatalog(settings)
+metrics = GateMetrics()
+common = common_metrics()
+
+
+def _load(key: str) -> domain.JoinState | None:
+    raw = joins.get(key)
+    return domain.JoinState.model_validate(raw["state"]) if raw else None
+
+
+def _store(key: str, decision: domain.Decision) -> None:
+    if decision.state is None:
+        joins.pop(key, None)
+    else:
+        joins[key] = table_value(
+            decision.state.model_dump(mode="json"), domain.due_at(decision.state, timing)
+        )
+
+
+async def _reject(event: faust.types.EventT, rejection: Rejection) -> None:
+    common.dead_letters.labels(event.message.topic, rejection.reason).inc()
+    await send_dead_letter(dead_letters, processor=PROCESSOR, event=event, rejection=rejection)
+
+
+async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
+    conv = grade.conversation
+    scenario = catalog.get(conv.scenario_id)
+    if scenario is None:
+        await _reject(event, Rejection("unknown_scenario", f"scenario {conv.scenario_id!r} "
+                                       "is not published on the scenarios topic"))
+        return False
+    results = [exit_gate(conv, scenario), state_gate(conv, grade.session, scenario,
+                                                     waited_s=grade.waited_s)]
+    # Publish before recording the trial as graded: a crash in between re-grades it and
+    # re-publishes the same event ids, which consumers drop; the reverse would lose it.
+    for result in results:
+        fut = await gate_results.send(key=conv.trial_id.encode(), value=encode(result))
+        await fut
+    for result in results:
+        metrics.gate_results.labels(result.gate, "passed" if result.passed else "failed").inc()
+    if grade.session is None:
+        metrics.sessions_missing.inc()
+    return True
+
+
+# --------------------------------------------------------------------------- agents
+@app.agent(inputs)
+async def join(stream: faust.StreamT) -> None:
+    await catalog.ready()
+    async for event in stream.events():
+        await handle(event)
+
+
+async def handle(event: faust.types.EventT) -> None:
+    topic = event.message.topic
+    now = time.time()
+    if topic == tick_topic:
+        key = event.key.decode() if event.key else ""
+        state = _load(key)
+        if state is None:
+            return
+        decision = domain.on_tick(state, now, timing)
+    elif topic == conversation_topic:
+        conv = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
+        if isinstance(conv, Rejection):
+            return await _reject(event, conv)
+        if catalog.get(conv.scenario_id) is None:
+            return await _reject(event, Rejection(
+                "unknown_scenario",
+                f"scenario {conv.scenario_id!r} is not published on the scenarios topic"))
+        key = conv.session_id
+        decision = domain.on_conversation(_load(key), conv, now)
+    else:
+        sess = decode(event.value, SessionPersisted, max_bytes=settings.max_event_bytes)
+        if isinstance(sess, Rejection):
+            return await _reject(event, sess)
+        key = sess.session_id
+        decision = domain.on_session(_load(key), sess, now)
+
+    common.events.labels(PROCESSOR, decision.note).inc()
+    if decision.note == "session_conflict":
+        return await _reject(event, Rejection(
+            "session_conflict", f"session {key!r} is already joined to another trial"))
+    if decision.note == "orphan_expired":
+        metrics.orphan_sessions.inc()
+    if decision.grade is not None and not await _grade(event, decision.grade):
+        return
+    if decision.note in domain.STATE_CHANGES:
+        _store(key, decision)
+
+
+ticker = DeadlineTicker(joins, ticks)
+
+
+@app.timer(interval=1.0)
+async def deadlines() -> None:
+    await ticker.tick_due(time.time())
+
+
+@app.task
+async def start_metrics() -> None:
+    serve_metrics(settings.metrics_port)

@@ -1,0 +1,138 @@
+"""Joining a trial's two input events by session_id: (state, event, now) -> decision.
+
+The conversation and the persisted session arrive in either order, seconds apart,
+twice, or one of them never. This module decides, for each arrival and each clock
+tick, what the per-session state becomes and whether the trial is ready to grade.
+It never grades itself (see gates.py) and never touches Kafka.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from schemas.events import ConversationFinished, SessionPersisted
+
+Note = Literal[
+    "waiting",  # stored; the other half has not arrived
+    "graded",  # both gates can be computed now
+    "duplicate",  # already seen; nothing to do
+    "late_session",  # the session arrived after its trial was graded at the deadline
+    "session_updated",  # a newer persisted state replaced the one held
+    "session_conflict",  # a second, different trial claims a session still being joined
+    "orphan_expired",  # a persisted session whose conversation never came
+    "forgotten",  # a graded trial's marker is past retention
+    "idle",  # a tick with nothing due
+]
+
+# The decisions after which the stored state must be written (or deleted).
+STATE_CHANGES: frozenset[str] = frozenset(
+    {"waiting", "graded", "session_updated", "orphan_expired", "forgotten"}
+)
+
+
+class JoinState(BaseModel):
+    session_id: str
+    conversation: ConversationFinished | None = None
+    session: SessionPersisted | None = None
+    conversation_seen_at: float | None = None
+    session_seen_at: float | None = None
+    # Kept after grading so a redelivered or replayed trial is recognised.
+    graded_trial_ids: list[str] = Field(default_factory=list)
+    graded_at: float | None = None
+    graded_without_session: bool = False
+
+
+@dataclass(frozen=True)
+class Grade:
+    conversation: ConversationFinished
+    session: SessionPersisted | None
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: JoinState | None  # None: forget the key
+    note: Note
+    grade: Grade | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    session_wait_s: float
+    orphan_ttl_s: float
+    retention_s: float
+
+
+def _graded(state: JoinState, grade: Grade, now: float) -> Decision:
+    done = JoinState(
+        session_id=state.session_id,
+        graded_trial_ids=[*state.graded_trial_ids, grade.conversation.trial_id],
+        graded_at=now,
+        graded_without_session=grade.session is None,
+    )
+    return Decision(done, "graded", grade)
+
+
+def on_conversation(state: JoinState | None, event: ConversationFinished, now: float) -> Decision:
+    state = state or JoinState(session_id=event.session_id)
+    if event.trial_id in state.graded_trial_ids:
+        return Decision(state, "duplicate")
+    if state.conversation is not None:
+        if state.conversation.trial_id == event.trial_id:
+            return Decision(state, "duplicate")
+        return Decision(state, "session_conflict")
+    state = state.model_copy(update={"conversation": event, "conversation_seen_at": now})
+    if state.session is not None:
+        seen = state.session_seen_at if state.session_seen_at is not None else now
+        return _graded(state, Grade(event, state.session, max(now - seen, 0.0)), now)
+    return Decision(state, "waiting")
+
+
+def on_session(state: JoinState | None, event: SessionPersisted, now: float) -> Decision:
+    state = state or JoinState(session_id=event.session_id)
+    if state.graded_at is not None:
+        if state.graded_without_session:
+            return Decision(state, "late_session")
+        return Decision(state, "duplicate")
+    if state.session is not None:
+        if state.session.event_id == event.event_id:
+            return Decision(state, "duplicate")
+        note: Note = "session_updated"
+    else:
+        note = "waiting"
+    state = state.model_copy(update={"session": event, "session_seen_at": now})
+    if state.conversation is not None:
+        seen = state.conversation_seen_at if state.conversation_seen_at is not None else now
+        return _graded(state, Grade(state.conversation, event, max(now - seen, 0.0)), now)
+    return Decision(state, note)
+
+
+
+
+def on_tick(state: JoinState, now: float, timing: Timing) -> Decision:
+    if state.graded_at is not None:
+        if now - state.graded_at >= timing.retention_s:
+            return Decision(None, "forgotten")
+        return Decision(state, "idle")
+    if state.conversation is not None and state.conversation_seen_at is not None:
+        if now - state.conversation_seen_at >= timing.session_wait_s:
+            grade = Grade(state.conversation, None, timing.session_wait_s)
+            return _graded(state, grade, now)
+        return Decision(state, "idle")
+    if state.session_seen_at is not None and now - state.session_seen_at >= timing.orphan_ttl_s:
+        return Decision(None, "orphan_expired")
+    return Decision(state, "idle")
+
+
+def due_at(state: JoinState, timing: Timing) -> float | None:
+    """When a tick next has something to do for this state (None: never)."""
+    if state.graded_at is not None:
+        return state.graded_at + timing.retention_s
+    if state.conversation_seen_at is not None:
+        return state.conversation_seen_at + timing.session_wait_s
+    if state.session_seen_at is not None:
+        return state.session_seen_at + timing.orphan_ttl_s
+    return None

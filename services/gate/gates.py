@@ -1,0 +1,134 @@
+"""The two outcome gates, as pure functions over the trial's events and its scenario.
+
+Both grade what the agent produced, never the path it took: tool calls in the
+transcript are kept for debugging and ignored here.
+"""
+
+from __future__ import annotations
+
+from schemas.events import CheckOutcome, ConversationFinished, GateResult, SessionPersisted
+from schemas.scenario import Scenario
+from services.gate.expectations import check_expectation
+
+# System and tool messages are plumbing, not conversation: they do not count as turns.
+TURN_ROLES = frozenset({"user", "assistant"})
+
+
+def count_turns(conversation: ConversationFinished) -> int:
+    return sum(1 for m in conversation.transcript if m.role in TURN_ROLES)
+
+
+def _gate_result(
+    gate: str, conversation: ConversationFinished, scenario: Scenario, checks: list[CheckOutcome]
+) -> GateResult:
+    assert scenario.version, "scenarios are graded only once published (versioned)"
+    return GateResult(
+        event_id=f"gate:{conversation.trial_id}:{gate}:{scenario.version}",
+        trial_id=conversation.trial_id,
+        run_id=conversation.run_id,
+        scenario_id=conversation.scenario_id,
+        scenario_version=scenario.version,
+        session_id=conversation.session_id,
+        gate=gate,  # type: ignore[arg-type]
+        passed=all(c.passed for c in checks),
+        reasons=[c.reason for c in checks if not c.passed],
+        checks=checks,
+        agent_version=conversation.agent_version,
+        exit_reason=conversation.exit_reason,
+        metrics=conversation.metrics,
+        finished_at=conversation.occurred_at,
+    )
+
+
+def exit_checks(conversation: ConversationFinished, scenario: Scenario) -> list[CheckOutcome]:
+    observed = conversation.exit_reason
+    expected = scenario.expected_exit
+    checks = [
+        CheckOutcome(
+            check="exit:expected_exit",
+            passed=observed in expected,
+            reason=(
+                f"exit {observed!r} is expected"
+                if observed in expected
+                else f"exit {observed!r} is not one of the expected exits {expected}"
+            ),
+            expected=expected,
+            found=observed,
+        )
+    ]
+    limits = scenario.limits
+    metrics = conversation.metrics
+    if limits.max_turns is not None:
+        reported = metrics.turns if metrics and metrics.turns is not None else None
+        turns = reported if reported is not None else count_turns(conversation)
+        source = "reported" if reported is not None else "counted from the transcript"
+        ok = turns <= limits.max_turns
+        checks.append(
+            CheckOutcome(
+                check="exit:max_turns",
+                passed=ok,
+                reason=f"{turns} turns ({source}) {'within' if ok else 'exceed'} the limit "
+                f"of {limits.max_turns}",
+                expected=limits.max_turns,
+                found=turns,
+            )
+        )
+    if limits.max_duration_s is not None:
+        duration_ms = metrics.duration_ms if metrics else None
+        if duration_ms is None:
+            checks.append(
+                CheckOutcome(
+                    check="exit:max_duration_s",
+                    passed=False,
+                    reason=f"a duration limit of {limits.max_duration_s:g} s is set but the "
+                    "producer reported no metrics.duration_ms",
+                    expected=limits.max_duration_s,
+                    found=None,
+                )
+            )
+        else:
+            seconds = duration_ms / 1000
+            ok = seconds <= limits.max_duration_s
+            checks.append(
+                CheckOutcome(
+                    check="exit:max_duration_s",
+                    passed=ok,
+                    reason=f"duration {seconds:g} s {'within' if ok else 'exceeds'} the limit "
+                    f"of {limits.max_duration_s:g} s",
+                    expected=limits.max_duration_s,
+                    found=seconds,
+                )
+            )
+    return checks
+
+
+def exit_gate(conversation: ConversationFinished, scenario: Scenario) -> GateResult:
+    """Gate 1: the product closed the conversation as expected, within the limits."""
+    return _gate_result("exit", conversation, scenario, exit_checks(conversation, scenario))
+
+
+def state_gate(
+    conversation: ConversationFinished,
+    session: SessionPersisted | None,
+    scenario: Scenario,
+    *,
+    waited_s: float,
+) -> GateResult:
+    """Gate 2: the persisted session holds every expected value.
+
+    A session that never arrived is a failed gate, not an error: the product did not
+    persist what the conversation claimed.
+    """
+    if session is None:
+        checks = [
+            CheckOutcome(
+                check="state:persisted",
+                passed=False,
+                reason=f"no persisted session within {waited_s:g} s",
+                expected="a session_persisted event",
+                found=None,
+            )
+        ]
+    else:
+        checks = [check_expectation(exp, session.state) for exp in scenario.outcome]
+    return _gate_result("state", conversation, scenario, checks)

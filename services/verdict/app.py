@@ -1,0 +1,154 @@
+"""Verdict processor wiring: collect a trial's gate results and judge verdicts, emit exactly
+one TrialVerdict. Logic lives in domain.py."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+import faust
+
+from schemas.events import GateResult, JudgeVerdict
+from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.codec import Rejection, decode, encode
+from services.common.metrics import common_metrics, serve_metrics
+from services.common.settings import get_settings
+from services.common.ticks import DeadlineTicker, table_value
+from services.common.topics import Topic, topic_name
+from services.scenarios.catalog import ScenarioCatalog
+from services.verdict import domain
+from services.verdict.metrics import VerdictMetrics
+
+PROCESSOR = "verdict"
+log = logging.getLogger(__name__)
+settings = get_settings()
+app = make_app(PROCESSOR, settings)
+timing = domain.Timing(
+    judge_wait_s=settings.judge_wait_s,
+    gate_wait_s=settings.session_wait_s,
+    retention_s=7 * 24 * 3600.0,
+)
+
+# --------------------------------------------------------------------------- topics
+gate_topic = topic_name(Topic.GATE_RESULTS, settings)
+judge_topic = topic_name(Topic.JUDGE_VERDICTS, settings)
+tick_topic = topic_name(Topic.VERDICT_TICKS, settings)
+inputs = app.topic(
+    gate_topic, judge_topic, tick_topic,
+    key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+)
+ticks = raw_topic(app, Topic.VERDICT_TICKS, settings)
+trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
+dead_letters = raw_topic(app, Topic.DEAD_LETTERS, settings)
+
+# --------------------------------------------------------------------------- tables
+trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
+catalog = ScenarioCatalog(settings)
+ticker = DeadlineTicker(trials, ticks)
+metrics = VerdictMetrics()
+common = common_metrics()
+
+
+def _load(key: str) -> domain.TrialState | None:
+    raw = trials.get(key)
+    return domain.TrialState.model_validate(raw["state"]) if raw else None
+
+
+def _store(key: str, state: domain.TrialState | None) -> None:
+    if state is None:
+        trials.pop(key, None)
+    else:
+        trials[key] = table_value(state.model_dump(mode="json"), domain.due_at(state, timing))
+
+
+async def _reject(event: faust.types.EventT, rejection: Rejection) -> None:
+    common.dead_letters.labels(event.message.topic, rejection.reason).inc()
+    await send_dead_letter(dead_letters, processor=PROCESSOR, event=event, rejection=rejection)
+
+
+def _scenario_for(state: domain.TrialState):  # type: ignore[no-untyped-def]
+    version = state.scenario_version
+    if version is None and state.judges:
+        version = next(iter(state.judges.values())).scenario_version
+    return catalog.get(state.scenario_id, version) or catalog.get(state.scenario_id)
+
+
+async def _emit(state: domain.TrialState, missing: list[str], waited_s: float) -> domain.TrialState:
+    scenario = _scenario_for(state)
+    assert scenario is not None  # checked on arrival
+    verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s)
+    # Publish before remembering it as emitted: a crash in between re-emits the same
+    # event id (dropped downstream); the reverse order could lose the verdict.
+    fut = await trial_verdicts.send(key=state.trial_id.encode(), value=encode(verdict))
+    await fut
+    metrics.trials.labels(verdict.scenario_id, verdict.outcome).inc()
+    if verdict.finished_at is not None:
+        latency = (datetime.now(UTC) - verdict.finished_at).total_seconds()
+        common.verdict_latency.observe(max(latency, 0.0))
+    return domain.emitted(state, verdict, time.time())
+
+
+# --------------------------------------------------------------------------- agents
+@app.agent(inputs)
+async def collect(stream: faust.StreamT) -> None:
+    await catalog.ready()
+    async for event in stream.events():
+        await handle(event)
+
+
+async def handle(event: faust.types.EventT) -> None:
+    topic = event.message.topic
+    now = time.time()
+    if topic == tick_topic:
+        key = event.key.decode() if event.key else ""
+        state = _load(key)
+        if state is None:
+            return
+        if state.emitted_at is not None:
+            if now >= (domain.due_at(state, timing) or now):
+                _store(key, None)
+            return
+        if now < (domain.due_at(state, timing) or now):
+            return
+        waited = timing.judge_wait_s if state.gates_complete_at else (
+            timing.gate_wait_s + timing.judge_wait_s)
+        _store(key, await _emit(state, domain.missing_checks(state, _scenario_for(state)), waited))
+        common.events.labels(PROCESSOR, "deadline").inc()
+        return
+
+    model = GateResult if topic == gate_topic else JudgeVerdict
+    result = decode(event.value, model, max_bytes=settings.max_event_bytes)
+    if isinstance(result, Rejection):
+        return await _reject(event, result)
+    if catalog.get(result.scenario_id, result.scenario_version) is None:
+        return await _reject(event, Rejection(
+            "unknown_scenario",
+            f"scenario {result.scenario_id!r} version {result.scenario_version!r} is unknown"))
+    key = result.trial_id
+    state = _load(key)
+    if domain.is_duplicate(state):
+        metrics.duplicates.inc()
+        common.events.labels(PROCESSOR, "duplicate").inc()
+        return
+    if isinstance(result, GateResult):
+        state = domain.on_gate_result(state, result, now)
+    else:
+        state = domain.on_judge_verdict(state, result, now)
+    missing = domain.missing_checks(state, _scenario_for(state))
+    if not missing:
+        state = await _emit(state, [], 0.0)
+        common.events.labels(PROCESSOR, "emitted").inc()
+    else:
+        common.events.labels(PROCESSOR, "waiting").inc()
+    _store(key, state)
+
+
+@app.timer(interval=1.0)
+async def deadlines() -> None:
+    await ticker.tick_due(time.time())
+
+
+@app.task
+async def start_metrics() -> None:
+    serve_metrics(settings.metrics_port)

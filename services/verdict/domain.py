@@ -1,0 +1,160 @@
+"""Assembling a trial's verdict: (state, event, now) -> state, and state -> verdict.
+
+A trial passes only when the exit gate, the state gate and every gating judge of the
+scenario version it was graded against passed: AND, never OR. A check that failed
+makes the trial `failed`; one that could not be made at all (a judge past its retry
+budget, a verdict that never came) makes it `error` unless another check already
+failed it. Either way an errored check is never read as a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from schemas.events import FailedCheck, GateResult, JudgeVerdict, Outcome, TrialVerdict
+from schemas.scenario import Scenario
+
+GATES = ("exit", "state")
+
+
+class TrialState(BaseModel):
+    trial_id: str
+    run_id: str
+    scenario_id: str
+    session_id: str
+    first_seen_at: float
+    gates: dict[str, GateResult] = Field(default_factory=dict)  # by gate name
+    judges: dict[str, JudgeVerdict] = Field(default_factory=dict)  # by "judge_id@version"
+    gates_complete_at: float | None = None
+    emitted_at: float | None = None
+    emitted_outcome: Outcome | None = None
+
+    @property
+    def scenario_version(self) -> str | None:
+        versions = {g.scenario_version for g in self.gates.values()}
+        return versions.pop() if len(versions) == 1 and len(self.gates) == len(GATES) else None
+
+
+@dataclass(frozen=True)
+class Timing:
+    judge_wait_s: float  # after both gates are in, how long to wait for the judges
+    gate_wait_s: float  # after the first judge verdict, how long to wait for the gates
+    retention_s: float  # how long an emitted trial is remembered, to drop repeats
+
+
+def new_state(ref: GateResult | JudgeVerdict, now: float) -> TrialState:
+    return TrialState(
+        trial_id=ref.trial_id,
+        run_id=ref.run_id,
+        scenario_id=ref.scenario_id,
+        session_id=ref.session_id,
+        first_seen_at=now,
+    )
+
+
+def on_gate_result(state: TrialState | None, result: GateResult, now: float) -> TrialState:
+    state = state or new_state(result, now)
+    if state.emitted_at is not None:
+        return state
+    gates = {**state.gates, result.gate: result}
+    complete = len(gates) == len(GATES) and len({g.scenario_version for g in gates.values()}) == 1
+    return state.model_copy(
+        update={"gates": gates, "gates_complete_at": (state.gates_complete_at or now)
+                if complete else None}
+    )
+
+
+def on_judge_verdict(state: TrialState | None, verdict: JudgeVerdict, now: float) -> TrialState:
+    state = state or new_state(verdict, now)
+    if state.emitted_at is not None:
+        return state
+    key = f"{verdict.judge_id}@{verdict.scenario_version}"
+    return state.model_copy(update={"judges": {**state.judges, key: verdict}})
+
+
+def is_duplicate(state: TrialState | None) -> bool:
+    return state is not None and state.emitted_at is not None
+
+
+def missing_checks(state: TrialState, scenario: Scenario | None) -> list[str]:
+    """The checks still awaited; empty when the verdict can be assembled."""
+    missing = [f"gate:{g}" for g in GATES if g not in state.gates]
+    version = state.scenario_version
+    if missing or version is None or scenario is None:
+        return missing or ["gate:version"]
+    return [
+        f"judge:{j.id}" for j in scenario.gating_judges if f"{j.id}@{version}" not in state.judges
+    ]
+
+
+def due_at(state: TrialState, timing: Timing) -> float | None:
+    if state.emitted_at is not None:
+        return state.emitted_at + timing.retention_s
+    if state.gates_complete_at is not None:
+        return state.gates_complete_at + timing.judge_wait_s
+    return state.first_seen_at + timing.gate_wait_s + timing.judge_wait_s
+
+
+def assemble(
+    state: TrialState, scenario: Scenario, *, missing: list[str], waited_s: float
+) -> TrialVerdict:
+    """Build the one verdict of a trial. `missing` checks are counted as errors."""
+    failed: list[FailedCheck] = []
+    errors: list[FailedCheck] = []
+    passed: list[str] = []
+    for name in GATES:
+        gate = state.gates.get(name)
+        if gate is None:
+            continue
+        if gate.passed:
+            passed.append(f"gate:{name}")
+        else:
+            failed.append(FailedCheck(check=f"gate:{name}", reason="; ".join(gate.reasons)))
+    version = state.scenario_version or scenario.version
+    for judge in scenario.gating_judges:
+        verdict = state.judges.get(f"{judge.id}@{version}")
+        if verdict is None:
+            continue
+        check = f"judge:{judge.id}"
+        if verdict.result == "passed":
+            passed.append(check)
+        elif verdict.result == "failed":
+            failed.append(FailedCheck(check=check, reason=verdict.reason))
+        else:
+            errors.append(FailedCheck(check=check, reason=f"error: {verdict.reason}"))
+    for check in missing:
+        errors.append(FailedCheck(check=check, reason=f"error: no result within {waited_s:g} s"))
+
+    outcome: Outcome = "failed" if failed else "error" if errors else "passed"
+    facts = state.gates.get("exit") or state.gates.get("state")
+    return TrialVerdict(
+        event_id=f"verdict:{state.trial_id}",
+        trial_id=state.trial_id,
+        run_id=state.run_id,
+        scenario_id=state.scenario_id,
+        scenario_version=version or "unknown",
+        session_id=state.session_id,
+        k=scenario.trials,
+        outcome=outcome,
+        failed_checks=failed + errors,
+        checks_passed=passed,
+        agent_version=facts.agent_version if facts else None,
+        exit_reason=facts.exit_reason if facts else None,
+        metrics=facts.metrics if facts else None,
+        finished_at=facts.finished_at if facts else None,
+    )
+
+
+def emitted(state: TrialState, verdict: TrialVerdict, now: float) -> TrialState:
+    """What is remembered of an emitted trial: enough to recognise a repeat."""
+    return TrialState(
+        trial_id=state.trial_id,
+        run_id=state.run_id,
+        scenario_id=state.scenario_id,
+        session_id=state.session_id,
+        first_seen_at=state.first_seen_at,
+        emitted_at=now,
+        emitted_outcome=verdict.outcome,
+    )

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from services.gate import domain
+from tests.unit.factories import conversation, session
+
+TIMING = domain.Timing(session_wait_s=10, orphan_ttl_s=100, retention_s=1000)
+
+
+def test_conversation_then_session_grades_with_both() -> None:
+    d1 = domain.on_conversation(None, conversation(), now=0)
+    assert d1.note == "waiting" and d1.grade is None
+    d2 = domain.on_session(d1.state, session(), now=3)
+    assert d2.note == "graded" and d2.grade is not None
+    assert d2.grade.session is not None and d2.grade.waited_s == 3
+    assert d2.state is not None and d2.state.graded_trial_ids == ["t1"]
+    assert d2.state.conversation is None  # graded state keeps only what dedupe needs
+
+
+def test_session_before_conversation_is_graded_normally() -> None:
+    d1 = domain.on_session(None, session(), now=0)
+    assert d1.note == "waiting"
+    d2 = domain.on_conversation(d1.state, conversation(), now=1)
+    assert d2.note == "graded" and d2.grade is not None and d2.grade.session is not None
+
+
+def test_duplicate_conversation_while_waiting_and_after_grading() -> None:
+    d1 = domain.on_conversation(None, conversation(), now=0)
+    assert domain.on_conversation(d1.state, conversation(), now=1).note == "duplicate"
+    d2 = domain.on_session(d1.state, session(), now=2)
+    assert domain.on_conversation(d2.state, conversation(), now=3).note == "duplicate"
+    assert domain.on_session(d2.state, session(), now=3).note == "duplicate"
+
+
+def test_duplicate_session_event_while_waiting() -> None:
+    d1 = domain.on_session(None, session(), now=0)
+    assert domain.on_session(d1.state, session(), now=1).note == "duplicate"
+
+
+def test_newer_session_state_replaces_the_held_one() -> None:
+    d1 = domain.on_session(None, session(state={"a": 1}), now=0)
+    d2 = domain.on_session(d1.state, session(state={"a": 2}, event_id="sp-2"), now=1)
+    assert d2.note == "session_updated" and d2.state and d2.state.session
+    assert d2.state.session.state == {"a": 2}
+
+
+def test_missing_session_is_graded_at_the_deadline_without_session() -> None:
+    d1 = domain.on_conversation(None, conversation(), now=0)
+    assert d1.state is not None
+    assert domain.due_at(d1.state, TIMING) == 10
+    assert domain.on_tick(d1.state, now=9.9, timing=TIMING).note == "idle"
+    d2 = domain.on_tick(d1.state, now=10, timing=TIMING)
+    assert d2.note == "graded" and d2.grade is not None
+    assert d2.grade.session is None and d2.grade.waited_s == 10
+    # the session arriving after the deadline does not re-grade
+    assert domain.on_session(d2.state, session(), now=11).note == "late_session"
+
+
+def test_orphan_session_expires() -> None:
+    d1 = domain.on_session(None, session(), now=0)
+    assert d1.state is not None
+    assert domain.on_tick(d1.state, now=99, timing=TIMING).note == "idle"
+    d2 = domain.on_tick(d1.state, now=100, timing=TIMING)
+    assert d2.note == "orphan_expired" and d2.state is None
+
+
+def test_graded_marker_is_forgotten_after_retention() -> None:
+    d = domain.on_session(domain.on_conversation(None, conversation(), 0).state, session(), 1)
+    assert d.state is not None and domain.due_at(d.state, TIMING) == 1001
+    assert domain.on_tick(d.state, now=1001, timing=TIMING).note == "forgotten"
+
+
+def test_a_second_trial_on_a_session_being_joined_is_a_conflict() -> None:
+    d1 = domain.on_conversation(None, conversation(), now=0)
+    other = conversation(trial="t2", session_id="s-t1", event_id="cf-t2")
+    assert domain.on_conversation(d1.state, other, now=1).note == "session_conflict"
+
+
+def test_only_state_changing_notes_are_stored() -> None:
+    assert "duplicate" not in domain.STATE_CHANGES and "idle" not in domain.STATE_CHANGES
+    assert {"waiting", "graded", "orphan_expired"} <= domain.STATE_CHANGES

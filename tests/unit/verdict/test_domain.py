@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import pytest
+
+from services.verdict import domain
+from tests.unit.factories import gate_result, judge_verdict, scenario
+
+SC = scenario()
+V = SC.version or ""
+GATING = ["covered_expected_topics", "avoided_repetition"]
+
+
+def collect(*events):
+    state = None
+    for ev in events:
+        if ev.type == "gate_result":
+            state = domain.on_gate_result(state, ev, now=0)
+        else:
+            state = domain.on_judge_verdict(state, ev, now=0)
+    return state
+
+
+def all_checks(exit_ok=True, state_ok=True, judges=("passed", "passed")):
+    return [
+        gate_result("exit", exit_ok, version=V),
+        gate_result("state", state_ok, version=V),
+        *[judge_verdict(j, r, version=V) for j, r in zip(GATING, judges, strict=True)],
+    ]
+
+
+def test_waits_until_both_gates_and_every_gating_judge() -> None:
+    events = all_checks()
+    for i in range(len(events)):
+        state = collect(*events[:i])
+        if state is not None:
+            assert domain.missing_checks(state, SC), f"complete after only {i} events"
+    assert domain.missing_checks(collect(*events), SC) == []
+
+
+def test_non_gating_judges_are_not_awaited() -> None:
+    state = collect(*all_checks())
+    assert "judge:polite" not in domain.missing_checks(state, SC)
+
+
+@pytest.mark.parametrize(
+    ("exit_ok", "state_ok", "judges", "outcome", "failed"),
+    [
+        (True, True, ("passed", "passed"), "passed", []),
+        (False, True, ("passed", "passed"), "failed", ["gate:exit"]),
+        (True, False, ("passed", "passed"), "failed", ["gate:state"]),
+        (True, True, ("failed", "passed"), "failed", ["judge:covered_expected_topics"]),
+        (True, True, ("error", "passed"), "error", ["judge:covered_expected_topics"]),
+        # a definite failure outranks an error; the errored check is still listed
+        (False, True, ("error", "passed"), "failed",
+         ["gate:exit", "judge:covered_expected_topics"]),
+        (False, False, ("failed", "failed"), "failed",
+         ["gate:exit", "gate:state", "judge:covered_expected_topics", "judge:avoided_repetition"]),
+    ],
+)
+def test_and_never_or(exit_ok, state_ok, judges, outcome, failed) -> None:
+    state = collect(*all_checks(exit_ok, state_ok, judges))
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0)
+    assert verdict.outcome == outcome
+    assert [c.check for c in verdict.failed_checks] == failed
+    assert verdict.event_id == "verdict:t1" and verdict.k == 3
+
+
+def test_missing_judge_at_deadline_is_an_error_naming_it() -> None:
+    state = collect(*all_checks()[:3])
+    missing = domain.missing_checks(state, SC)
+    assert missing == ["judge:avoided_repetition"]
+    verdict = domain.assemble(state, SC, missing=missing, waited_s=300)
+    assert verdict.outcome == "error"
+    assert verdict.failed_checks[-1].check == "judge:avoided_repetition"
+    assert "no result within 300 s" in verdict.failed_checks[-1].reason
+
+
+def test_judge_verdict_of_another_scenario_version_does_not_count() -> None:
+    state = collect(*all_checks()[:3], judge_verdict("avoided_repetition", version="old"))
+    assert domain.missing_checks(state, SC) == ["judge:avoided_repetition"]
+
+
+def test_scenario_without_judges_needs_only_the_gates() -> None:
+    bare = scenario(judges=[])
+    state = collect(gate_result("exit", version=bare.version or ""),
+                    gate_result("state", version=bare.version or ""))
+    assert domain.missing_checks(state, bare) == []
+    assert domain.assemble(state, bare, missing=[], waited_s=0).outcome == "passed"
+
+
+def test_emitted_state_drops_later_events() -> None:
+    state = collect(*all_checks())
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0)
+    done = domain.emitted(state, verdict, now=5)
+    assert domain.is_duplicate(done) and done.gates == {} and done.emitted_outcome == "passed"
+    again = domain.on_gate_result(done, gate_result("exit", False, version=V), now=6)
+    assert again.gates == {}
+
+
+def test_deadlines() -> None:
+    timing = domain.Timing(judge_wait_s=30, gate_wait_s=10, retention_s=100)
+    only_judge = domain.on_judge_verdict(None, judge_verdict("x", version=V), now=0)
+    assert domain.due_at(only_judge, timing) == 40
+    gates = collect(gate_result("exit", version=V), gate_result("state", version=V))
+    assert gates.gates_complete_at == 0 and domain.due_at(gates, timing) == 30
+
+
+def test_verdict_carries_trial_facts_from_the_gates() -> None:
+    verdict = domain.assemble(collect(*all_checks()), SC, missing=[], waited_s=0)
+    assert verdict.exit_reason == "product_closed" and verdict.scenario_version == V
