@@ -127,3 +127,37 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def produce(settings: Settings, topic: Topic, records: list[tuple[str | None, bytes]]) -> None:
+    """Send (key, raw value) records with kafka-python, acks=all, and wait for every ack."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
+    try:
+        futures = [
+            producer.send(topic_name(topic, settings), key=k.encode() if k else None, value=v)
+            for k, v in records
+        ]
+        producer.flush()
+        for f in futures:
+            f.get(timeout=30)
+    finally:
+        producer.close()
+
+
+def publish_scenarios(settings: Settings, scenarios: list[Any]) -> None:
+    """Put versioned scenarios on the compacted topic exactly as `passk scenarios publish` does."""
+    produce(
+        settings,
+        Topic.SCENARIOS,
+        [(s.id, s.model_dump_json().encode()) for s in scenarios],
+    )
+
+
+def settled(settings: Settings, processors: list[str]) -> bool:
+    """Every processor's group is stable and has consumed everything on its inputs."""
+    from services.common.status import processor_status
+
+    statuses = processor_status(processors, settings)
+    return all(s.ready and s.lag == 0 for s in statuses)

@@ -22,3 +22,30 @@ def register(app: typer.Typer) -> None:
         Console().print(table)
 
     app.add_typer(topics, name="topics")
+
+    @app.command()
+    def status(
+        wait: float = typer.Option(0, help="wait up to this many seconds for every processor"),
+        processors: str = typer.Option(
+            "gate,verdict,judge,sink", help="comma-separated processors to show"
+        ),
+    ) -> None:
+        """Show each processor's consumer group: state, members and lag."""
+        import time
+
+        from services.common.status import processor_status
+
+        names = [p.strip() for p in processors.split(",") if p.strip()]
+        deadline = time.monotonic() + wait
+        while True:
+            statuses = processor_status(names)
+            if all(s.ready for s in statuses) or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        table = Table("processor", "consumer group", "state", "members", "lag")
+        for s in statuses:
+            table.add_row(s.processor, s.group, s.state, str(s.members),
+                          "-" if s.lag is None else str(s.lag))
+        Console().print(table)
+        if not all(s.ready for s in statuses):
+            raise typer.Exit(1)
