@@ -7,7 +7,15 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 SCENARIO_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 DEFAULT_TRIALS = 3
@@ -47,6 +55,12 @@ class Expectation(BaseModel):
             except re.error as exc:
                 raise ValueError(f"matches is not a valid regular expression: {exc}") from exc
         return self
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only what the file set: a dump listing every operator (unset ones as null) would
+        # not validate again, so a published scenario could not be read back.
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
 
     @property
     def operator(self) -> str:
