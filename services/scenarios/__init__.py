@@ -1,0 +1,1 @@
+"""Scenario definitions: YAML loading and validation, publishing, the shared catalog."""
