@@ -21,6 +21,7 @@ WORKERS = ("gate", "verdict", "judge", "sink", "aggregate")
 # Modules that add commands: each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES = (
     "services.common.commands",
+    "services.judge.commands",
 )
 
 

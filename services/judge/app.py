@@ -1,0 +1,117 @@
+"""Judge processor wiring: conversation-finished -> one JudgeVerdict per judge of the scenario.
+
+Its own Faust app and consumer group. `judge_concurrency` agent actors each take one trial at
+a time and grade its judges at once; model requests across them are bounded by the client
+(the same number), so many calls are in flight, never one at a time. A trial's offset is
+acked only after all its verdicts are delivered (at-least-once; a redelivered trial yields
+the same event ids). During a model outage the actors wait in the client and stop taking
+trials; nothing is acked, and the backlog drains when the model answers (see `client`).
+`PASSK_JUDGE_CACHE=0` makes every judge ask the model (the worker's `--no-cache`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import faust
+
+from schemas.events import ConversationFinished
+from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.codec import Rejection, decode, encode
+from services.common.db import engine_for
+from services.common.metrics import common_metrics, serve_metrics
+from services.common.settings import Settings, get_settings
+from services.common.topics import Topic
+from services.judge.cache import VerdictCache
+from services.judge.client import JudgeClient, RetryPolicy
+from services.judge.grading import Grader
+from services.judge.metrics import JudgeMetrics, default_metrics
+from services.scenarios.catalog import ScenarioCatalog
+
+PROCESSOR = "judge"
+log = logging.getLogger(__name__)
+settings = get_settings()
+app = make_app(PROCESSOR, settings)
+
+# --------------------------------------------------------------------------- topics
+conversations = raw_topic(app, Topic.CONVERSATION_FINISHED, settings)
+judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
+dead_letters = raw_topic(app, Topic.DEAD_LETTERS, settings)
+
+catalog = ScenarioCatalog(settings)
+metrics = default_metrics()
+common = common_metrics()
+
+
+def build_grader(settings: Settings, metrics: JudgeMetrics | None) -> Grader:
+    """The grader from the settings; without a model configured, LLM judges are `error`."""
+    client = None
+    if settings.openai_base_url or settings.openai_api_key:
+        client = JudgeClient(
+            model=settings.judge_model,
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key,
+            timeout_s=settings.judge_timeout_s,
+            concurrency=settings.judge_concurrency,
+            policy=RetryPolicy(max_retries=settings.judge_max_retries),
+            metrics=metrics,
+        )
+    else:
+        log.error("no judge model configured (OPENAI_BASE_URL / OPENAI_API_KEY): llm judges error")
+    cache = VerdictCache(engine_for(settings.database_url), lookups=settings.judge_cache)
+    cache.create()
+    return Grader(client=client, cache=cache, metrics=metrics, model=settings.judge_model)
+
+
+_grader: Grader | None = None
+_grader_lock = asyncio.Lock()
+
+
+async def grader() -> Grader:
+    global _grader
+    async with _grader_lock:
+        if _grader is None:
+            _grader = await asyncio.to_thread(build_grader, settings, metrics)
+    return _grader
+
+
+async def _reject(event: faust.types.EventT, rejection: Rejection) -> None:
+    common.dead_letters.labels(event.message.topic, rejection.reason).inc()
+    await send_dead_letter(dead_letters, processor=PROCESSOR, event=event, rejection=rejection)
+
+
+# --------------------------------------------------------------------------- agents
+@app.agent(conversations, concurrency=settings.judge_concurrency)
+async def judge_trials(stream: faust.StreamT) -> None:
+    await catalog.ready()
+    async for event in stream.events():
+        await handle(event)
+
+
+async def handle(event: faust.types.EventT) -> None:
+    trial = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
+    if isinstance(trial, Rejection):
+        return await _reject(event, trial)
+    scenario = catalog.get(trial.scenario_id)
+    if scenario is None:
+        return await _reject(
+            event,
+            Rejection(
+                "unknown_scenario",
+                f"scenario {trial.scenario_id!r} is not published on the scenarios topic",
+            ),
+        )
+    verdicts = await (await grader()).grade(trial, scenario)
+    # Wait for delivery before the event is acked: a crash in between re-grades the trial
+    # (the cache answers) and re-sends the same event ids, which consumers drop.
+    sent = [
+        await judge_verdicts.send(key=trial.trial_id.encode(), value=encode(v)) for v in verdicts
+    ]
+    await asyncio.gather(*sent)
+    common.events.labels(PROCESSOR, "graded").inc()
+
+
+@app.task
+async def start_metrics() -> None:
+    serve_metrics(settings.metrics_port)

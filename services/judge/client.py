@@ -1,0 +1,342 @@
+"""Asking an OpenAI-compatible chat model for one verdict: bounded, retried, timed out.
+
+The official `openai` async client does the HTTP (its own retries are off: this module
+counts attempts, classifies causes and honours `Retry-After` itself).
+
+* Concurrency: at most `concurrency` requests are in flight per client (one per worker);
+  backoff sleeps do not hold a slot.
+* Retries: 429, 5xx, timeouts, connection failures and malformed answers are retried up to
+  `max_retries` times, with capped exponential backoff and jitter, or exactly the server's
+  `Retry-After` / `retry-after-ms` when it sends one. Other 4xx are not retried.
+* When the budget is spent the result carries the cause (`rate_limited`, `server_error`,
+  `timeout`, `connection`, `malformed_answer`, `client_error`): the verdict is `error`.
+* Outage (how no trial is lost): before a transport failure becomes an `error` verdict, the
+  client checks whether the model is up, from a request that succeeded since, or else a tiny
+  canary judge call. If the canary answers, the failure belongs to this trial and becomes
+  its `error` verdict. If the canary fails too, the model is down: the client closes its gate
+  (no new calls start, the worker stops taking trials, since its agents wait here and their
+  offsets are not committed), probes with capped backoff until the model answers, then
+  reopens the gate and every held call starts again with a fresh budget: the backlog drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from schemas.events import Message
+from services.judge import prompt as judge_prompt
+from services.judge.metrics import JudgeMetrics
+
+log = logging.getLogger(__name__)
+
+TRANSPORT_CAUSES = frozenset({"rate_limited", "server_error", "timeout", "connection"})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+    max_retry_after_s: float = 60.0
+
+    def delay(self, attempt: int, retry_after_s: float | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        if retry_after_s is not None and retry_after_s >= 0:
+            return min(retry_after_s, self.max_retry_after_s)
+        ceiling = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        return ceiling * (0.5 + random.random() / 2)  # jitter: retries of a burst spread out
+
+
+def retry_after_seconds(
+    headers: Mapping[str, str] | None, now: float | None = None
+) -> float | None:
+    """`retry-after-ms`, else `retry-after` as seconds or as an HTTP date; None when absent."""
+    if not headers:
+        return None
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lowered:
+        try:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (now if now is not None else time.time()))
+
+
+@dataclass
+class CallResult:
+    answer: judge_prompt.Answer | None
+    cause: str | None  # None when answered
+    detail: str
+    attempts: int
+    latency_ms: float
+    input_tokens: int | None
+    output_tokens: int | None
+    model: str
+
+
+class _Failure(Exception):
+    def __init__(self, cause: str, detail: str, retry_after_s: float | None = None) -> None:
+        super().__init__(detail)
+        self.cause, self.detail, self.retry_after_s = cause, detail, retry_after_s
+
+
+def classify(exc: BaseException) -> _Failure:
+    """An exception from the openai client (or our timeout) as a cause we can label and act on."""
+    if isinstance(exc, _Failure):
+        return exc
+    if isinstance(exc, (openai.APITimeoutError, TimeoutError)):
+        return _Failure("timeout", "the model did not answer within the timeout")
+    if isinstance(exc, openai.APIConnectionError):
+        return _Failure("connection", f"cannot reach the model: {exc}")
+    if isinstance(exc, openai.APIStatusError):
+        retry_after = retry_after_seconds(exc.response.headers)
+        detail = f"HTTP {exc.status_code}: {str(exc.message)[:300]}"
+        if exc.status_code == 429:
+            return _Failure("rate_limited", detail, retry_after)
+        if exc.status_code >= 500:
+            return _Failure("server_error", detail, retry_after)
+        return _Failure("client_error", detail)
+    if isinstance(exc, judge_prompt.MalformedAnswer):
+        return _Failure("malformed_answer", str(exc))
+    return _Failure("client_error", f"{type(exc).__name__}: {exc}")
+
+
+RETRYABLE = TRANSPORT_CAUSES | {"malformed_answer"}
+CANARY = (
+    "passk-canary",
+    "The assistant greeted the user.",
+    [Message(role="assistant", content="Hello!")],
+)
+
+
+class JudgeClient:
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None,
+        api_key: str | None,
+        timeout_s: float = 30.0,
+        concurrency: int = 16,
+        policy: RetryPolicy | None = None,
+        metrics: JudgeMetrics | None = None,
+        outage_probe_max_s: float = 30.0,
+    ) -> None:
+        self.model = model
+        self.timeout_s = timeout_s
+        self.policy = policy or RetryPolicy()
+        self.metrics = metrics
+        self.outage_probe_max_s = outage_probe_max_s
+        self._openai = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key or "unused",  # local servers (vLLM, Ollama, the stand-in) need none
+            timeout=timeout_s,
+            max_retries=0,
+        )
+        self._slots = asyncio.Semaphore(concurrency)
+        self._up = asyncio.Event()
+        self._up.set()
+        self._probe_lock = asyncio.Lock()
+        self._last_success = 0.0  # monotonic time a request last got an answer
+        self._outage_ended = 0.0
+        self._answer_mode = "json_schema"  # switches to "tool" once if the server rejects it
+        self.requests = 0
+
+    async def close(self) -> None:
+        await self._openai.close()
+
+    @property
+    def in_outage(self) -> bool:
+        return not self._up.is_set()
+
+    # ----------------------------------------------------------------- one request
+
+    async def _request(self, judge_id: str, messages: list[dict[str, str]]) -> tuple[Any, float]:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0}
+        if self._answer_mode == "json_schema":
+            kwargs["response_format"] = judge_prompt.RESPONSE_FORMAT
+        else:
+            kwargs["tools"] = [judge_prompt.ANSWER_TOOL]
+            kwargs["tool_choice"] = judge_prompt.ANSWER_TOOL_CHOICE
+        async with self._slots:
+            self.requests += 1
+            started = time.perf_counter()
+            try:
+                # The client's own timeout covers the HTTP exchange; this one also covers a
+                # server that trickles bytes forever.
+                async with asyncio.timeout(self.timeout_s + 1.0):
+                    completion = await self._openai.chat.completions.create(
+                        **kwargs, timeout=self.timeout_s
+                    )
+            finally:
+                elapsed = time.perf_counter() - started
+                if self.metrics:
+                    self.metrics.request_seconds.observe(elapsed)
+        return completion, elapsed
+
+    async def _ask_once(
+        self, judge_id: str, messages: list[dict[str, str]]
+    ) -> tuple[judge_prompt.Answer, Any, float]:
+        try:
+            completion, elapsed = await self._request(judge_id, messages)
+        except openai.BadRequestError as exc:
+            if self._answer_mode != "json_schema":
+                raise
+            # A server without JSON-schema response formats: ask with a forced tool call.
+            log.warning("model rejected response_format (%s); using a tool call", exc.message)
+            self._answer_mode = "tool"
+            completion, elapsed = await self._request(judge_id, messages)
+        self._last_success = time.monotonic()
+        choice = completion.choices[0] if completion.choices else None
+        try:
+            answer = judge_prompt.parse_message(choice.message if choice else None)
+        except judge_prompt.MalformedAnswer as exc:
+            exc.completion = completion  # type: ignore[attr-defined]
+            raise
+        return answer, completion, elapsed
+
+    async def _attempts(
+        self, judge_id: str, messages: list[dict[str, str]], budget: int
+    ) -> tuple[CallResult, float]:
+        """Up to `budget` attempts; returns the result and when its last attempt started."""
+        input_tokens = output_tokens = 0
+        model = self.model
+        latency = 0.0
+        last_started = time.monotonic()
+        failure = _Failure("client_error", "no attempt made")
+        for attempt in range(1, budget + 1):
+            last_started = time.monotonic()
+            try:
+                answer, completion, elapsed = await self._ask_once(judge_id, messages)
+            except Exception as exc:  # noqa: BLE001 - every failure is classified below
+                failure = classify(exc)
+                completion = getattr(exc, "completion", None)
+                if completion is not None:
+                    model = completion.model or model
+                    input_tokens, output_tokens = _add_usage(
+                        completion, input_tokens, output_tokens
+                    )
+                if self.metrics:
+                    self.metrics.error(judge_id, failure.cause)
+                log.info("judge %s attempt %d: %s", judge_id, attempt, failure.detail)
+                if failure.cause not in RETRYABLE or attempt == budget:
+                    return (
+                        CallResult(
+                            None,
+                            failure.cause,
+                            failure.detail,
+                            attempt,
+                            latency * 1000,
+                            input_tokens or None,
+                            output_tokens or None,
+                            model,
+                        ),
+                        last_started,
+                    )
+                await asyncio.sleep(self.policy.delay(attempt, failure.retry_after_s))
+                continue
+            latency = elapsed
+            model = completion.model or model
+            input_tokens, output_tokens = _add_usage(completion, input_tokens, output_tokens)
+            return (
+                CallResult(
+                    answer,
+                    None,
+                    answer.reason,
+                    attempt,
+                    latency * 1000,
+                    input_tokens or None,
+                    output_tokens or None,
+                    model,
+                ),
+                last_started,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ----------------------------------------------------------------- one verdict
+
+    async def judge(
+        self, judge_id: str, assertion: str, transcript: Sequence[Message]
+    ) -> CallResult:
+        """One verdict, or its error cause once the budget is spent; never lost to an outage."""
+        messages = judge_prompt.render(judge_id, assertion, transcript)
+        attempts = 0
+        while True:
+            await self._up.wait()
+            began = time.monotonic()
+            result, last_started = await self._attempts(
+                judge_id, messages, self.policy.max_retries + 1
+            )
+            attempts += result.attempts
+            result.attempts = attempts
+            if result.cause is None or result.cause == "malformed_answer":
+                return result
+            if await self._model_answers(since=last_started, began=began):
+                return result
+            log.warning("judge %s held during a model outage; asking again", judge_id)
+
+    async def _model_answers(self, *, since: float, began: float) -> bool:
+        """True: the model answers, so a failure is the trial's own. False: there was an
+        outage (now over), so the caller should ask again."""
+        async with self._probe_lock:
+            if self._outage_ended > began:
+                return False  # we failed during an outage that another call waited out
+            if self._last_success > since:
+                return True
+            if await self._canary():
+                return True
+            self._up.clear()
+            if self.metrics:
+                self.metrics.outage.set(1)
+            log.error("judge model is down (the canary fails too); holding trials until it answers")
+            wait = 1.0
+            while not await self._canary():
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, self.outage_probe_max_s)
+            self._outage_ended = time.monotonic()
+            self._up.set()
+            if self.metrics:
+                self.metrics.outage.set(0)
+            log.warning("judge model answers again; resuming")
+            return False
+
+    async def _canary(self) -> bool:
+        judge_id, assertion, transcript = CANARY
+        try:
+            await self._ask_once(judge_id, judge_prompt.render(judge_id, assertion, transcript))
+        except judge_prompt.MalformedAnswer:
+            return True  # it answered; a bad answer is not an outage
+        except Exception as exc:  # noqa: BLE001
+            log.info("canary failed: %s", classify(exc).detail)
+            return False
+        return True
+
+
+def _add_usage(completion: Any, input_tokens: int, output_tokens: int) -> tuple[int, int]:
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return input_tokens, output_tokens
+    return (
+        input_tokens + (usage.prompt_tokens or 0),
+        output_tokens + (usage.completion_tokens or 0),
+    )

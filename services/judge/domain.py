@@ -1,0 +1,142 @@
+"""Verdicts for one trial's judges: plain functions over the event and scenario models."""
+
+from __future__ import annotations
+
+from schemas.events import ConversationFinished, JudgeVerdict, Outcome
+from schemas.scenario import JudgeSpec, Scenario
+from services.judge.cache import CachedAnswer
+from services.judge.client import CallResult
+from services.judge.kinds import LLM, InvalidJudgeSpec, deterministic_kind, known_kinds
+from services.judge.prompt import PROMPT_HASH
+
+
+def verdict_event_id(trial_id: str, judge_id: str, scenario_version: str) -> str:
+    """Deterministic: a redelivered or replayed trial yields the same id, so it can be dropped."""
+    return f"judge:{trial_id}:{judge_id}:{scenario_version}"
+
+
+def scenario_version(scenario: Scenario) -> str:
+    return scenario.version or scenario.content_hash()
+
+
+def error_reason(cause: str, detail: str) -> str:
+    """An error verdict's reason starts with its cause, a low-cardinality word."""
+    return f"{cause}: {detail}"
+
+
+def make_verdict(
+    trial: ConversationFinished,
+    scenario: Scenario,
+    spec: JudgeSpec,
+    *,
+    result: Outcome,
+    reason: str,
+    **facts: object,
+) -> JudgeVerdict:
+    version = scenario_version(scenario)
+    return JudgeVerdict(
+        event_id=verdict_event_id(trial.trial_id, spec.id, version),
+        trial_id=trial.trial_id,
+        run_id=trial.run_id,
+        scenario_id=trial.scenario_id,
+        scenario_version=version,
+        session_id=trial.session_id,
+        judge_id=spec.id,
+        judge_kind=spec.kind,
+        judge_spec=spec.model_dump(mode="json"),
+        gating=spec.gating,
+        result=result,
+        reason=reason,
+        **facts,  # type: ignore[arg-type]
+    )
+
+
+def deterministic_verdict(
+    trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec
+) -> JudgeVerdict:
+    """A judge of a registered deterministic kind: no model call, same verdict shape."""
+    judge = deterministic_kind(spec.kind)
+    if judge is None:
+        detail = f"no judge kind {spec.kind!r} (known: {', '.join(known_kinds())})"
+        return make_verdict(
+            trial, scenario, spec, result="error", reason=error_reason("unknown_judge_kind", detail)
+        )
+    try:
+        decision = judge(spec, trial.transcript)
+    except InvalidJudgeSpec as exc:
+        return make_verdict(
+            trial,
+            scenario,
+            spec,
+            result="error",
+            reason=error_reason("invalid_judge_spec", str(exc)),
+        )
+    return make_verdict(
+        trial,
+        scenario,
+        spec,
+        result="passed" if decision.passed else "failed",
+        reason=decision.reason,
+    )
+
+
+def llm_verdict(
+    trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec, call: CallResult
+) -> JudgeVerdict:
+    """The model's answer, or `error` with its cause once the retry budget is spent."""
+    if call.answer is None:
+        result: Outcome = "error"
+        reason = error_reason(call.cause or "unknown", call.detail)
+    else:
+        result = "passed" if call.answer.passed else "failed"
+        reason = call.answer.reason
+    return make_verdict(
+        trial,
+        scenario,
+        spec,
+        result=result,
+        reason=reason,
+        model=call.model,
+        prompt_hash=PROMPT_HASH,
+        latency_ms=round(call.latency_ms, 3),
+        input_tokens=call.input_tokens,
+        output_tokens=call.output_tokens,
+        attempts=call.attempts,
+        cached=False,
+    )
+
+
+def cached_verdict(
+    trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec, hit: CachedAnswer
+) -> JudgeVerdict:
+    """A verdict served from the cache: the stored answer, no call, no tokens spent."""
+    return make_verdict(
+        trial,
+        scenario,
+        spec,
+        result="passed" if hit.passed else "failed",
+        reason=hit.reason,
+        model=hit.answered_by,
+        prompt_hash=PROMPT_HASH,
+        latency_ms=0.0,
+        attempts=0,
+        cached=True,
+    )
+
+
+def not_configured_verdict(
+    trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec
+) -> JudgeVerdict:
+    detail = "no judge model configured: set OPENAI_BASE_URL (or run `passk judge-standin`)"
+    return make_verdict(
+        trial,
+        scenario,
+        spec,
+        result="error",
+        reason=error_reason("not_configured", detail),
+        prompt_hash=PROMPT_HASH,
+    )
+
+
+def is_llm(spec: JudgeSpec) -> bool:
+    return spec.kind == LLM

@@ -1,0 +1,67 @@
+"""Grading one trial: every judge of its scenario at once, LLM calls bounded by the client."""
+
+from __future__ import annotations
+
+import asyncio
+
+from schemas.events import ConversationFinished, JudgeVerdict
+from schemas.scenario import JudgeSpec, Scenario
+from services.judge import domain
+from services.judge.cache import JudgeCacheEntry, VerdictCache, cache_key
+from services.judge.client import JudgeClient
+from services.judge.metrics import JudgeMetrics
+from services.judge.prompt import PROMPT_HASH, transcript_hash
+
+
+class Grader:
+    def __init__(
+        self,
+        *,
+        client: JudgeClient | None,
+        cache: VerdictCache | None,
+        metrics: JudgeMetrics | None = None,
+        model: str,
+    ) -> None:
+        self.client, self.cache, self.metrics, self.model = client, cache, metrics, model
+
+    async def grade(self, trial: ConversationFinished, scenario: Scenario) -> list[JudgeVerdict]:
+        verdicts = await asyncio.gather(*(self._one(trial, scenario, s) for s in scenario.judges))
+        if self.metrics:
+            for v in verdicts:
+                self.metrics.verdict(v.judge_id, v.result)
+                self.metrics.spent(v.judge_id, v.input_tokens, v.output_tokens)
+        return list(verdicts)
+
+    async def _one(
+        self, trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec
+    ) -> JudgeVerdict:
+        if not domain.is_llm(spec):
+            return domain.deterministic_verdict(trial, scenario, spec)
+        if self.client is None:
+            return domain.not_configured_verdict(trial, scenario, spec)
+        assertion = spec.assertion or ""
+        key = cache_key(self.model, PROMPT_HASH, assertion, transcript_hash(trial.transcript))
+        if self.cache is not None:
+            hit = await self.cache.aget(key)
+            if hit is not None:
+                if self.metrics:
+                    self.metrics.cache_hit(spec.id)
+                return domain.cached_verdict(trial, scenario, spec, hit)
+        call = await self.client.judge(spec.id, assertion, trial.transcript)
+        verdict = domain.llm_verdict(trial, scenario, spec, call)
+        if self.cache is not None and call.answer is not None:  # errors are never cached
+            await self.cache.aput(
+                JudgeCacheEntry(
+                    key=key,
+                    model=self.model,
+                    prompt_hash=PROMPT_HASH,
+                    assertion=assertion.strip(),
+                    transcript_hash=transcript_hash(trial.transcript),
+                    passed=call.answer.passed,
+                    reason=call.answer.reason,
+                    answered_by=call.model,
+                    input_tokens=call.input_tokens,
+                    output_tokens=call.output_tokens,
+                )
+            )
+        return verdict

@@ -1,0 +1,112 @@
+"""Judge kinds, registered by name (as inspect_ai registers scorers).
+
+`llm` is the model-graded kind: its work is a model call (see `client`). Every other kind
+is deterministic: a small function `(spec, transcript) -> Decision` that makes no model call
+and is registered with `@judge_kind("name")`. Its arguments are the extra fields of the
+`JudgeSpec` (validated by the kind), and the whole spec is recorded with every verdict.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+
+from schemas.events import Message
+from schemas.scenario import JudgeSpec
+
+LLM = "llm"
+
+
+@dataclass(frozen=True)
+class Decision:
+    passed: bool
+    reason: str
+
+
+class InvalidJudgeSpec(ValueError):
+    """The judge's arguments do not fit its kind; the verdict is `error`, never a pass."""
+
+
+DeterministicJudge = Callable[[JudgeSpec, Sequence[Message]], Decision]
+_KINDS: dict[str, DeterministicJudge] = {}
+
+
+def judge_kind(name: str) -> Callable[[DeterministicJudge], DeterministicJudge]:
+    def register(fn: DeterministicJudge) -> DeterministicJudge:
+        if name == LLM or name in _KINDS:
+            raise ValueError(f"judge kind {name!r} is already registered")
+        _KINDS[name] = fn
+        return fn
+
+    return register
+
+
+def deterministic_kind(name: str) -> DeterministicJudge | None:
+    return _KINDS.get(name)
+
+
+def known_kinds() -> list[str]:
+    return sorted([LLM, *_KINDS])
+
+
+def _params(model: type[BaseModel], spec: JudgeSpec) -> BaseModel:
+    try:
+        return model.model_validate(spec.params)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidJudgeSpec(f"judge {spec.id!r} ({spec.kind}): {problems}") from exc
+
+
+def _snippet(text: str, start: int, end: int, width: int = 40) -> str:
+    lo, hi = max(0, start - width), min(len(text), end + width)
+    return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
+
+
+# ------------------------------------------------------------------------ regex
+
+
+class RegexParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str = Field(min_length=1)
+    must_match: StrictBool = True
+    role: Literal["assistant", "user", "system", "tool", "any"] = "assistant"
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+
+@judge_kind("regex")
+def regex(spec: JudgeSpec, transcript: Sequence[Message]) -> Decision:
+    """`pattern` must (`must_match: true`, default) or must not match one of the `role`'s turns."""
+    params = _params(RegexParams, spec)
+    assert isinstance(params, RegexParams)
+    compiled = re.compile(params.pattern)
+    who = "any" if params.role == "any" else params.role
+    for index, message in enumerate(transcript):
+        if params.role != "any" and message.role != params.role:
+            continue
+        found = compiled.search(message.content or "")
+        if found is None:
+            continue
+        where = (
+            f"{message.role} message {index}: {_snippet(message.content or '', *found.span())!r}"
+        )
+        if params.must_match:
+            return Decision(True, f"/{params.pattern}/ matched {where}")
+        return Decision(False, f"/{params.pattern}/ must not match, but matched {where}")
+    if params.must_match:
+        return Decision(False, f"/{params.pattern}/ matched no {who} message")
+    return Decision(True, f"/{params.pattern}/ matched no {who} message, as required")

@@ -1,0 +1,73 @@
+"""The judge processor's Prometheus metrics (names per DESIGN.md, prefix `passk_`).
+
+Defined against a registry passed in, so tests use a fresh `CollectorRegistry`; the worker
+uses the process-wide default (`default_metrics()`), served when PASSK_METRICS_PORT > 0.
+Labels stay low-cardinality: judge id, result, token kind, cause; never trial ids.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class JudgeMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.verdicts = Counter(
+            "passk_judge_verdicts",
+            "Judge verdicts emitted, by judge and result (passed, failed, error).",
+            ["judge", "result"],
+            registry=registry,
+        )
+        self.request_seconds = Histogram(
+            "passk_judge_request_seconds",
+            "Duration of each model request (every attempt, retried or not).",
+            buckets=REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "passk_judge_tokens",
+            "Model tokens spent by judges, by kind (input, output).",
+            ["judge", "kind"],
+            registry=registry,
+        )
+        self.cache_hits = Counter(
+            "passk_judge_cache_hits",
+            "Verdicts served from the judge cache (no model call).",
+            ["judge"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "passk_judge_errors",
+            "Failed model requests by cause (each failed attempt, whether retried or not).",
+            ["judge", "cause"],
+            registry=registry,
+        )
+        self.outage = Gauge(
+            "passk_judge_model_outage",
+            "1 while the judge model fails even the health probe; trials wait, none is lost.",
+            registry=registry,
+        )
+
+    def verdict(self, judge: str, result: str) -> None:
+        self.verdicts.labels(judge=judge, result=result).inc()
+
+    def spent(self, judge: str, input_tokens: int | None, output_tokens: int | None) -> None:
+        if input_tokens:
+            self.tokens.labels(judge=judge, kind="input").inc(input_tokens)
+        if output_tokens:
+            self.tokens.labels(judge=judge, kind="output").inc(output_tokens)
+
+    def cache_hit(self, judge: str) -> None:
+        self.cache_hits.labels(judge=judge).inc()
+
+    def error(self, judge: str, cause: str) -> None:
+        self.errors.labels(judge=judge, cause=cause).inc()
+
+
+@lru_cache(maxsize=1)
+def default_metrics() -> JudgeMetrics:
+    return JudgeMetrics(REGISTRY)
