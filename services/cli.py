@@ -16,12 +16,13 @@ app = typer.Typer(
 )
 
 # Stream processors runnable with `passk worker NAME`; each has services/NAME/app.py.
-WORKERS = ("gate", "verdict", "judge", "sink", "aggregate")
+WORKERS = ("gate", "verdict", "judge", "sink")
 
 # Modules that add commands: each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES = (
     "services.common.commands",
     "services.judge.commands",
+    "services.report.wait",
 )
 
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The main job, end to end, as an operator runs it: start the stack, publish the example
+# scenarios, generate production-like traffic (one scenario flaky), replay it, wait for
+# every verdict, print the report and the deploy gate's answer.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+passk="$root/.venv/bin/passk"
+# A demo should not make you wait two minutes for a session that never comes.
+export PASSK_SESSION_WAIT_S="${PASSK_SESSION_WAIT_S:-15}"
+export PASSK_JUDGE_WAIT_S="${PASSK_JUDGE_WAIT_S:-120}"
+run_id="${PASSK_DEMO_RUN_ID:-demo-$(date -u +%Y%m%dT%H%M%SZ)}"
+out="$root/var/demo/$run_id"
+mkdir -p "$out"
+
+echo "== 1/6 stack: Kafka, processors, judge"
+bash infra/stack/up.sh
+
+echo "== 2/6 scenarios"
+"$passk" scenarios publish examples/scenarios
+
+echo "== 3/6 production-like traffic for run $run_id"
+"$passk" generate --scenarios examples/scenarios --run-id "$run_id" \
+  --out "$out/traffic.jsonl" --expected "$out/expected.json" \
+  --trials 5 --default-pass-prob 0.97 --pass-prob debrief-follow-up-required=0.6 \
+  --every-mode --seed "${PASSK_DEMO_SEED:-7}"
+
+echo "== 4/6 replay"
+"$passk" replay "$out/traffic.jsonl"
+
+echo "== 5/6 waiting for every verdict"
+"$passk" wait --run-id "$run_id" --expected "$out/expected.json" --timeout 600
+
+echo "== 6/6 report and deploy gate"
+"$passk" report --run-id "$run_id"
+set +e
+"$passk" gate --run-id "$run_id"
+gate_rc=$?
+set -e
+echo
+if [ "$gate_rc" -eq 0 ]; then
+  echo "deploy gate: PASS (exit 0)"
+elif [ "$gate_rc" -eq 1 ]; then
+  echo "deploy gate: FAIL (exit 1) - this build would not ship; the report says why"
+else
+  echo "deploy gate: could not decide (exit $gate_rc)"; exit "$gate_rc"
+fi
+echo "The stack is still running: 'passk report --run-id $run_id --json', 'passk status'; 'make down' stops it."

@@ -1,0 +1,73 @@
+"""`passk wait`: until every trial of a run has its verdict in the projection; with the
+generator's expected outcomes, also says whether each trial got the one it must get."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def compare(expected: list[dict[str, Any]], actual: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(trial_id, expected outcome, actual outcome) for every trial that differs."""
+    return [
+        (t["trial_id"], t["expected_outcome"], actual.get(t["trial_id"], "missing"))
+        for t in expected
+        if actual.get(t["trial_id"]) != t["expected_outcome"]
+    ]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def wait(
+        run_id: str = typer.Option(..., "--run-id", help="the run to wait for"),
+        expected: Path | None = typer.Option(
+            None, help="expected.json written by `passk generate`: check every outcome"
+        ),
+        trials: int | None = typer.Option(None, help="how many trials to wait for"),
+        timeout: float = typer.Option(600, help="give up after this many seconds"),
+    ) -> None:
+        """Wait until every trial of a run has its verdict in the projection."""
+        from services.common.settings import get_settings
+        from services.sink.store import Store
+
+        console = Console()
+        wanted = json.loads(expected.read_text())["trials"] if expected else None
+        total = len(wanted) if wanted is not None else trials
+        if not total:
+            raise typer.BadParameter("give --expected or --trials")
+        store = Store(get_settings().database_url)
+        outcomes: dict[str, str] = {}
+        deadline = time.monotonic() + timeout
+        columns = (TextColumn("verdicts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("verdicts", total=total)
+            while time.monotonic() < deadline:
+                if store.has_schema():
+                    outcomes = {t.trial_id: t.outcome for t in store.trials(run_id)}
+                progress.update(task, completed=min(len(outcomes), total))
+                if len(outcomes) >= total:
+                    break
+                time.sleep(1.0)
+        if len(outcomes) < total:
+            console.print(f"[red]timed out after {timeout:g} s: {len(outcomes)} of {total} "
+                          "trials have a verdict[/red]")
+            raise typer.Exit(1)
+        if wanted is None:
+            return
+        wrong = compare(wanted, outcomes)
+        if wrong:
+            table = Table("trial", "expected", "got", title="trials that did not get their "
+                          "expected outcome")
+            for row in wrong:
+                table.add_row(*row)
+            console.print(table)
+            raise typer.Exit(1)
+        console.print(f"[green]{len(wanted)}/{len(wanted)} trials got exactly their expected "
+                      "outcome[/green]")
