@@ -1,0 +1,204 @@
+"""The scenario catalog: every processor's view of the compacted scenarios topic.
+
+Inside a Faust worker:
+
+    catalog = ScenarioCatalog(settings)
+
+    @app.task
+    async def load_scenarios() -> None:
+        await catalog.ready()          # caught up with the topic as it was at start
+
+    scenario = catalog.get(event.scenario_id)                 # latest
+    scenario = catalog.get(ref.scenario_id, ref.scenario_version)
+
+The catalog reads with its own group-less consumer (no offsets committed, all
+partitions assigned), so every worker sees every scenario whatever partitions its
+Faust consumer group gave it. CLIs use the synchronous `load_catalog`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+from kafka import KafkaConsumer, TopicPartition
+
+from schemas.scenario import Scenario
+from services.common.settings import Settings, get_settings
+from services.common.topics import Topic, topic_name
+from services.scenarios.records import CatalogState
+
+log = logging.getLogger(__name__)
+
+
+class CatalogUnavailable(RuntimeError):
+    """The scenarios topic cannot be read (missing topic, broker down past the deadline)."""
+
+
+def _where(record: Any) -> str:
+    return f"at {record.topic}[{record.partition}]@{record.offset} "
+
+
+class ScenarioCatalog:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.topic = topic_name(Topic.SCENARIOS, self.settings)
+        self._state = CatalogState()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._ready = False
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def ready(self, timeout: float = 60.0) -> None:
+        """Start once; return when every record present at start has been read."""
+        async with self._lock:
+            if self._ready:
+                return
+            consumer = AIOKafkaConsumer(
+                self.topic,
+                bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                group_id=None,  # no group: all partitions, nothing committed
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                request_timeout_ms=int(min(timeout, 40.0) * 1000),
+            )
+            try:
+                async with asyncio.timeout(timeout):
+                    await consumer.start()
+                    await self._catch_up(consumer)
+            except (TimeoutError, OSError, KafkaError) as exc:
+                await consumer.stop()
+                raise CatalogUnavailable(
+                    f"cannot read scenarios from {self.topic} ({type(exc).__name__}: {exc}); "
+                    "does the topic exist (`passk topics create`) and does the broker answer?"
+                ) from exc
+            except BaseException:
+                await consumer.stop()
+                raise
+            self._consumer = consumer
+            self._follower = asyncio.create_task(self._follow(consumer), name="scenario-catalog")
+            self._ready = True
+
+    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
+        partitions = sorted(consumer.assignment(), key=lambda tp: tp.partition)
+        if not partitions:
+            raise CatalogUnavailable(f"the scenarios topic {self.topic} has no partitions")
+        await consumer.seek_to_beginning(*partitions)
+        end = await consumer.end_offsets(partitions)
+        while True:
+            behind = [tp for tp in partitions if await consumer.position(tp) < end[tp]]
+            if not behind:
+                break
+            self._apply(await consumer.getmany(*behind, timeout_ms=500))
+        log.info("scenario catalog caught up: %d scenario(s)", len(self._state.latest()))
+
+    async def _follow(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            try:
+                self._apply(await consumer.getmany(timeout_ms=1000))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the broker hiccups; the catalog keeps what it has
+                log.exception("scenario catalog: reading %s failed; retrying", self.topic)
+                await asyncio.sleep(1.0)
+
+    def _apply(self, batch: dict[Any, list[Any]]) -> None:
+        if not any(batch.values()):
+            return
+        for records in batch.values():
+            for record in records:
+                self._state.apply(record.key, record.value, where=_where(record))
+        # Wake whoever waits for a scenario, then arm a fresh event for the next batch.
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def stop(self) -> None:
+        async with self._lock:
+            if self._follower is not None:
+                self._follower.cancel()
+                try:
+                    await self._follower
+                except asyncio.CancelledError:
+                    pass
+                self._follower = None
+            if self._consumer is not None:
+                await self._consumer.stop()
+                self._consumer = None
+            self._ready = False
+
+    # ---------------------------------------------------------------- queries
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready
+
+    def get(self, scenario_id: str, version: str | None = None) -> Scenario | None:
+        """The scenario (latest when version is None), or None if never seen."""
+        return self._state.get(scenario_id, version)
+
+    def latest(self) -> dict[str, Scenario]:
+        return self._state.latest()
+
+    async def wait_for(
+        self, scenario_id: str, version: str | None = None, *, timeout: float
+    ) -> Scenario | None:
+        """Like `get`, but waits up to `timeout` s for a scenario published moments ago."""
+        deadline = time.monotonic() + timeout
+        while True:
+            changed = self._changed
+            found = self.get(scenario_id, version)
+            remaining = deadline - time.monotonic()
+            if found is not None or remaining <= 0:
+                return found
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                return self.get(scenario_id, version)
+
+
+# -------------------------------------------------------------- sync, for CLIs
+
+
+def read_catalog(settings: Settings | None = None, *, timeout: float = 30.0) -> CatalogState:
+    """Read the whole scenarios topic (up to its end at the time of the call)."""
+    settings = settings or get_settings()
+    name = topic_name(Topic.SCENARIOS, settings)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    state = CatalogState()
+    try:
+        partitions = consumer.partitions_for_topic(name)
+        if not partitions:
+            raise CatalogUnavailable(
+                f"the scenarios topic {name} does not exist; run `passk topics create`"
+            )
+        tps = [TopicPartition(name, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise CatalogUnavailable(f"timed out reading {name} after {timeout:g} s")
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    state.apply(record.key, record.value, where=_where(record))
+        return state
+    finally:
+        consumer.close()
+
+
+def load_catalog(settings: Settings | None = None) -> dict[str, Scenario]:
+    """The latest version of every published scenario, by id."""
+    return read_catalog(settings).latest()

@@ -1,0 +1,121 @@
+"""`passk scenarios publish|validate|list`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from services.scenarios.loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
+
+EXIT_INVALID = 2
+EXIT_UNAVAILABLE = 1
+
+
+def _console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    # Not a terminal (CI, a pipe): wide enough that a file, field and problem stay on one line.
+    return Console(file=stream, width=None if stream.isatty() else 240)
+
+
+def _problems_table(title: str, problems: list[ScenarioError], style: str) -> Table:
+    table = Table(title=title, title_style=style, show_lines=False)
+    table.add_column("file", no_wrap=True)
+    table.add_column("line", justify="right")
+    table.add_column("field", no_wrap=True)
+    table.add_column("problem")
+    for p in problems:
+        field = p.field if p.field != FILE_LEVEL else "—"
+        table.add_row(p.file, str(p.line or ""), field, p.problem)
+    return table
+
+
+def _report_validation(result: LoadResult, outcome: str) -> None:
+    if result.warnings:
+        _console(stderr=True).print(
+            _problems_table(f"{len(result.warnings)} warning(s)", list(result.warnings), "yellow")
+        )
+    if result.errors:
+        _console(stderr=True).print(
+            _problems_table(
+                f"{len(result.errors)} problem(s): {outcome}", result.errors, "red"
+            )
+        )
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    _console(stderr=True).print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    scenarios = typer.Typer(help="Scenario definitions (YAML) and the scenarios topic.",
+                            no_args_is_help=True)
+
+    @scenarios.command("publish")
+    def publish(
+        paths: list[Path] = typer.Argument(..., help="scenario files or directories of *.yaml"),
+    ) -> None:
+        """Validate every file, then publish them all; any problem publishes nothing (exit 2)."""
+        from services.scenarios.catalog import CatalogUnavailable
+        from services.scenarios.publish import publish_scenarios
+
+        result = validate_paths(paths)
+        _report_validation(result, "nothing was published")
+        if result.errors:
+            raise typer.Exit(EXIT_INVALID)
+        try:
+            steps = publish_scenarios(result.scenarios)
+        except CatalogUnavailable as exc:
+            raise _fail(str(exc), EXIT_UNAVAILABLE) from exc
+        except Exception as exc:  # kafka errors: say what failed, no traceback
+            message = f"publishing failed: {type(exc).__name__}: {exc}"
+            raise _fail(message, EXIT_UNAVAILABLE) from exc
+        table = Table("id", "version", "k", "judges", "expectations", "status", "file")
+        for step in steps:
+            s = step.scenario
+            status = step.status
+            if step.status == "updated":
+                status = f"updated (was {step.previous_version})"
+            table.add_row(
+                s.id, s.version or "", str(s.k), str(len(s.judges)), str(len(s.outcome)),
+                status, result.sources.get(s.id, ""),
+            )
+        _console().print(table)
+
+    @scenarios.command("validate")
+    def validate(
+        paths: list[Path] = typer.Argument(..., help="scenario files or directories of *.yaml"),
+    ) -> None:
+        """Check scenario files without publishing (exit 2 on any problem)."""
+        result = validate_paths(paths)
+        _report_validation(result, "invalid")
+        if result.errors:
+            raise typer.Exit(EXIT_INVALID)
+        table = Table("id", "version", "k", "judges", "expectations", "file")
+        for s in result.scenarios:
+            table.add_row(s.id, s.version or "", str(s.k), str(len(s.judges)),
+                          str(len(s.outcome)), result.sources.get(s.id, ""))
+        _console().print(table)
+
+    @scenarios.command("list")
+    def list_() -> None:
+        """The latest published version of every scenario on the scenarios topic."""
+        from services.scenarios.catalog import CatalogUnavailable, read_catalog
+
+        try:
+            state = read_catalog()
+        except CatalogUnavailable as exc:
+            raise _fail(str(exc), EXIT_UNAVAILABLE) from exc
+        table = Table("id", "version", "k", "exits", "judges", "expectations", "versions seen")
+        for scenario_id, s in sorted(state.latest().items()):
+            table.add_row(
+                scenario_id, s.version or "", str(s.k), ", ".join(s.expected_exit),
+                str(len(s.judges)), str(len(s.outcome)), str(len(state.versions(scenario_id))),
+            )
+        _console().print(table)
+
+    app.add_typer(scenarios, name="scenarios")

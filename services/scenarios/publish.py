@@ -1,0 +1,84 @@
+"""Publishing scenarios to the compacted scenarios topic: all of them, or none.
+
+Every file is validated before anything is sent; a single problem anywhere means
+nothing is published. A scenario whose content is already the latest on the topic
+is not sent again (its version, a content hash, would be the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from kafka import KafkaProducer
+
+from schemas.scenario import Scenario
+from services.common.settings import Settings, get_settings
+from services.common.topics import Topic, topic_name
+from services.scenarios.catalog import load_catalog
+from services.scenarios.loader import InvalidScenarios, LoadResult, validate_paths
+from services.scenarios.records import encode_scenario
+
+Status = Literal["new", "updated", "unchanged"]
+
+
+@dataclass(frozen=True)
+class Published:
+    scenario: Scenario
+    status: Status
+    previous_version: str | None = None
+
+
+def plan(scenarios: Sequence[Scenario], current: dict[str, Scenario]) -> list[Published]:
+    """What publishing would do, given the latest version of each id on the topic."""
+    out: list[Published] = []
+    for scenario in scenarios:
+        before = current.get(scenario.id)
+        if before is None:
+            out.append(Published(scenario, "new"))
+        elif before.version == scenario.version:
+            out.append(Published(scenario, "unchanged", before.version))
+        else:
+            out.append(Published(scenario, "updated", before.version))
+    return out
+
+
+def publish_scenarios(
+    scenarios: Sequence[Scenario], settings: Settings | None = None, *, timeout: float = 30.0
+) -> list[Published]:
+    """Send every new or changed scenario (acks=all) and wait until the broker has them."""
+    settings = settings or get_settings()
+    steps = plan(scenarios, load_catalog(settings))
+    changed = [p for p in steps if p.status != "unchanged"]
+    if not changed:
+        return steps
+    producer = KafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        acks="all",
+        # Idempotent: a retried send neither duplicates nor reorders versions of an id.
+        enable_idempotence=True,
+    )
+    try:
+        name = topic_name(Topic.SCENARIOS, settings)
+        futures = []
+        for step in changed:
+            key, value = encode_scenario(step.scenario)
+            futures.append(producer.send(name, key=key, value=value))
+        producer.flush(timeout=timeout)
+        for future in futures:
+            future.get(timeout=timeout)  # raises the broker's error, if any
+    finally:
+        producer.close(timeout=10)
+    return steps
+
+
+def publish_paths(
+    paths: Iterable[Path | str], settings: Settings | None = None
+) -> tuple[LoadResult, list[Published]]:
+    """Validate every file, then publish; raises InvalidScenarios (publishing nothing)."""
+    result = validate_paths(paths)
+    if result.errors:
+        raise InvalidScenarios(result.errors)
+    return result, publish_scenarios(result.scenarios, settings)
