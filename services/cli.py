@@ -21,6 +21,8 @@ WORKERS = ("gate", "verdict", "judge", "sink")
 # Modules that add commands: each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES = (
     "services.common.commands",
+    "services.replay.commands",
+    "services.scenarios.commands",
     "services.judge.commands",
     "services.report.wait",
 )
