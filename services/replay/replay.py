@@ -1,0 +1,189 @@
+"""Replaying a JSONL file of input events onto passk's input topics, in file order.
+
+Each line is validated against the model its `type` names before anything is sent; a
+line that cannot be used is reported with its number and reason and skipped, so a bad
+line never reaches the topics. Valid lines are sent as they are written (the bytes of
+the line), keyed by session_id: one producer, same key, same partition, so the order
+of the file is the order on the broker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from schemas.events import ConversationFinished, SessionPersisted
+from services.common.codec import Rejection, decode
+from services.common.settings import Settings, get_settings
+from services.common.topics import Topic, topic_name
+from services.replay.producer import SendFailure
+
+# What replay sends, by the `type` a line declares.
+REPLAYABLE: dict[str, tuple[type[ConversationFinished] | type[SessionPersisted], Topic]] = {
+    "conversation_finished": (ConversationFinished, Topic.CONVERSATION_FINISHED),
+    "session_persisted": (SessionPersisted, Topic.SESSION_PERSISTED),
+}
+
+
+@dataclass(frozen=True)
+class ReplayLine:
+    lineno: int
+    event: ConversationFinished | SessionPersisted
+    topic: Topic
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    lineno: int
+    reason: str  # short and low-cardinality, as the codec names them
+    detail: str
+
+    def __str__(self) -> str:
+        return f"line {self.lineno}: {self.reason}: {self.detail}"
+
+
+def parse_line(
+    lineno: int, raw: bytes, *, max_bytes: int = 1_000_000
+) -> ReplayLine | SkippedLine | None:
+    """One line of the file: the event to send, why it is skipped, or None when blank."""
+    value = raw.strip()
+    if not value:
+        return None
+    try:
+        data = json.loads(value.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return SkippedLine(lineno, "invalid_utf8", str(exc))
+    except json.JSONDecodeError as exc:
+        return SkippedLine(lineno, "invalid_json", str(exc))
+    if not isinstance(data, dict):
+        got = type(data).__name__
+        return SkippedLine(lineno, "not_an_object", f"expected a JSON object, got {got}")
+    kind = data.get("type")
+    if kind not in REPLAYABLE:
+        known = ", ".join(REPLAYABLE)
+        return SkippedLine(lineno, "unknown_type", f"type {kind!r} is not one of: {known}")
+    model, topic = REPLAYABLE[kind]
+    decoded = decode(value, model, max_bytes=max_bytes)
+    if isinstance(decoded, Rejection):
+        return SkippedLine(lineno, decoded.reason, decoded.detail)
+    return ReplayLine(lineno, decoded, topic, decoded.session_id.encode("utf-8"), value)
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    with open(path, "rb") as handle:
+        yield from enumerate(handle, start=1)
+
+
+def count_lines(path: Path) -> int:
+    return sum(1 for _ in read_lines(path))
+
+
+class Pacer:
+    """Spaces sends to at most `rate` per second on the monotonic clock (no drift, no burst)."""
+
+    def __init__(
+        self,
+        rate: float | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if rate is not None and rate <= 0:
+            raise ValueError("rate must be positive")
+        self.rate = rate
+        self._clock = clock
+        self._sleep = sleep
+        self._start: float | None = None
+        self._count = 0
+
+    def wait(self) -> None:
+        if self.rate is None:
+            return
+        now = self._clock()
+        if self._start is None:
+            self._start = now
+        due = self._start + self._count / self.rate
+        if due > now:
+            self._sleep(due - now)
+        self._count += 1
+
+
+@dataclass
+class ReplaySummary:
+    path: str
+    dry_run: bool
+    lines: int = 0
+    blank: int = 0
+    valid: Counter[str] = field(default_factory=Counter)  # topic name -> valid lines
+    sent: dict[str, int] = field(default_factory=dict)  # topic name -> acknowledged
+    skipped: list[SkippedLine] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # "line N: topic: error"
+    unacknowledged: int = 0
+
+    @property
+    def total_valid(self) -> int:
+        return sum(self.valid.values())
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every valid line was sent (skipped lines only warn); 1 when any send failed."""
+        return 1 if self.failures or self.unacknowledged else 0
+
+
+class Sender(Protocol):
+    """What replay needs of a producer; TrafficProducer is one."""
+
+    def send_raw(self, topic: str, key: bytes | None, value: bytes, *, ref: str = "") -> Any: ...
+
+    def flush(self, timeout: float | None = None) -> None: ...
+
+    @property
+    def acked(self) -> dict[str, int]: ...
+
+    @property
+    def failures(self) -> list[SendFailure]: ...
+
+
+def replay_file(
+    path: Path,
+    *,
+    sender: Sender | None,
+    settings: Settings | None = None,
+    rate: float | None = None,
+    on_line: Callable[[int], None] | None = None,
+    flush_timeout: float = 60.0,
+    pacer: Pacer | None = None,
+) -> ReplaySummary:
+    """Send every valid line of `path` in file order; `sender=None` is a dry run."""
+    settings = settings or get_settings()
+    summary = ReplaySummary(path=str(path), dry_run=sender is None)
+    pacer = pacer or Pacer(rate)
+    for lineno, raw in read_lines(path):
+        summary.lines += 1
+        parsed = parse_line(lineno, raw, max_bytes=settings.max_event_bytes)
+        if parsed is None:
+            summary.blank += 1
+        elif isinstance(parsed, SkippedLine):
+            summary.skipped.append(parsed)
+        else:
+            name = topic_name(parsed.topic, settings)
+            summary.valid[name] += 1
+            if sender is not None:
+                pacer.wait()
+                sender.send_raw(name, parsed.key, parsed.value, ref=f"line {lineno}")
+        if on_line is not None:
+            on_line(lineno)
+    if sender is not None:
+        sender.flush(flush_timeout)
+        summary.sent = dict(sender.acked)
+        summary.failures = [f"{f.ref}: {f.topic}: {f.error}" for f in sender.failures]
+        done = sum(summary.sent.values()) + len(summary.failures)
+        summary.unacknowledged = max(summary.total_valid - done, 0)
+    return summary
