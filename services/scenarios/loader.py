@@ -35,6 +35,7 @@ _FIELD_OF_MESSAGE: tuple[tuple[str, str], ...] = (
     ("matches is not a valid regular expression", "matches"),
     ("unordered only applies", "unordered"),
     ("an llm judge needs", "assertion"),
+    ("judge ids must be unique", "judges"),
 )
 
 
