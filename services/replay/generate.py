@@ -264,6 +264,17 @@ def matching_string(
 
 def passing_state(scenario: Scenario, rng: random.Random) -> dict[str, Any]:
     """A persisted state that satisfies every outcome expectation of the scenario."""
+    try:
+        return _passing_state(scenario, rng)
+    except GenerateError as exc:
+        if str(exc).startswith(f"scenario {scenario.id}:"):
+            raise
+        raise GenerateError(
+            f"scenario {scenario.id}: cannot build a state satisfying every expectation: {exc}"
+        ) from exc
+
+
+def _passing_state(scenario: Scenario, rng: random.Random) -> dict[str, Any]:
     state: dict[str, Any] = {}
     ops = [(e, e.operator) for e in scenario.outcome]
     for exp, op in ops:
@@ -478,13 +489,14 @@ def plan_trials(
         _force_every_mode(plans, scenarios, modes, config)
     ordered = [p for s in scenarios for p in plans[s.id]]
     for plan in ordered:
+        # Draw both every time, so the quirk mix never shifts which trials fail and how.
+        targets = modes[plan.scenario.id].get(plan.failure_mode or "", [None])
+        target = targets[rng.randrange(len(targets))]
+        twin: Literal["conversation", "session"] = rng.choice(["conversation", "session"])
         if plan.failure_mode is not None:
-            plan.target = rng.choice(modes[plan.scenario.id][plan.failure_mode])
+            plan.target = target
         if "duplicated" in plan.quirks:
-            missing = "session_missing" in plan.quirks
-            plan.duplicated_event = "conversation" if missing else rng.choice(
-                ["conversation", "session"]
-            )
+            plan.duplicated_event = "conversation" if "session_missing" in plan.quirks else twin
     return ordered
 
 

@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.common.settings import Settings
+from services.common.topics import Topic, topic_name
+from services.replay.producer import SendFailure
+from services.replay.replay import (
+    Pacer,
+    ReplayLine,
+    SkippedLine,
+    count_lines,
+    parse_line,
+    replay_file,
+)
+
+CONV: dict[str, Any] = {
+    "event_id": "cf-1",
+    "type": "conversation_finished",
+    "schema_version": 1,
+    "occurred_at": "2026-11-30T12:00:00Z",
+    "run_id": "r",
+    "scenario_id": "s",
+    "trial_id": "t1",
+    "session_id": "sess-ü1",
+    "exit_reason": "product_closed",
+    "transcript": [{"role": "user", "content": "hi"}],
+}
+SESS: dict[str, Any] = {
+    "event_id": "sp-1",
+    "type": "session_persisted",
+    "occurred_at": "2026-11-30T12:00:01Z",
+    "session_id": "sess-ü1",
+    "state": {"a": 1},
+}
+
+
+def line(body: dict[str, Any] | str) -> bytes:
+    return (body if isinstance(body, str) else json.dumps(body)).encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"not json\n", "invalid_json"),
+        (b"\xff\xfe{}\n", "invalid_utf8"),
+        (b"[1, 2]\n", "not_an_object"),
+        (line({"type": "label", "event_id": "x"}), "unknown_type"),
+        (line({"event_id": "x"}), "unknown_type"),
+        (line({**SESS, "state": None}), "invalid_field"),
+        (line({k: v for k, v in CONV.items() if k != "session_id"}), "missing_field"),
+        (line({**CONV, "schema_version": 2}), "unknown_schema_version"),
+        (line({**CONV, "occurred_at": "yesterday"}), "invalid_field"),
+    ],
+)
+def test_unusable_lines_are_skipped_with_their_number_and_reason(raw: bytes, reason: str) -> None:
+    parsed = parse_line(7, raw)
+    assert isinstance(parsed, SkippedLine)
+    assert parsed.lineno == 7 and parsed.reason == reason
+    assert str(parsed).startswith(f"line 7: {reason}: ")
+
+
+@pytest.mark.parametrize("raw", [b"\n", b"   \r\n", b""])
+def test_blank_lines_are_not_events(raw: bytes) -> None:
+    assert parse_line(1, raw) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "topic"),
+    [(CONV, Topic.CONVERSATION_FINISHED), (SESS, Topic.SESSION_PERSISTED)],
+)
+def test_valid_lines_go_to_their_topic_keyed_by_session(body: dict[str, Any], topic: Topic) -> None:
+    raw = line(body)
+    parsed = parse_line(3, raw)
+    assert isinstance(parsed, ReplayLine)
+    assert parsed.topic is topic
+    assert parsed.key == "sess-ü1".encode()
+    assert parsed.value == raw.strip()  # the line as written, not a re-encoding
+    assert parsed.event.event_id == body["event_id"]
+
+
+def test_oversized_line_is_skipped() -> None:
+    big = line({**SESS, "state": {"blob": "x" * 2000}})
+    parsed = parse_line(1, big, max_bytes=1000)
+    assert isinstance(parsed, SkippedLine) and parsed.reason == "oversized"
+
+
+def test_unknown_fields_are_kept() -> None:
+    parsed = parse_line(1, line({**CONV, "harness": "v2"}))
+    assert isinstance(parsed, ReplayLine) and b'"harness"' in parsed.value
+
+
+# ------------------------------------------------------------------ the file
+
+
+@dataclass
+class Recorder:
+    """Stands in for the producer to test the file logic alone (the broker is tested apart)."""
+
+    fail_refs: set[str] = field(default_factory=set)
+    sent: list[tuple[str, bytes | None, bytes, str]] = field(default_factory=list)
+    acked: dict[str, int] = field(default_factory=dict)
+    failures: list[SendFailure] = field(default_factory=list)
+    flushed: int = 0
+
+    def send_raw(self, topic: str, key: bytes | None, value: bytes, *, ref: str = "") -> None:
+        self.sent.append((topic, key, value, ref))
+        if ref in self.fail_refs:
+            self.failures.append(SendFailure(topic, key, ref, "KafkaTimeoutError: boom"))
+        else:
+            self.acked[topic] = self.acked.get(topic, 0) + 1
+
+    def flush(self, timeout: float | None = None) -> None:
+        self.flushed += 1
+
+
+@pytest.fixture
+def traffic_file(tmp_path: Path) -> Path:
+    path = tmp_path / "traffic.jsonl"
+    path.write_bytes(
+        line(SESS)  # 1: session first: must stay first
+        + line(CONV)  # 2
+        + b"\n"  # 3: blank
+        + b"{oops\n"  # 4
+        + line({**CONV, "event_id": "cf-2", "trial_id": "t2", "session_id": "s2"})  # 5
+        + line({"type": "label"})  # 6
+        + line({**SESS, "event_id": "sp-2", "session_id": "s2"}).rstrip(b"\n")  # 7, no newline
+    )
+    return path
+
+
+def test_replay_sends_valid_lines_in_file_order_and_reports_the_rest(traffic_file: Path) -> None:
+    settings = Settings(PASSK_TOPIC_PREFIX="x.")  # type: ignore[call-arg]
+    recorder = Recorder()
+    seen: list[int] = []
+    summary = replay_file(traffic_file, sender=recorder, settings=settings, on_line=seen.append)
+    assert seen == [1, 2, 3, 4, 5, 6, 7] and count_lines(traffic_file) == 7
+    assert [ref for *_, ref in recorder.sent] == ["line 1", "line 2", "line 5", "line 7"]
+    conv, sess = topic_name(Topic.CONVERSATION_FINISHED, settings), topic_name(
+        Topic.SESSION_PERSISTED, settings
+    )
+    assert [t for t, *_ in recorder.sent] == [sess, conv, conv, sess]
+    assert summary.lines == 7 and summary.blank == 1
+    skipped = [(s.lineno, s.reason) for s in summary.skipped]
+    assert skipped == [(4, "invalid_json"), (6, "unknown_type")]
+    assert summary.valid == Counter({conv: 2, sess: 2}) and summary.sent == {conv: 2, sess: 2}
+    assert recorder.flushed == 1
+    assert summary.exit_code == 0  # skipped lines only warn
+
+
+def test_a_failed_send_makes_the_exit_code_1(traffic_file: Path) -> None:
+    recorder = Recorder(fail_refs={"line 5"})
+    summary = replay_file(traffic_file, sender=recorder)
+    assert summary.exit_code == 1
+    assert summary.failures == [f"line 5: {recorder.failures[0].topic}: KafkaTimeoutError: boom"]
+
+
+def test_unacknowledged_sends_count_as_not_sent(traffic_file: Path) -> None:
+    class Silent(Recorder):
+        def send_raw(self, topic: str, key: bytes | None, value: bytes, *, ref: str = "") -> None:
+            self.sent.append((topic, key, value, ref))  # never acked, never failed
+
+    summary = replay_file(traffic_file, sender=Silent())
+    assert summary.unacknowledged == 4 and summary.exit_code == 1
+
+
+def test_dry_run_validates_without_sending(traffic_file: Path) -> None:
+    summary = replay_file(traffic_file, sender=None)
+    assert summary.dry_run and summary.total_valid == 4 and summary.sent == {}
+    assert len(summary.skipped) == 2 and summary.exit_code == 0
+
+
+# ------------------------------------------------------------------ pacing
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+        self.now += seconds
+
+
+def test_pacer_spaces_sends_at_the_rate() -> None:
+    clock = FakeClock()
+    pacer = Pacer(4.0, clock=clock, sleep=clock.sleep)
+    for _ in range(5):
+        pacer.wait()
+    assert clock.slept == [0.25, 0.25, 0.25, 0.25]
+    assert clock.now == pytest.approx(101.0)
+
+
+def test_pacer_does_not_sleep_when_the_sender_is_already_slow() -> None:
+    clock = FakeClock()
+    pacer = Pacer(10.0, clock=clock, sleep=clock.sleep)
+    for _ in range(3):
+        pacer.wait()
+        clock.now += 0.5  # each send takes longer than the slot
+    assert clock.slept == []
+
+
+def test_pacer_without_rate_never_waits_and_rejects_nonsense() -> None:
+    clock = FakeClock()
+    Pacer(None, clock=clock, sleep=clock.sleep).wait()
+    assert clock.slept == []
+    with pytest.raises(ValueError):
+        Pacer(0)
