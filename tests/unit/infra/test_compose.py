@@ -1,0 +1,251 @@
+"""The Docker and monitoring files cannot run here; these checks keep them honest: they parse,
+name only what exists, and agree with each other and with DESIGN.md's metric names."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from services.cli import WORKERS
+
+ROOT = Path(__file__).resolve().parents[3]
+INFRA = ROOT / "infra"
+COMPOSE = INFRA / "docker-compose.yml"
+
+# DESIGN.md, "Metrics": the series alerts and dashboards may rely on.
+DESIGN_METRICS = {
+    "passk_trials_total",
+    "passk_scenario_pass_hat_k",
+    "passk_scenario_pass_at_k",
+    "passk_judge_verdicts_total",
+    "passk_gate_results_total",
+    "passk_dead_letters_total",
+    "passk_verdict_latency_seconds",
+    "passk_judge_request_seconds",
+}
+# Where `make up` and the compose file serve each processor's /metrics.
+METRICS_PORTS = {"gate": 9464, "verdict": 9465, "judge": 9466, "sink": 9467, "aggregate": 9468}
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load(COMPOSE)
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def env_of(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def worker_of(service: dict[str, Any]) -> str | None:
+    command = service.get("command") or []
+    if isinstance(command, str):
+        command = command.split()
+    if command[:2] == ["passk", "worker"]:
+        return command[2]
+    return None
+
+
+def test_every_service_has_an_image_or_a_build(services: dict[str, dict[str, Any]]) -> None:
+    assert services
+    for name, service in services.items():
+        assert service.get("image") or service.get("build"), name
+
+
+def test_builds_point_at_files_that_exist(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        build = service.get("build")
+        if not build:
+            continue
+        context = (COMPOSE.parent / build["context"]).resolve()
+        assert context == ROOT, name
+        assert (context / build["dockerfile"]).is_file(), name
+
+
+def test_every_mounted_host_path_exists(compose: dict[str, Any]) -> None:
+    named = set(compose.get("volumes") or {})
+    for name, service in compose["services"].items():
+        for volume in service.get("volumes") or []:
+            source = volume.split(":", 1)[0]
+            if source.startswith((".", "/")):
+                assert (COMPOSE.parent / source).exists(), f"{name}: {source}"
+            else:
+                assert source in named, f"{name}: volume {source} is not declared"
+
+
+def test_ports_are_strings(services: dict[str, dict[str, Any]]) -> None:
+    # YAML reads 29092:29092 as a base-60 number; quoted strings are what compose means.
+    for name, service in services.items():
+        for port in service.get("ports") or []:
+            assert isinstance(port, str), f"{name}: {port!r}"
+
+
+def test_depends_on_names_services(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        for other in service.get("depends_on") or {}:
+            assert other in services, f"{name} depends on unknown {other}"
+
+
+def test_workers_are_passk_workers_with_their_metrics_port(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    workers = {}
+    for name, service in services.items():
+        worker = worker_of(service)
+        if worker is None:
+            continue
+        assert worker in WORKERS, f"{name} runs unknown worker {worker}"
+        env = env_of(service)
+        assert env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092", name
+        assert env["PASSK_METRICS_PORT"] == str(METRICS_PORTS[worker]), name
+        workers[worker] = name
+    # Every processor the CLI can run is in the stack.
+    assert set(workers) == set(WORKERS)
+
+
+def test_every_passk_process_talks_to_the_compose_broker(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, service in services.items():
+        command = service.get("command") or []
+        if command[:1] == ["passk"]:
+            assert env_of(service)["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092", name
+
+
+def server_properties() -> dict[str, str]:
+    props = {}
+    for line in (INFRA / "kafka" / "server.properties.in").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            props[key.strip()] = value.strip()
+    return props
+
+
+def test_kafka_is_configured_like_the_local_broker(services: dict[str, dict[str, Any]]) -> None:
+    kafka = services["kafka"]
+    assert kafka["image"] == "apache/kafka:4.1.1"
+    env = env_of(kafka)
+    # Addresses differ by network; everything else is the same broker.
+    network = {
+        "listeners", "advertised.listeners", "controller.quorum.voters", "log.dirs",
+        "listener.security.protocol.map",
+    }
+    for key, value in server_properties().items():
+        if key in network:
+            continue
+        var = "KAFKA_" + key.upper().replace(".", "_")
+        assert env.get(var) == value, f"{var} should be {value!r} as in server.properties.in"
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+
+
+def test_the_dockerfile_installs_passk_from_the_lock_file() -> None:
+    text = (INFRA / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
+    assert "pip install -c requirements.lock ." in text
+    for source in re.findall(r"^COPY (.+) \S+$", text, re.M):
+        for path in source.split():
+            assert (ROOT / path).exists(), path
+
+
+# ------------------------------------------------------------------- Prometheus
+
+
+@pytest.mark.parametrize(
+    ("config", "host"),
+    [("prometheus.yml", None), ("prometheus.compose.yml", "service")],
+)
+def test_prometheus_scrapes_each_processor_on_its_port(config: str, host: str | None) -> None:
+    prometheus = load(INFRA / "prometheus" / config)
+    for rule_file in prometheus["rule_files"]:
+        assert (INFRA / "prometheus" / rule_file).is_file()
+    targets = {}
+    for job in prometheus["scrape_configs"]:
+        (static,) = job["static_configs"]
+        (target,) = static["targets"]
+        processor = static["labels"]["processor"]
+        assert job["job_name"] == f"passk-{processor}"
+        targets[processor] = target
+    expected_host = {p: p if host else "127.0.0.1" for p in METRICS_PORTS}
+    assert targets == {p: f"{expected_host[p]}:{port}" for p, port in METRICS_PORTS.items()}
+
+
+def test_the_compose_prometheus_reads_the_compose_config(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    command = services["prometheus"]["command"]
+    assert "--config.file=/etc/prometheus/prometheus.compose.yml" in command
+    assert "./prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    groups = load(INFRA / "prometheus" / "alerts.yml")["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def metrics_in(expr: str) -> set[str]:
+    return set(re.findall(r"\bpassk_[a-z_]+\b", expr))
+
+
+def test_alert_rules_are_complete_and_use_design_metric_names() -> None:
+    rules = alert_rules()
+    assert 2 <= len(rules) <= 4
+    for rule in rules:
+        assert rule["alert"] and rule["expr"], rule
+        assert rule["annotations"]["summary"], rule["alert"]
+        assert rule["labels"]["severity"] in {"warning", "critical", "page"}
+        assert metrics_in(rule["expr"]) <= DESIGN_METRICS, rule["alert"]
+        # Balanced brackets: a cheap guard against a broken expression until promtool runs.
+        for pair in ("()", "{}", "[]"):
+            assert rule["expr"].count(pair[0]) == rule["expr"].count(pair[1]), rule["alert"]
+    used = set().union(*(metrics_in(r["expr"]) for r in rules))
+    assert {
+        "passk_scenario_pass_hat_k", "passk_dead_letters_total", "passk_judge_verdicts_total",
+    } <= used
+    assert any("< 1" in r["expr"] and "pass_hat_k" in r["expr"] for r in rules)
+
+
+# ---------------------------------------------------------------------- Grafana
+
+
+def test_grafana_datasource_and_dashboard_agree() -> None:
+    provisioning = INFRA / "grafana" / "provisioning"
+    (datasource,) = load(provisioning / "datasources" / "prometheus.yml")["datasources"]
+    assert datasource["type"] == "prometheus"
+    dashboard = json.loads((INFRA / "grafana" / "dashboards" / "passk.json").read_text())
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == datasource["uid"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == datasource["uid"]
+            assert metrics_in(target["expr"]) <= DESIGN_METRICS, target["expr"]
+    titles = " | ".join(p["title"] for p in dashboard["panels"]).lower()
+    for wanted in ("pass^k", "pass@k", "trials by outcome", "dead letters"):
+        assert wanted in titles
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_grafana_loads_the_dashboards_from_where_compose_mounts_them(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    (provider,) = load(INFRA / "grafana" / "provisioning" / "dashboards" / "passk.yml")["providers"]
+    mounts = dict(v.split(":")[:2] for v in services["grafana"]["volumes"])
+    assert mounts["./grafana/dashboards"] == provider["options"]["path"]
+    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+    assert env_of(services["grafana"])["PASSK_PROMETHEUS_URL"] == "http://prometheus:9090"
