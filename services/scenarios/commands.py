@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         table = Table("id", "version", "k", "judges", "expectations", "status", "file")
         for step in steps:
             s = step.scenario
-            status = step.status
+            status: str = step.status
             if step.status == "updated":
                 status = f"updated (was {step.previous_version})"
             table.add_row(

@@ -105,9 +105,12 @@ class _StrictLoader(yaml.SafeLoader):
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
+    def construct_timestamp_as_text(self, node: yaml.ScalarNode) -> str:
+        return str(self.construct_scalar(node))
+
 
 _StrictLoader.add_constructor(
-    "tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str
+    "tag:yaml.org,2002:timestamp", _StrictLoader.construct_timestamp_as_text
 )
 
 
