@@ -1,0 +1,270 @@
+"""`passk generate` + `passk replay` against the real broker: every event on its topic, on
+the partition its session key maps to, in file order per key; bad lines reported by number
+and never sent; what kafka-python wrote, aiokafka (Faust's driver) reads back as models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from kafka import KafkaAdminClient
+from kafka.partitioner.default import murmur2
+
+from schemas.events import ConversationFinished, SessionPersisted
+from services.common.codec import Rejection, decode
+from services.common.settings import Settings
+from services.common.topics import Topic, topic_name
+from services.replay.producer import TrafficProducer
+from services.replay.replay import replay_file
+from tests.support import ROOT, isolated_env, new_prefix, read_topic
+
+pytestmark = pytest.mark.integration
+
+SCENARIOS = {
+    "billable.yaml": """
+id: billable-repair
+trials: 3
+expected_exit: product_closed
+limits: {max_turns: 12, max_duration_s: 900}
+outcome:
+  - {path: report.fault, present: true}
+  - path: billability
+    equals: [{code: LAB-2H, qty: 1}, {code: PART-PUMP, qty: 1}]
+    unordered: true
+  - {path: follow_up, present: false}
+  - {path: report.summary, matches: "(?i)replaced"}
+judges:
+  - {id: covered_topics, assertion: "The agent asked about fault and parts."}
+""",
+    "warranty.yaml": """
+id: warranty-no-charge
+trials: 3
+expected_exit: [product_closed, handed_off]
+outcome:
+  - {path: warranty.claim_id, present: true}
+""",
+}
+TYPE_TOPIC = {
+    "conversation_finished": Topic.CONVERSATION_FINISHED,
+    "session_persisted": Topic.SESSION_PERSISTED,
+}
+MODELS = {
+    Topic.CONVERSATION_FINISHED: ConversationFinished,
+    Topic.SESSION_PERSISTED: SessionPersisted,
+}
+
+
+def passk(args: list[str], settings: Settings) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=isolated_env(settings, COLUMNS="200"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def expected_partition(key: bytes, partitions: int) -> int:
+    # kafka-python's DefaultPartitioner (Java-compatible murmur2), which the producer uses
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+async def read_with_aiokafka(
+    settings: Settings, count: int, timeout: float = 60.0
+) -> list[tuple[Topic, bytes | None, int, Any]]:
+    by_name = {topic_name(t, settings): t for t in MODELS}
+    consumer = AIOKafkaConsumer(
+        *by_name,
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    out: list[tuple[Topic, bytes | None, int, Any]] = []
+    try:
+        async with asyncio.timeout(timeout):
+            while len(out) < count:
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    for r in records:
+                        topic = by_name[r.topic]
+                        out.append((topic, r.key, r.partition, decode(r.value, MODELS[topic])))
+    except TimeoutError:
+        pytest.fail(f"aiokafka read {len(out)} of {count} records within {timeout}s")
+    finally:
+        await consumer.stop()
+    return out
+
+
+@pytest.fixture
+def scenario_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    for name, text in SCENARIOS.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+async def test_generated_traffic_lands_keyed_partitioned_and_in_file_order(
+    settings: Settings, scenario_dir: Path, tmp_path: Path
+) -> None:
+    traffic, expected = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
+    gen = passk(
+        ["generate", "--scenarios", str(scenario_dir), "--run-id", "it-run", "--out",
+         str(traffic), "--expected", str(expected), "--trials", "4", "--every-mode",
+         "--seed", "11", "--pass-prob", "warranty-no-charge=1.0"],
+        settings,
+    )
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    assert "billable-repair" in gen.stdout and "warranty-no-charge" in gen.stdout
+    rows = [json.loads(line) for line in traffic.read_text().splitlines()]
+    plan = json.loads(expected.read_text())
+    quirks = {q for t in plan["trials"] for q in t["quirks"]}
+    assert {"session_early", "session_late", "duplicated", "session_missing"} <= quirks
+
+    replay = passk(["replay", str(traffic)], settings)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+
+    per_topic = defaultdict(list)
+    for row in rows:
+        per_topic[TYPE_TOPIC[row["type"]]].append(row)
+    partitions = settings.topic_partitions
+    landed: dict[str, set[int]] = defaultdict(set)
+    for topic, written in per_topic.items():
+        records = read_topic(settings, topic, min_count=len(written))
+        assert len(records) == len(written)  # duplicates included, nothing else
+        by_key_on_broker: dict[bytes, list[str]] = defaultdict(list)
+        for key, value, partition in records:
+            assert value["type"] == written[0]["type"]  # the right topic
+            assert key == value["session_id"].encode("utf-8")
+            assert partition == expected_partition(key, partitions)
+            landed[value["session_id"]].add(partition)
+            by_key_on_broker[key].append(value["event_id"])
+        by_key_in_file: dict[bytes, list[str]] = defaultdict(list)
+        for row in written:
+            by_key_in_file[row["session_id"].encode()].append(row["event_id"])
+        assert by_key_on_broker == by_key_in_file
+    # both events of one session share a partition number, so one gate worker sees both
+    assert all(len(p) == 1 for p in landed.values())
+
+    # aiokafka reads back the same events, and they decode to the models
+    consumed = await read_with_aiokafka(settings, len(rows))
+    assert len(consumed) == len(rows)
+    for topic, key, partition, event in consumed:
+        assert not isinstance(event, Rejection), event
+        assert isinstance(event, MODELS[topic])
+        assert key == event.session_id.encode() and partition == expected_partition(key, partitions)
+    assert sorted(e.event_id for *_, e in consumed) == sorted(r["event_id"] for r in rows)
+
+
+async def test_session_written_first_is_on_the_broker_first(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Across two topics the broker has no shared offset; the record timestamps it keeps
+    # (producer send time) must follow the file order.
+    session = {"event_id": "sp-early", "type": "session_persisted", "session_id": "s-early",
+               "state": {"a": 1}}
+    conversation = {"event_id": "cf-early", "type": "conversation_finished", "run_id": "r",
+                    "scenario_id": "sc", "trial_id": "t-early", "session_id": "s-early",
+                    "exit_reason": "product_closed", "transcript": []}
+    path = tmp_path / "early.jsonl"
+    path.write_text(json.dumps(session) + "\n" + json.dumps(conversation) + "\n")
+    with TrafficProducer(settings, linger_ms=50) as producer:
+        summary = replay_file(path, sender=producer, settings=settings)
+    assert summary.exit_code == 0 and sum(summary.sent.values()) == 2
+
+    by_name = {topic_name(t, settings): t for t in MODELS}
+    consumer = AIOKafkaConsumer(
+        *by_name, bootstrap_servers=settings.kafka_bootstrap_servers,
+        auto_offset_reset="earliest", enable_auto_commit=False,
+    )
+    await consumer.start()
+    stamps: dict[str, int] = {}
+    try:
+        async with asyncio.timeout(30):
+            while len(stamps) < 2:
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    for r in records:
+                        stamps[json.loads(r.value)["event_id"]] = r.timestamp
+    finally:
+        await consumer.stop()
+    assert stamps["sp-early"] <= stamps["cf-early"]
+
+
+def test_bad_lines_are_reported_by_number_and_only_good_lines_sent(
+    settings: Settings, tmp_path: Path
+) -> None:
+    good_conv = {"event_id": "cf-g1", "type": "conversation_finished", "run_id": "r",
+                 "scenario_id": "sc", "trial_id": "t-g1", "session_id": "s-g1",
+                 "exit_reason": "product_closed", "transcript": [{"role": "user", "content": "hi"}]}
+    good_sess = {"event_id": "sp-g1", "type": "session_persisted", "session_id": "s-g1",
+                 "state": {"report": {"fault": "pump"}}}
+    lines = [
+        json.dumps(good_conv),                                     # 1
+        "{this is not json",                                       # 2
+        json.dumps({**good_sess, "session_id": ""}),               # 3: empty key
+        json.dumps({"type": "label", "event_id": "l1"}),           # 4: not replayable
+        json.dumps(good_sess),                                     # 5
+        json.dumps({**good_conv, "event_id": "cf-bad", "transcript": "nope"}),  # 6
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    result = passk(["replay", str(path)], settings)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr  # skipped lines warn, they don't fail
+    for lineno, reason in [(2, "invalid_json"), (3, "invalid_field"), (4, "unknown_type"),
+                           (6, "invalid_field")]:
+        assert f"line {lineno}: {reason}" in out, out
+    assert "line 1:" not in out and "line 5:" not in out
+    assert "4 invalid line(s) skipped" in out
+
+    convs = read_topic(settings, Topic.CONVERSATION_FINISHED, min_count=1)
+    sessions = read_topic(settings, Topic.SESSION_PERSISTED, min_count=1)
+    assert [v["event_id"] for _, v, _ in convs] == ["cf-g1"]
+    assert [v["event_id"] for _, v, _ in sessions] == ["sp-g1"]
+
+    dry = passk(["replay", "--dry-run", str(path)], settings)
+    assert dry.returncode == 0 and "line 2: invalid_json" in dry.stdout
+    assert len(read_topic(settings, Topic.CONVERSATION_FINISHED)) == 1  # dry run sent nothing
+
+
+def test_producer_sdk_sends_models_and_reports_a_missing_topic(
+    settings: Settings, tmp_path: Path
+) -> None:
+    conv = ConversationFinished(event_id="cf-sdk", run_id="r", scenario_id="sc", trial_id="t",
+                                session_id="s-sdk", exit_reason="product_closed", transcript=[])
+    sess = SessionPersisted(event_id="sp-sdk", session_id="s-sdk", state={"x": 1})
+    with TrafficProducer(settings) as producer:
+        futures = [producer.send(conv), producer.send(sess)]
+        producer.flush(30)
+        assert all(f.succeeded() for f in futures)
+        assert producer.acked == {
+            topic_name(Topic.CONVERSATION_FINISHED, settings): 1,
+            topic_name(Topic.SESSION_PERSISTED, settings): 1,
+        }
+        assert producer.failures == []
+    [(key, value, _)] = read_topic(settings, Topic.SESSION_PERSISTED, min_count=1)
+    assert key == b"s-sdk" and value["state"] == {"x": 1}
+
+    # Topics that were never created: every send fails, is reported, exit code 1,
+    # and no topic is auto-created behind the operator's back.
+    missing = settings.model_copy(update={"topic_prefix": new_prefix()})
+    path = tmp_path / "one.jsonl"
+    path.write_text(conv.model_dump_json() + "\n" + sess.model_dump_json() + "\n")
+    with TrafficProducer(missing, max_block_ms=2000) as producer:
+        summary = replay_file(path, sender=producer, settings=missing)
+    assert summary.exit_code == 1
+    assert [f.split(":")[0] for f in summary.failures] == ["line 1", "line 2"]
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    try:
+        assert not [t for t in admin.list_topics() if t.startswith(missing.topic_prefix)]
+    finally:
+        admin.close()
