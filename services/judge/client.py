@@ -10,13 +10,15 @@ counts attempts, classifies causes and honours `Retry-After` itself).
   `Retry-After` / `retry-after-ms` when it sends one. Other 4xx are not retried.
 * When the budget is spent the result carries the cause (`rate_limited`, `server_error`,
   `timeout`, `connection`, `malformed_answer`, `client_error`): the verdict is `error`.
-* Outage (how no trial is lost): before a transport failure becomes an `error` verdict, the
-  client checks whether the model is up, from a request that succeeded since, or else a tiny
-  canary judge call. If the canary answers, the failure belongs to this trial and becomes
-  its `error` verdict. If the canary fails too, the model is down: the client closes its gate
-  (no new calls start, the worker stops taking trials, since its agents wait here and their
-  offsets are not committed), probes with capped backoff until the model answers, then
-  reopens the gate and every held call starts again with a fresh budget: the backlog drains.
+* Outage (how no trial is lost, and the backlog drains): a spent budget with a transport
+  cause becomes the trial's `error` verdict only when the model is shown to be answering:
+  it answered other requests while this call was failing, or it answers a tiny canary
+  judge call now. When the canary answers but nobody was answered during this call's
+  attempts, the model has just come back, so the call is asked again once with a fresh
+  budget. When the canary fails too, the model is down: the client closes its gate (no new
+  call starts, so the worker stops taking trials: its agents wait here, and their offsets
+  are not committed), probes with capped backoff until the model answers, then reopens the
+  gate, and every held call is asked again with a fresh budget.
 """
 
 from __future__ import annotations
@@ -140,12 +142,14 @@ class JudgeClient:
         concurrency: int = 16,
         policy: RetryPolicy | None = None,
         metrics: JudgeMetrics | None = None,
+        outage_probe_min_s: float = 1.0,
         outage_probe_max_s: float = 30.0,
     ) -> None:
         self.model = model
         self.timeout_s = timeout_s
         self.policy = policy or RetryPolicy()
         self.metrics = metrics
+        self.outage_probe_min_s = outage_probe_min_s
         self.outage_probe_max_s = outage_probe_max_s
         self._openai = openai.AsyncOpenAI(
             base_url=base_url,
@@ -157,7 +161,7 @@ class JudgeClient:
         self._up = asyncio.Event()
         self._up.set()
         self._probe_lock = asyncio.Lock()
-        self._last_success = 0.0  # monotonic time a request last got an answer
+        self._answered = 0  # requests the model answered (well-formed or not)
         self._outage_ended = 0.0
         self._answer_mode = "json_schema"  # switches to "tool" once if the server rejects it
         self.requests = 0
@@ -206,7 +210,7 @@ class JudgeClient:
             log.warning("model rejected response_format (%s); using a tool call", exc.message)
             self._answer_mode = "tool"
             completion, elapsed = await self._request(judge_id, messages)
-        self._last_success = time.monotonic()
+        self._answered += 1
         choice = completion.choices[0] if completion.choices else None
         try:
             answer = judge_prompt.parse_message(choice.message if choice else None)
@@ -217,60 +221,37 @@ class JudgeClient:
 
     async def _attempts(
         self, judge_id: str, messages: list[dict[str, str]], budget: int
-    ) -> tuple[CallResult, float]:
-        """Up to `budget` attempts; returns the result and when its last attempt started."""
-        input_tokens = output_tokens = 0
+    ) -> CallResult:
+        """Up to `budget` attempts, backing off between them. Latency is the answering
+        request's duration, or for an error the time spent before giving up."""
+        tokens = (0, 0)
         model = self.model
-        latency = 0.0
-        last_started = time.monotonic()
-        failure = _Failure("client_error", "no attempt made")
+        started = time.perf_counter()
         for attempt in range(1, budget + 1):
-            last_started = time.monotonic()
             try:
                 answer, completion, elapsed = await self._ask_once(judge_id, messages)
             except Exception as exc:  # noqa: BLE001 - every failure is classified below
                 failure = classify(exc)
                 completion = getattr(exc, "completion", None)
-                if completion is not None:
+                if completion is not None:  # a malformed answer still spent tokens
                     model = completion.model or model
-                    input_tokens, output_tokens = _add_usage(
-                        completion, input_tokens, output_tokens
-                    )
+                    tokens = _add_usage(completion, *tokens)
                 if self.metrics:
                     self.metrics.error(judge_id, failure.cause)
                 log.info("judge %s attempt %d: %s", judge_id, attempt, failure.detail)
                 if failure.cause not in RETRYABLE or attempt == budget:
-                    return (
-                        CallResult(
-                            None,
-                            failure.cause,
-                            failure.detail,
-                            attempt,
-                            latency * 1000,
-                            input_tokens or None,
-                            output_tokens or None,
-                            model,
-                        ),
-                        last_started,
-                    )
+                    spent = (time.perf_counter() - started) * 1000
+                    return CallResult(
+                        None, failure.cause, failure.detail, attempt, spent,
+                        tokens[0] or None, tokens[1] or None, model,
+                    )  # fmt: skip
                 await asyncio.sleep(self.policy.delay(attempt, failure.retry_after_s))
                 continue
-            latency = elapsed
-            model = completion.model or model
-            input_tokens, output_tokens = _add_usage(completion, input_tokens, output_tokens)
-            return (
-                CallResult(
-                    answer,
-                    None,
-                    answer.reason,
-                    attempt,
-                    latency * 1000,
-                    input_tokens or None,
-                    output_tokens or None,
-                    model,
-                ),
-                last_started,
-            )
+            tokens = _add_usage(completion, *tokens)
+            return CallResult(
+                answer, None, answer.reason, attempt, elapsed * 1000,
+                tokens[0] or None, tokens[1] or None, completion.model or model,
+            )  # fmt: skip
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ----------------------------------------------------------------- one verdict
@@ -281,35 +262,40 @@ class JudgeClient:
         """One verdict, or its error cause once the budget is spent; never lost to an outage."""
         messages = judge_prompt.render(judge_id, assertion, transcript)
         attempts = 0
+        reasked = False
         while True:
             await self._up.wait()
-            began = time.monotonic()
-            result, last_started = await self._attempts(
-                judge_id, messages, self.policy.max_retries + 1
-            )
+            began, answered_before = time.monotonic(), self._answered
+            result = await self._attempts(judge_id, messages, self.policy.max_retries + 1)
             attempts += result.attempts
             result.attempts = attempts
             if result.cause is None or result.cause == "malformed_answer":
                 return result
-            if await self._model_answers(since=last_started, began=began):
+            whose = await self._whose_failure(
+                began=began, answered_others=self._answered > answered_before, reasked=reasked
+            )
+            if whose == "trial":
                 return result
-            log.warning("judge %s held during a model outage; asking again", judge_id)
+            reasked = reasked or whose == "recovered"
+            log.warning("judge %s failed while the model was down; asking again", judge_id)
 
-    async def _model_answers(self, *, since: float, began: float) -> bool:
-        """True: the model answers, so a failure is the trial's own. False: there was an
-        outage (now over), so the caller should ask again."""
+    async def _whose_failure(self, *, began: float, answered_others: bool, reasked: bool) -> str:
+        """Whose fault a spent budget was: "trial" (the model answers, so this call's failure
+        is its own: an `error` verdict), "recovered" (the model answered nobody while this
+        call failed, and answers now: ask again, once) or "outage" (the model was down and
+        this call waited until it answered again: ask again)."""
         async with self._probe_lock:
             if self._outage_ended > began:
-                return False  # we failed during an outage that another call waited out
-            if self._last_success > since:
-                return True
+                return "outage"  # another call waited out the outage we failed in
+            if answered_others:
+                return "trial"
             if await self._canary():
-                return True
+                return "trial" if reasked else "recovered"
             self._up.clear()
             if self.metrics:
                 self.metrics.outage.set(1)
             log.error("judge model is down (the canary fails too); holding trials until it answers")
-            wait = 1.0
+            wait = self.outage_probe_min_s
             while not await self._canary():
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, self.outage_probe_max_s)
@@ -318,7 +304,7 @@ class JudgeClient:
             if self.metrics:
                 self.metrics.outage.set(0)
             log.warning("judge model answers again; resuming")
-            return False
+            return "outage"
 
     async def _canary(self) -> bool:
         judge_id, assertion, transcript = CANARY

@@ -123,6 +123,16 @@ def _completion(content: str | None, tool_args: str | None, prompt_chars: int) -
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
+    stats = request.app[STATS_KEY]
+    stats["in_flight"] += 1
+    stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
+    try:
+        return await _answer(request)
+    finally:
+        stats["in_flight"] -= 1
+
+
+async def _answer(request: web.Request) -> web.StreamResponse:
     config, stats = request.app[CONFIG_KEY], request.app[STATS_KEY]
     stats["requests"] += 1
     number = stats["requests"]
@@ -180,7 +190,10 @@ async def stats(request: web.Request) -> web.Response:
 
 
 async def reset_stats(request: web.Request) -> web.Response:
-    request.app[STATS_KEY].clear()
+    stats = request.app[STATS_KEY]
+    in_flight = stats["in_flight"]  # requests still being answered will decrement it
+    stats.clear()
+    stats["in_flight"] = in_flight
     return web.json_response({"reset": True})
 
 

@@ -1,0 +1,120 @@
+"""A trial's judges graded through the real client, cache and metrics, against the stand-in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from schemas.events import ConversationFinished, Message
+from schemas.scenario import JudgeSpec, Scenario
+from services.common.db import engine_for
+from services.judge.cache import VerdictCache
+from services.judge.client import JudgeClient, RetryPolicy
+from services.judge.grading import Grader
+from services.judge.metrics import JudgeMetrics
+from tests.unit.judge.conftest import StartStandin, standin_stats
+
+SCENARIO = Scenario(
+    id="debrief",
+    expected_exit=["product_closed"],
+    judges=[
+        JudgeSpec(id="asked_parts", assertion="The agent asked which parts were used."),
+        JudgeSpec(id="asked_tests", assertion="The agent asked which tests were run."),
+        JudgeSpec(id="no_apology", kind="regex", pattern="(?i)sorry", must_match=False),
+    ],
+).versioned()
+
+
+def trial(trial_id: str, *text: str) -> ConversationFinished:
+    return ConversationFinished(
+        event_id=f"e-{trial_id}",
+        run_id="r",
+        scenario_id="debrief",
+        trial_id=trial_id,
+        session_id=f"s-{trial_id}",
+        exit_reason="product_closed",
+        transcript=[
+            Message(role="user", content="Done."),
+            Message(role="assistant", content=" ".join(("Which parts?", *text))),
+        ],
+    )
+
+
+def grader(
+    url: str, tmp_path: Path, registry: CollectorRegistry, *, lookups: bool = True
+) -> Grader:
+    metrics = JudgeMetrics(registry)
+    client = JudgeClient(
+        model="gpt-4o-mini",
+        base_url=url,
+        api_key="standin",
+        timeout_s=5,
+        concurrency=4,
+        policy=RetryPolicy(max_retries=1, base_delay_s=0.01),
+        metrics=metrics,
+    )
+    cache = VerdictCache(engine_for(f"sqlite:///{tmp_path / 'judge.db'}"), lookups=lookups)
+    cache.create()
+    return Grader(client=client, cache=cache, metrics=metrics, model="gpt-4o-mini")
+
+
+async def test_replay_is_served_from_the_cache(standin: StartStandin, tmp_path: Path) -> None:
+    url = await standin()
+    registry = CollectorRegistry()
+    g = grader(url, tmp_path, registry)
+    first = await g.grade(trial("t1", "[[fail:asked_tests]]"), SCENARIO)
+    assert [(v.judge_id, v.result, v.cached) for v in first] == [
+        ("asked_parts", "passed", False),
+        ("asked_tests", "failed", False),
+        ("no_apology", "passed", False),
+    ]
+    assert (await standin_stats(url))["requests"] == 2  # the regex judge made no call
+
+    again = await g.grade(trial("t2", "[[fail:asked_tests]]"), SCENARIO)  # same transcript
+    assert [(v.result, v.cached) for v in again] == [
+        ("passed", True),
+        ("failed", True),
+        ("passed", False),
+    ]
+    assert all(v.trial_id == "t2" for v in again)
+    assert (await standin_stats(url))["requests"] == 2  # zero model calls
+    sample = registry.get_sample_value
+    assert sample("passk_judge_cache_hits_total", {"judge": "asked_parts"}) == 1
+    assert sample("passk_judge_cache_hits_total", {"judge": "asked_tests"}) == 1
+    assert sample("passk_judge_verdicts_total", {"judge": "asked_tests", "result": "failed"}) == 2
+    assert sample("passk_judge_verdicts_total", {"judge": "no_apology", "result": "passed"}) == 2
+    assert sample("passk_judge_request_seconds_count") == 2
+    assert sample("passk_judge_tokens_total", {"judge": "asked_parts", "kind": "input"}) > 0
+    assert sample("passk_judge_tokens_total", {"judge": "asked_parts", "kind": "output"}) > 0
+
+    forced = grader(url, tmp_path, CollectorRegistry(), lookups=False)  # PASSK_JUDGE_CACHE=0
+    await forced.grade(trial("t3", "[[fail:asked_tests]]"), SCENARIO)
+    assert (await standin_stats(url))["requests"] == 4
+
+
+async def test_errors_are_never_cached_and_are_counted(
+    standin: StartStandin, tmp_path: Path
+) -> None:
+    url = await standin()
+    registry = CollectorRegistry()
+    g = grader(url, tmp_path, registry)
+    for trial_id in ("t1", "t2"):
+        verdicts = await g.grade(trial(trial_id, "[[standin:malformed]]"), SCENARIO)
+        llm = [v for v in verdicts if v.judge_kind == "llm"]
+        assert [v.result for v in llm] == ["error", "error"]
+        assert all(v.reason.startswith("malformed_answer: ") and v.attempts == 2 for v in llm)
+    stats = await standin_stats(url)
+    assert stats["fault_malformed"] == 8  # asked again on the replay: nothing was cached
+    sample = registry.get_sample_value
+    assert (
+        sample("passk_judge_errors_total", {"judge": "asked_parts", "cause": "malformed_answer"})
+        == 4
+    )
+    assert sample("passk_judge_verdicts_total", {"judge": "asked_parts", "result": "error"}) == 2
+
+
+async def test_without_a_model_llm_judges_error_and_deterministic_ones_run() -> None:
+    g = Grader(client=None, cache=None, metrics=None, model="gpt-4o-mini")
+    verdicts = await g.grade(trial("t1"), SCENARIO)
+    assert [v.result for v in verdicts] == ["error", "error", "passed"]

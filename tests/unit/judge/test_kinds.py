@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schemas.events import Message
+from schemas.scenario import JudgeSpec
+from services.judge import kinds
+from services.judge.kinds import InvalidJudgeSpec, judge_kind, known_kinds
+
+TRANSCRIPT = [
+    Message(role="system", content="You are a field-service debrief agent."),
+    Message(role="user", content="I replaced the pump."),
+    Message(role="assistant", content="Which part number did you use?"),
+    Message(role="tool", content='{"part": "PUMP-7"}'),
+    Message(role="assistant", content=None, tool_calls=[{"id": "c1", "type": "function"}]),
+    Message(role="assistant", content="Thanks, the report is saved."),
+]
+
+
+def regex(**params: Any) -> JudgeSpec:
+    return JudgeSpec(id="j", kind="regex", **params)
+
+
+@pytest.mark.parametrize(
+    ("params", "passed", "in_reason"),
+    [
+        ({"pattern": r"part number"}, True, "assistant message 2"),
+        ({"pattern": r"(?i)REPORT IS SAVED"}, True, "message 5"),
+        ({"pattern": r"pump"}, False, "matched no assistant message"),  # only in user's turn
+        ({"pattern": r"pump", "role": "user"}, True, "user message 1"),
+        ({"pattern": r"PUMP-7", "role": "any"}, True, "tool message 3"),
+        ({"pattern": r"sorry|apolog", "must_match": False}, True, "as required"),
+        ({"pattern": r"report", "must_match": False}, False, "must not match"),
+        ({"pattern": r"debrief", "role": "system", "must_match": False}, False, "system message 0"),
+    ],
+)
+def test_regex_kind(params: dict[str, Any], passed: bool, in_reason: str) -> None:
+    decision = kinds.regex(regex(**params), TRANSCRIPT)
+    assert decision.passed is passed
+    assert in_reason in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        ({}, "pattern"),
+        ({"pattern": "("}, "not a valid regular expression"),
+        ({"pattern": "x", "role": "robot"}, "role"),
+        ({"pattern": "x", "must_match": "yes"}, "must_match"),
+        ({"pattern": "x", "patern": "typo"}, "patern"),
+    ],
+)
+def test_regex_kind_refuses_bad_arguments(params: dict[str, Any], problem: str) -> None:
+    with pytest.raises(InvalidJudgeSpec, match=problem):
+        kinds.regex(regex(**params), TRANSCRIPT)
+
+
+def test_registry_names_kinds_and_refuses_duplicates() -> None:
+    assert {"llm", "regex"} <= set(known_kinds())
+    assert kinds.deterministic_kind("regex") is kinds.regex
+    assert kinds.deterministic_kind("llm") is None  # model-graded, not a function here
+    with pytest.raises(ValueError, match="already registered"):
+        judge_kind("regex")(kinds.regex)
+    with pytest.raises(ValueError, match="already registered"):
+        judge_kind("llm")(kinds.regex)
+
+
+def test_a_new_kind_is_one_registered_function() -> None:
+    @judge_kind("test_min_turns")
+    def min_turns(spec: JudgeSpec, transcript: Any) -> kinds.Decision:
+        n = sum(m.role in ("user", "assistant") for m in transcript)
+        return kinds.Decision(n >= spec.params["n"], f"{n} turns")
+
+    try:
+        assert kinds.deterministic_kind("test_min_turns") is min_turns
+        spec = JudgeSpec(id="turns", kind="test_min_turns", n=3)
+        assert min_turns(spec, TRANSCRIPT).passed is True
+    finally:
+        kinds._KINDS.pop("test_min_turns")

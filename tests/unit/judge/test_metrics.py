@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from services.judge.metrics import JudgeMetrics
+
+
+def test_names_and_labels_follow_the_design() -> None:
+    registry = CollectorRegistry()
+    m = JudgeMetrics(registry)
+    m.verdict("asked", "error")
+    m.spent("asked", 120, 7)
+    m.spent("asked", None, None)
+    m.cache_hit("asked")
+    m.error("asked", "rate_limited")
+    m.request_seconds.observe(0.2)
+    sample = registry.get_sample_value
+    assert sample("passk_judge_verdicts_total", {"judge": "asked", "result": "error"}) == 1
+    assert sample("passk_judge_tokens_total", {"judge": "asked", "kind": "input"}) == 120
+    assert sample("passk_judge_tokens_total", {"judge": "asked", "kind": "output"}) == 7
+    assert sample("passk_judge_cache_hits_total", {"judge": "asked"}) == 1
+    assert sample("passk_judge_errors_total", {"judge": "asked", "cause": "rate_limited"}) == 1
+    assert sample("passk_judge_request_seconds_bucket", {"le": "0.25"}) == 1
+    assert sample("passk_judge_request_seconds_count") == 1
+    assert sample("passk_judge_model_outage") == 0

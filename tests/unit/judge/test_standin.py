@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from services.judge.standin import MODEL, decide
+from tests.unit.judge.conftest import StartStandin, standin_stats
+
+
+@pytest.mark.parametrize(
+    ("judge_id", "transcript", "passed"),
+    [
+        ("asked", '{"content": "hello"}', True),
+        ("asked", '{"content": "x [[fail:asked]] y"}', False),
+        ("asked", '{"content": "[[fail:asked_more]]"}', True),  # another judge's marker
+        ("asked", '{"content": "[[fail:other]]"}', True),
+        (None, '{"content": "[[fail:]]"}', True),
+    ],
+)
+def test_the_documented_rule(judge_id: str | None, transcript: str, passed: bool) -> None:
+    verdict, reason = decide(judge_id, transcript)
+    assert verdict is passed
+    assert reason.startswith("[stand-in]")
+    if not passed:
+        assert f"[[fail:{judge_id}]]" in reason
+
+
+async def test_http_surface(standin: StartStandin) -> None:
+    url = await standin()
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{url}/chat/completions", json={"model": "m"}) as r:
+            assert r.status == 400
+            assert (await r.json())["error"]["message"].startswith("[stand-in]")
+        async with http.post(f"{url}/chat/completions", data=b"{") as r:
+            assert r.status == 400
+        async with http.get(f"{url}/models") as r:
+            assert (await r.json())["data"][0]["id"] == MODEL
+        body = {"model": "m", "messages": [{"role": "user", "content": "judge_id: j\nhi"}]}
+        async with http.post(f"{url}/chat/completions", json=body) as r:
+            answer = await r.json()
+            assert answer["model"] == MODEL and answer["usage"]["prompt_tokens"] > 0
+    stats = await standin_stats(url)
+    assert stats["stand_in"] is True and stats["requests"] == 3 and stats["bad_request"] == 2
+    async with aiohttp.ClientSession() as http:
+        await http.post(url.removesuffix("/v1") + "/stats/reset")
+    assert (await standin_stats(url)).get("requests", 0) == 0
