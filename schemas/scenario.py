@@ -91,13 +91,23 @@ class JudgeSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
+def _one_or_many(schema: dict[str, Any]) -> None:
+    as_list = {k: schema.pop(k) for k in ("type", "items", "minItems") if k in schema}
+    schema["anyOf"] = [{"type": "string"}, as_list]
+
+
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(pattern=SCENARIO_ID)
     description: str = ""
     trials: int = Field(DEFAULT_TRIALS, ge=1, description="k")
-    expected_exit: list[str] = Field(min_length=1)
+    # A single exit may be written as a plain string (see _exit_as_list); the JSON Schema
+    # says so too, or producers validating the DESIGN.md example against it would fail.
+    expected_exit: list[str] = Field(
+        min_length=1,
+        json_schema_extra=_one_or_many,
+    )
     limits: Limits = Field(default_factory=Limits)
     outcome: list[Expectation] = Field(default_factory=list)
     judges: list[JudgeSpec] = Field(default_factory=list)

@@ -78,3 +78,13 @@ def test_check_exits_one_naming_the_stale_file(
     monkeypatch.setattr(generate, "JSON_DIR", tmp_path)
     assert generate.main(["--check"]) == 1
     assert "stale: scenario.schema.json" in capsys.readouterr().err
+
+
+def test_the_scenario_schema_accepts_one_exit_or_a_list_as_the_model_does() -> None:
+    schema = json.loads(generate.render(Scenario))["properties"]["expected_exit"]
+    kinds = sorted(option["type"] for option in schema["anyOf"])
+    assert kinds == ["array", "string"]
+    assert "type" not in schema
+    assert Scenario.model_validate({"id": "s", "expected_exit": "closed"}).expected_exit == [
+        "closed"
+    ]
