@@ -192,7 +192,13 @@ _PHRASES = {
               "Leaking pressure relief valve, water under the unit"],
     "summary": ["Replaced the circulation pump and bled the system; pressure holds at 1.5 bar",
                 "Cleaned the ignition electrode and replaced the ignition lead",
-                "Fitted a new relief valve and tested the system under load"],
+                "Fitted a new relief valve and tested the system under load",
+                "Found a gas leak at the boiler inlet; isolated and capped the appliance",
+                "Smelled a gas escape near the meter; made safe and reported to the safety desk"],
+    "actions": ["Isolated the gas supply", "Ventilated the room", "Capped the appliance",
+                "Reported to the safety desk"],
+    "severity": ["high", "medium", "low"],
+    "reason": ["part_on_order", "customer_unavailable", "second_visit_needed"],
     "steps": ["Isolated power and water", "Drained the circuit", "Fitted replacement",
               "Pressure-tested for 15 minutes"],
     "parts": ["PUMP-UPS2-15-50", "VALVE-PRV-3BAR", "LEAD-IGN-450"],
@@ -215,6 +221,8 @@ def _leaf_name(path: str) -> str:
 def realistic_value(path: str, rng: random.Random) -> Any:
     """A plausible non-empty value for a field, guessed from its name."""
     name = _leaf_name(path)
+    if "follow" in name:
+        return {"reason": rng.choice(_PHRASES["reason"]), "requested_by": "technician"}
     for key, choices in _PHRASES.items():
         if key in name:
             if any(k in name for k in _LISTY):
@@ -233,16 +241,24 @@ def realistic_value(path: str, rng: random.Random) -> Any:
     return f"{name.replace('_', ' ').capitalize()} recorded during the call"
 
 
+def prose_for(path: str) -> list[str]:
+    """Realistic sentences for a text field, from its name (empty when nothing fits)."""
+    name = _leaf_name(path)
+    return [p for key, choices in _PHRASES.items() if key in name for p in choices]
+
+
 def matching_string(
-    pattern: str, rng: random.Random, *, where: str, prose: str | None = None
+    pattern: str, rng: random.Random, *, where: str, prose: Sequence[str] = ()
 ) -> str:
     """A string that `re.search(pattern, s)` accepts, or a clear error when none is found.
 
-    Realistic prose is preferred when it already matches, or with a generated match in
-    front of it; a bare generated match is the last resort (anchored patterns).
+    Realistic prose is preferred when some of it matches, or with a generated match
+    after it; a bare generated match is the last resort (anchored patterns).
     """
-    if prose and re.search(pattern, prose):
-        return prose
+    fitting = [p for p in prose if re.search(pattern, p)]
+    if fitting:
+        return rng.choice(fitting)
+    sentence = rng.choice(list(prose)) if prose else None
     generator = rstr.Rstr(rng)
     last = ""
     for _ in range(MAX_XEGER_TRIES):
@@ -252,8 +268,8 @@ def matching_string(
             raise GenerateError(
                 f"{where}: cannot generate a string for /{pattern}/: {exc}"
             ) from exc
-        if prose and re.search(pattern, f"{last}: {prose}"):
-            return f"{last}: {prose}"
+        if sentence and re.search(pattern, f"{sentence} ({last})"):
+            return f"{sentence} ({last})"
         if re.search(pattern, last):
             return last
     raise GenerateError(
@@ -286,10 +302,7 @@ def _passing_state(scenario: Scenario, rng: random.Random) -> dict[str, Any]:
     for exp, op in ops:
         if op == "matches":
             where = f"scenario {scenario.id}, {exp.path}"
-            prose = realistic_value(exp.path, rng)
-            text = matching_string(
-                exp.matches or "", rng, where=where, prose=prose if isinstance(prose, str) else None
-            )
+            text = matching_string(exp.matches or "", rng, where=where, prose=prose_for(exp.path))
             _set_path(state, exp.path, text)
     # Deepest first: a parent that gets children on the way is already present.
     wanted = [e for e, op in ops if op == "present" and e.present]

@@ -379,7 +379,9 @@ def test_matching_string_prefers_prose_and_honours_anchors() -> None:
     import random
 
     rng = random.Random(1)
-    prose = "Replaced the pump"
-    assert matching_string("(?i)replaced", rng, where="x", prose=prose) == prose
-    value = matching_string(r"^(high|critical)$", rng, where="x", prose="Something else")
+    prose = ["Replaced the pump", "Cleaned the filter"]
+    assert matching_string("(?i)replaced", rng, where="x", prose=prose) == "Replaced the pump"
+    value = matching_string(r"^(high|critical)$", rng, where="x", prose=prose)
     assert value in ("high", "critical")
+    value = matching_string(r"WO-\d{4}", rng, where="x", prose=prose)
+    assert re.fullmatch(r"(Replaced the pump|Cleaned the filter) \(WO-\d{4}\)", value)
