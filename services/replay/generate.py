@@ -579,7 +579,9 @@ def build_transcript(
     closing_turns = 2 if with_tool else 1
     body_turns = max(turns - closing_turns, 0)
     # Alternate so the body ends on a user message, right before the assistant closes.
-    roles = ["user" if (body_turns - 1 - i) % 2 == 0 else "assistant" for i in range(body_turns)]
+    roles: list[Literal["user", "assistant"]] = [
+        "user" if (body_turns - 1 - i) % 2 == 0 else "assistant" for i in range(body_turns)
+    ]
     facts = _facts(state)
     rng.shuffle(facts)
     messages = [
