@@ -24,6 +24,9 @@ def make_app(name: str, settings: Settings | None = None) -> faust.App:
         broker_commit_every=100,
         broker_commit_interval=1.0,
         producer_acks=-1,
+        # Up to passk's broker limit (message.max.bytes 4 MiB): a dead letter carries an
+        # input in base64, a third larger than the input (see deadletter.MAX_KEPT_BYTES).
+        producer_max_request_size=4_000_000,
         table_cleanup_interval=30.0,
         consumer_auto_offset_reset="earliest",
         datadir=str(settings.data_dir / "faust" / name),

@@ -5,8 +5,10 @@ a Faust raw topic sends is readable by anyone."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,9 +16,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from kafka import KafkaProducer
 from pydantic import BaseModel
 
-from schemas.events import ConversationFinished, SessionPersisted, TrialVerdict
-from services.common.app import make_app, raw_topic
-from services.common.codec import decode, encode
+from schemas.events import ConversationFinished, DeadLetter, SessionPersisted, TrialVerdict
+from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.codec import Rejection, decode, encode
 from services.common.settings import Settings
 from services.common.topics import Topic, topic_name
 from tests.support import read_topic
@@ -203,3 +205,49 @@ async def test_unusable_records_read_from_the_broker_get_their_reason(
         b"k-json": "invalid_json",
         b"k-type": "wrong_type",
     }
+
+
+@pytest.mark.parametrize(
+    ("size", "kept_whole"),
+    [
+        (999_000, True),  # under the event size limit, undecodable: kept byte for byte
+        (3_000_000, False),  # oversized (the broker takes up to 4 MiB): kept in part
+    ],
+    ids=["invalid-json-just-under-the-limit", "oversized"],
+)
+async def test_a_large_unusable_message_can_still_be_dead_lettered(
+    settings: Settings, size: int, kept_whole: bool
+) -> None:
+    # Base64 makes a dead letter a third larger than what it carries; it must still fit
+    # through the Faust producer and the broker, or the processor fails on the bad input.
+    value = b"{" + b"x" * (size - 1)
+    rejection = decode(value, ConversationFinished, max_bytes=settings.max_event_bytes)
+    assert isinstance(rejection, Rejection)
+    source = topic_name(Topic.CONVERSATION_FINISHED, settings)
+    event = SimpleNamespace(
+        message=SimpleNamespace(topic=source, partition=2, offset=7, key=b"s-1", value=value)
+    )
+    app = make_app("transport-test", settings)
+    try:
+        await send_dead_letter(
+            raw_topic(app, Topic.DEAD_LETTERS, settings),
+            processor="transport-test",
+            event=event,  # type: ignore[arg-type]
+            rejection=rejection,
+        )
+        await app.producer.flush()
+    finally:
+        await app.producer.stop()
+
+    ((key, record, _),) = read_topic(settings, Topic.DEAD_LETTERS, min_count=1)
+    letter = DeadLetter.model_validate(record)
+    assert key == b"s-1"
+    assert (letter.source_topic, letter.partition, letter.offset) == (source, 2, 7)
+    assert letter.reason == rejection.reason
+    kept = base64.b64decode(letter.value_b64)
+    if kept_whole:
+        assert kept == value
+    else:
+        # The whole message stays in its source topic; the letter says where and how much.
+        assert value.startswith(kept) and len(kept) < len(value)
+        assert f"{len(value)} bytes" in letter.detail

@@ -7,7 +7,7 @@ import json
 
 from schemas.events import DeadLetter
 from services.common.codec import Rejection, decode, encode
-from services.common.deadletter import dead_letter
+from services.common.deadletter import MAX_KEPT_BYTES, dead_letter
 
 BAD = b'{"event_id": "x", \xff broken'
 
@@ -63,11 +63,26 @@ def test_a_missing_key_or_value_is_recorded_as_such() -> None:
     assert record.reason == "empty"
 
 
-def test_a_long_detail_is_truncated_but_the_value_is_not() -> None:
-    huge = b"x" * 3_000_000
-    record = letter(value=huge, rejection=Rejection("oversized", "d" * 10_000))
-    assert len(record.detail) == 2000
-    assert base64.b64decode(record.value_b64) == huge
+def test_a_long_detail_is_truncated() -> None:
+    record = letter(rejection=Rejection("invalid_json", "d" * 10_000))
+    assert record.detail == "d" * 2000
+    assert base64.b64decode(record.value_b64) == BAD
+
+
+def test_a_message_up_to_the_kept_size_is_kept_whole() -> None:
+    value = b"x" * MAX_KEPT_BYTES
+    assert base64.b64decode(letter(value=value).value_b64) == value
+
+
+def test_a_larger_message_is_kept_in_part_saying_where_the_whole_is() -> None:
+    value = b"y" * (MAX_KEPT_BYTES + 10)
+    record = letter(value=value, rejection=Rejection("oversized", "too big"))
+    assert base64.b64decode(record.value_b64) == value[:MAX_KEPT_BYTES]
+    assert f"{len(value)} bytes" in record.detail
+    assert "passk.conversation-finished.v1[3]@42" in record.detail
+    assert record.detail.endswith("too big")
+    # Encoded, it still fits the 4 MiB message limit of passk's broker.
+    assert len(encode(record)) < 4_000_000
 
 
 def test_a_dead_letter_round_trips_through_the_codec() -> None:
