@@ -71,8 +71,9 @@ def register(app: typer.Typer) -> None:
         from kafka.errors import KafkaError
 
         from services.common.settings import get_settings
+        from services.common.topics import topic_name
         from services.replay.producer import TrafficProducer
-        from services.replay.replay import count_lines, replay_file
+        from services.replay.replay import REPLAYED_TOPICS, count_lines, replay_file
 
         settings = get_settings()
         console = Console()
@@ -100,6 +101,13 @@ def register(app: typer.Typer) -> None:
                            f"{exc}", "bold red")
                     raise typer.Exit(1) from None
                 with producer:
+                    inputs = [topic_name(t, settings) for t in REPLAYED_TOPICS]
+                    missing = producer.missing_topics(inputs)
+                    if missing:
+                        progress.stop()
+                        _plain(console, f"missing topics: {', '.join(missing)}; nothing sent "
+                               "(create them with `passk topics create`)", "bold red")
+                        raise typer.Exit(1)
                     summary = replay_file(
                         file, sender=producer, settings=settings, rate=rate, on_line=advance
                     )

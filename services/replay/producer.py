@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.future import Future
 from kafka.producer.future import FutureRecordMetadata
@@ -151,6 +151,15 @@ class TrafficProducer:
         with self._lock:
             self._failures.append(SendFailure(topic, key, ref, _describe(exc)))
         return Future().failure(exc)
+
+    def missing_topics(self, topics: list[str]) -> list[str]:
+        """Which of these topics the broker does not have (asked once, without creating any)."""
+        admin = KafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap_servers)
+        try:
+            existing = set(admin.list_topics())
+        finally:
+            admin.close()
+        return [t for t in topics if t not in existing]
 
     # ------------------------------------------------------------------ accounting
 

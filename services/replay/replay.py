@@ -29,6 +29,8 @@ REPLAYABLE: dict[str, tuple[type[ConversationFinished] | type[SessionPersisted],
     "session_persisted": (SessionPersisted, Topic.SESSION_PERSISTED),
 }
 
+REPLAYED_TOPICS: tuple[Topic, ...] = tuple(topic for _, topic in REPLAYABLE.values())
+
 
 @dataclass(frozen=True)
 class ReplayLine:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -263,8 +264,26 @@ def test_producer_sdk_sends_models_and_reports_a_missing_topic(
         summary = replay_file(path, sender=producer, settings=missing)
     assert summary.exit_code == 1
     assert [f.split(":")[0] for f in summary.failures] == ["line 1", "line 2"]
+    # `passk replay` refuses up front, naming the topics, instead of timing out per topic
+    result = passk(["replay", str(path)], missing)
+    assert result.returncode == 1
+    assert f"missing topics: {topic_name(Topic.CONVERSATION_FINISHED, missing)}" in result.stdout
     admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
     try:
         assert not [t for t in admin.list_topics() if t.startswith(missing.topic_prefix)]
     finally:
         admin.close()
+
+
+def test_rate_paces_the_sends(settings: Settings, tmp_path: Path) -> None:
+    path = tmp_path / "paced.jsonl"
+    path.write_text("".join(
+        SessionPersisted(event_id=f"sp-{i}", session_id=f"s-{i}", state={}).model_dump_json()
+        + "\n" for i in range(10)
+    ))
+    with TrafficProducer(settings) as producer:
+        started = time.monotonic()
+        summary = replay_file(path, sender=producer, settings=settings, rate=20.0)
+        elapsed = time.monotonic() - started
+    assert summary.exit_code == 0 and sum(summary.sent.values()) == 10
+    assert elapsed >= 9 / 20.0  # ten sends at 20/s cannot take less than nine gaps
