@@ -174,15 +174,18 @@ def register(app: typer.Typer) -> None:
             GenerateError,
         )
         from services.replay.generate import generate as build
-        from services.scenarios.loader import load_scenarios
+        from services.scenarios.loader import InvalidScenarios, load_scenarios
 
         console = Console()
-        loaded = load_scenarios(scenarios)
-        if loaded.errors:
-            for error in loaded.errors:
+        try:
+            loaded = load_scenarios(scenarios)
+        except InvalidScenarios as exc:
+            for error in exc.errors:
                 _plain(console, str(error), "red")
             _plain(console, "no traffic written: fix the scenario files first", "bold red")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
+        for warning in loaded.warnings:
+            _plain(console, f"warning: {warning}", "yellow")
         rates = {**DEFAULT_QUIRK_RATES, **_parse_assignments(quirk_rate, "--quirk-rate")}
         used_seed = seed if seed is not None else secrets.randbelow(2**31)
         config = GenerateConfig(
