@@ -439,14 +439,18 @@ def _force_every_mode(
         plans[scenario.id].append(plan)
         return plan
 
-    flaky = [s for s in scenarios if config.probability(s.id) < 1.0]
-    for n, mode in enumerate(FAILURE_MODES):
+    # Forced failures go to the flakiest scenario that can show them, so the scenarios
+    # meant to be reliable stay so wherever the mix allows.
+    flaky = sorted(
+        (s for s in scenarios if config.probability(s.id) < 1.0),
+        key=lambda s: config.probability(s.id),
+    )
+    for mode in FAILURE_MODES:
         if any(p.failure_mode == mode for ps in plans.values() for p in ps):
             continue
         candidates = [s for s in flaky if mode in modes[s.id]]
         if not candidates:
             continue
-        candidates = candidates[n % len(candidates) :] + candidates[: n % len(candidates)]
         counts = Counter(p.failure_mode for ps in plans.values() for p in ps)
         chosen = next(
             (
