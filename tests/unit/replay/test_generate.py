@@ -385,3 +385,25 @@ def test_matching_string_prefers_prose_and_honours_anchors() -> None:
     assert value in ("high", "critical")
     value = matching_string(r"WO-\d{4}", rng, where="x", prose=prose)
     assert re.fullmatch(r"(Replaced the pump|Cleaned the filter) \(WO-\d{4}\)", value)
+
+
+def test_every_mode_puts_forced_failures_on_the_flakiest_scenario() -> None:
+    flaky, steady = rich_scenario(), rich_scenario(id="steady-twin")
+    calm = {q: 0.0 for q in QUIRKS}
+    traffic = generate(
+        [steady, flaky],
+        config(every_mode=True, trials=8, quirk_rates=calm,
+               pass_prob={"debrief-billable-repair": 0.99, "steady-twin": 1.0}),
+    )
+    steady_trials = [t for t in traffic.expected.trials if t.scenario_id == "steady-twin"]
+    assert all(t.expected_outcome == "passed" for t in steady_trials)
+    traffic = generate(
+        [steady, flaky],
+        config(every_mode=True, trials=8, quirk_rates=calm,
+               pass_prob={"debrief-billable-repair": 0.3, "steady-twin": 0.999}, seed=3),
+    )
+    by_scenario = Counter(t.scenario_id for t in traffic.expected.trials if t.failure_mode)
+    modes_on_flaky = {t.failure_mode for t in traffic.expected.trials
+                      if t.scenario_id == "debrief-billable-repair"}
+    assert set(FAILURE_MODES) <= modes_on_flaky
+    assert by_scenario["steady-twin"] <= 1  # only what its own 0.1% draw gives
