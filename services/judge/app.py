@@ -30,6 +30,7 @@ from services.judge.metrics import JudgeMetrics, default_metrics
 from services.scenarios.catalog import ScenarioCatalog
 
 PROCESSOR = "judge"
+SCENARIO_GRACE_S = 3.0
 log = logging.getLogger(__name__)
 settings = get_settings()
 app = make_app(PROCESSOR, settings)
@@ -93,7 +94,10 @@ async def handle(event: faust.types.EventT) -> None:
     trial = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
     if isinstance(trial, Rejection):
         return await _reject(event, trial)
-    scenario = catalog.get(trial.scenario_id)
+    # A scenario published moments before its traffic may not have been read yet.
+    scenario = catalog.get(trial.scenario_id) or await catalog.wait_for(
+        trial.scenario_id, timeout=SCENARIO_GRACE_S
+    )
     if scenario is None:
         return await _reject(
             event,
