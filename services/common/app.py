@@ -12,6 +12,8 @@ from services.common.topics import Topic, partitions_for, spec_for, topic_name
 def make_app(name: str, settings: Settings | None = None) -> faust.App:
     """One Faust app per processor; its id (prefix + name) is its consumer group."""
     settings = settings or get_settings()
+    datadir = settings.data_dir / "faust" / name
+    datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
     return faust.App(
         f"{settings.topic_prefix}{name}",
         broker=f"kafka://{settings.kafka_bootstrap_servers}",
@@ -29,7 +31,7 @@ def make_app(name: str, settings: Settings | None = None) -> faust.App:
         producer_max_request_size=4_000_000,
         table_cleanup_interval=30.0,
         consumer_auto_offset_reset="earliest",
-        datadir=str(settings.data_dir / "faust" / name),
+        datadir=str(datadir),
     )
 
 

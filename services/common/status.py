@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from services.common.settings import Settings, get_settings
+from services.common.topics import Topic, topic_name
+
+# What each processor consumes: its lag is what remains unread on these.
+PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
+    "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
+    "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
+    "judge": (Topic.CONVERSATION_FINISHED,),
+    "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
+             Topic.TRIAL_VERDICTS),
+}
 
 
 @dataclass(frozen=True)
@@ -15,7 +25,7 @@ class ProcessorStatus:
     group: str
     state: str  # Stable, PreparingRebalance, Empty, Dead, ...
     members: int
-    lag: int | None  # records on its input topics not yet committed; None: nothing committed
+    lag: int | None  # records on its input topics not yet consumed; None: unknown
 
     @property
     def ready(self) -> bool:
@@ -34,22 +44,34 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
             info = described.get(group) or {}
             state = info.get("group_state") or "Unknown"
             members = len(info.get("members") or [])
-            out.append(ProcessorStatus(name, group, state, members, _lag(admin, consumer, group)))
+            inputs = [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(name, ())]
+            lag = _lag(admin, consumer, group, inputs)
+            out.append(ProcessorStatus(name, group, state, members, lag))
         return out
     finally:
         consumer.close()
         admin.close()
 
 
-def _lag(admin: KafkaAdminClient, consumer: KafkaConsumer, group: str) -> int | None:
+def _lag(
+    admin: KafkaAdminClient, consumer: KafkaConsumer, group: str, topics: list[str]
+) -> int | None:
+    """Unread records on the inputs; a partition with no commit yet counts whole, since
+    processors start from the earliest offset."""
     try:
         committed = admin.list_group_offsets({group: None}).get(group) or {}
     except Exception:  # the group may not exist yet
+        committed = {}
+    partitions = []
+    for topic in topics:
+        for p in consumer.partitions_for_topic(topic) or ():
+            partitions.append(TopicPartition(topic, p))
+    if not partitions:
         return None
-    # Only the processor's inputs: its internal changelog topics are not work to do.
-    committed = {tp: om for tp, om in committed.items() if "-changelog" not in tp.topic
-                 and "__assignor" not in tp.topic}
-    if not committed:
-        return None
-    ends = consumer.end_offsets(list(committed))
-    return sum(max(ends[tp] - om.offset, 0) for tp, om in committed.items() if om.offset >= 0)
+    ends = consumer.end_offsets(partitions)
+    lag = 0
+    for tp in partitions:
+        done = committed.get(tp)
+        start = done.offset if done is not None and done.offset >= 0 else 0
+        lag += max(ends[tp] - start, 0)
+    return lag
