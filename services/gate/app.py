@@ -147,3 +147,8 @@ async def deadlines() -> None:
 @app.task
 async def start_metrics() -> None:
     serve_metrics(settings.metrics_port)
+
+
+@app.on_before_shutdown.connect
+async def close_catalog(sender: faust.App, **_: object) -> None:
+    await catalog.stop()
