@@ -55,7 +55,8 @@ class VerdictCache:
 
     def create(self) -> None:
         try:
-            SQLModel.metadata.create_all(self.engine, tables=[JudgeCacheEntry.__table__])  # type: ignore[list-item]
+            table = SQLModel.metadata.tables[str(JudgeCacheEntry.__tablename__)]
+            SQLModel.metadata.create_all(self.engine, tables=[table])
         except OperationalError as exc:  # another worker created it at the same moment
             if "already exists" not in str(exc):
                 raise

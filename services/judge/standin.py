@@ -42,7 +42,7 @@ from services.judge.prompt import ANSWER_NAME, judge_id_of, transcript_of
 
 MODEL = "passk-standin"
 FAULT_MARKER = re.compile(r"\[\[standin:(429|500|hang|malformed)\]\]")
-STATS_KEY = web.AppKey("stats", Counter)
+STATS_KEY: web.AppKey[Counter[str]] = web.AppKey("stats", Counter)
 
 
 @dataclass
@@ -186,7 +186,8 @@ async def _answer(request: web.Request) -> web.StreamResponse:
 
 
 async def stats(request: web.Request) -> web.Response:
-    return web.json_response({"model": MODEL, "stand_in": True, **request.app[STATS_KEY]})
+    counts: Counter[str] = request.app[STATS_KEY]
+    return web.json_response({"model": MODEL, "stand_in": True, **counts})
 
 
 async def reset_stats(request: web.Request) -> web.Response:
@@ -224,8 +225,7 @@ async def start(
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
-    return runner, sockets[0].getsockname()[1]
+    return runner, runner.addresses[0][1]
 
 
 def serve(config: StandinConfig, host: str = "127.0.0.1", port: int = 8400) -> None:
