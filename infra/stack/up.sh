@@ -8,7 +8,8 @@ run="$root/var/run"; logs="$root/var/log"
 mkdir -p "$run" "$logs"
 passk="$root/.venv/bin/passk"
 processors=(gate verdict judge sink)
-declare -A metrics_port=([gate]=9464 [verdict]=9465 [judge]=9466 [sink]=9467)
+base="${PASSK_METRICS_PORT_BASE:-9464}"  # one /metrics port per processor, from here up
+declare -A metrics_port=([gate]=$base [verdict]=$((base + 1)) [judge]=$((base + 2)) [sink]=$((base + 3)))
 
 bash infra/kafka/kafka-up.sh
 "$passk" topics create >/dev/null

@@ -1,0 +1,89 @@
+"""The whole pipeline as an operator runs it: real broker, the stand-in judge over HTTP,
+every processor as its own `passk worker` process, and the CLI for everything else."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from services.common.settings import Settings
+from tests.support import ROOT, isolated_env, settled, stop, wait_for
+
+PROCESSORS = ["gate", "verdict", "judge", "sink"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Pipeline:
+    settings: Settings
+    env: dict[str, str]
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, *args: str) -> None:
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *args], env=self.env, cwd=ROOT,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def start_worker(self, name: str) -> None:
+        self.start(name, "worker", name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL, as a crash: no shutdown hooks, no final commit."""
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def passk(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli", *args], env=self.env, cwd=ROOT,
+            capture_output=True, text=True, timeout=timeout,
+        )
+
+    def wait_settled(self, timeout: float = 120) -> None:
+        wait_for(lambda: settled(self.settings, PROCESSORS), timeout=timeout,
+                 interval=1.0, what="every processor consumed its inputs")
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            stop(proc)
+        self.procs.clear()
+
+
+@pytest.fixture
+def pipeline(settings: Settings, tmp_path: Path) -> Iterator[Pipeline]:
+    port = free_port()
+    env = isolated_env(
+        settings,
+        OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1",
+        OPENAI_API_KEY="stand-in",
+        PASSK_JUDGE_MODEL="passk-standin",
+    )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    p = Pipeline(settings, env, logs)
+    p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
+    for name in PROCESSORS:
+        p.start_worker(name)
+    try:
+        wait_for(lambda: all(proc.poll() is None for proc in p.procs.values()) and
+                 settled(settings, PROCESSORS), timeout=120, interval=1.0,
+                 what="stand-in and every worker up")
+        yield p
+    finally:
+        p.stop_all()

@@ -1,0 +1,63 @@
+"""`make demo` from a clean clone in a temporary folder, then `make down`: the report and
+the deploy gate's answer are printed, and nothing of ours is left running."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import free_port
+from tests.support import ROOT, new_prefix
+
+pytestmark = pytest.mark.e2e
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def our_processes(folder: Path) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(folder) in cmd:
+            found.append(f"{pid}: {cmd[:200]}")
+    return found
+
+
+def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
+    clone = tmp_path / "passk"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    standin, metrics_base = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PASSK_", "OPENAI_",
+                                                                     "VIRTUAL_ENV"))}
+    env.update(
+        PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
+        PASSK_STANDIN_PORT=str(standin),
+        PASSK_METRICS_PORT_BASE=str(metrics_base),
+        PASSK_CACHE_DIR=os.environ.get("PASSK_CACHE_DIR", str(Path.home() / ".cache/passk")),
+    )
+    try:
+        demo = subprocess.run(["make", "demo"], cwd=clone, env=env, capture_output=True,
+                              text=True, timeout=1500)
+        out = demo.stdout + demo.stderr
+        assert demo.returncode == 0, out[-5000:]
+        assert "pass^k" in out and "pass@k" in out, out[-3000:]
+        assert "trials got exactly their expected outcome" in out, out[-3000:]
+        assert "deploy gate: FAIL (exit 1)" in out or "deploy gate: PASS (exit 0)" in out
+        assert listening(standin), "the stand-in should be up while the stack runs"
+    finally:
+        down = subprocess.run(["make", "down"], cwd=clone, env=env, capture_output=True,
+                              text=True, timeout=300)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert our_processes(clone) == []
+    for port in (standin, *range(metrics_base, metrics_base + 4)):
+        assert not listening(port), f"port {port} still open after make down"
