@@ -1,0 +1,273 @@
+"""What rows an event produces in the SQL projection, and the per-run scenario summary.
+
+Pure functions over the event models. The row shapes are SQLModel (pydantic) models without
+a table; `services.sink.store` maps each onto a table of the same columns.
+
+Replacement rule (documented in one place, applied by the store on every write): each row
+has a natural key (a trial; a trial and gate; a trial and judge; a run and scenario) and a
+version timestamp (`verdict_at` for trials, `occurred_at` for the rest). A write for a key
+replaces the stored row when its timestamp is the same or newer, and is ignored when older.
+So a redelivered event rewrites identical values (idempotent), a re-grade after a new
+scenario version replaces the old verdict, and a stale copy arriving late changes nothing.
+Equal timestamps fall back to log order, which Kafka keeps per key, so the live sink and
+`passk rebuild` end with the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlmodel import JSON, Field, SQLModel
+
+from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
+from services.aggregate.estimators import ReliabilityTally
+
+SinkEvent = TrialVerdict | GateResult | JudgeVerdict | ConversationFinished
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """Every stored time is aware UTC (a naive one is taken to be UTC already)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+class TrialRecord(SQLModel):
+    trial_id: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    scenario_id: str = Field(index=True)
+    scenario_version: str
+    session_id: str
+    k: int
+    outcome: str
+    failed_checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
+    checks_passed: list[str] = Field(default_factory=list, sa_type=JSON)
+    agent_version: str | None = None
+    exit_reason: str | None = None
+    metrics: dict[str, Any] | None = Field(None, sa_type=JSON)
+    finished_at: datetime | None = None
+    verdict_at: datetime
+    event_id: str
+
+
+class GateRecord(SQLModel):
+    trial_id: str = Field(primary_key=True)
+    gate: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    scenario_id: str
+    scenario_version: str
+    session_id: str
+    passed: bool
+    reasons: list[str] = Field(default_factory=list, sa_type=JSON)
+    checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
+    occurred_at: datetime
+    event_id: str
+
+
+class JudgeRecord(SQLModel):
+    trial_id: str = Field(primary_key=True)
+    judge_id: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    scenario_id: str
+    scenario_version: str
+    judge_kind: str
+    judge_spec: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    gating: bool
+    result: str
+    reason: str
+    model: str | None = None
+    prompt_hash: str | None = None
+    latency_ms: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    attempts: int = 0
+    cached: bool = False
+    occurred_at: datetime
+    event_id: str
+
+
+class TranscriptRecord(SQLModel):
+    """The conversation, kept for debugging. Tool calls are kept here and never graded."""
+
+    trial_id: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    scenario_id: str
+    session_id: str
+    agent_version: str | None = None
+    exit_reason: str
+    messages: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
+    metrics: dict[str, Any] | None = Field(None, sa_type=JSON)
+    extra: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    occurred_at: datetime
+    event_id: str
+
+
+class ScenarioSummary(SQLModel):
+    run_id: str = Field(primary_key=True)
+    scenario_id: str = Field(primary_key=True)
+    k: int
+    n: int
+    passed: int
+    failed: int
+    errors: int
+    pass_at_k: float | None = None
+    pass_hat_k: float | None = None
+    scenario_passed: bool
+    last_verdict_at: datetime | None = None
+
+
+Record = TrialRecord | GateRecord | JudgeRecord | TranscriptRecord
+
+
+def trial_record(verdict: TrialVerdict) -> TrialRecord:
+    return TrialRecord(
+        trial_id=verdict.trial_id,
+        run_id=verdict.run_id,
+        scenario_id=verdict.scenario_id,
+        scenario_version=verdict.scenario_version,
+        session_id=verdict.session_id,
+        k=verdict.k,
+        outcome=verdict.outcome,
+        failed_checks=[fc.model_dump(mode="json") for fc in verdict.failed_checks],
+        checks_passed=list(verdict.checks_passed),
+        agent_version=verdict.agent_version,
+        exit_reason=verdict.exit_reason,
+        metrics=verdict.metrics.model_dump(mode="json") if verdict.metrics else None,
+        finished_at=as_utc(verdict.finished_at),
+        verdict_at=as_utc(verdict.occurred_at),
+        event_id=verdict.event_id,
+    )
+
+
+def gate_record(result: GateResult) -> GateRecord:
+    return GateRecord(
+        trial_id=result.trial_id,
+        gate=result.gate,
+        run_id=result.run_id,
+        scenario_id=result.scenario_id,
+        scenario_version=result.scenario_version,
+        session_id=result.session_id,
+        passed=result.passed,
+        reasons=list(result.reasons),
+        checks=[c.model_dump(mode="json") for c in result.checks],
+        occurred_at=as_utc(result.occurred_at),
+        event_id=result.event_id,
+    )
+
+
+def judge_record(verdict: JudgeVerdict) -> JudgeRecord:
+    return JudgeRecord(
+        trial_id=verdict.trial_id,
+        judge_id=verdict.judge_id,
+        run_id=verdict.run_id,
+        scenario_id=verdict.scenario_id,
+        scenario_version=verdict.scenario_version,
+        judge_kind=verdict.judge_kind,
+        judge_spec=dict(verdict.judge_spec),
+        gating=verdict.gating,
+        result=verdict.result,
+        reason=verdict.reason,
+        model=verdict.model,
+        prompt_hash=verdict.prompt_hash,
+        latency_ms=verdict.latency_ms,
+        input_tokens=verdict.input_tokens,
+        output_tokens=verdict.output_tokens,
+        attempts=verdict.attempts,
+        cached=verdict.cached,
+        occurred_at=as_utc(verdict.occurred_at),
+        event_id=verdict.event_id,
+    )
+
+
+def tool_calls_of(finished: ConversationFinished) -> list[dict[str, Any]]:
+    """Every tool call with the tool message that answered it (if any), in transcript order."""
+    answers = {m.tool_call_id: m.content for m in finished.transcript if m.role == "tool"}
+    calls: list[dict[str, Any]] = []
+    for index, message in enumerate(finished.transcript):
+        for call in message.tool_calls or []:
+            function = call.get("function") or {}
+            call_id = call.get("id")
+            calls.append(
+                {
+                    "message_index": index,
+                    "id": call_id,
+                    "name": function.get("name", call.get("name")),
+                    "arguments": function.get("arguments", call.get("arguments")),
+                    "result": answers.get(call_id) if call_id else None,
+                }
+            )
+    return calls
+
+
+def transcript_record(finished: ConversationFinished) -> TranscriptRecord:
+    return TranscriptRecord(
+        trial_id=finished.trial_id,
+        run_id=finished.run_id,
+        scenario_id=finished.scenario_id,
+        session_id=finished.session_id,
+        agent_version=finished.agent_version,
+        exit_reason=finished.exit_reason,
+        messages=[m.model_dump(mode="json", exclude_none=True) for m in finished.transcript],
+        tool_calls=tool_calls_of(finished),
+        metrics=finished.metrics.model_dump(mode="json") if finished.metrics else None,
+        extra=dict(finished.model_extra or {}),
+        occurred_at=as_utc(finished.occurred_at),
+        event_id=finished.event_id,
+    )
+
+
+def problem_with(event: SinkEvent) -> str | None:
+    """Why an event that decoded cleanly still cannot be stored, or None."""
+    if isinstance(event, TrialVerdict) and event.k < 1:
+        return f"k must be at least 1 (got {event.k})"
+    return None
+
+
+def record_for(event: SinkEvent) -> Record:
+    """The one row an event produces (trial verdicts also refresh their run's summary)."""
+    if isinstance(event, TrialVerdict):
+        return trial_record(event)
+    if isinstance(event, GateResult):
+        return gate_record(event)
+    if isinstance(event, JudgeVerdict):
+        return judge_record(event)
+    if isinstance(event, ConversationFinished):
+        return transcript_record(event)
+    raise TypeError(f"the sink does not store {type(event).__name__}")
+
+
+def _latest(trials: Sequence[TrialRecord]) -> TrialRecord:
+    return max(trials, key=lambda t: (t.verdict_at, t.trial_id))
+
+
+def summarize(run_id: str, scenario_id: str, trials: Iterable[TrialRecord]) -> ScenarioSummary:
+    """One scenario's reliability in one run, recomputed from all its trial rows.
+
+    k is the k of the latest verdict: a re-grade against a new scenario version brings
+    the scenario's current k with it.
+    """
+    trials = [t for t in trials if t.run_id == run_id and t.scenario_id == scenario_id]
+    if not trials:
+        raise ValueError(f"no trials of scenario {scenario_id!r} in run {run_id!r}")
+    latest = _latest(trials)
+    tally = ReliabilityTally(k=latest.k)
+    for trial in trials:
+        tally.add(trial.outcome)
+    return ScenarioSummary(
+        run_id=run_id,
+        scenario_id=scenario_id,
+        k=tally.k,
+        n=tally.n,
+        passed=tally.passed,
+        failed=tally.failed,
+        errors=tally.errors,
+        pass_at_k=tally.pass_at_k,
+        pass_hat_k=tally.pass_hat_k,
+        scenario_passed=tally.scenario_passed,
+        last_verdict_at=latest.verdict_at,
+    )

@@ -1,0 +1,154 @@
+"""The store's contract, written once and run against every backend by subclassing
+(as eventsourcing does): SQLite in tests/unit/sink/test_store_sqlite.py, PostgreSQL in
+tests/integration/test_store_postgres.py. A subclass provides the `store` fixture."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from services.sink.store import Store
+from tests.unit.sink import factories as f
+
+
+class StoreContract:
+    store: Store
+
+    def test_an_empty_store_answers_with_nothing(self, store: Store) -> None:
+        assert store.trials("run-1") == []
+        assert store.summaries("run-1") == []
+        assert store.runs() == []
+
+    def test_each_event_produces_its_row(self, store: Store) -> None:
+        store.apply_many(f.run_events())
+        dump = store.dump()
+        assert len(dump["trials"]) == 7
+        assert len(dump["gate_results"]) == 14
+        assert len(dump["judge_verdicts"]) == 7
+        assert len(dump["transcripts"]) == 7
+        assert [s["scenario_id"] for s in dump["scenario_summaries"]] == [
+            "billing", "followup", "triage"
+        ]
+        assert store.runs() == ["run-1"]
+
+    def test_reapplying_the_same_events_gives_the_same_rows(self, store: Store) -> None:
+        events = f.run_events()
+        store.apply_many(events)
+        first = store.dump()
+        for event in events:  # redelivered one by one, as a restarted worker would
+            store.apply(event)
+        assert store.dump() == first
+
+    def test_duplicate_derived_events_make_one_row(self, store: Store) -> None:
+        v = f.verdict("t-dup", "failed")
+        g = f.gate("t-dup", "state", False)
+        j = f.judge("t-dup", "polite", "failed")
+        store.apply_many([v, g, j, v, g, j])
+        store.apply(v)
+        dump = store.dump()
+        assert [t["trial_id"] for t in dump["trials"]] == ["t-dup"]
+        assert len(dump["gate_results"]) == 1
+        assert len(dump["judge_verdicts"]) == 1
+        assert dump["scenario_summaries"][0]["n"] == 1
+
+    def test_arrival_order_does_not_change_the_rows(self, store: Store) -> None:
+        regrade = f.verdict("run-1-f2", "passed", scenario_id="followup", version="v2", when=50)
+        events = f.run_events() + [regrade]
+        store.apply_many(events)
+        in_order = store.dump()
+        store.reset()
+        shuffled = events[:]
+        random.Random(7).shuffle(shuffled)
+        for event in shuffled:
+            store.apply(event)
+        assert store.dump() == in_order
+
+    def test_a_regrade_replaces_the_verdict_and_a_stale_copy_does_not(self, store: Store) -> None:
+        old = f.verdict("t-1", "failed", version="v1", when=10)
+        new = f.verdict("t-1", "passed", version="v2", when=20)
+        store.apply(old)
+        store.apply(new)
+        store.apply(old)  # a late redelivery of the superseded verdict
+        (trial,) = store.trials("run-1")
+        assert (trial.outcome, trial.scenario_version) == ("passed", "v2")
+        assert trial.failed_checks == []
+
+    def test_a_trial_moved_to_another_scenario_leaves_its_old_summary(self, store: Store) -> None:
+        store.apply(f.verdict("t-1", "failed", scenario_id="typo", when=1))
+        store.apply(f.verdict("t-2", "passed", scenario_id="billing", when=1))
+        store.apply(f.verdict("t-1", "passed", scenario_id="billing", version="v2", when=2))
+        assert [(s.scenario_id, s.n, s.passed) for s in store.summaries("run-1")] == [
+            ("billing", 2, 2)
+        ]
+
+    def test_a_new_gate_result_for_the_same_gate_replaces_the_old(self, store: Store) -> None:
+        store.apply(f.gate("t-1", "state", False, version="v1", when=1))
+        store.apply(f.gate("t-1", "state", True, version="v2", when=2))
+        (row,) = store.gate_results("run-1")
+        assert (row.passed, row.scenario_version, row.reasons) == (True, "v2", [])
+
+    @pytest.mark.parametrize(
+        ("outcomes", "k", "expected"),
+        [
+            # n < k: insufficient, no estimate, not passed
+            (["passed", "passed"], 3, (2, 2, 0, 0, None, None, False)),
+            # n == k, all passed
+            (["passed"] * 3, 3, (3, 3, 0, 0, 1.0, 1.0, True)),
+            # n > k, unbiased: pass^3 = C(4,3)/C(5,3) = 0.4, pass@3 = 1
+            (["passed"] * 4 + ["failed"], 3, (5, 4, 1, 0, 1.0, 0.4, False)),
+            # an error counts in n and never as a pass
+            (["passed", "passed", "error"], 3, (3, 2, 0, 1, 1.0, 0.0, False)),
+        ],
+    )
+    def test_the_summary_is_recomputed_from_the_trials(
+        self, store: Store, outcomes: list[str], k: int, expected: tuple
+    ) -> None:
+        for i, outcome in enumerate(outcomes):
+            store.apply(f.verdict(f"t{i}", outcome, k=k, when=i))
+        (s,) = store.summaries("run-1")
+        assert (s.n, s.passed, s.failed, s.errors, s.pass_at_k, s.pass_hat_k,
+                s.scenario_passed) == pytest.approx(expected)
+        assert s.k == k
+
+    def test_a_regrade_updates_the_summary(self, store: Store) -> None:
+        store.apply_many([f.verdict(f"t{i}", "passed", when=i) for i in range(3)])
+        assert store.summaries("run-1")[0].scenario_passed is True
+        store.apply(f.verdict("t1", "failed", version="v2", when=9))
+        (s,) = store.summaries("run-1")
+        assert (s.passed, s.failed, s.scenario_passed) == (2, 1, False)
+
+    def test_summaries_are_per_run_and_scenario(self, store: Store) -> None:
+        store.apply(f.verdict("a", "passed", run_id="r1", scenario_id="s1"))
+        store.apply(f.verdict("b", "failed", run_id="r1", scenario_id="s2"))
+        store.apply(f.verdict("c", "passed", run_id="r2", scenario_id="s1"))
+        assert [(s.scenario_id, s.n) for s in store.summaries("r1")] == [("s1", 1), ("s2", 1)]
+        assert [(s.scenario_id, s.passed) for s in store.summaries("r2")] == [("s1", 1)]
+        assert store.runs() == ["r1", "r2"]
+
+    def test_the_transcript_keeps_tool_calls_for_debugging(self, store: Store) -> None:
+        store.apply(f.conversation("t-1"))
+        transcript = store.transcript("t-1")
+        assert transcript is not None
+        roles = [m["role"] for m in transcript.messages]
+        assert roles == ["user", "assistant", "tool", "assistant"]
+        assert transcript.tool_calls == [
+            {"message_index": 1, "id": "call-1", "name": "save_report",
+             "arguments": '{"fault": "pump"}', "result": '{"ok": true}'}
+        ]
+        assert store.transcript("nope") is None
+
+    def test_trial_rows_keep_what_the_report_needs(self, store: Store) -> None:
+        store.apply(f.verdict("t-1", "failed", failed=[("judge:polite", "was rude")]))
+        (trial,) = store.trials("run-1")
+        assert trial.failed_checks == [{"check": "judge:polite", "reason": "was rude"}]
+        assert trial.metrics is not None and trial.metrics["turns"] == 6
+        assert trial.verdict_at == f.at(1.0)
+        assert trial.finished_at == f.at(0)
+
+    def test_reset_leaves_an_empty_projection(self, store: Store) -> None:
+        store.apply_many(f.run_events())
+        store.reset()
+        assert all(rows == [] for rows in store.dump().values())
+        store.apply(f.verdict("t-1", "passed"))
+        assert len(store.trials("run-1")) == 1
