@@ -112,7 +112,8 @@ def classify(exc: BaseException) -> _Failure:
         return _Failure("connection", f"cannot reach the model: {exc}")
     if isinstance(exc, openai.APIStatusError):
         retry_after = retry_after_seconds(exc.response.headers)
-        detail = f"HTTP {exc.status_code}: {str(exc.message)[:300]}"
+        body = exc.body if isinstance(exc.body, dict) else {}
+        detail = f"HTTP {exc.status_code}: {str(body.get('message') or exc.message)[:300]}"
         if exc.status_code == 429:
             return _Failure("rate_limited", detail, retry_after)
         if exc.status_code >= 500:

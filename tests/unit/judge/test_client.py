@@ -7,12 +7,21 @@ import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
+import httpx2
+import openai
 import pytest
 from prometheus_client import CollectorRegistry
 
 from schemas.events import Message
-from services.judge.client import JudgeClient, RetryPolicy, retry_after_seconds
+from services.judge.client import (
+    RETRYABLE,
+    JudgeClient,
+    RetryPolicy,
+    classify,
+    retry_after_seconds,
+)
 from services.judge.metrics import JudgeMetrics
+from services.judge.prompt import MalformedAnswer
 from tests.unit.judge.conftest import StartStandin, standin_stats
 
 FAST = RetryPolicy(max_retries=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -52,6 +61,7 @@ async def test_429_honours_retry_after_then_errors(standin: StartStandin) -> Non
     result = await judge.judge("j", "x", transcript("[[standin:429]]"))
     assert time.monotonic() - started >= 2 * 0.6  # the backoff alone would be 0.01 s
     assert result.answer is None and result.cause == "rate_limited"
+    assert result.detail == "HTTP 429: [stand-in] injected rate limit"
     stats = await standin_stats(url)
     # Alone, nothing proves the failure is this trial's: two attempts, a canary that answers,
     # two more attempts (the model may have just come back), a canary again, then error.
@@ -171,3 +181,28 @@ def test_backoff_is_capped_and_retry_after_wins() -> None:
         assert ceiling / 2 <= delay <= ceiling
     assert policy.delay(1, retry_after_s=3.0) == 3.0
     assert policy.delay(1, retry_after_s=600.0) == 20
+
+
+def _status_error(cls: type[openai.APIStatusError], status: int, **headers: str) -> Exception:
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    response = httpx2.Response(status, headers=headers, request=request)
+    return cls("Error code", response=response, body={"message": "the server's words"})
+
+
+@pytest.mark.parametrize(
+    ("exc", "cause", "retry_after"),
+    [
+        (_status_error(openai.RateLimitError, 429, **{"retry-after": "3"}), "rate_limited", 3.0),
+        (_status_error(openai.InternalServerError, 503), "server_error", None),
+        (_status_error(openai.AuthenticationError, 401), "client_error", None),
+        (_status_error(openai.BadRequestError, 400), "client_error", None),
+        (TimeoutError(), "timeout", None),
+        (MalformedAnswer("not JSON"), "malformed_answer", None),
+    ],
+)
+def test_causes(exc: Exception, cause: str, retry_after: float | None) -> None:
+    failure = classify(exc)
+    assert failure.cause == cause and failure.retry_after_s == retry_after
+    if isinstance(exc, openai.APIStatusError):
+        assert failure.detail.endswith("the server's words")
+    assert (cause in RETRYABLE) is (cause != "client_error")

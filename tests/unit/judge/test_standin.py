@@ -44,3 +44,35 @@ async def test_http_surface(standin: StartStandin) -> None:
     async with aiohttp.ClientSession() as http:
         await http.post(url.removesuffix("/v1") + "/stats/reset")
     assert (await standin_stats(url)).get("requests", 0) == 0
+
+
+async def test_server_wide_fault_rates(standin: StartStandin) -> None:
+    url = await standin(fail_rate_429=1.0, retry_after_s=2.5)
+    body = {"model": "m", "messages": [{"role": "user", "content": "judge_id: j\nhi"}]}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{url}/chat/completions", json=body) as r:
+            assert r.status == 429 and r.headers["Retry-After"] == "2.5"
+
+
+def test_cli_port_0_prints_the_chosen_port_and_binds_locally_only() -> None:
+    import re
+    import subprocess
+    import sys
+
+    from tests.support import ROOT, stop
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "judge-standin", "--port", "0"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert re.search(r"stand-in \(not a model\) listening on http://127\.0\.0\.1:\d+/v1", line)
+    finally:
+        stop(proc)  # type: ignore[arg-type]
+    refused = subprocess.run(
+        [sys.executable, "-m", "services.cli", "judge-standin", "--host", "0.0.0.0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "local host only" in refused.stderr
