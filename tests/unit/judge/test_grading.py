@@ -118,3 +118,19 @@ async def test_without_a_model_llm_judges_error_and_deterministic_ones_run() -> 
     g = Grader(client=None, cache=None, metrics=None, model="gpt-4o-mini")
     verdicts = await g.grade(trial("t1"), SCENARIO)
     assert [v.result for v in verdicts] == ["error", "error", "passed"]
+
+
+async def test_regrading_after_an_unrelated_change_makes_no_call(
+    standin: StartStandin, tmp_path: Path
+) -> None:
+    url = await standin()
+    g = grader(url, tmp_path, CollectorRegistry())
+    await g.grade(trial("t1"), SCENARIO)
+    edited = SCENARIO.model_copy(
+        update={"description": "an unrelated edit", "version": None}
+    ).versioned()
+    assert edited.version != SCENARIO.version
+    verdicts = await g.grade(trial("t1"), edited)
+    assert all(v.cached for v in verdicts if v.judge_kind == "llm")
+    assert {v.scenario_version for v in verdicts} == {edited.version}
+    assert (await standin_stats(url))["requests"] == 2  # only the first grading asked
