@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sqlalchemy import inspect
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel
 
 
@@ -54,11 +55,12 @@ class VerdictCache:
         self.lookups = lookups
 
     def create(self) -> None:
+        table = SQLModel.metadata.tables[str(JudgeCacheEntry.__tablename__)]
         try:
-            table = SQLModel.metadata.tables[str(JudgeCacheEntry.__tablename__)]
             SQLModel.metadata.create_all(self.engine, tables=[table])
-        except OperationalError as exc:  # another worker created it at the same moment
-            if "already exists" not in str(exc):
+        except SQLAlchemyError:
+            # Two workers starting at once both see no table; the loser's CREATE fails.
+            if not inspect(self.engine).has_table(table.name):
                 raise
 
     def get(self, key: str) -> CachedAnswer | None:

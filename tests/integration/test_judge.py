@@ -6,6 +6,7 @@ import json
 import socket
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from tests.support import (
     wait_for,
 )
 from tests.unit.factories import conversation, scenario
+from tests.unit.judge.test_cache import CacheContract
 
 pytestmark = pytest.mark.integration
 
@@ -205,3 +207,15 @@ def base64_key(dead_letter: dict[str, Any]) -> str:
     import base64
 
     return base64.b64decode(dead_letter["key_b64"]).decode()
+
+
+@pytest.mark.postgres
+class TestPostgresCache(CacheContract):
+    """The judge cache on PostgreSQL (skipped without PASSK_TEST_POSTGRES_URL)."""
+
+    @pytest.fixture
+    def url(self) -> Iterator[str]:
+        from tests.integration.test_store_postgres import fresh_schema, postgres_url
+
+        with fresh_schema(postgres_url()) as url:
+            yield url

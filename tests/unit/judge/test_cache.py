@@ -42,15 +42,36 @@ def entry(key: str, passed: bool = True) -> JudgeCacheEntry:
     )
 
 
-def test_store_round_trip_and_lookups_off(tmp_path: Path) -> None:
-    engine = engine_for(f"sqlite:///{tmp_path / 'cache.db'}")
-    cache = VerdictCache(engine)
-    cache.create()
-    cache.create()  # idempotent
-    key = cache_key(*BASE)
-    assert cache.get(key) is None
-    cache.put(entry(key, passed=False))
-    cache.put(entry(key, passed=False))  # a second worker storing the same answer
-    hit = cache.get(key)
-    assert hit is not None and hit.passed is False and hit.answered_by == "passk-standin"
-    assert VerdictCache(engine, lookups=False).get(key) is None  # PASSK_JUDGE_CACHE=0
+class CacheContract:
+    """The cache's behaviour, written once; run on SQLite here and on PostgreSQL in
+    tests/integration/test_judge.py."""
+
+    @pytest.fixture
+    def url(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'cache.db'}"
+
+    def test_store_round_trip_and_lookups_off(self, url: str) -> None:
+        engine = engine_for(url)
+        cache = VerdictCache(engine)
+        cache.create()
+        cache.create()  # idempotent
+        key = cache_key(*BASE)
+        assert cache.get(key) is None
+        cache.put(entry(key, passed=False))
+        cache.put(entry(key, passed=False))  # a second worker storing the same answer
+        hit = cache.get(key)
+        assert hit is not None and hit.passed is False and hit.answered_by == "passk-standin"
+        assert (hit.input_tokens, hit.output_tokens) == (10, 2)
+        assert VerdictCache(engine, lookups=False).get(key) is None  # PASSK_JUDGE_CACHE=0
+
+    async def test_async_access(self, url: str) -> None:
+        cache = VerdictCache(engine_for(url))
+        cache.create()
+        key = cache_key("m", "p", "a long assertion " * 200, "t")
+        await cache.aput(entry(key))
+        hit = await cache.aget(key)
+        assert hit is not None and hit.passed is True
+
+
+class TestSqliteCache(CacheContract):
+    pass
