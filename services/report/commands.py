@@ -1,0 +1,103 @@
+"""`passk report`, `passk gate` (the deploy gate) and `passk rebuild`."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from services.report.domain import RunReport
+
+
+def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list[str], str]:
+    """The run's report, the runs the projection knows (for a helpful error), its URL."""
+    from services.common.settings import get_settings
+    from services.report.domain import build_report
+    from services.sink.store import Store
+
+    store = Store(database_url or get_settings().database_url)
+    try:
+        trials = store.trials(run_id)
+        return build_report(run_id, trials), ([] if trials else store.runs()), store.url
+    finally:
+        store.close()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        run_id: str = typer.Option(..., "--run-id", help="the run to report on"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
+    ) -> None:
+        """pass@k and pass^k per scenario of a run, and the checks that fail most."""
+        from services.report.domain import report_json
+        from services.report.render import print_report
+
+        result, runs, url = _load_report(run_id, database_url)
+        if not result.trials:
+            known = ", ".join(runs[:10]) + (", …" if len(runs) > 10 else "") or "none"
+            Console(stderr=True).print(
+                f"[red]unknown run {run_id!r}: no trial verdicts in the projection "
+                f"({url}). Known runs: {known}[/red]", soft_wrap=True
+            )
+            raise typer.Exit(2)
+        if as_json:
+            typer.echo(json.dumps(report_json(result), ensure_ascii=False))
+        else:
+            print_report(result, Console())
+
+    @app.command()
+    def gate(
+        run_id: str = typer.Option(..., "--run-id", help="the run to gate"),
+        expect_scenarios: int = typer.Option(
+            None, "--expect-scenarios", min=1, help="fail unless this many scenarios were seen"
+        ),
+        database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
+    ) -> None:
+        """The deploy gate: exit 0 when every scenario passed pass^k, 1 when any failed or
+        has too few trials, 2 when the run has no trials at all."""
+        from services.report.domain import gate_decision
+        from services.report.render import print_gate
+
+        result, _, _ = _load_report(run_id, database_url)
+        decision = gate_decision(result, expect_scenarios)
+        print_gate(decision, Console(stderr=decision.exit_code == 2))
+        raise typer.Exit(decision.exit_code)
+
+    @app.command()
+    def rebuild(
+        database_url: str = typer.Option(None, help="rebuild into this database "
+                                         "(default: PASSK_DATABASE_URL)"),
+    ) -> None:
+        """Recreate the SQL projection from the log (drops and recreates its tables).
+        Stop the sink first, or rebuild into another database."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        from services.common.settings import get_settings
+        from services.sink.rebuild import rebuild as run_rebuild
+
+        url = database_url or get_settings().database_url
+        console = Console(stderr=True)
+        with Progress(
+            "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console,
+        ) as bar:
+            task = bar.add_task("records", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            try:
+                stats = run_rebuild(database_url=url, progress=progress)
+            except RuntimeError as exc:
+                console.print(f"[red]rebuild failed: {exc}[/red]")
+                raise typer.Exit(1) from exc
+        skipped = ", ".join(f"{r}: {n}" for r, n in sorted(stats.skipped.items())) or "none"
+        console.print(
+            f"rebuilt the projection at {url}: {stats.records} records read, "
+            f"{stats.stored} stored, skipped {skipped}", soft_wrap=True
+        )

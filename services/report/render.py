@@ -1,0 +1,60 @@
+"""Printing a run's report and the deploy gate's decision with rich."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from services.report.domain import GateDecision, RunReport, ScenarioReport
+
+
+def figure(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def verdict_cell(scenario: ScenarioReport) -> str:
+    if scenario.insufficient:
+        return "[yellow]insufficient trials[/yellow]"
+    return "[green]✔[/green]" if scenario.scenario_passed else "[red]✘[/red]"
+
+
+def scenarios_table(report: RunReport) -> Table:
+    table = Table(title=f"run {report.run_id}: reliability per scenario")
+    table.add_column("scenario")
+    for name in ("k", "n", "passed", "failed", "errors", "pass@k", "pass^k"):
+        table.add_column(name, justify="right")
+    table.add_column("scenario passed", justify="center")
+    for s in report.scenarios:
+        table.add_row(
+            s.scenario_id, str(s.k), str(s.n), str(s.passed), str(s.failed), str(s.errors),
+            figure(s.pass_at_k), figure(s.pass_hat_k), verdict_cell(s),
+        )
+    return table
+
+
+def failing_checks_table(report: RunReport) -> Table:
+    table = Table(title="checks that fail most")
+    table.add_column("check")
+    table.add_column("failures", justify="right")
+    table.add_column("share of trials", justify="right")
+    table.add_column("example reason", overflow="fold")
+    for c in report.failing_checks:
+        table.add_row(c.check, str(c.failures), f"{c.share:.0%}", c.example_reason)
+    return table
+
+
+def print_report(report: RunReport, console: Console) -> None:
+    console.print(scenarios_table(report))
+    if report.failing_checks:
+        console.print(failing_checks_table(report))
+    else:
+        console.print("no check failed in this run")
+
+
+def print_gate(decision: GateDecision, console: Console) -> None:
+    for scenario_id in decision.passed:
+        console.print(f"[green]✔[/green] {scenario_id}")
+    for failure in decision.failures:
+        console.print(f"[red]✘[/red] {failure.scenario_id}: {failure.why}", soft_wrap=True)
+    style = {0: "green", 1: "red"}.get(decision.exit_code, "yellow")
+    console.print(f"[{style}]{decision.message}[/{style}]", soft_wrap=True)
