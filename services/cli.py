@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "services.scenarios.commands",
     "services.judge.commands",
     "services.report.wait",
+    "services.report.commands",
 )
 
 
