@@ -205,12 +205,16 @@ class JudgeClient:
         try:
             completion, elapsed = await self._request(judge_id, messages)
         except openai.BadRequestError as exc:
-            if self._answer_mode != "json_schema":
+            if self._answer_mode != "json_schema" or not _about_response_format(exc):
                 raise
             # A server without JSON-schema response formats: ask with a forced tool call.
             log.warning("model rejected response_format (%s); using a tool call", exc.message)
             self._answer_mode = "tool"
-            completion, elapsed = await self._request(judge_id, messages)
+            try:
+                completion, elapsed = await self._request(judge_id, messages)
+            except openai.BadRequestError:
+                self._answer_mode = "json_schema"  # refused either way: not about the format
+                raise
         self._answered += 1
         choice = completion.choices[0] if completion.choices else None
         try:
@@ -317,6 +321,11 @@ class JudgeClient:
             log.info("canary failed: %s", classify(exc).detail)
             return False
         return True
+
+
+def _about_response_format(exc: openai.BadRequestError) -> bool:
+    text = f"{exc.param or ''} {exc.message}".lower()
+    return any(word in text for word in ("response_format", "json_schema", "response format"))
 
 
 def _add_usage(completion: Any, input_tokens: int, output_tokens: int) -> tuple[int, int]:

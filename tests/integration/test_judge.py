@@ -168,6 +168,7 @@ def test_every_judge_gets_a_verdict_faults_error_replays_hit_the_cache_outages_d
             stats = http_json(standin_url + "/stats")
             assert stats["fault_429"] >= 6 and stats["fault_500"] >= 6
             assert stats["fault_hang"] >= 6 and stats["fault_malformed"] >= 6
+            assert 4 <= stats["max_in_flight"] <= 8  # many calls at once, bounded per worker
             assert {base64_key(d) for _, d, _ in dead} == {"bad-1", "bad-2"}
             assert {d["reason"] for _, d, _ in dead} == {"invalid_json", "unknown_scenario"}
 
