@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from schemas.events import Label
+from services.sink.domain import (
+    GateRecord,
+    JudgeRecord,
+    TranscriptRecord,
+    TrialRecord,
+    as_utc,
+    problem_with,
+    record_for,
+    summarize,
+    trial_record,
+)
+from tests.unit.sink import factories as f
+
+
+@pytest.mark.parametrize(
+    ("event", "kind", "key"),
+    [
+        (f.verdict("t1", "failed"), TrialRecord, ("t1",)),
+        (f.gate("t1", "state", False), GateRecord, ("t1", "state")),
+        (f.judge("t1", "polite", "passed"), JudgeRecord, ("t1", "polite")),
+        (f.conversation("t1"), TranscriptRecord, ("t1",)),
+    ],
+)
+def test_each_event_makes_one_row_under_its_natural_key(event, kind, key) -> None:
+    record = record_for(event)
+    assert type(record) is kind
+    names = [n for n, fi in kind.model_fields.items() if getattr(fi, "primary_key", False) is True]
+    assert tuple(getattr(record, n) for n in names) == key
+    assert record.event_id == event.event_id
+
+
+def test_a_verdict_row_keeps_what_the_report_and_debugging_need() -> None:
+    row = trial_record(f.verdict("t1", "failed", failed=[("judge:polite", "rude")], when=5))
+    assert row.failed_checks == [{"check": "judge:polite", "reason": "rude"}]
+    assert (row.k, row.outcome, row.agent_version, row.exit_reason) == (
+        3, "failed", "agent-7", "product_closed")
+    assert row.metrics is not None and row.metrics["turns"] == 6
+    assert row.verdict_at == f.at(5) and row.finished_at == f.at(0)
+
+
+def test_the_transcript_pairs_each_tool_call_with_its_answer() -> None:
+    row = record_for(f.conversation("t1"))
+    assert isinstance(row, TranscriptRecord)
+    assert row.tool_calls == [{"message_index": 1, "id": "call-1", "name": "save_report",
+                               "arguments": '{"fault": "pump"}', "result": '{"ok": true}'}]
+    assert row.messages[2] == {"role": "tool", "content": '{"ok": true}', "tool_call_id": "call-1"}
+
+
+def test_unknown_fields_of_an_input_event_are_kept() -> None:
+    event = f.conversation("t1")
+    event = type(event).model_validate({**event.model_dump(mode="json"), "harness": "ci-7"})
+    row = record_for(event)
+    assert isinstance(row, TranscriptRecord) and row.extra == {"harness": "ci-7"}
+
+
+def test_events_the_sink_does_not_store_are_refused() -> None:
+    with pytest.raises(TypeError):
+        record_for(Label(event_id="l", trial_id="t", judge_id="j", passed=True))  # type: ignore[arg-type]
+
+
+def test_a_verdict_without_a_usable_k_is_a_problem() -> None:
+    assert problem_with(f.verdict("t1", "passed", k=0)) is not None
+    assert problem_with(f.verdict("t1", "passed", k=1)) is None
+
+
+def test_times_are_stored_in_utc() -> None:
+    plus2 = timezone(timedelta(hours=2))
+    assert as_utc(datetime(2026, 1, 1, 14, tzinfo=plus2)) == datetime(2026, 1, 1, 12, tzinfo=UTC)
+    assert as_utc(datetime(2026, 1, 1, 14)) == datetime(2026, 1, 1, 14, tzinfo=UTC)
+    assert as_utc(datetime(2026, 1, 1, 14, tzinfo=plus2)).tzinfo is UTC
+    assert as_utc(None) is None
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "expected"),
+    [
+        (["passed", "passed"], (2, 2, 0, 0, None, None, False)),
+        (["passed"] * 3, (3, 3, 0, 0, 1.0, 1.0, True)),
+        (["passed"] * 4 + ["failed"], (5, 4, 1, 0, 1.0, 0.4, False)),
+        (["passed", "error", "passed"], (3, 2, 0, 1, 1.0, 0.0, False)),
+    ],
+)
+def test_summary_of_one_scenario(outcomes: list[str], expected: tuple) -> None:
+    rows = [trial_record(f.verdict(f"t{i}", o, when=i)) for i, o in enumerate(outcomes)]
+    rows.append(trial_record(f.verdict("other", "failed", scenario_id="elsewhere")))
+    s = summarize("run-1", "billing", rows)
+    assert (s.n, s.passed, s.failed, s.errors, s.pass_at_k, s.pass_hat_k,
+            s.scenario_passed) == pytest.approx(expected)
+
+
+def test_the_latest_verdict_sets_k() -> None:
+    rows = [trial_record(f.verdict("t1", "passed", k=5, when=1)),
+            trial_record(f.verdict("t2", "passed", k=2, version="v2", when=9))]
+    s = summarize("run-1", "billing", rows)
+    assert (s.k, s.scenario_passed, s.last_verdict_at) == (2, True, f.at(9))
+
+
+def test_a_summary_needs_trials() -> None:
+    with pytest.raises(ValueError):
+        summarize("run-1", "billing", [])
