@@ -59,7 +59,7 @@ test-e2e: kafka-up ## the whole pipeline as an operator runs it
 	$(BIN)/pytest -q -ra tests/e2e
 
 lint: install ## ruff
-	$(BIN)/ruff check schemas services tests
+	$(BIN)/ruff check schemas services tests bench
 
 typecheck: install ## mypy
 	$(BIN)/mypy schemas services
@@ -67,8 +67,8 @@ typecheck: install ## mypy
 schemas: install ## regenerate the JSON Schema files in schemas/json from the models
 	$(BIN)/python -m schemas.generate
 
-bench: kafka-up ## benchmarks (ratios against a baseline measured in the same run)
-	@bash bench/run.sh
+bench: install ## benchmarks: judge throughput vs concurrency/latency, with a concurrency-1 baseline
+	$(BIN)/python bench/judge_throughput.py
 
 clean: ## remove local state (var/), keeping the venv and the jar cache
 	rm -rf var
