@@ -73,6 +73,11 @@ def test_sink_report_gate_and_rebuild(settings: Settings, tmp_path: Path, backen
         # duplicates, as an at-least-once upstream delivers them
         send(settings, run_events + run_events[:10] + ok_events)
         produce(settings, Topic.TRIAL_VERDICTS, [("bad-1", b"{not json")])
+        refused = []
+        if backend == "postgres":  # PostgreSQL text cannot hold NUL: the row is refused
+            nul = f.verdict("nul\x00trial", "passed", run_id="run-1", scenario_id="billing")
+            send(settings, [nul])
+            refused = [("sink", "unwritable", f"{settings.topic_prefix}trial-verdicts.v1")]
         expected = {"trials": 10, "gate_results": 20, "judge_verdicts": 10, "transcripts": 10,
                     "scenario_summaries": 4}
 
@@ -86,9 +91,10 @@ def test_sink_report_gate_and_rebuild(settings: Settings, tmp_path: Path, backen
             wait_for(lambda: settled(settings, ["sink"]), timeout=60, what="sink caught up")
             assert counts(live) == expected
 
-        dead = [v for _, v, _ in read_topic(settings, Topic.DEAD_LETTERS, min_count=1)]
+        dead = sorted((v for _, v, _ in read_topic(
+            settings, Topic.DEAD_LETTERS, min_count=1 + len(refused))), key=lambda d: d["reason"])
         assert [(d["processor"], d["reason"], d["source_topic"]) for d in dead] == [
-            ("sink", "invalid_json", f"{settings.topic_prefix}trial-verdicts.v1")
+            ("sink", "invalid_json", f"{settings.topic_prefix}trial-verdicts.v1"), *refused
         ]
         assert base64.b64decode(dead[0]["value_b64"]) == b"{not json"
 
@@ -123,7 +129,8 @@ def test_sink_report_gate_and_rebuild(settings: Settings, tmp_path: Path, backen
 
         rebuilt = passk(settings, "rebuild", "--database-url", rebuilt_url, url=live_url)
         assert rebuilt.returncode == 0, rebuilt.stderr
-        assert "skipped invalid_json: 1" in rebuilt.stderr
+        assert "invalid_json: 1" in rebuilt.stderr
+        assert ("unwritable: 1" in rebuilt.stderr) is bool(refused)
         assert Store(rebuilt_url).dump() == live.dump()
         # rebuilding again starts from a fresh schema: the same rows, not doubled
         assert passk(settings, "rebuild", "--database-url", rebuilt_url,

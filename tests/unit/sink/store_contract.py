@@ -5,6 +5,7 @@ tests/integration/test_store_postgres.py. A subclass provides the `store` fixtur
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -110,6 +111,14 @@ class StoreContract:
         assert (s.n, s.passed, s.failed, s.errors, s.pass_at_k, s.pass_hat_k,
                 s.scenario_passed) == pytest.approx(expected)
         assert s.k == k
+
+    def test_concurrent_writers_never_lose_a_trial_from_the_summary(self, store: Store) -> None:
+        # Several sink workers land trials of one scenario at the same moment.
+        verdicts = [f.verdict(f"t{i:02d}", "passed", when=i) for i in range(24)]
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            list(pool.map(store.apply, verdicts))
+        (s,) = store.summaries("run-1")
+        assert (s.n, s.passed) == (24, 24)
 
     def test_a_regrade_updates_the_summary(self, store: Store) -> None:
         store.apply_many([f.verdict(f"t{i}", "passed", when=i) for i in range(3)])
