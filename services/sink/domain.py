@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from sqlmodel import JSON, Field, SQLModel
 
@@ -27,6 +27,10 @@ from services.aggregate.estimators import ReliabilityTally
 SinkEvent = TrialVerdict | GateResult | JudgeVerdict | ConversationFinished
 
 
+@overload
+def as_utc(value: datetime) -> datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
 def as_utc(value: datetime | None) -> datetime | None:
     """Every stored time is aware UTC (a naive one is taken to be UTC already)."""
     if value is None:
