@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list[str], str]:
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
+    from sqlalchemy.exc import OperationalError
+
     from services.common.settings import get_settings
     from services.report.domain import build_report
     from services.sink.store import Store
@@ -22,6 +24,12 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
     try:
         trials = store.trials(run_id)
         return build_report(run_id, trials), ([] if trials else store.runs()), store.url
+    except OperationalError as exc:
+        Console(stderr=True).print(
+            f"[red]cannot read the projection at {store.url}: {exc.orig or exc}[/red]",
+            soft_wrap=True,
+        )
+        raise typer.Exit(2) from exc
     finally:
         store.close()
 
@@ -76,6 +84,7 @@ def register(app: typer.Typer) -> None:
         """Recreate the SQL projection from the log (drops and recreates its tables).
         Stop the sink first, or rebuild into another database."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        from sqlalchemy.exc import OperationalError
 
         from services.common.settings import get_settings
         from services.sink.rebuild import rebuild as run_rebuild
@@ -93,8 +102,8 @@ def register(app: typer.Typer) -> None:
 
             try:
                 stats = run_rebuild(database_url=url, progress=progress)
-            except RuntimeError as exc:
-                console.print(f"[red]rebuild failed: {exc}[/red]")
+            except (RuntimeError, OperationalError) as exc:
+                console.print(f"[red]rebuild failed: {exc}[/red]", soft_wrap=True)
                 raise typer.Exit(1) from exc
         skipped = ", ".join(f"{r}: {n}" for r, n in sorted(stats.skipped.items())) or "none"
         console.print(
