@@ -80,7 +80,7 @@ def read_topic(
             end = consumer.end_offsets(tps)
             out = []
             while any(consumer.position(tp) < end[tp] for tp in tps):
-                for tp, records in consumer.poll(timeout_ms=1000).items():
+                for records in consumer.poll(timeout_ms=1000).values():
                     for r in records:
                         out.append((r.key, json.loads(r.value), r.partition))
             return out
@@ -104,7 +104,7 @@ def running(
     """Run a passk process for the duration of a block; always stopped afterwards."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", *args] if args[0] != "-m" else [sys.executable, *args],
+            [sys.executable, "-m", "services.cli", *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -149,6 +149,6 @@ async def start_metrics() -> None:
     serve_metrics(settings.metrics_port)
 
 
-@app.on_before_shutdown.connect
+@app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub wants a signal kwarg
 async def close_catalog(sender: faust.App, **_: object) -> None:
     await catalog.stop()

@@ -117,8 +117,11 @@ async def handle(event: faust.types.EventT) -> None:
         common.events.labels(PROCESSOR, "deadline").inc()
         return
 
-    model = GateResult if topic == gate_topic else JudgeVerdict
-    result = decode(event.value, model, max_bytes=settings.max_event_bytes)
+    result: GateResult | JudgeVerdict | Rejection
+    if topic == gate_topic:
+        result = decode(event.value, GateResult, max_bytes=settings.max_event_bytes)
+    else:
+        result = decode(event.value, JudgeVerdict, max_bytes=settings.max_event_bytes)
     if isinstance(result, Rejection):
         return await _reject(event, result)
     if catalog.get(result.scenario_id, result.scenario_version) is None:
@@ -154,6 +157,6 @@ async def start_metrics() -> None:
     serve_metrics(settings.metrics_port)
 
 
-@app.on_before_shutdown.connect
+@app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub wants a signal kwarg
 async def close_catalog(sender: faust.App, **_: object) -> None:
     await catalog.stop()

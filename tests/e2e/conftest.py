@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from services.common.settings import Settings
+from services.common.status import processor_status
 from tests.support import ROOT, isolated_env, settled, stop, wait_for
 
 PROCESSORS = ["gate", "verdict", "judge", "sink"]
@@ -32,6 +33,7 @@ class Pipeline:
     env: dict[str, str]
     logs: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    last_status: str = ""
 
     def start(self, name: str, *args: str) -> None:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
@@ -56,8 +58,20 @@ class Pipeline:
         )
 
     def wait_settled(self, timeout: float = 120) -> None:
-        wait_for(lambda: settled(self.settings, PROCESSORS), timeout=timeout,
-                 interval=1.0, what="every processor consumed its inputs")
+        def check() -> bool | str:
+            statuses = processor_status(PROCESSORS, self.settings)
+            if all(s.ready and s.lag == 0 for s in statuses):
+                return True
+            self.last_status = "; ".join(f"{s.processor}: {s.state}/{s.members}/lag {s.lag}"
+                                         for s in statuses)
+            return False
+
+        self.last_status = ""
+        try:
+            wait_for(check, timeout=timeout, interval=1.0,
+                     what="every processor consumed its inputs")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; processors: {self.last_status}") from None
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
