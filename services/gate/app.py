@@ -9,7 +9,7 @@ import time
 import faust
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.app import DeadLetters, make_app, raw_topic
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics, serve_metrics
 from services.common.settings import get_settings
@@ -40,7 +40,7 @@ inputs = app.topic(
 )
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
-dead_letters = raw_topic(app, Topic.DEAD_LETTERS, settings)
+reject = DeadLetters(app, PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- tables
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
@@ -64,16 +64,11 @@ def _store(key: str, decision: domain.Decision) -> None:
         )
 
 
-async def _reject(event: faust.types.EventT, rejection: Rejection) -> None:
-    common.dead_letters.labels(event.message.topic, rejection.reason).inc()
-    await send_dead_letter(dead_letters, processor=PROCESSOR, event=event, rejection=rejection)
-
-
 async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     conv = grade.conversation
     scenario = catalog.get(conv.scenario_id)
     if scenario is None:
-        await _reject(event, Rejection("unknown_scenario", f"scenario {conv.scenario_id!r} "
+        await reject(event, Rejection("unknown_scenario", f"scenario {conv.scenario_id!r} "
                                        "is not published on the scenarios topic"))
         return False
     results = [exit_gate(conv, scenario), state_gate(conv, grade.session, scenario,
@@ -110,9 +105,9 @@ async def handle(event: faust.types.EventT) -> None:
     elif topic == conversation_topic:
         conv = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
         if isinstance(conv, Rejection):
-            return await _reject(event, conv)
+            return await reject(event, conv)
         if catalog.get(conv.scenario_id) is None:
-            return await _reject(event, Rejection(
+            return await reject(event, Rejection(
                 "unknown_scenario",
                 f"scenario {conv.scenario_id!r} is not published on the scenarios topic"))
         key = conv.session_id
@@ -120,13 +115,13 @@ async def handle(event: faust.types.EventT) -> None:
     else:
         sess = decode(event.value, SessionPersisted, max_bytes=settings.max_event_bytes)
         if isinstance(sess, Rejection):
-            return await _reject(event, sess)
+            return await reject(event, sess)
         key = sess.session_id
         decision = domain.on_session(_load(key), sess, now)
 
     common.events.labels(PROCESSOR, decision.note).inc()
     if decision.note == "session_conflict":
-        return await _reject(event, Rejection(
+        return await reject(event, Rejection(
             "session_conflict", f"session {key!r} is already joined to another trial"))
     if decision.note == "orphan_expired":
         metrics.orphan_sessions.inc()

@@ -17,7 +17,7 @@ import logging
 import faust
 
 from schemas.events import ConversationFinished
-from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.app import DeadLetters, make_app, raw_topic
 from services.common.codec import Rejection, decode, encode
 from services.common.db import engine_for
 from services.common.metrics import common_metrics, serve_metrics
@@ -38,7 +38,7 @@ app = make_app(PROCESSOR, settings)
 # --------------------------------------------------------------------------- topics
 conversations = raw_topic(app, Topic.CONVERSATION_FINISHED, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
-dead_letters = raw_topic(app, Topic.DEAD_LETTERS, settings)
+reject = DeadLetters(app, PROCESSOR, settings)
 
 catalog = ScenarioCatalog(settings)
 metrics = default_metrics()
@@ -77,11 +77,6 @@ async def grader() -> Grader:
     return _grader
 
 
-async def _reject(event: faust.types.EventT, rejection: Rejection) -> None:
-    common.dead_letters.labels(event.message.topic, rejection.reason).inc()
-    await send_dead_letter(dead_letters, processor=PROCESSOR, event=event, rejection=rejection)
-
-
 # --------------------------------------------------------------------------- agents
 @app.agent(conversations, concurrency=settings.judge_concurrency)
 async def judge_trials(stream: faust.StreamT) -> None:
@@ -93,13 +88,13 @@ async def judge_trials(stream: faust.StreamT) -> None:
 async def handle(event: faust.types.EventT) -> None:
     trial = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
     if isinstance(trial, Rejection):
-        return await _reject(event, trial)
+        return await reject(event, trial)
     # A scenario published moments before its traffic may not have been read yet.
     scenario = catalog.get(trial.scenario_id) or await catalog.wait_for(
         trial.scenario_id, timeout=SCENARIO_GRACE_S
     )
     if scenario is None:
-        return await _reject(
+        return await reject(
             event,
             Rejection(
                 "unknown_scenario",

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
 from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
-from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.app import DeadLetters, make_app, raw_topic
 from services.common.codec import Rejection, decode
 from services.common.metrics import common_metrics, serve_metrics
 from services.common.settings import get_settings
@@ -33,13 +33,7 @@ trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 conversations = raw_topic(app, Topic.CONVERSATION_FINISHED, settings)
-dead_letters = raw_topic(app, Topic.DEAD_LETTERS, settings)
-
-
-async def _reject(event: faust.types.EventT, rejection: Rejection) -> None:
-    common.dead_letters.labels(event.message.topic, rejection.reason).inc()
-    common.events.labels(PROCESSOR, "rejected").inc()
-    await send_dead_letter(dead_letters, processor=PROCESSOR, event=event, rejection=rejection)
+reject = DeadLetters(app, PROCESSOR, settings)
 
 
 async def _write(record: domain.SinkEvent) -> Rejection | None:
@@ -61,13 +55,13 @@ async def _write(record: domain.SinkEvent) -> Rejection | None:
 async def sink(event: faust.types.EventT, model: type[BaseModel]) -> None:
     decoded = decode(event.value, model, max_bytes=settings.max_event_bytes)
     if isinstance(decoded, Rejection):
-        return await _reject(event, decoded)
+        return await reject(event, decoded)
     problem = domain.problem_with(decoded)  # type: ignore[arg-type]
     if problem is not None:
-        return await _reject(event, Rejection("invalid_field", problem))
+        return await reject(event, Rejection("invalid_field", problem))
     refused = await _write(decoded)  # type: ignore[arg-type]
     if refused is not None:
-        return await _reject(event, refused)
+        return await reject(event, refused)
     common.events.labels(PROCESSOR, "stored").inc()
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import faust
 
 from schemas.events import GateResult, JudgeVerdict
-from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.app import DeadLetters, make_app, raw_topic
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics, serve_metrics
 from services.common.settings import get_settings
@@ -40,7 +40,7 @@ inputs = app.topic(
 )
 ticks = raw_topic(app, Topic.VERDICT_TICKS, settings)
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
-dead_letters = raw_topic(app, Topic.DEAD_LETTERS, settings)
+reject = DeadLetters(app, PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- tables
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
@@ -60,11 +60,6 @@ def _store(key: str, state: domain.TrialState | None) -> None:
         trials.pop(key, None)
     else:
         trials[key] = table_value(state.model_dump(mode="json"), domain.due_at(state, timing))
-
-
-async def _reject(event: faust.types.EventT, rejection: Rejection) -> None:
-    common.dead_letters.labels(event.message.topic, rejection.reason).inc()
-    await send_dead_letter(dead_letters, processor=PROCESSOR, event=event, rejection=rejection)
 
 
 def _scenario_for(state: domain.TrialState):  # type: ignore[no-untyped-def]
@@ -123,9 +118,9 @@ async def handle(event: faust.types.EventT) -> None:
     else:
         result = decode(event.value, JudgeVerdict, max_bytes=settings.max_event_bytes)
     if isinstance(result, Rejection):
-        return await _reject(event, result)
+        return await reject(event, result)
     if catalog.get(result.scenario_id, result.scenario_version) is None:
-        return await _reject(event, Rejection(
+        return await reject(event, Rejection(
             "unknown_scenario",
             f"scenario {result.scenario_id!r} version {result.scenario_version!r} is unknown"))
     key = result.trial_id

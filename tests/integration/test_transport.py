@@ -17,7 +17,7 @@ from kafka import KafkaProducer
 from pydantic import BaseModel
 
 from schemas.events import ConversationFinished, DeadLetter, SessionPersisted, TrialVerdict
-from services.common.app import make_app, raw_topic, send_dead_letter
+from services.common.app import DeadLetters, make_app, raw_topic
 from services.common.codec import Rejection, decode, encode
 from services.common.settings import Settings
 from services.common.topics import Topic, topic_name
@@ -229,11 +229,9 @@ async def test_a_large_unusable_message_can_still_be_dead_lettered(
     )
     app = make_app("transport-test", settings)
     try:
-        await send_dead_letter(
-            raw_topic(app, Topic.DEAD_LETTERS, settings),
-            processor="transport-test",
-            event=event,  # type: ignore[arg-type]
-            rejection=rejection,
+        await DeadLetters(app, "transport-test", settings)(
+            event,  # type: ignore[arg-type]
+            rejection,
         )
         await app.producer.flush()
     finally:
