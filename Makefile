@@ -47,7 +47,7 @@ demo: install ## the main job, end to end: scenarios, traffic, verdicts, report,
 	@bash infra/stack/demo.sh
 
 test: kafka-up ## the whole suite: unit, integration (real Kafka), e2e
-	$(BIN)/pytest -q -ra tests
+	$(BIN)/pytest -q -ra --durations=8 tests
 
 test-unit: install ## pure logic only, in seconds
 	$(BIN)/pytest -q tests/unit

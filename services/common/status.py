@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
 
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
@@ -38,7 +39,10 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
     admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers)
     try:
-        described = admin.describe_groups(list(groups.values()))
+        try:
+            described = admin.describe_groups(list(groups.values()))
+        except KafkaError:  # e.g. no coordinator yet on a fresh broker: not ready, not fatal
+            described = {}
         out = []
         for name, group in groups.items():
             info = described.get(group) or {}
