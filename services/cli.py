@@ -39,6 +39,11 @@ def worker(
 
     if service not in WORKERS:
         raise typer.BadParameter(f"unknown service {service!r}; choose from {', '.join(WORKERS)}")
+    from services.common.admin import create_topics
+
+    # Idempotent; the worker's inputs, outputs and table changelogs must exist before
+    # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
+    create_topics()
     module = importlib.import_module(f"services.{service}.app")
     level = loglevel or get_settings().log_level
     sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]

@@ -9,9 +9,14 @@ the agent re-examines that key in order with its other events.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import faust
+from faust.types import TP
+
+from services.common.settings import Settings
 
 
 def table_value(state: dict[str, Any], due_at: float | None) -> dict[str, Any]:
@@ -40,3 +45,68 @@ class DeadlineTicker:
         for key in [k for k, at in self._ticked.items() if now - at >= self.again_after_s]:
             del self._ticked[key]
         return sent
+
+
+class StreamClock:
+    """The time a deadline is measured on: how far the log has been read, not the wall.
+
+    Caught up on a partition, its time is the wall clock. Behind (say, just restarted with
+    a backlog), its time is the newest broker timestamp read from it so far. A deadline on
+    a key therefore fires only once everything written to its partitions before the
+    deadline has been read: a worker that was down does not fail trials whose answer is
+    sitting in its backlog.
+
+    Caught up means: the last offset this worker processed is the last one written; or,
+    on a partition it has read nothing from since it started, that the group's committed
+    offset has reached the end (everything there was processed before the restart).
+    """
+
+    def __init__(self, highwater: Callable[[str, int], int | None],
+                 wall: Callable[[], float] = time.time) -> None:
+        self._highwater = highwater
+        self._wall = wall
+        self._read: dict[tuple[str, int], tuple[int, float]] = {}  # last offset, newest ts
+        self._committed: dict[tuple[str, int], int] = {}
+
+    def observe(self, topic: str, partition: int, offset: int, timestamp: float | None) -> None:
+        _, newest = self._read.get((topic, partition), (-1, 0.0))
+        self._read[(topic, partition)] = (offset, max(newest, timestamp or 0.0))
+
+    def set_committed(self, committed: dict[tuple[str, int], int]) -> None:
+        self._committed = committed
+
+    def now(self, topic: str, partition: int) -> float:
+        last_offset, newest = self._read.get((topic, partition), (-1, 0.0))
+        try:
+            highwater = self._highwater(topic, partition)
+        except Exception:  # not assigned, or no fetch yet: nothing proves we are caught up
+            highwater = None
+        if highwater is not None:
+            done = last_offset + 1 if last_offset >= 0 else self._committed.get(
+                (topic, partition), 0 if highwater == 0 else -1)
+            if done >= highwater:
+                return self._wall()
+        return newest
+
+    def now_for(self, topics: Iterable[str], partition: int) -> float:
+        """The slowest of several co-partitioned inputs."""
+        return min(self.now(topic, partition) for topic in topics)
+
+
+def faust_highwater(app: faust.App) -> Callable[[str, int], int | None]:
+    def highwater(topic: str, partition: int) -> int | None:
+        return app.consumer.highwater(TP(topic, partition))  # type: ignore[no-any-return]
+
+    return highwater
+
+
+def committed_offsets(settings: Settings, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, read with kafka-python (call it off the event loop)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    try:
+        offsets = admin.list_group_offsets({group: None}).get(group) or {}
+        return {(tp.topic, tp.partition): om.offset for tp, om in offsets.items()}
+    finally:
+        admin.close()

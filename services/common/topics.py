@@ -22,6 +22,11 @@ class Topic(StrEnum):
     # partition, to re-examine a key whose deadline has passed (table writes need that).
     GATE_TICKS = "gate-ticks.v1"
     VERDICT_TICKS = "verdict-ticks.v1"
+    # Internal: the changelogs of the processors' Faust tables, named as Faust names them
+    # ("<app id>-<table>-changelog"). Created up front, because a worker whose changelog
+    # topic is not yet in the broker's metadata when its first event arrives crashes.
+    GATE_JOINS_CHANGELOG = "gate-gate-joins-changelog"
+    VERDICT_TRIALS_CHANGELOG = "verdict-verdict-trials-changelog"
 
 
 @dataclass(frozen=True)
@@ -33,19 +38,25 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
+# Deadlines are measured on broker time (see services.common.ticks.StreamClock): the broker
+# stamps these records on arrival, whatever time the producer claims.
+ARRIVAL_TIME = {"message.timestamp.type": "LogAppendTime"}
+
 TOPIC_SPECS: tuple[TopicSpec, ...] = (
-    TopicSpec(Topic.CONVERSATION_FINISHED, key="session_id"),
-    TopicSpec(Topic.SESSION_PERSISTED, key="session_id"),
+    TopicSpec(Topic.CONVERSATION_FINISHED, key="session_id", config=ARRIVAL_TIME),
+    TopicSpec(Topic.SESSION_PERSISTED, key="session_id", config=ARRIVAL_TIME),
     # One partition keeps every scenario version in one ordered log; it is tiny.
     TopicSpec(Topic.SCENARIOS, key="scenario_id", compacted=True, partitions=1),
-    TopicSpec(Topic.JUDGE_VERDICTS, key="trial_id"),
-    TopicSpec(Topic.GATE_RESULTS, key="trial_id"),
+    TopicSpec(Topic.JUDGE_VERDICTS, key="trial_id", config=ARRIVAL_TIME),
+    TopicSpec(Topic.GATE_RESULTS, key="trial_id", config=ARRIVAL_TIME),
     TopicSpec(Topic.TRIAL_VERDICTS, key="trial_id"),
     TopicSpec(Topic.SCENARIO_RELIABILITY, key="scenario_id"),
     TopicSpec(Topic.LABELS, key="trial_id"),
     TopicSpec(Topic.DEAD_LETTERS, key="original key"),
     TopicSpec(Topic.GATE_TICKS, key="session_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.VERDICT_TICKS, key="trial_id", config={"retention.ms": str(24 * 3600 * 1000)}),
+    TopicSpec(Topic.GATE_JOINS_CHANGELOG, key="session_id", compacted=True),
+    TopicSpec(Topic.VERDICT_TRIALS_CHANGELOG, key="trial_id", compacted=True),
 )
 
 

@@ -3,6 +3,7 @@ grade both gates, publish one GateResult per gate. Logic lives in domain.py and 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -13,7 +14,13 @@ from services.common.app import DeadLetters, make_app, raw_topic
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics, serve_metrics
 from services.common.settings import get_settings
-from services.common.ticks import DeadlineTicker, table_value
+from services.common.ticks import (
+    DeadlineTicker,
+    StreamClock,
+    committed_offsets,
+    faust_highwater,
+    table_value,
+)
 from services.common.topics import Topic, topic_name
 from services.gate import domain
 from services.gate.gates import exit_gate, state_gate
@@ -46,6 +53,7 @@ reject = DeadLetters(app, PROCESSOR, settings)
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
 joins = app.Table("gate-joins", default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
+clock = StreamClock(faust_highwater(app))
 metrics = GateMetrics()
 common = common_metrics()
 
@@ -94,14 +102,19 @@ async def join(stream: faust.StreamT) -> None:
 
 
 async def handle(event: faust.types.EventT) -> None:
-    topic = event.message.topic
+    message = event.message
+    topic = message.topic
     now = time.time()
+    if topic != tick_topic:
+        clock.observe(topic, message.partition, message.offset, message.timestamp)
     if topic == tick_topic:
         key = event.key.decode() if event.key else ""
         state = _load(key)
         if state is None:
             return
-        decision = domain.on_tick(state, now, timing)
+        # Deadlines run on how far the inputs have been read, not on the wall clock.
+        stream_now = clock.now_for((conversation_topic, session_topic), message.partition)
+        decision = domain.on_tick(state, stream_now, timing)
     elif topic == conversation_topic:
         conv = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
         if isinstance(conv, Rejection):
@@ -137,6 +150,11 @@ ticker = DeadlineTicker(joins, ticks)
 @app.timer(interval=1.0)
 async def deadlines() -> None:
     await ticker.tick_due(time.time())
+
+
+@app.timer(interval=5.0)
+async def read_committed() -> None:
+    clock.set_committed(await asyncio.to_thread(committed_offsets, settings, app.conf.id))
 
 
 @app.task

@@ -3,6 +3,7 @@ one TrialVerdict. Logic lives in domain.py."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import UTC, datetime
@@ -14,7 +15,13 @@ from services.common.app import DeadLetters, make_app, raw_topic
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics, serve_metrics
 from services.common.settings import get_settings
-from services.common.ticks import DeadlineTicker, table_value
+from services.common.ticks import (
+    DeadlineTicker,
+    StreamClock,
+    committed_offsets,
+    faust_highwater,
+    table_value,
+)
 from services.common.topics import Topic, topic_name
 from services.scenarios.catalog import ScenarioCatalog
 from services.verdict import domain
@@ -46,6 +53,7 @@ reject = DeadLetters(app, PROCESSOR, settings)
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
 ticker = DeadlineTicker(trials, ticks)
+clock = StreamClock(faust_highwater(app))
 metrics = VerdictMetrics()
 common = common_metrics()
 
@@ -93,13 +101,17 @@ async def collect(stream: faust.StreamT) -> None:
 
 
 async def handle(event: faust.types.EventT) -> None:
-    topic = event.message.topic
+    message = event.message
+    topic = message.topic
     now = time.time()
     if topic == tick_topic:
         key = event.key.decode() if event.key else ""
         state = _load(key)
         if state is None:
             return
+        # Deadlines run on how far the inputs have been read, not on the wall clock: a
+        # restarted worker does not give up on judge verdicts waiting in its backlog.
+        now = clock.now_for((gate_topic, judge_topic), message.partition)
         if state.emitted_at is not None:
             if now >= (domain.due_at(state, timing) or now):
                 _store(key, None)
@@ -112,6 +124,7 @@ async def handle(event: faust.types.EventT) -> None:
         common.events.labels(PROCESSOR, "deadline").inc()
         return
 
+    clock.observe(topic, message.partition, message.offset, message.timestamp)
     result: GateResult | JudgeVerdict | Rejection
     if topic == gate_topic:
         result = decode(event.value, GateResult, max_bytes=settings.max_event_bytes)
@@ -145,6 +158,11 @@ async def handle(event: faust.types.EventT) -> None:
 @app.timer(interval=1.0)
 async def deadlines() -> None:
     await ticker.tick_due(time.time())
+
+
+@app.timer(interval=5.0)
+async def read_committed() -> None:
+    clock.set_committed(await asyncio.to_thread(committed_offsets, settings, app.conf.id))
 
 
 @app.task
