@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faust
 
+import services.common.faust_fixes  # noqa: F401 - patches faust's consumer on import
 from services.common.codec import Rejection
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, partitions_for, spec_for, topic_name

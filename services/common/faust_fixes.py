@@ -1,0 +1,112 @@
+"""A fix for faust-streaming 0.15.3's consumer after a seek (applied once, on import).
+
+When a worker (re)joins with a backlog, a record fetched before Faust seeks its stream
+partitions back to the committed offsets can still reach the consumer's drain loop
+after the seek. Faust then (1) records the offsets between the seek point and that
+stale record as a "gap", which it counts as acknowledged and commits past, and (2) moves
+its read offset to the stale record, so the re-fetched records from the seek point on
+are dropped as already read. Those records are never processed and never re-read:
+trials lose their gate results or sessions (upstream faust-streaming #216, #221, #606).
+
+The fix keeps, per partition, the offset a seek expects next. Until a record at that
+offset (or, when the log truly has a hole there, any record after the seek took effect)
+has been read, the read offset stays at the seek point and no gap is recorded. A stale
+record that slips through is processed early and again in order; every passk processor
+drops the repeat. (A topic with a real hole right at a seek point, which passk's inputs
+never have, keeps its commit from advancing until offsets are seen to go back.)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from faust.transport import consumer as faust_consumer
+from faust.types import TP
+
+
+class SeekGuardedReadOffsets(defaultdict):  # type: ignore[type-arg]
+    """Faust's `_read_offset` map (TP -> last read offset), aware of pending seeks."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda: None)
+        self.expected: dict[TP, int] = {}  # TP -> first offset a seek expects
+        self.stale_max: dict[TP, int] = {}  # TP -> highest stale offset seen since
+
+    def expect(self, tp: TP, offset: int | None) -> None:
+        if offset is None or offset < 0:
+            self.expected.pop(tp, None)
+            self.stale_max.pop(tp, None)
+            super().__setitem__(tp, None)
+            return
+        self.expected[tp] = offset
+        self.stale_max.pop(tp, None)
+        super().__setitem__(tp, offset)
+
+    def pending(self, tp: TP) -> bool:
+        return tp in self.expected
+
+    def __setitem__(self, tp: TP, offset: Any) -> None:
+        expected = self.expected.get(tp)
+        if expected is None or offset is None:
+            super().__setitem__(tp, offset)
+            return
+        if offset == expected:
+            self._settle(tp, offset)
+        elif offset > expected:
+            previous = self.stale_max.get(tp)
+            if previous is not None and offset <= previous:
+                # Offsets went back: the seek took effect and the log has no record at
+                # the expected offset (compaction, transaction markers). Resume normally.
+                self._settle(tp, offset)
+            else:
+                self.stale_max[tp] = offset  # read before the seek; keep the seek point
+        # offset < expected: cannot happen after a seek; ignore
+
+    def _settle(self, tp: TP, offset: int) -> None:
+        self.expected.pop(tp, None)
+        self.stale_max.pop(tp, None)
+        super().__setitem__(tp, offset)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        # Faust's perform_seek sets every stream partition to its committed offset.
+        for tp, offset in dict(*args, **kwargs).items():
+            self.expect(tp, offset)
+
+    def pop(self, tp: TP, *default: Any) -> Any:
+        self.expected.pop(tp, None)
+        self.stale_max.pop(tp, None)
+        return super().pop(tp, *default)
+
+
+def apply() -> None:
+    Consumer = faust_consumer.Consumer
+    if getattr(Consumer, "_passk_seek_guard", False):
+        return
+    original_init = Consumer.__init__
+    original_add_gap = Consumer._add_gap
+    original_seek = Consumer.seek
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        original_init(self, *args, **kwargs)
+        self._read_offset = SeekGuardedReadOffsets()
+
+    async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
+        offsets = self._read_offset
+        if isinstance(offsets, SeekGuardedReadOffsets) and offsets.pending(tp):
+            return  # not a hole in the log: a record read before the seek
+        await original_add_gap(self, tp, offset_from, offset_to)
+
+    async def seek(self, partition: TP, offset: int) -> None:
+        await original_seek(self, partition, offset)
+        offsets = self._read_offset
+        if isinstance(offsets, SeekGuardedReadOffsets):
+            offsets.expect(faust_consumer.ensure_TP(partition), offset if offset else None)
+
+    Consumer.__init__ = __init__  # type: ignore[method-assign]
+    Consumer._add_gap = _add_gap  # type: ignore[method-assign]
+    Consumer.seek = seek  # type: ignore[method-assign]
+    Consumer._passk_seek_guard = True  # type: ignore[attr-defined]
+
+
+apply()
