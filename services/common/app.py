@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import faust
 
 import services.common.faust_fixes  # noqa: F401 - patches faust's consumer on import
 from services.common.codec import Rejection
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, partitions_for, spec_for, topic_name
+
+if TYPE_CHECKING:
+    from services.scenarios.catalog import ScenarioCatalog
 
 
 def make_app(name: str, settings: Settings | None = None) -> faust.App:
@@ -38,6 +43,32 @@ def make_app(name: str, settings: Settings | None = None) -> faust.App:
         broker_heartbeat_interval=3.0,
         datadir=str(datadir),
     )
+
+
+def raw_inputs(app: faust.App, *topics: Topic, settings: Settings | None = None) -> faust.TopicT:
+    """One agent's inputs: several co-partitioned topics of raw bytes, read as one stream."""
+    settings = settings or get_settings()
+    return app.topic(
+        *(topic_name(t, settings) for t in topics),
+        key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+    )
+
+
+def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None):  # type: ignore[no-untyped-def]
+    """What every worker runs beside its agents: /metrics when a port is set, and the
+    scenario catalog's consumer closed on shutdown."""
+
+    @app.task
+    async def start_metrics() -> None:
+        from services.common.metrics import serve_metrics
+
+        serve_metrics(settings.metrics_port)
+
+    if catalog is not None:
+
+        @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
+        async def close_catalog(sender: faust.App, **_: object) -> None:
+            await catalog.stop()
 
 
 def raw_topic(app: faust.App, topic: Topic, settings: Settings | None = None) -> faust.TopicT:

@@ -8,6 +8,7 @@ the agent re-examines that key in order with its other events.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -110,3 +111,22 @@ def committed_offsets(settings: Settings, group: str) -> dict[tuple[str, int], i
         return {(tp.topic, tp.partition): om.offset for tp, om in offsets.items()}
     finally:
         admin.close()
+
+
+class Deadlines:
+    """Keyed deadlines for a processor: a timer ticks every due key onto the processor's
+    own tick topic, and a stream clock tells the agent what time it is on a partition."""
+
+    def __init__(self, app: faust.App, table: faust.types.TableT, ticks: faust.TopicT,
+                 settings: Settings) -> None:
+        self.ticker = DeadlineTicker(table, ticks)
+        self.clock = StreamClock(faust_highwater(app))
+
+        @app.timer(interval=1.0)
+        async def tick_due_keys() -> None:
+            await self.ticker.tick_due(time.time())
+
+        @app.timer(interval=5.0)
+        async def read_committed() -> None:
+            offsets = await asyncio.to_thread(committed_offsets, settings, app.conf.id)
+            self.clock.set_committed(offsets)

@@ -3,24 +3,17 @@ grade both gates, publish one GateResult per gate. Logic lives in domain.py and 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 import faust
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.common.app import DeadLetters, make_app, raw_topic
+from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
-from services.common.metrics import common_metrics, serve_metrics
+from services.common.metrics import common_metrics
 from services.common.settings import get_settings
-from services.common.ticks import (
-    DeadlineTicker,
-    StreamClock,
-    committed_offsets,
-    faust_highwater,
-    table_value,
-)
+from services.common.ticks import Deadlines, table_value
 from services.common.topics import Topic, topic_name
 from services.gate import domain
 from services.gate.gates import exit_gate, state_gate
@@ -41,9 +34,8 @@ timing = domain.Timing(
 conversation_topic = topic_name(Topic.CONVERSATION_FINISHED, settings)
 session_topic = topic_name(Topic.SESSION_PERSISTED, settings)
 tick_topic = topic_name(Topic.GATE_TICKS, settings)
-inputs = app.topic(
-    conversation_topic, session_topic, tick_topic,
-    key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+inputs = raw_inputs(
+    app, Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED, Topic.GATE_TICKS, settings=settings
 )
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
@@ -53,7 +45,9 @@ reject = DeadLetters(app, PROCESSOR, settings)
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
 joins = app.Table("gate-joins", default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
-clock = StreamClock(faust_highwater(app))
+deadlines = Deadlines(app, joins, ticks, settings)
+clock = deadlines.clock
+run_alongside(app, settings, catalog)
 metrics = GateMetrics()
 common = common_metrics()
 
@@ -142,26 +136,3 @@ async def handle(event: faust.types.EventT) -> None:
         return
     if decision.note in domain.STATE_CHANGES:
         _store(key, decision)
-
-
-ticker = DeadlineTicker(joins, ticks)
-
-
-@app.timer(interval=1.0)
-async def deadlines() -> None:
-    await ticker.tick_due(time.time())
-
-
-@app.timer(interval=5.0)
-async def read_committed() -> None:
-    clock.set_committed(await asyncio.to_thread(committed_offsets, settings, app.conf.id))
-
-
-@app.task
-async def start_metrics() -> None:
-    serve_metrics(settings.metrics_port)
-
-
-@app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub wants a signal kwarg
-async def close_catalog(sender: faust.App, **_: object) -> None:
-    await catalog.stop()

@@ -17,10 +17,10 @@ import logging
 import faust
 
 from schemas.events import ConversationFinished
-from services.common.app import DeadLetters, make_app, raw_topic
+from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
 from services.common.db import engine_for
-from services.common.metrics import common_metrics, serve_metrics
+from services.common.metrics import common_metrics
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic
 from services.judge.cache import VerdictCache
@@ -41,6 +41,7 @@ judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 
 catalog = ScenarioCatalog(settings)
+run_alongside(app, settings, catalog)
 metrics = default_metrics()
 common = common_metrics()
 
@@ -109,8 +110,3 @@ async def handle(event: faust.types.EventT) -> None:
     ]
     await asyncio.gather(*sent)
     common.events.labels(PROCESSOR, "graded").inc()
-
-
-@app.task
-async def start_metrics() -> None:
-    serve_metrics(settings.metrics_port)

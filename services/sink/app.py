@@ -12,9 +12,9 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
 from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
-from services.common.app import DeadLetters, make_app, raw_topic
+from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode
-from services.common.metrics import common_metrics, serve_metrics
+from services.common.metrics import common_metrics
 from services.common.settings import get_settings
 from services.common.topics import Topic
 from services.sink import domain
@@ -34,6 +34,7 @@ gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 conversations = raw_topic(app, Topic.CONVERSATION_FINISHED, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
+run_alongside(app, settings)
 
 
 async def _write(record: domain.SinkEvent) -> Rejection | None:
@@ -92,7 +93,6 @@ async def sink_transcripts(stream: faust.StreamT) -> None:
 
 @app.task
 async def start() -> None:
-    serve_metrics(settings.metrics_port)
     # Create the tables before the first write, so the report works on an idle pipeline.
     try:
         await asyncio.to_thread(store.create_schema)

@@ -3,7 +3,6 @@ one TrialVerdict. Logic lives in domain.py."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from datetime import UTC, datetime
@@ -11,17 +10,11 @@ from datetime import UTC, datetime
 import faust
 
 from schemas.events import GateResult, JudgeVerdict
-from services.common.app import DeadLetters, make_app, raw_topic
+from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
-from services.common.metrics import common_metrics, serve_metrics
+from services.common.metrics import common_metrics
 from services.common.settings import get_settings
-from services.common.ticks import (
-    DeadlineTicker,
-    StreamClock,
-    committed_offsets,
-    faust_highwater,
-    table_value,
-)
+from services.common.ticks import Deadlines, table_value
 from services.common.topics import Topic, topic_name
 from services.scenarios.catalog import ScenarioCatalog
 from services.verdict import domain
@@ -41,9 +34,8 @@ timing = domain.Timing(
 gate_topic = topic_name(Topic.GATE_RESULTS, settings)
 judge_topic = topic_name(Topic.JUDGE_VERDICTS, settings)
 tick_topic = topic_name(Topic.VERDICT_TICKS, settings)
-inputs = app.topic(
-    gate_topic, judge_topic, tick_topic,
-    key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+inputs = raw_inputs(
+    app, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS, Topic.VERDICT_TICKS, settings=settings
 )
 ticks = raw_topic(app, Topic.VERDICT_TICKS, settings)
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
@@ -52,8 +44,9 @@ reject = DeadLetters(app, PROCESSOR, settings)
 # --------------------------------------------------------------------------- tables
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
-ticker = DeadlineTicker(trials, ticks)
-clock = StreamClock(faust_highwater(app))
+deadlines = Deadlines(app, trials, ticks, settings)
+clock = deadlines.clock
+run_alongside(app, settings, catalog)
 metrics = VerdictMetrics()
 common = common_metrics()
 
@@ -153,23 +146,3 @@ async def handle(event: faust.types.EventT) -> None:
     else:
         common.events.labels(PROCESSOR, "waiting").inc()
     _store(key, state)
-
-
-@app.timer(interval=1.0)
-async def deadlines() -> None:
-    await ticker.tick_due(time.time())
-
-
-@app.timer(interval=5.0)
-async def read_committed() -> None:
-    clock.set_committed(await asyncio.to_thread(committed_offsets, settings, app.conf.id))
-
-
-@app.task
-async def start_metrics() -> None:
-    serve_metrics(settings.metrics_port)
-
-
-@app.on_before_shutdown.connect  # type: ignore[arg-type]  # faust's stub wants a signal kwarg
-async def close_catalog(sender: faust.App, **_: object) -> None:
-    await catalog.stop()
