@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, end to end, as an operator runs it: start the stack, publish the example
-# scenarios, generate production-like traffic (one scenario flaky), replay it, wait for
-# every verdict, print the report and the deploy gate's answer.
+# scenarios, generate production-like traffic (three reliable scenarios and one flaky one,
+# with late, early and duplicated events), replay it, wait for every verdict, print the
+# report and the deploy gate's answer (which fails the build on the flaky scenario).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -22,8 +23,8 @@ echo "== 2/6 scenarios"
 echo "== 3/6 production-like traffic for run $run_id"
 "$passk" generate --scenarios examples/scenarios --run-id "$run_id" \
   --out "$out/traffic.jsonl" --expected "$out/expected.json" \
-  --trials 5 --default-pass-prob 0.97 --pass-prob debrief-follow-up-required=0.6 \
-  --every-mode --seed "${PASSK_DEMO_SEED:-7}"
+  --trials 5 --default-pass-prob 1.0 --pass-prob debrief-follow-up-required=0.6 \
+  --seed "${PASSK_DEMO_SEED:-7}"
 
 echo "== 4/6 replay"
 "$passk" replay "$out/traffic.jsonl"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from services.report.domain import GateDecision, RunReport, ScenarioReport
@@ -20,13 +21,14 @@ def verdict_cell(scenario: ScenarioReport) -> str:
 
 def scenarios_table(report: RunReport) -> Table:
     table = Table(title=f"run {report.run_id}: reliability per scenario")
-    table.add_column("scenario")
+    # Figures never wrap or shrink; a long scenario id folds instead.
+    table.add_column("scenario", overflow="fold", min_width=10)
     for name in ("k", "n", "passed", "failed", "errors", "pass@k", "pass^k"):
-        table.add_column(name, justify="right")
-    table.add_column("scenario passed", justify="center")
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    table.add_column("passed?", justify="center", no_wrap=True)
     for s in report.scenarios:
         table.add_row(
-            s.scenario_id, str(s.k), str(s.n), str(s.passed), str(s.failed), str(s.errors),
+            escape(s.scenario_id), str(s.k), str(s.n), str(s.passed), str(s.failed), str(s.errors),
             figure(s.pass_at_k), figure(s.pass_hat_k), verdict_cell(s),
         )
     return table
@@ -39,7 +41,8 @@ def failing_checks_table(report: RunReport) -> Table:
     table.add_column("share of trials", justify="right")
     table.add_column("example reason", overflow="fold")
     for c in report.failing_checks:
-        table.add_row(c.check, str(c.failures), f"{c.share:.0%}", c.example_reason)
+        # reasons quote transcripts and states, which may hold "[...]": never rich markup
+        table.add_row(escape(c.check), str(c.failures), f"{c.share:.0%}", escape(c.example_reason))
     return table
 
 
@@ -53,8 +56,9 @@ def print_report(report: RunReport, console: Console) -> None:
 
 def print_gate(decision: GateDecision, console: Console) -> None:
     for scenario_id in decision.passed:
-        console.print(f"[green]✔[/green] {scenario_id}")
+        console.print(f"[green]✔[/green] {escape(scenario_id)}")
     for failure in decision.failures:
-        console.print(f"[red]✘[/red] {failure.scenario_id}: {failure.why}", soft_wrap=True)
+        console.print(f"[red]✘[/red] {escape(failure.scenario_id)}: {escape(failure.why)}",
+                      soft_wrap=True)
     style = {0: "green", 1: "red"}.get(decision.exit_code, "yellow")
-    console.print(f"[{style}]{decision.message}[/{style}]", soft_wrap=True)
+    console.print(f"[{style}]{escape(decision.message)}[/{style}]", soft_wrap=True)

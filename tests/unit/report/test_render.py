@@ -32,3 +32,21 @@ def test_the_gate_names_each_failing_scenario_and_why() -> None:
     assert "✔ ok" in text
     assert "✘ bad: insufficient trials" in text
     assert "FAILED" in text
+
+
+def test_reasons_quoting_brackets_are_printed_as_written() -> None:
+    from rich.console import Console
+
+    from services.report.render import failing_checks_table
+
+    class Check:
+        check, failures, share = "judge:avoided_repetition", 1, 0.05
+        example_reason = "[stand-in] the transcript contains the marker [[fail:avoided_repetition]]"
+
+    class Report:
+        failing_checks = [Check()]
+
+    console = Console(width=200, record=True)
+    console.print(failing_checks_table(Report()))  # type: ignore[arg-type]
+    text = console.export_text()
+    assert "[stand-in]" in text and "[[fail:avoided_repetition]]" in text
