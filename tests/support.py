@@ -159,5 +159,4 @@ def settled(settings: Settings, processors: list[str]) -> bool:
     """Every processor's group is stable and has consumed everything on its inputs."""
     from services.common.status import processor_status
 
-    statuses = processor_status(processors, settings)
-    return all(s.ready and s.lag == 0 for s in statuses)
+    return all(s.settled for s in processor_status(processors, settings))

@@ -24,6 +24,8 @@ class Settings(BaseSettings):
     )
     session_wait_s: float = Field(120.0, alias="PASSK_SESSION_WAIT_S", gt=0)
     judge_wait_s: float = Field(300.0, alias="PASSK_JUDGE_WAIT_S", gt=0)
+    # How long the gate and verdict remember a graded trial, to drop a late repeat of it.
+    dedup_retention_s: float = Field(7 * 24 * 3600.0, alias="PASSK_DEDUP_RETENTION_S", gt=0)
     # Messages larger than this go to the dead-letter topic instead of being parsed.
     max_event_bytes: int = Field(1_000_000, alias="PASSK_MAX_EVENT_BYTES", gt=0)
     openai_api_key: str | None = Field(None, alias="OPENAI_API_KEY")

@@ -32,6 +32,11 @@ class ProcessorStatus:
     def ready(self) -> bool:
         return self.state == "Stable" and self.members > 0
 
+    @property
+    def settled(self) -> bool:
+        """Ready, and everything on its inputs consumed and committed."""
+        return self.ready and self.lag == 0
+
 
 def processor_status(names: list[str], settings: Settings | None = None) -> list[ProcessorStatus]:
     settings = settings or get_settings()

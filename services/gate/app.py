@@ -27,7 +27,7 @@ app = make_app(PROCESSOR, settings)
 timing = domain.Timing(
     session_wait_s=settings.session_wait_s,
     orphan_ttl_s=max(10 * settings.session_wait_s, 3600.0),
-    retention_s=7 * 24 * 3600.0,
+    retention_s=settings.dedup_retention_s,
 )
 
 # --------------------------------------------------------------------------- topics
@@ -66,12 +66,17 @@ def _store(key: str, decision: domain.Decision) -> None:
         )
 
 
+def _unknown_scenario(scenario_id: str) -> Rejection:
+    return Rejection(
+        "unknown_scenario", f"scenario {scenario_id!r} is not published on the scenarios topic"
+    )
+
+
 async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     conv = grade.conversation
     scenario = catalog.get(conv.scenario_id)
     if scenario is None:
-        await reject(event, Rejection("unknown_scenario", f"scenario {conv.scenario_id!r} "
-                                       "is not published on the scenarios topic"))
+        await reject(event, _unknown_scenario(conv.scenario_id))
         return False
     results = [exit_gate(conv, scenario), state_gate(conv, grade.session, scenario,
                                                      waited_s=grade.waited_s)]
@@ -114,9 +119,7 @@ async def handle(event: faust.types.EventT) -> None:
         if isinstance(conv, Rejection):
             return await reject(event, conv)
         if catalog.get(conv.scenario_id) is None:
-            return await reject(event, Rejection(
-                "unknown_scenario",
-                f"scenario {conv.scenario_id!r} is not published on the scenarios topic"))
+            return await reject(event, _unknown_scenario(conv.scenario_id))
         key = conv.session_id
         decision = domain.on_conversation(_load(key), conv, now)
     else:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import faust
 
 from schemas.events import GateResult, JudgeVerdict
+from schemas.scenario import Scenario
 from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
@@ -27,7 +28,7 @@ app = make_app(PROCESSOR, settings)
 timing = domain.Timing(
     judge_wait_s=settings.judge_wait_s,
     gate_wait_s=settings.session_wait_s,
-    retention_s=7 * 24 * 3600.0,
+    retention_s=settings.dedup_retention_s,
 )
 
 # --------------------------------------------------------------------------- topics
@@ -63,7 +64,7 @@ def _store(key: str, state: domain.TrialState | None) -> None:
         trials[key] = table_value(state.model_dump(mode="json"), domain.due_at(state, timing))
 
 
-def _scenario_for(state: domain.TrialState):  # type: ignore[no-untyped-def]
+def _scenario_for(state: domain.TrialState) -> Scenario | None:
     version = state.scenario_version
     if version is None and state.judges:
         version = next(iter(state.judges.values())).scenario_version

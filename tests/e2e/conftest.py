@@ -60,7 +60,7 @@ class Pipeline:
     def wait_settled(self, timeout: float = 120, processors: list[str] | None = None) -> None:
         def check() -> bool | str:
             statuses = processor_status(processors or PROCESSORS, self.settings)
-            if all(s.ready and s.lag == 0 for s in statuses):
+            if all(s.settled for s in statuses):
                 return True
             self.last_status = "; ".join(f"{s.processor}: {s.state}/{s.members}/lag {s.lag}"
                                          for s in statuses)
