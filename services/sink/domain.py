@@ -22,7 +22,7 @@ from typing import Any, overload
 from sqlmodel import JSON, Field, SQLModel
 
 from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
-from services.aggregate.estimators import ReliabilityTally
+from services.common.estimators import ReliabilityTally
 
 SinkEvent = TrialVerdict | GateResult | JudgeVerdict | ConversationFinished
 

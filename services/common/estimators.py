@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import comb
 
+from scipy.special import betaincinv
+
 
 def pass_at_k(n: int, c: int, k: int) -> float | None:
     _check(n, c, k)
@@ -23,6 +25,21 @@ def pass_hat_k(n: int, c: int, k: int) -> float | None:
     if n < k:
         return None
     return comb(c, k) / comb(n, k)
+
+
+def pass_hat_k_interval(n: int, c: int, k: int, mass: float = 0.9) -> tuple[float, float]:
+    """A central credible interval for pass^k: with a uniform prior, the per-trial pass
+    rate p has the posterior Beta(c+1, n-c+1) after c passes in n trials, and pass^k is
+    p**k. p**k is increasing in p, so its quantiles are the Beta quantiles raised to k.
+    With no trials at all the interval is the prior's, wide as it should be."""
+    _check(n, c, k)
+    if not 0.0 < mass < 1.0:
+        raise ValueError(f"need 0 < mass < 1 (got {mass})")
+    tail = (1.0 - mass) / 2.0
+    a, b = c + 1, n - c + 1
+    lower = float(betaincinv(a, b, tail)) ** k
+    upper = float(betaincinv(a, b, 1.0 - tail)) ** k
+    return lower, upper
 
 
 def _check(n: int, c: int, k: int) -> None:

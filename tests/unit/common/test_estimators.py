@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from itertools import combinations
 from math import comb
 
 import pytest
 
-from services.aggregate.estimators import ReliabilityTally, pass_at_k, pass_hat_k
+from services.common.estimators import (
+    ReliabilityTally,
+    pass_at_k,
+    pass_hat_k,
+    pass_hat_k_interval,
+)
 
 
 def brute_force(outcomes: list[bool], k: int) -> tuple[float, float]:
@@ -166,3 +172,44 @@ def test_an_unknown_outcome_raises_and_counts_nothing() -> None:
     with pytest.raises(ValueError, match="unknown outcome 'flaky'"):
         t.add("flaky")
     assert t.n == 1
+
+
+# The credible interval of pass^k. Expected values come from outside the code under test:
+# closed forms of the uniform-prior Beta posterior, and a seeded Monte Carlo of p**k.
+class TestPassHatKInterval:
+    def test_all_passed_has_closed_form_quantiles(self) -> None:
+        # c == n: posterior Beta(n+1, 1), CDF p**(n+1), so the q-quantile of p is q**(1/(n+1)).
+        n, k = 9, 3
+        lower, upper = pass_hat_k_interval(n, n, k)
+        assert lower == pytest.approx((0.05 ** (1 / (n + 1))) ** k, rel=1e-9)
+        assert upper == pytest.approx((0.95 ** (1 / (n + 1))) ** k, rel=1e-9)
+
+    def test_none_passed_has_closed_form_quantiles(self) -> None:
+        # c == 0: posterior Beta(1, n+1), CDF 1-(1-p)**(n+1), quantile 1-(1-q)**(1/(n+1)).
+        n, k = 4, 2
+        lower, upper = pass_hat_k_interval(n, 0, k)
+        assert lower == pytest.approx((1 - 0.95 ** (1 / (n + 1))) ** k, rel=1e-9)
+        assert upper == pytest.approx((1 - 0.05 ** (1 / (n + 1))) ** k, rel=1e-9)
+
+    @pytest.mark.parametrize(("n", "c", "k"), [(5, 4, 3), (20, 15, 5), (3, 1, 3)])
+    def test_matches_monte_carlo(self, n: int, c: int, k: int) -> None:
+        rng = random.Random(1234)
+        draws = sorted(rng.betavariate(c + 1, n - c + 1) ** k for _ in range(200_000))
+        lower, upper = pass_hat_k_interval(n, c, k)
+        assert lower == pytest.approx(draws[int(0.05 * len(draws))], abs=0.005)
+        assert upper == pytest.approx(draws[int(0.95 * len(draws))], abs=0.005)
+
+    def test_more_trials_narrow_the_interval_around_the_same_rate(self) -> None:
+        few = pass_hat_k_interval(5, 4, 3)
+        many = pass_hat_k_interval(500, 400, 3)
+        assert many[1] - many[0] < few[1] - few[0]
+        assert many[0] < 0.8**3 < many[1]
+
+    def test_no_trials_gives_the_prior(self) -> None:
+        lower, upper = pass_hat_k_interval(0, 0, 1)
+        assert lower == pytest.approx(0.05) and upper == pytest.approx(0.95)
+
+    @pytest.mark.parametrize("mass", [0.0, 1.0, -0.1, 1.5])
+    def test_refuses_a_mass_outside_0_1(self, mass: float) -> None:
+        with pytest.raises(ValueError):
+            pass_hat_k_interval(5, 3, 3, mass)
