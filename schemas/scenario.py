@@ -17,6 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from schemas.paths import parse_path
+
 SCENARIO_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 DEFAULT_TRIALS = 3
 
@@ -33,12 +35,18 @@ class Expectation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # Dotted path; list items by index: a.b[0].c or a.b.0.c
+    # Dotted path; list items by index: a.b[0].c or a.b.0.c (syntax in schemas.paths)
     path: str = Field(min_length=1)
     present: bool | None = None
     equals: Any = None
     unordered: bool = False
     matches: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _readable_path(cls, value: str) -> str:
+        parse_path(value)  # a PathError is a ValueError: reported against `path`
+        return value
 
     @model_validator(mode="after")
     def _one_operator(self) -> Expectation:
