@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import inspect
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel
+
+from services.judge.domain import CachedAnswer
 
 
 def cache_key(model: str, prompt_hash: str, assertion: str, transcript_hash: str) -> str:
@@ -38,15 +39,6 @@ class JudgeCacheEntry(SQLModel, table=True):
     input_tokens: int | None = None
     output_tokens: int | None = None
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-
-
-@dataclass(frozen=True)
-class CachedAnswer:
-    passed: bool
-    reason: str
-    answered_by: str | None
-    input_tokens: int | None
-    output_tokens: int | None
 
 
 class VerdictCache:

@@ -36,6 +36,7 @@ import openai
 
 from schemas.events import Message
 from services.judge import prompt as judge_prompt
+from services.judge.domain import CallResult
 from services.judge.metrics import JudgeMetrics
 
 log = logging.getLogger(__name__)
@@ -82,18 +83,6 @@ def retry_after_seconds(
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - (now if now is not None else time.time()))
-
-
-@dataclass
-class CallResult:
-    answer: judge_prompt.Answer | None
-    cause: str | None  # None when answered
-    detail: str
-    attempts: int
-    latency_ms: float
-    input_tokens: int | None
-    output_tokens: int | None
-    model: str
 
 
 class _Failure(Exception):

@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from schemas.events import ConversationFinished, JudgeVerdict, Outcome
 from schemas.scenario import JudgeSpec, Scenario
-from services.judge.cache import CachedAnswer
-from services.judge.client import CallResult
 from services.judge.kinds import LLM, InvalidJudgeSpec, deterministic_kind, known_kinds
-from services.judge.prompt import PROMPT_HASH
+from services.judge.prompt import PROMPT_HASH, Answer
+
+
+@dataclass
+class CallResult:
+    """What one model call came to: an answer, or the cause it failed after its retries."""
+
+    answer: Answer | None
+    cause: str | None  # None when answered
+    detail: str
+    attempts: int
+    latency_ms: float
+    input_tokens: int | None
+    output_tokens: int | None
+    model: str
+
+
+@dataclass(frozen=True)
+class CachedAnswer:
+    """A verdict the store remembers for the same judge version and transcript."""
+
+    passed: bool
+    reason: str
+    answered_by: str | None
+    input_tokens: int | None
+    output_tokens: int | None
 
 
 def verdict_event_id(trial_id: str, judge_id: str, scenario_version: str) -> str:

@@ -5,8 +5,7 @@ import pytest
 from schemas.events import ConversationFinished, Message
 from schemas.scenario import JudgeSpec, Scenario
 from services.judge import domain
-from services.judge.cache import CachedAnswer
-from services.judge.client import CallResult
+from services.judge.domain import CachedAnswer, CallResult
 from services.judge.prompt import PROMPT_HASH, Answer
 
 SCENARIO = Scenario(
