@@ -8,6 +8,7 @@ trial yields the same id and consumers can drop the duplicate.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -60,6 +61,15 @@ class Message(BaseModel):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+
+
+# A turn is one user or assistant message; system and tool messages are plumbing.
+TURN_ROLES = frozenset({"user", "assistant"})
+
+
+def count_turns(transcript: Sequence[Message]) -> int:
+    """Turns as DESIGN.md counts them, when the producer reported none."""
+    return sum(1 for m in transcript if m.role in TURN_ROLES)
 
 
 class TrialMetrics(BaseModel):

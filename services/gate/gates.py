@@ -6,16 +6,15 @@ transcript are kept for debugging and ignored here.
 
 from __future__ import annotations
 
-from schemas.events import CheckOutcome, ConversationFinished, GateResult, SessionPersisted
+from schemas.events import (
+    CheckOutcome,
+    ConversationFinished,
+    GateResult,
+    SessionPersisted,
+    count_turns,
+)
 from schemas.scenario import Scenario
 from services.gate.expectations import check_expectation
-
-# System and tool messages are plumbing, not conversation: they do not count as turns.
-TURN_ROLES = frozenset({"user", "assistant"})
-
-
-def count_turns(conversation: ConversationFinished) -> int:
-    return sum(1 for m in conversation.transcript if m.role in TURN_ROLES)
 
 
 def _gate_result(
@@ -60,7 +59,7 @@ def exit_checks(conversation: ConversationFinished, scenario: Scenario) -> list[
     metrics = conversation.metrics
     if limits.max_turns is not None:
         reported = metrics.turns if metrics and metrics.turns is not None else None
-        turns = reported if reported is not None else count_turns(conversation)
+        turns = reported if reported is not None else count_turns(conversation.transcript)
         source = "reported" if reported is not None else "counted from the transcript"
         ok = turns <= limits.max_turns
         checks.append(

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.events import Message, TrialMetrics
-from services.gate.gates import count_turns, exit_gate, state_gate
+from schemas.events import Message, TrialMetrics, count_turns
+from services.gate.gates import exit_gate, state_gate
 from tests.unit.factories import GOOD_STATE, conversation, scenario, session
 
 
@@ -37,7 +37,7 @@ def test_exit_must_be_one_of_the_expected(expected_exit, observed, passed) -> No
 
 def test_turns_count_user_and_assistant_only() -> None:
     # system + tool messages are plumbing; the tool-call assistant message is still a turn
-    assert count_turns(conversation()) == 4
+    assert count_turns(conversation().transcript) == 4
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from schemas.events import ConversationFinished, SessionPersisted
+from schemas.events import ConversationFinished, SessionPersisted, count_turns
 from schemas.scenario import Scenario
 from services.common.codec import Rejection, decode
 from services.gate.expectations import check_expectation
-from services.gate.gates import count_turns, exit_checks
+from services.gate.gates import exit_checks
 from services.replay.generate import (
     DEFAULT_QUIRK_RATES,
     FAILURE_MODES,
@@ -198,11 +198,11 @@ def test_failure_modes_look_like_what_they_claim() -> None:
     convs = {e.trial_id: e for e in traffic.events if isinstance(e, ConversationFinished)}
     for trial in traffic.expected.trials:
         conv = convs[trial.trial_id]
-        assert conv.metrics and conv.metrics.turns == count_turns(conv)
+        assert conv.metrics and conv.metrics.turns == count_turns(conv.transcript)
         if trial.failure_mode == "wrong_exit":
             assert conv.exit_reason in ("persona_exhausted", "max_turns", "error")
         elif trial.failure_mode == "over_turn_limit":
-            assert count_turns(conv) > 12
+            assert count_turns(conv.transcript) > 12
         elif trial.failure_mode == "over_duration":
             assert conv.metrics.duration_ms > 900_000
         elif trial.failure_mode == "missing_field":
@@ -221,7 +221,7 @@ def test_passing_trials_stay_within_limits_and_close_cleanly() -> None:
     assert all(t.expected_outcome == "passed" for t in traffic.expected.trials)
     for conv in convs:
         assert conv.exit_reason == "product_closed"
-        assert count_turns(conv) <= 12 and conv.metrics.duration_ms <= 900_000
+        assert count_turns(conv.transcript) <= 12 and conv.metrics.duration_ms <= 900_000
         assert conv.transcript[0].role == "system"
         assert conv.transcript[-1].role == "assistant" and conv.transcript[-1].content
     tools = [m for c in convs for m in c.transcript if m.role == "tool"]
