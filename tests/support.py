@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -33,6 +34,20 @@ def wait_for(
         if last:
             return last
         time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+async def await_condition(
+    condition: Callable[[], T], *, timeout: float, interval: float = 0.02, what: str = "condition"
+) -> T:
+    """`wait_for` inside an event loop: poll without blocking the tasks under test."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 

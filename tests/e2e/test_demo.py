@@ -3,6 +3,7 @@ the deploy gate's answer are printed, and nothing of ours is left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -44,6 +45,7 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         PASSK_STANDIN_PORT=str(standin),
         PASSK_METRICS_PORT_BASE=str(metrics_base),
         PASSK_CACHE_DIR=os.environ.get("PASSK_CACHE_DIR", str(Path.home() / ".cache/passk")),
+        PASSK_DEMO_RUN_ID="demo-e2e",
     )
     try:
         demo = subprocess.run(["make", "demo"], cwd=clone, env=env, capture_output=True,
@@ -52,7 +54,13 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         assert demo.returncode == 0, out[-5000:]
         assert "pass^k" in out and "pass@k" in out, out[-3000:]
         assert "trials got exactly their expected outcome" in out, out[-3000:]
-        assert "deploy gate: FAIL (exit 1)" in out or "deploy gate: PASS (exit 0)" in out
+        # The seeded demo injects failures into the flaky scenario (the generator's plan
+        # says which), so the deploy gate must refuse the build.
+        plan = json.loads((clone / "var/demo/demo-e2e/expected.json").read_text())
+        flaky = [s for s in plan["scenarios"] if s["passed"] < s["n"]]
+        assert [s["scenario_id"] for s in flaky] == ["debrief-follow-up-required"], plan
+        assert "deploy gate: FAIL (exit 1)" in out, out[-3000:]
+        assert "deploy gate: PASS" not in out
         assert listening(standin), "the stand-in should be up while the stack runs"
     finally:
         down = subprocess.run(["make", "down"], cwd=clone, env=env, capture_output=True,

@@ -22,6 +22,7 @@ from services.judge.client import (
 )
 from services.judge.metrics import JudgeMetrics
 from services.judge.prompt import MalformedAnswer
+from tests.support import await_condition
 from tests.unit.judge.conftest import StartStandin, standin_stats
 
 FAST = RetryPolicy(max_retries=2, base_delay_s=0.01, max_delay_s=0.05)
@@ -133,9 +134,20 @@ async def test_an_outage_holds_calls_and_the_backlog_drains(standin: StartStandi
 
 async def test_unreachable_model_is_an_outage_not_an_error(standin: StartStandin) -> None:
     judge = client("http://127.0.0.1:9/v1", outage_probe_min_s=0.05, outage_probe_max_s=0.05)
+    probes = 0
+    canary = judge._canary
+
+    async def counted_canary() -> bool:
+        nonlocal probes
+        probes += 1
+        return await canary()
+
+    judge._canary = counted_canary  # type: ignore[method-assign]
     task = asyncio.create_task(judge.judge("j", "x", transcript()))
-    await asyncio.sleep(1.0)
-    assert not task.done() and judge.in_outage  # held, not burnt into an error
+    # Held through several failed probes of the outage, not burnt into an error verdict.
+    await await_condition(lambda: probes >= 5, timeout=30, what="five failed outage probes")
+    assert judge.in_outage
+    assert not task.done(), task
     task.cancel()
     await judge.close()
 
