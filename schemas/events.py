@@ -18,6 +18,10 @@ SCHEMA_VERSION: Literal[1] = 1
 
 Outcome = Literal["passed", "failed", "error"]
 GateName = Literal["exit", "state"]
+# Whose exit the exit gate checked: the one the product persisted, else the harness's.
+ExitSource = Literal["session", "harness"]
+# `product`: both gates (the product owns completion); `conversation`: no state gate.
+Completion = Literal["product", "conversation"]
 
 
 def utcnow() -> datetime:
@@ -100,6 +104,12 @@ class SessionPersisted(InputEvent):
     type: Literal["session_persisted"] = "session_persisted"
     session_id: str = Field(min_length=1)
     state: dict[str, Any]
+    exit_reason: str | None = Field(
+        None,
+        min_length=1,
+        description="The exit the product recorded; when present, the exit gate checks it "
+        "instead of the harness's ConversationFinished.exit_reason.",
+    )
     trial_id: str | None = None
     run_id: str | None = None
     scenario_id: str | None = None
@@ -147,7 +157,13 @@ class GateResult(TrialRef):
     checks: list[CheckOutcome] = Field(default_factory=list)
     # Facts of the trial, carried so the verdict needs no join with the input topics.
     agent_version: str | None = None
-    exit_reason: str | None = None
+    exit_reason: str | None = Field(None, description="The exit the exit gate checked.")
+    exit_source: ExitSource | None = Field(
+        None, description="Whose exit that was: the persisted session's or the harness's."
+    )
+    completion: Completion = Field(
+        "product", description="`conversation`: the scenario has no state gate to wait for."
+    )
     metrics: TrialMetrics | None = None
     finished_at: AwareDatetime | None = Field(None, description="occurred_at of the conversation")
 
@@ -186,6 +202,8 @@ class TrialVerdict(TrialRef):
     checks_passed: list[str] = Field(default_factory=list)
     agent_version: str | None = None
     exit_reason: str | None = None
+    exit_source: ExitSource | None = None
+    completion: Completion = "product"
     metrics: TrialMetrics | None = None
     finished_at: AwareDatetime | None = Field(None, description="occurred_at of the conversation")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -123,6 +123,8 @@ class Scenario(BaseModel):
         min_length=1,
         json_schema_extra=_one_or_many,
     )
+    # `conversation`: the product owns no completion, so no state gate and no session wait.
+    completion: Literal["product", "conversation"] = "product"
     limits: Limits = Field(default_factory=Limits)
     outcome: list[Expectation] = Field(default_factory=list)
     judges: list[JudgeSpec] = Field(default_factory=list)
@@ -142,9 +144,22 @@ class Scenario(BaseModel):
             raise ValueError(f"judge ids must be unique: {', '.join(dupes)}")
         return self
 
+    @model_validator(mode="after")
+    def _outcome_needs_a_session(self) -> Scenario:
+        if self.completion == "conversation" and self.outcome:
+            raise ValueError(
+                "outcome expectations need completion: product (with completion: "
+                "conversation no persisted session is waited for)"
+            )
+        return self
+
     @property
     def k(self) -> int:
         return self.trials
+
+    @property
+    def has_state_gate(self) -> bool:
+        return self.completion == "product"
 
     @property
     def gating_judges(self) -> list[JudgeSpec]:
@@ -152,6 +167,8 @@ class Scenario(BaseModel):
 
     def content_hash(self) -> str:
         body = self.model_dump(mode="json", exclude={"version"}, exclude_unset=False)
+        if body["completion"] == "product":
+            del body["completion"]  # the default: versions published before it existed hold
         canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 

@@ -16,7 +16,7 @@ from services.common.settings import get_settings
 from services.common.ticks import Deadlines, table_value
 from services.common.topics import Topic, topic_name
 from services.gate import domain
-from services.gate.gates import exit_gate, state_gate
+from services.gate.gates import gates_for
 from services.gate.metrics import GateMetrics
 from services.scenarios.catalog import ScenarioCatalog
 
@@ -78,8 +78,7 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     if scenario is None:
         await reject(event, _unknown_scenario(conv.scenario_id))
         return False
-    results = [exit_gate(conv, scenario), state_gate(conv, grade.session, scenario,
-                                                     waited_s=grade.waited_s)]
+    results = gates_for(conv, grade.session, scenario, waited_s=grade.waited_s)
     # Publish before recording the trial as graded: a crash in between re-grades it and
     # re-publishes the same event ids, which consumers drop; the reverse would lose it.
     for result in results:
@@ -87,7 +86,7 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
         await fut
     for result in results:
         metrics.gate_results.labels(result.gate, "passed" if result.passed else "failed").inc()
-    if grade.session is None:
+    if grade.session is None and scenario.has_state_gate:
         metrics.sessions_missing.inc()
     return True
 
@@ -118,10 +117,13 @@ async def handle(event: faust.types.EventT) -> None:
         conv = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
         if isinstance(conv, Rejection):
             return await reject(event, conv)
-        if catalog.get(conv.scenario_id) is None:
+        scenario = catalog.get(conv.scenario_id)
+        if scenario is None:
             return await reject(event, _unknown_scenario(conv.scenario_id))
         key = conv.session_id
-        decision = domain.on_conversation(_load(key), conv, now)
+        decision = domain.on_conversation(
+            _load(key), conv, now, wait_for_session=scenario.has_state_gate
+        )
     else:
         sess = decode(event.value, SessionPersisted, max_bytes=settings.max_event_bytes)
         if isinstance(sess, Rejection):

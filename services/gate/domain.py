@@ -19,7 +19,7 @@ Note = Literal[
     "waiting",  # stored; the other half has not arrived
     "graded",  # both gates can be computed now
     "duplicate",  # already seen; nothing to do
-    "late_session",  # the session arrived after its trial was graded at the deadline
+    "late_session",  # the session came after grading: past the deadline, or not waited for
     "session_updated",  # a newer persisted state replaced the one held
     "session_conflict",  # a second, different trial claims a session still being joined
     "orphan_expired",  # a persisted session whose conversation never came
@@ -76,7 +76,15 @@ def _graded(state: JoinState, grade: Grade, now: float) -> Decision:
     return Decision(done, "graded", grade)
 
 
-def on_conversation(state: JoinState | None, event: ConversationFinished, now: float) -> Decision:
+def on_conversation(
+    state: JoinState | None,
+    event: ConversationFinished,
+    now: float,
+    *,
+    wait_for_session: bool = True,
+) -> Decision:
+    """`wait_for_session` False (a scenario with `completion: conversation`): grade at
+    once, with the session only if it already came; none is waited for."""
     state = state or JoinState(session_id=event.session_id)
     if event.trial_id in state.graded_trial_ids:
         return Decision(state, "duplicate")
@@ -88,6 +96,8 @@ def on_conversation(state: JoinState | None, event: ConversationFinished, now: f
     if state.session is not None:
         seen = state.session_seen_at if state.session_seen_at is not None else now
         return _graded(state, Grade(event, state.session, max(now - seen, 0.0)), now)
+    if not wait_for_session:
+        return _graded(state, Grade(event, None, 0.0), now)
     return Decision(state, "waiting")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from schemas.events import (
     CheckOutcome,
     ConversationFinished,
+    ExitSource,
     GateResult,
     SessionPersisted,
     count_turns,
@@ -17,10 +18,30 @@ from schemas.scenario import Scenario
 from services.gate.expectations import check_expectation
 
 
+class UnpublishedScenario(ValueError):
+    """A scenario without a version was handed to a gate: only published ones are graded."""
+
+
+def observed_exit(
+    conversation: ConversationFinished, session: SessionPersisted | None
+) -> tuple[str, ExitSource]:
+    """The exit the product persisted when it recorded one, else the harness's."""
+    if session is not None and session.exit_reason:
+        return session.exit_reason, "session"
+    return conversation.exit_reason, "harness"
+
+
 def _gate_result(
-    gate: str, conversation: ConversationFinished, scenario: Scenario, checks: list[CheckOutcome]
+    gate: str,
+    conversation: ConversationFinished,
+    scenario: Scenario,
+    checks: list[CheckOutcome],
+    *,
+    exit_reason: str | None = None,
+    exit_source: ExitSource | None = None,
 ) -> GateResult:
-    assert scenario.version, "scenarios are graded only once published (versioned)"
+    if not scenario.version:
+        raise UnpublishedScenario(f"scenario {scenario.id!r} has no version: publish it first")
     return GateResult(
         event_id=f"gate:{conversation.trial_id}:{gate}:{scenario.version}",
         trial_id=conversation.trial_id,
@@ -33,23 +54,32 @@ def _gate_result(
         reasons=[c.reason for c in checks if not c.passed],
         checks=checks,
         agent_version=conversation.agent_version,
-        exit_reason=conversation.exit_reason,
+        exit_reason=exit_reason or conversation.exit_reason,
+        exit_source=exit_source,
+        completion=scenario.completion,
         metrics=conversation.metrics,
         finished_at=conversation.occurred_at,
     )
 
 
-def exit_checks(conversation: ConversationFinished, scenario: Scenario) -> list[CheckOutcome]:
-    observed = conversation.exit_reason
+def exit_checks(
+    conversation: ConversationFinished,
+    scenario: Scenario,
+    session: SessionPersisted | None = None,
+) -> list[CheckOutcome]:
+    observed, source = observed_exit(conversation, session)
     expected = scenario.expected_exit
+    whose = "recorded by the product" if source == "session" else "observed by the harness"
+    if source == "session" and observed != conversation.exit_reason:
+        whose += f"; the harness saw {conversation.exit_reason!r}"
     checks = [
         CheckOutcome(
             check="exit:expected_exit",
             passed=observed in expected,
             reason=(
-                f"exit {observed!r} is expected"
+                f"exit {observed!r} ({whose}) is expected"
                 if observed in expected
-                else f"exit {observed!r} is not one of the expected exits {expected}"
+                else f"exit {observed!r} ({whose}) is not one of the expected exits {expected}"
             ),
             expected=expected,
             found=observed,
@@ -60,13 +90,13 @@ def exit_checks(conversation: ConversationFinished, scenario: Scenario) -> list[
     if limits.max_turns is not None:
         reported = metrics.turns if metrics and metrics.turns is not None else None
         turns = reported if reported is not None else count_turns(conversation.transcript)
-        source = "reported" if reported is not None else "counted from the transcript"
+        counted = "reported" if reported is not None else "counted from the transcript"
         ok = turns <= limits.max_turns
         checks.append(
             CheckOutcome(
                 check="exit:max_turns",
                 passed=ok,
-                reason=f"{turns} turns ({source}) {'within' if ok else 'exceed'} the limit "
+                reason=f"{turns} turns ({counted}) {'within' if ok else 'exceed'} the limit "
                 f"of {limits.max_turns}",
                 expected=limits.max_turns,
                 found=turns,
@@ -101,9 +131,36 @@ def exit_checks(conversation: ConversationFinished, scenario: Scenario) -> list[
     return checks
 
 
-def exit_gate(conversation: ConversationFinished, scenario: Scenario) -> GateResult:
-    """Gate 1: the product closed the conversation as expected, within the limits."""
-    return _gate_result("exit", conversation, scenario, exit_checks(conversation, scenario))
+def exit_gate(
+    conversation: ConversationFinished,
+    scenario: Scenario,
+    session: SessionPersisted | None = None,
+) -> GateResult:
+    """Gate 1: the product closed the conversation as expected, within the limits. The
+    exit checked is the one the product persisted when the session recorded one."""
+    exit_reason, source = observed_exit(conversation, session)
+    return _gate_result(
+        "exit",
+        conversation,
+        scenario,
+        exit_checks(conversation, scenario, session),
+        exit_reason=exit_reason,
+        exit_source=source,
+    )
+
+
+def gates_for(
+    conversation: ConversationFinished,
+    session: SessionPersisted | None,
+    scenario: Scenario,
+    *,
+    waited_s: float,
+) -> list[GateResult]:
+    """Every gate the scenario asks for: the state gate only under product-owned completion."""
+    results = [exit_gate(conversation, scenario, session)]
+    if scenario.has_state_gate:
+        results.append(state_gate(conversation, session, scenario, waited_s=waited_s))
+    return results
 
 
 def state_gate(

@@ -35,6 +35,7 @@ _FIELD_OF_MESSAGE: tuple[tuple[str, str], ...] = (
     ("unordered only applies", "unordered"),
     ("an llm judge needs", "assertion"),
     ("judge ids must be unique", "judges"),
+    ("outcome expectations need completion", "outcome"),
 )
 
 

@@ -52,6 +52,8 @@ class TrialRecord(SQLModel):
     checks_passed: list[str] = Field(default_factory=list, sa_type=JSON)
     agent_version: str | None = None
     exit_reason: str | None = None
+    exit_source: str | None = None  # session | harness: whose exit the exit gate checked
+    completion: str = "product"  # conversation: graded without a state gate
     metrics: dict[str, Any] | None = Field(None, sa_type=JSON)
     finished_at: datetime | None = None
     verdict_at: datetime
@@ -141,6 +143,8 @@ def trial_record(verdict: TrialVerdict) -> TrialRecord:
         checks_passed=list(verdict.checks_passed),
         agent_version=verdict.agent_version,
         exit_reason=verdict.exit_reason,
+        exit_source=verdict.exit_source,
+        completion=verdict.completion,
         metrics=verdict.metrics.model_dump(mode="json") if verdict.metrics else None,
         finished_at=as_utc(verdict.finished_at),
         verdict_at=as_utc(verdict.occurred_at),

@@ -19,6 +19,14 @@ from schemas.scenario import Scenario
 GATES = ("exit", "state")
 
 
+def expected_gates(gates: dict[str, GateResult]) -> tuple[str, ...]:
+    """The gates a trial needs: both, unless its scenario has no product-owned completion
+    (every gate result says which; a trial with none yet is assumed to need both)."""
+    if any(g.completion == "conversation" for g in gates.values()):
+        return ("exit",)
+    return GATES
+
+
 class TrialState(BaseModel):
     trial_id: str
     run_id: str
@@ -34,7 +42,8 @@ class TrialState(BaseModel):
     @property
     def scenario_version(self) -> str | None:
         versions = {g.scenario_version for g in self.gates.values()}
-        return versions.pop() if len(versions) == 1 and len(self.gates) == len(GATES) else None
+        complete = set(expected_gates(self.gates)) <= set(self.gates)
+        return versions.pop() if len(versions) == 1 and complete else None
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,9 @@ def on_gate_result(state: TrialState | None, result: GateResult, now: float) -> 
     if state.emitted_at is not None:
         return state
     gates = {**state.gates, result.gate: result}
-    complete = len(gates) == len(GATES) and len({g.scenario_version for g in gates.values()}) == 1
+    complete = set(expected_gates(gates)) <= set(gates) and (
+        len({g.scenario_version for g in gates.values()}) == 1
+    )
     return state.model_copy(
         update={"gates": gates, "gates_complete_at": (state.gates_complete_at or now)
                 if complete else None}
@@ -80,7 +91,10 @@ def is_duplicate(state: TrialState | None) -> bool:
 
 def missing_checks(state: TrialState, scenario: Scenario | None) -> list[str]:
     """The checks still awaited; empty when the verdict can be assembled."""
-    missing = [f"gate:{g}" for g in GATES if g not in state.gates]
+    needed = expected_gates(state.gates)
+    if not state.gates and scenario is not None and not scenario.has_state_gate:
+        needed = ("exit",)
+    missing = [f"gate:{g}" for g in needed if g not in state.gates]
     version = state.scenario_version
     if missing or version is None or scenario is None:
         return missing or ["gate:version"]
@@ -128,7 +142,8 @@ def assemble(
         errors.append(FailedCheck(check=check, reason=f"error: no result within {waited_s:g} s"))
 
     outcome: Outcome = "failed" if failed else "error" if errors else "passed"
-    facts = state.gates.get("exit") or state.gates.get("state")
+    exit_gate = state.gates.get("exit")
+    facts = exit_gate or state.gates.get("state")
     return TrialVerdict(
         event_id=f"verdict:{state.trial_id}",
         trial_id=state.trial_id,
@@ -142,6 +157,8 @@ def assemble(
         checks_passed=passed,
         agent_version=facts.agent_version if facts else None,
         exit_reason=facts.exit_reason if facts else None,
+        exit_source=exit_gate.exit_source if exit_gate else None,
+        completion=facts.completion if facts else scenario.completion,
         metrics=facts.metrics if facts else None,
         finished_at=facts.finished_at if facts else None,
     )

@@ -27,6 +27,7 @@ EXAMPLE_IDS = {
     "debrief-warranty-no-charge",
     "debrief-follow-up-required",
     "debrief-safety-incident",
+    "debrief-quick-question",
 }
 
 
@@ -57,10 +58,10 @@ def test_publishing_the_examples_lands_every_scenario_keyed_by_id(settings: Sett
     assert done.returncode == 0, done.stdout + done.stderr
     for scenario_id in EXAMPLE_IDS:
         assert scenario_id in done.stdout
-    assert done.stdout.count("new") >= 4
+    assert done.stdout.count("new") >= len(EXAMPLE_IDS)
 
-    records = read_topic(settings, Topic.SCENARIOS, min_count=4)
-    assert len(records) == 4
+    records = read_topic(settings, Topic.SCENARIOS, min_count=len(EXAMPLE_IDS))
+    assert len(records) == len(EXAMPLE_IDS)
     expected = {s.id: s for s in load_scenarios(EXAMPLES).scenarios}
     for key, value, _partition in records:
         assert key is not None and key.decode() == value["id"]
@@ -70,8 +71,8 @@ def test_publishing_the_examples_lands_every_scenario_keyed_by_id(settings: Sett
     # The same content again: same versions, nothing new on the log.
     again = passk(settings, "scenarios", "publish", str(EXAMPLES))
     assert again.returncode == 0, again.stdout + again.stderr
-    assert again.stdout.count("unchanged") == 4
-    assert len(read_topic(settings, Topic.SCENARIOS)) == 4
+    assert again.stdout.count("unchanged") == len(EXAMPLE_IDS)
+    assert len(read_topic(settings, Topic.SCENARIOS)) == len(EXAMPLE_IDS)
 
     listed = passk(settings, "scenarios", "list")
     assert listed.returncode == 0, listed.stderr
@@ -174,6 +175,6 @@ def test_an_invalid_file_among_valid_ones_publishes_nothing_and_exits_2(
 
 def test_records_on_the_topic_decode_as_versioned_scenarios(settings: Settings) -> None:
     publish_paths([EXAMPLES], settings)
-    for _key, value, _ in read_topic(settings, Topic.SCENARIOS, min_count=4):
+    for _key, value, _ in read_topic(settings, Topic.SCENARIOS, min_count=len(EXAMPLE_IDS)):
         scenario = decode_scenario(json.dumps(value).encode())
         assert scenario.version == scenario.content_hash()

@@ -81,12 +81,12 @@ def session(trial: str = "t1", state: dict[str, Any] | None = None, **overrides:
 
 
 def gate_result(gate: str, passed: bool = True, trial: str = "t1", version: str = "v1",
-                reasons: list[str] | None = None) -> GateResult:
+                reasons: list[str] | None = None, **facts: Any) -> GateResult:
     return GateResult(
         event_id=f"gate:{trial}:{gate}:{version}", trial_id=trial, run_id="run-1",
         scenario_id="debrief-billable-repair", scenario_version=version, session_id=f"s-{trial}",
         gate=gate, passed=passed, reasons=reasons or ([] if passed else [f"{gate} broke"]),
-        exit_reason="product_closed",
+        **{"exit_reason": "product_closed", **facts},
     )
 
 

@@ -19,6 +19,8 @@ FAILURE_MODES: tuple[str, ...] = (
     "over_turn_limit",
     "over_duration",
     "judge_failed",
+    # The harness saw a clean close, but the product persisted another exit.
+    "product_exit_wrong",
 )
 # Delivery quirks: how the events reach the log. Only session_missing changes the outcome.
 QUIRKS: tuple[str, ...] = ("session_early", "session_late", "duplicated", "session_missing")

@@ -74,6 +74,8 @@ def applicable_modes(scenario: Scenario, probe: dict[str, Any]) -> dict[str, lis
     exits = [x for x in WRONG_EXITS if x not in scenario.expected_exit]
     if exits:
         modes["wrong_exit"] = list(exits)
+        if scenario.has_state_gate:  # only a persisted session can record the product's exit
+            modes["product_exit_wrong"] = list(exits)
     for mode in ("missing_field", "unexpected_follow_up"):
         targets = _state_targets(scenario, mode, probe)
         if targets:
@@ -91,6 +93,8 @@ def failed_checks(mode: str | None, target: Target | None, quirks: set[str]) -> 
     checks: set[str] = set()
     if mode in ("wrong_exit", "over_turn_limit", "over_duration"):
         checks.add("gate:exit")
+    elif mode == "product_exit_wrong" and "session_missing" not in quirks:
+        checks.add("gate:exit")  # without the session the harness's (clean) exit is checked
     elif mode in ("missing_field", "unexpected_follow_up"):
         checks.add("gate:state")
     elif mode == "judge_failed":
@@ -167,6 +171,9 @@ def _force_every_mode(
 
     everyone = [p for s in scenarios for p in plans[s.id]]
     timing = {"session_early", "session_late", "session_missing"}
+    # Session quirks need a session: scenarios without product-owned completion have none.
+    with_session = [s for s in scenarios if s.has_state_gate]
+    flaky = [s for s in flaky if s.has_state_gate]
     for quirk in QUIRKS:
         if any(quirk in p.quirks for p in everyone):
             continue
@@ -180,8 +187,10 @@ def _force_every_mode(
                 pool[0] if pool else add_trial(flaky[0])
             )
         else:
-            pool = [p for p in everyone if not p.quirks & timing]
-            chosen = pool[0] if pool else add_trial(scenarios[0])
+            if not with_session:
+                continue
+            pool = [p for p in everyone if not p.quirks & timing and p.scenario.has_state_gate]
+            chosen = pool[0] if pool else add_trial(with_session[0])
         chosen.quirks.add(quirk)
         everyone = [p for s in scenarios for p in plans[s.id]]
 
@@ -202,6 +211,8 @@ def plan_trials(
             if rng.random() >= p and applicable:
                 plan.failure_mode = rng.choice(applicable)
             plan.quirks = _draw_quirks(rng, config.quirk_rates, may_miss=p < 1.0)
+            if not scenario.has_state_gate:
+                plan.quirks &= {"duplicated"}  # no session is ever persisted
             plans[scenario.id].append(plan)
     if config.every_mode:
         _force_every_mode(plans, scenarios, modes, config)
@@ -214,5 +225,6 @@ def plan_trials(
         if plan.failure_mode is not None:
             plan.target = target
         if "duplicated" in plan.quirks:
-            plan.duplicated_event = "conversation" if "session_missing" in plan.quirks else twin
+            no_session = "session_missing" in plan.quirks or not plan.scenario.has_state_gate
+            plan.duplicated_event = "conversation" if no_session else twin
     return ordered

@@ -103,11 +103,20 @@ def build_trial(
         persisted_at = finished_at + timedelta(seconds=rng.uniform(20.0, 90.0))
     else:
         persisted_at = finished_at + timedelta(seconds=rng.uniform(0.2, 3.0))
+    # Products differ: about half record the exit they closed with (the exit gate then
+    # checks theirs), the rest leave it to the harness. Decided by digest, not by the rng,
+    # so the draws of everything else stay as they were.
+    product_exit: str | None = None
+    if mode == "product_exit_wrong":
+        product_exit = str(target)
+    elif int(_digest(session_id, "product_exit")[:8], 16) % 2 == 0:
+        product_exit = exit_reason
     session = SessionPersisted(
         event_id="sp-" + _digest(session_id, "session_persisted")[:24],
         occurred_at=persisted_at,
         session_id=session_id,
         state=state,
+        exit_reason=product_exit,
         trial_id=trial_id,
         run_id=config.run_id,
         scenario_id=scenario.id,
@@ -118,6 +127,8 @@ def build_trial(
         detail = f"state:{scenario.outcome[int(target or 0)].path}"
     elif mode is not None:
         detail = f"{mode}:{target}"
+    if not scenario.has_state_gate:
+        detail = (detail + "; " if detail else "") + "completion: conversation (no session)"
     expected = ExpectedTrial(
         trial_id=trial_id,
         scenario_id=scenario.id,
@@ -163,7 +174,7 @@ def generate(scenarios: Sequence[Scenario], config: GenerateConfig) -> Traffic:
         base = slot * 10.0
         positions: dict[str, float] = {"conversation": base + 5}
         place(positions["conversation"], conversation)
-        if "session_missing" not in plan.quirks:
+        if "session_missing" not in plan.quirks and plan.scenario.has_state_gate:
             if "session_early" in plan.quirks:
                 positions["session"] = base + 4
             elif "session_late" in plan.quirks:

@@ -84,10 +84,12 @@ def grade(traffic: Traffic, scenarios: list[Scenario]) -> dict[str, list[str]]:
     for sid, conv in conversations.items():
         sc = by_id[conv.scenario_id]
         failed: set[str] = set()
-        if not all(c.passed for c in exit_checks(conv, sc)):
-            failed.add("gate:exit")
         session = sessions.get(sid)
-        if session is None or not all(
+        if not all(c.passed for c in exit_checks(conv, sc, session)):
+            failed.add("gate:exit")
+        if not sc.has_state_gate:
+            assert session is None, "no session is persisted without product-owned completion"
+        elif session is None or not all(
             check_expectation(e, session.state).passed for e in sc.outcome
         ):
             failed.add("gate:state")
@@ -139,7 +141,7 @@ def test_every_mode_skips_what_no_scenario_can_show() -> None:
     # No limits, no judges, no present:false path: those modes are not applicable.
     traffic = generate([plain_scenario()], config(every_mode=True))
     modes = {t.failure_mode for t in traffic.expected.trials} - {None}
-    assert modes == {"wrong_exit", "missing_field"}
+    assert modes == {"wrong_exit", "product_exit_wrong", "missing_field"}
     assert set(QUIRKS) <= {q for t in traffic.expected.trials for q in t.quirks}
 
 
@@ -196,11 +198,18 @@ def test_failure_modes_look_like_what_they_claim() -> None:
     scenarios = [rich_scenario()]
     traffic = generate(scenarios, config(every_mode=True, default_pass_prob=0.0))
     convs = {e.trial_id: e for e in traffic.events if isinstance(e, ConversationFinished)}
+    sessions = {e.session_id: e for e in traffic.events if isinstance(e, SessionPersisted)}
     for trial in traffic.expected.trials:
         conv = convs[trial.trial_id]
         assert conv.metrics and conv.metrics.turns == count_turns(conv.transcript)
         if trial.failure_mode == "wrong_exit":
             assert conv.exit_reason in ("persona_exhausted", "max_turns", "error")
+        elif trial.failure_mode == "product_exit_wrong":
+            assert conv.exit_reason == "product_closed"  # the harness saw a clean close
+            if "session_missing" not in trial.quirks:
+                assert sessions[trial.session_id].exit_reason in (
+                    "persona_exhausted", "max_turns", "error"
+                )
         elif trial.failure_mode == "over_turn_limit":
             assert count_turns(conv.transcript) > 12
         elif trial.failure_mode == "over_duration":
@@ -407,3 +416,31 @@ def test_every_mode_puts_forced_failures_on_the_flakiest_scenario() -> None:
                       if t.scenario_id == "debrief-billable-repair"}
     assert set(FAILURE_MODES) <= modes_on_flaky
     assert by_scenario["steady-twin"] <= 1  # only what its own 0.1% draw gives
+
+
+def test_some_products_record_their_exit_and_some_leave_it_to_the_harness() -> None:
+    traffic = generate([rich_scenario()], config(default_pass_prob=1.0, trials=20))
+    sessions = [e for e in traffic.events if isinstance(e, SessionPersisted)]
+    recorded = [s.exit_reason for s in sessions if s.exit_reason is not None]
+    assert 0 < len(recorded) < len(sessions)
+    assert set(recorded) == {"product_closed"}
+
+
+def test_a_conversation_completion_scenario_gets_no_session_and_no_state_failure() -> None:
+    chat = Scenario.model_validate({
+        "id": "chat-only", "trials": 3, "expected_exit": "product_closed",
+        "completion": "conversation",
+        "judges": [{"id": "polite", "assertion": "Was polite."}],
+    }).versioned()
+    scenarios = [chat, rich_scenario()]
+    traffic = generate(scenarios, config(every_mode=True, default_pass_prob=0.3, trials=8))
+    chat_sessions = {t.session_id for t in traffic.expected.trials if t.scenario_id == "chat-only"}
+    assert not [e for e in traffic.events
+                if isinstance(e, SessionPersisted) and e.session_id in chat_sessions]
+    chat_trials = [t for t in traffic.expected.trials if t.scenario_id == "chat-only"]
+    assert chat_trials and all("gate:state" not in t.expected_failed_checks for t in chat_trials)
+    assert all(not set(t.quirks) - {"duplicated"} for t in chat_trials)
+    assert {t.failure_mode for t in chat_trials} - {None} <= {"wrong_exit", "judge_failed"}
+    graded = grade(traffic, scenarios)
+    for trial in traffic.expected.trials:
+        assert graded[trial.trial_id] == trial.expected_failed_checks, trial

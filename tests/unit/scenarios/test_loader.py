@@ -61,6 +61,7 @@ def test_the_examples_load_versioned() -> None:
     assert ids == [
         "debrief-billable-repair",
         "debrief-follow-up-required",
+        "debrief-quick-question",
         "debrief-safety-incident",
         "debrief-warranty-no-charge",
     ]
@@ -73,9 +74,11 @@ def test_the_examples_load_versioned() -> None:
     ]
     assert [j.id for j in repair.judges] == ["covered_expected_topics", "avoided_repetition"]
     assert by_id["debrief-follow-up-required"].expected_exit == ["product_closed", "handed_off"]
+    assert by_id["debrief-quick-question"].completion == "conversation"
+    assert all(s.completion == "product" for s in result.scenarios if s.outcome)
     assert by_id["debrief-safety-incident"].limits.max_turns == 20
     assert len(by_id["debrief-safety-incident"].judges) == 1
-    assert sorted(s.trials for s in result.scenarios) == [3, 3, 3, 5]
+    assert sorted(s.trials for s in result.scenarios) == [3, 3, 3, 3, 5]
 
 
 def test_version_is_a_content_hash_stable_across_formatting(tmp_path: Path) -> None:
@@ -271,4 +274,4 @@ def test_the_invalid_examples_name_file_field_and_problem() -> None:
         ("unknown-field.yaml", "outcome[1].equal"),
         ("unknown-field.yaml", "judge"),
     }
-    assert len(result.scenarios) == 4  # the valid ones still validate; the caller publishes none
+    assert len(result.scenarios) == 5  # the valid ones still validate; the caller publishes none

@@ -108,3 +108,38 @@ def test_deadlines() -> None:
 def test_verdict_carries_trial_facts_from_the_gates() -> None:
     verdict = domain.assemble(collect(*all_checks()), SC, missing=[], waited_s=0)
     assert verdict.exit_reason == "product_closed" and verdict.scenario_version == V
+
+
+def test_a_conversation_completion_trial_needs_no_state_gate() -> None:
+    sc = scenario(completion="conversation", outcome=[])
+    version = sc.version or ""
+    exit_only = domain.on_gate_result(
+        None,
+        gate_result("exit", True, version=version, completion="conversation",
+                    exit_source="harness"),
+        now=0,
+    )
+    state = exit_only
+    for j in GATING:
+        state = domain.on_judge_verdict(state, judge_verdict(j, version=version), now=0)
+    assert domain.missing_checks(state, sc) == []
+    verdict = domain.assemble(state, sc, missing=[], waited_s=0)
+    assert verdict.outcome == "passed" and verdict.checks_passed[0] == "gate:exit"
+    assert verdict.completion == "conversation" and verdict.exit_source == "harness"
+
+
+def test_a_product_completion_trial_still_waits_for_the_state_gate() -> None:
+    state = domain.on_gate_result(None, gate_result("exit", True, version=V), now=0)
+    assert domain.missing_checks(state, SC) == ["gate:state"]
+
+
+def test_the_verdict_carries_whose_exit_was_checked() -> None:
+    events = [
+        gate_result("exit", False, version=V, exit_reason="persona_exhausted",
+                    exit_source="session"),
+        gate_result("state", True, version=V),
+        *[judge_verdict(j, version=V) for j in GATING],
+    ]
+    verdict = domain.assemble(collect(*events), SC, missing=[], waited_s=0)
+    assert verdict.outcome == "failed"
+    assert (verdict.exit_reason, verdict.exit_source) == ("persona_exhausted", "session")
