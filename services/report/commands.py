@@ -17,13 +17,14 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
     from sqlalchemy.exc import OperationalError
 
     from services.common.settings import get_settings
-    from services.report.domain import build_report
+    from services.report.domain import build_report, previous_run
     from services.sink.store import Store
 
     store = Store(database_url or get_settings().database_url)
     try:
         trials = store.trials(run_id)
-        return build_report(run_id, trials), ([] if trials else store.runs()), store.url
+        before = previous_run(run_id, store.run_scenarios()) if trials else None
+        return build_report(run_id, trials, before), ([] if trials else store.runs()), store.url
     except OperationalError as exc:
         Console(stderr=True).print(
             f"[red]cannot read the projection at {store.url}: {exc.orig or exc}[/red]",

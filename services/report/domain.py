@@ -8,11 +8,14 @@ report and the stored summaries cannot disagree.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import median
 from typing import Any
 
 from pydantic import BaseModel
 
 from schemas.events import FailedCheck
+from services.common.estimators import pass_hat_k_interval
+from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
 from services.sink.domain import TrialRecord, summarize
 
 EXIT_PASS, EXIT_FAIL, EXIT_NOTHING_TO_GATE = 0, 1, 2
@@ -28,17 +31,28 @@ class ScenarioReport(BaseModel):
     pass_at_k: float | None
     pass_hat_k: float | None
     scenario_passed: bool
+    # The 90% credible interval of pass^k (Beta posterior on the per-trial pass rate).
+    pass_hat_k_lower: float = 0.0
+    pass_hat_k_upper: float = 1.0
+    completion: str = "product"  # conversation: graded without a state gate
+    # Tracked, never gating: medians over the trials that reported them.
+    tokens_median: float | None = None
+    turns_median: float | None = None
+    duration_s_median: float | None = None
 
     @property
     def insufficient(self) -> bool:
         return self.n < self.k
 
 
-class TrialLine(BaseModel):
+class TrialLine(TrialChecks):
     trial_id: str
-    scenario_id: str
-    outcome: str
-    failed_checks: list[FailedCheck]
+    exit_reason: str | None = None
+    exit_source: str | None = None  # session | harness: whose exit the exit gate checked
+    completion: str = "product"
+    tokens: int | None = None
+    turns: int | None = None
+    duration_s: float | None = None
 
 
 class CheckFailures(BaseModel):
@@ -56,28 +70,94 @@ class RunReport(BaseModel):
     scenarios: list[ScenarioReport]
     trials: list[TrialLine]
     failing_checks: list[CheckFailures]
+    flakiness: list[ScenarioFlakiness] = []
+    previous_run: str | None = None  # the latest earlier run of the same scenarios
+
+    @property
+    def without_state_gate(self) -> list[str]:
+        """Scenarios graded without a state gate (`completion: conversation`)."""
+        return [s.scenario_id for s in self.scenarios if s.completion == "conversation"]
 
 
-def build_report(run_id: str, trials: Sequence[TrialRecord]) -> RunReport:
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(median(known)) if known else None
+
+
+def trial_line(t: TrialRecord) -> TrialLine:
+    metrics = t.metrics or {}
+    tokens = [metrics.get("input_tokens"), metrics.get("output_tokens")]
+    duration_ms = metrics.get("duration_ms")
+    return TrialLine(
+        trial_id=t.trial_id,
+        scenario_id=t.scenario_id,
+        outcome=t.outcome,
+        failed_checks=[FailedCheck.model_validate(fc) for fc in t.failed_checks],
+        exit_reason=t.exit_reason,
+        exit_source=t.exit_source,
+        completion=t.completion,
+        tokens=sum(x for x in tokens if x is not None) if any(x is not None for x in tokens)
+        else None,
+        turns=metrics.get("turns"),
+        duration_s=duration_ms / 1000 if duration_ms is not None else None,
+    )
+
+
+def scenario_report(run_id: str, scenario_id: str, trials: Sequence[TrialRecord],
+                    lines: Sequence[TrialLine]) -> ScenarioReport:
+    summary = summarize(run_id, scenario_id, trials)
+    mine = [t for t in lines if t.scenario_id == scenario_id]
+    lower, upper = pass_hat_k_interval(summary.n, summary.passed, summary.k)
+    return ScenarioReport(
+        **summary.model_dump(include=set(ScenarioReport.model_fields)),
+        pass_hat_k_lower=lower,
+        pass_hat_k_upper=upper,
+        completion="conversation" if any(t.completion == "conversation" for t in mine)
+        else "product",
+        tokens_median=_median([t.tokens for t in mine]),
+        turns_median=_median([t.turns for t in mine]),
+        duration_s_median=_median([t.duration_s for t in mine]),
+    )
+
+
+def build_report(
+    run_id: str, trials: Sequence[TrialRecord], previous_run: str | None = None
+) -> RunReport:
     trials = sorted(
         (t for t in trials if t.run_id == run_id), key=lambda t: (t.scenario_id, t.trial_id)
     )
+    lines = [trial_line(t) for t in trials]
     scenarios = [
-        ScenarioReport.model_validate(summarize(run_id, sid, trials).model_dump())
+        scenario_report(run_id, sid, trials, lines)
         for sid in sorted({t.scenario_id for t in trials})
     ]
-    lines = [
-        TrialLine(
-            trial_id=t.trial_id,
-            scenario_id=t.scenario_id,
-            outcome=t.outcome,
-            failed_checks=[FailedCheck.model_validate(fc) for fc in t.failed_checks],
-        )
-        for t in trials
-    ]
     return RunReport(
-        run_id=run_id, scenarios=scenarios, trials=lines, failing_checks=rank_failing_checks(lines)
+        run_id=run_id,
+        scenarios=scenarios,
+        trials=lines,
+        failing_checks=rank_failing_checks(lines),
+        flakiness=explain_flakiness(lines),
+        previous_run=previous_run,
     )
+
+
+def previous_run(run_id: str, runs: Sequence[tuple[str, str, Any]]) -> str | None:
+    """The latest run before `run_id` over exactly the same scenarios, from
+    (run_id, scenario_id, last verdict time) rows; runs are ordered by their last verdict."""
+    scenarios: dict[str, set[str]] = {}
+    ended: dict[str, Any] = {}
+    for run, scenario, at in runs:
+        scenarios.setdefault(run, set()).add(scenario)
+        if at is not None and (run not in ended or at > ended[run]):
+            ended[run] = at
+    if run_id not in ended:
+        return None
+    earlier = [
+        r for r in scenarios
+        if r != run_id and scenarios[r] == scenarios[run_id] and r in ended
+        and ended[r] < ended[run_id]
+    ]
+    return max(earlier, key=lambda r: (ended[r], r)) if earlier else None
 
 
 def rank_failing_checks(trials: Sequence[TrialLine]) -> list[CheckFailures]:
@@ -103,12 +183,29 @@ def rank_failing_checks(trials: Sequence[TrialLine]) -> list[CheckFailures]:
     return sorted(ranked, key=lambda c: (-c.failures, c.check))
 
 
+SCENARIO_KEYS = ("scenario_id", "k", "n", "passed", "failed", "errors", "pass_at_k",
+                 "pass_hat_k", "scenario_passed")
+TRIAL_KEYS = ("trial_id", "scenario_id", "outcome", "failed_checks")
+
+
+def _documented_first(row: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    return {**{k: row[k] for k in keys}, **{k: v for k, v in row.items() if k not in keys}}
+
+
 def report_json(report: RunReport) -> dict[str, Any]:
-    """Exactly the shape DESIGN.md promises for `passk report --json`."""
+    """The shape DESIGN.md promises for `passk report --json`, with more fields beside:
+    credible bounds, tracked costs, whose exit was checked, flakiness, the previous run."""
     return {
         "run_id": report.run_id,
-        "scenarios": [s.model_dump() for s in report.scenarios],
-        "trials": [t.model_dump() for t in report.trials],
+        "scenarios": [_documented_first(s.model_dump(), SCENARIO_KEYS) for s in report.scenarios],
+        "trials": [_documented_first(t.model_dump(), TRIAL_KEYS) for t in report.trials],
+        "previous_run": report.previous_run,
+        "without_state_gate": report.without_state_gate,
+        "flakiness": [
+            {"scenario_id": f.scenario_id, "trials": f.trials, "passed": f.passed,
+             "checks": [c.model_dump() for c in f.checks]}
+            for f in report.flakiness
+        ],
     }
 
 

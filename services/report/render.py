@@ -8,6 +8,8 @@ from rich.table import Table
 
 from services.report.domain import GateDecision, RunReport, ScenarioReport
 
+WHOSE_EXIT = {"session": "persisted session", "harness": "harness"}
+
 
 def figure(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
@@ -52,6 +54,29 @@ def print_report(report: RunReport, console: Console) -> None:
         console.print(failing_checks_table(report))
     else:
         console.print("no check failed in this run")
+    for flaky in report.flakiness:
+        console.print(
+            f"flaky: {escape(flaky.scenario_id)} ({flaky.passed} of {flaky.trials} passed): "
+            f"{escape(flaky.summary)}", soft_wrap=True,
+        )
+    if report.without_state_gate:
+        console.print(
+            "graded without a state gate (completion: conversation): "
+            + escape(", ".join(report.without_state_gate)), soft_wrap=True,
+        )
+    by_source: dict[str, int] = {}
+    for trial in report.trials:
+        if trial.exit_source:
+            by_source[trial.exit_source] = by_source.get(trial.exit_source, 0) + 1
+    if by_source:
+        shown = ", ".join(f"{n} from the {WHOSE_EXIT[s]}" for s, n in sorted(by_source.items()))
+        console.print(f"exits checked: {shown}", soft_wrap=True)
+    if report.previous_run:
+        console.print(
+            f"previous run of these scenarios: {escape(report.previous_run)} "
+            f"(passk compare --base {escape(report.previous_run)} --run {escape(report.run_id)})",
+            soft_wrap=True,
+        )
 
 
 def print_gate(decision: GateDecision, console: Console) -> None:

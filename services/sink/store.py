@@ -225,6 +225,16 @@ class Store:
             rows = conn.execute(select(table.c.run_id, func.count()).group_by(table.c.run_id))
             return sorted(r[0] for r in rows)
 
+    def run_scenarios(self) -> list[tuple[str, str, Any]]:
+        """(run_id, scenario_id, last verdict time) of every summary: which runs covered
+        which scenarios, and when, so a report can name the previous run of its scenarios."""
+        if not self.has_schema():
+            return []
+        table, _ = TABLES[ScenarioSummary]
+        query = select(table.c.run_id, table.c.scenario_id, table.c.last_verdict_at)
+        with self.engine.connect() as conn:
+            return [(r.run_id, r.scenario_id, r.last_verdict_at) for r in conn.execute(query)]
+
     def dump(self) -> dict[str, list[dict[str, Any]]]:
         """Every row of every projection table, as JSON-ready dicts in key order: what a
         rebuilt projection is compared with, across backends."""

@@ -4,12 +4,15 @@ from math import comb
 
 import pytest
 
+from schemas.events import TrialMetrics
+from services.common.estimators import pass_hat_k_interval
 from services.report.domain import (
     EXIT_FAIL,
     EXIT_NOTHING_TO_GATE,
     EXIT_PASS,
     build_report,
     gate_decision,
+    previous_run,
     report_json,
 )
 from services.sink.domain import trial_record
@@ -85,14 +88,19 @@ def test_json_has_exactly_the_documented_shape() -> None:
     data = report_json(build_report("r", trials(
         ("b", "failed", [("gate:state", "missing field")]), ("a", "passed", None)
     )))
-    assert list(data) == ["run_id", "scenarios", "trials"]
+    # The documented keys first and in order; the additions after them.
+    assert list(data) == [
+        "run_id", "scenarios", "trials", "previous_run", "without_state_gate", "flakiness"
+    ]
     assert data["run_id"] == "r"
     assert [list(s) for s in data["scenarios"]] == [[
         "scenario_id", "k", "n", "passed", "failed", "errors", "pass_at_k", "pass_hat_k",
-        "scenario_passed",
+        "scenario_passed", "pass_hat_k_lower", "pass_hat_k_upper", "completion",
+        "tokens_median", "turns_median", "duration_s_median",
     ]] * 2
     assert [list(t) for t in data["trials"]] == [
-        ["trial_id", "scenario_id", "outcome", "failed_checks"]
+        ["trial_id", "scenario_id", "outcome", "failed_checks", "exit_reason", "exit_source",
+         "completion", "tokens", "turns", "duration_s"]
     ] * 2
     assert [s["scenario_id"] for s in data["scenarios"]] == ["a", "b"]
     failed = data["trials"][1]["failed_checks"]
@@ -125,3 +133,63 @@ def test_gate_decision(specs: list, expect: int | None, code: int, mentions: lis
     text = decision.message + " " + " ".join(f.why for f in decision.failures)
     for words in mentions:
         assert words in text
+
+
+def test_each_scenario_has_its_credible_interval_and_tracked_medians() -> None:
+    rows = [
+        trial_record(f.verdict(f"t{i}", o, scenario_id="s", when=i, metrics=TrialMetrics(
+            turns=turns, input_tokens=100 * turns, output_tokens=10, duration_ms=1000.0 * turns)))
+        for i, (o, turns) in enumerate([("passed", 4), ("passed", 6), ("failed", 10)])
+    ]
+    rows.append(trial_record(f.verdict("t9", "passed", scenario_id="s", when=9, metrics=None)))
+    (scenario,) = build_report("run-1", rows).scenarios
+    assert (scenario.pass_hat_k_lower, scenario.pass_hat_k_upper) == pytest.approx(
+        pass_hat_k_interval(4, 3, 3)
+    )
+    assert scenario.pass_hat_k_lower < scenario.pass_hat_k < scenario.pass_hat_k_upper
+    # A trial that reported nothing is left out of the medians, not counted as zero.
+    assert scenario.turns_median == 6
+    assert scenario.tokens_median == 610
+    assert scenario.duration_s_median == 6.0
+
+
+def test_whose_exit_and_the_scenarios_without_a_state_gate_are_reported() -> None:
+    rows = [
+        trial_record(f.verdict("a1", "failed", scenario_id="a", exit_source="session",
+                               exit_reason="persona_exhausted")),
+        trial_record(f.verdict("c1", "passed", scenario_id="chat", completion="conversation",
+                               exit_source="harness")),
+    ]
+    report = build_report("run-1", rows)
+    assert report.without_state_gate == ["chat"]
+    data = report_json(report)
+    assert data["without_state_gate"] == ["chat"]
+    assert [(t["trial_id"], t["exit_source"]) for t in data["trials"]] == [
+        ("a1", "session"), ("c1", "harness")
+    ]
+
+
+def test_flakiness_is_part_of_the_report() -> None:
+    rows = trials(("s", "passed", None), ("s", "failed", [("judge:x", "no")]),
+                  ("s", "passed", None))
+    data = report_json(build_report("r", rows))
+    assert data["flakiness"] == [{
+        "scenario_id": "s", "trials": 3, "passed": 2,
+        "checks": [{"check": "judge:x", "failures": 1, "trials": 3, "example_reason": "no"}],
+    }]
+
+
+@pytest.mark.parametrize(
+    ("rows", "run", "expected"),
+    [
+        ([], "r2", None),
+        ([("r1", "a", 1), ("r2", "a", 2)], "r2", "r1"),
+        ([("r1", "a", 1), ("r2", "a", 2)], "r1", None),  # nothing before the first
+        # the latest earlier run over exactly the same scenarios
+        ([("r0", "a", 0), ("r0", "b", 0), ("r1", "a", 1), ("r1", "b", 1),
+          ("r2", "a", 2), ("r3", "a", 3), ("r3", "b", 3)], "r3", "r1"),
+        ([("r1", "a", 1), ("r2", "a", 2), ("r2", "b", 2)], "r2", None),  # other scenarios
+    ],
+)
+def test_previous_run_of_the_same_scenarios(rows, run, expected) -> None:
+    assert previous_run(run, rows) == expected

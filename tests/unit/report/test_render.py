@@ -50,3 +50,19 @@ def test_reasons_quoting_brackets_are_printed_as_written() -> None:
     console.print(failing_checks_table(Report()))  # type: ignore[arg-type]
     text = console.export_text()
     assert "[stand-in]" in text and "[[fail:avoided_repetition]]" in text
+
+
+def test_the_report_explains_flakiness_exits_and_the_previous_run() -> None:
+    rows = [
+        trial_record(f.verdict("s0", "passed", scenario_id="s", when=0, exit_source="session")),
+        trial_record(f.verdict("s1", "failed", scenario_id="s", when=1, exit_source="session",
+                               failed=[("gate:exit", "exit 'persona_exhausted'")])),
+        trial_record(f.verdict("c0", "passed", scenario_id="chat", when=2,
+                               completion="conversation", exit_source="harness")),
+    ]
+    report = build_report("run-1", rows, previous_run="run-0")
+    text = rendered(print_report, report)
+    assert "flaky: s (1 of 2 passed): gate:exit fails 1 of 2" in text
+    assert "graded without a state gate (completion: conversation): chat" in text
+    assert "exits checked: 1 from the harness, 2 from the persisted session" in text
+    assert "previous run of these scenarios: run-0" in text

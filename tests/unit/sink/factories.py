@@ -4,6 +4,7 @@ processors build them (deterministic event ids)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from schemas.events import (
     ConversationFinished,
@@ -67,7 +68,7 @@ def judge(
 def verdict(
     trial_id: str, outcome: str, *, k: int = 3, run_id: str = "run-1",
     scenario_id: str = "billing", version: str = "v1", when: float = 1.0,
-    failed: list[tuple[str, str]] | None = None,
+    failed: list[tuple[str, str]] | None = None, **facts: Any,
 ) -> TrialVerdict:
     if failed is None:
         failed = [] if outcome == "passed" else [("gate:state", f"state wrong in {trial_id}")]
@@ -79,8 +80,12 @@ def verdict(
         failed_checks=[FailedCheck(check=c, reason=r) for c, r in failed],
         checks_passed=["gate:exit"],
         agent_version="agent-7",
-        exit_reason="product_closed",
-        metrics=TrialMetrics(turns=6, input_tokens=120, output_tokens=80, duration_ms=5300.0),
+        **{
+            "exit_reason": "product_closed",
+            "metrics": TrialMetrics(turns=6, input_tokens=120, output_tokens=80,
+                                    duration_ms=5300.0),
+            **facts,
+        },
         finished_at=at(0),
         **ref(trial_id, run_id, scenario_id, version),
     )

@@ -135,6 +135,22 @@ class StoreContract:
         assert [(s.scenario_id, s.passed) for s in store.summaries("r2")] == [("s1", 1)]
         assert store.runs() == ["r1", "r2"]
 
+    def test_the_runs_of_each_scenario_name_the_previous_run(self, store: Store) -> None:
+        from services.report.domain import previous_run
+
+        store.apply(f.verdict("a", "passed", run_id="r1", scenario_id="s1", when=1))
+        store.apply(f.verdict("b", "passed", run_id="r2", scenario_id="s1", when=5))
+        store.apply(f.verdict("c", "passed", run_id="r3", scenario_id="s2", when=9))
+        rows = store.run_scenarios()
+        assert sorted((r, s) for r, s, _ in rows) == [("r1", "s1"), ("r2", "s1"), ("r3", "s2")]
+        assert previous_run("r2", rows) == "r1"
+        assert previous_run("r3", rows) is None
+
+    def test_whose_exit_and_the_completion_are_kept(self, store: Store) -> None:
+        store.apply(f.verdict("t-1", "passed", exit_source="session", completion="conversation"))
+        (trial,) = store.trials("run-1")
+        assert (trial.exit_source, trial.completion) == ("session", "conversation")
+
     def test_the_transcript_keeps_tool_calls_for_debugging(self, store: Store) -> None:
         store.apply(f.conversation("t-1"))
         transcript = store.transcript("t-1")
