@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from services.report.domain import RunReport
 
 
-def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list[str], str]:
+def _load_report(
+    run_id: str, database_url: str | None, unreachable_exit: int = 2
+) -> tuple[RunReport, list[str], str]:
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
     from sqlalchemy.exc import OperationalError
 
@@ -30,7 +32,7 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
             f"[red]cannot read the projection at {store.url}: {exc.orig or exc}[/red]",
             soft_wrap=True,
         )
-        raise typer.Exit(2) from exc
+        raise typer.Exit(unreachable_exit) from exc
     finally:
         store.close()
 
@@ -76,6 +78,44 @@ def register(app: typer.Typer) -> None:
         decision = gate_decision(result, expect_scenarios)
         print_gate(decision, Console(stderr=decision.exit_code == 2))
         raise typer.Exit(decision.exit_code)
+
+    @app.command()
+    def compare(
+        base: str = typer.Option(..., "--base", help="the run to compare against (the last build)"),
+        run: str = typer.Option(..., "--run", help="the run under test (this build)"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        fail_on_regression: bool = typer.Option(
+            False, "--fail-on-regression", help="exit 1 when a scenario confidently regressed"
+        ),
+        database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
+    ) -> None:
+        """pass^k of two runs per scenario with credible intervals, the change, and a
+        regression flag when the run is confidently worse; tokens, turns and duration
+        medians beside (tracked, never gating). Exit 1 on a regression with
+        --fail-on-regression, 3 when a run has no trials, 4 when the store is unreachable."""
+        from services.report.compare import compare_runs
+        from services.report.render import print_comparison
+
+        reports = []
+        for run_id in (base, run):
+            result, runs, url = _load_report(run_id, database_url, unreachable_exit=4)
+            if not result.trials:
+                known = ", ".join(runs[:10]) + (", …" if len(runs) > 10 else "") or "none"
+                Console(stderr=True).print(
+                    f"[red]run {run_id!r} has no trial verdicts in the projection ({url}): "
+                    f"nothing to compare. Known runs: {known}[/red]", soft_wrap=True
+                )
+                raise typer.Exit(3)
+            reports.append(result)
+        comparison = compare_runs(*reports)
+        if as_json:
+            data = comparison.model_dump()
+            data["regressions"] = comparison.regressions
+            typer.echo(json.dumps(data, ensure_ascii=False))
+        else:
+            print_comparison(comparison, Console())
+        if fail_on_regression and comparison.regressions:
+            raise typer.Exit(1)
 
     @app.command()
     def rebuild(

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from services.report.compare import Comparison, RunFigures, ScenarioChange
 from services.report.domain import GateDecision, RunReport, ScenarioReport
 
 WHOSE_EXIT = {"session": "persisted session", "harness": "harness"}
@@ -87,3 +88,51 @@ def print_gate(decision: GateDecision, console: Console) -> None:
                       soft_wrap=True)
     style = {0: "green", 1: "red"}.get(decision.exit_code, "yellow")
     console.print(f"[{style}]{escape(decision.message)}[/{style}]", soft_wrap=True)
+
+
+def _interval(f: RunFigures | None) -> str:
+    if f is None:
+        return "—"
+    return f"{figure(f.pass_hat_k)} [{f.pass_hat_k_lower:.2f}, {f.pass_hat_k_upper:.2f}]"
+
+
+def _medians(change: ScenarioChange, field: str, unit: str = "") -> str:
+    def one(f: RunFigures | None) -> str:
+        value = getattr(f, field) if f else None
+        return "—" if value is None else f"{value:g}{unit}"
+
+    return f"{one(change.base)} → {one(change.run)}"
+
+
+def print_comparison(comparison: Comparison, console: Console) -> None:
+    table = Table(
+        title=f"{comparison.run} against {comparison.base_run}: pass^k [90% credible interval]"
+    )
+    table.add_column("scenario", overflow="fold", min_width=12)
+    table.add_column(f"base {comparison.base_run}", overflow="fold", min_width=12)
+    table.add_column(f"run {comparison.run}", overflow="fold", min_width=12)
+    table.add_column("change", justify="right", no_wrap=True)
+    table.add_column("regressed?", justify="center", no_wrap=True)
+    costs = Table(title="tracked, never gating: medians, base → run")
+    costs.add_column("scenario", overflow="fold", min_width=12)
+    for name in ("tokens", "turns", "duration"):
+        costs.add_column(name, no_wrap=True)
+    for s in comparison.scenarios:
+        table.add_row(
+            escape(s.scenario_id), _interval(s.base), _interval(s.run),
+            "—" if s.change is None else f"{s.change:+.3f}",
+            "[red]REGRESSED[/red]" if s.regression else "no",
+        )
+        costs.add_row(
+            escape(s.scenario_id), _medians(s, "tokens_median"), _medians(s, "turns_median"),
+            _medians(s, "duration_s_median", " s"),
+        )
+    console.print(table)
+    console.print(costs)
+    if comparison.regressions:
+        console.print(
+            "[red]confidently worse (upper bound below the base's lower bound): "
+            f"{escape(', '.join(comparison.regressions))}[/red]", soft_wrap=True
+        )
+    else:
+        console.print("no scenario is confidently worse than in the base run")

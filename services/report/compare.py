@@ -1,0 +1,85 @@
+"""Two runs side by side: did this build get less reliable than the last one?
+
+Pure functions over two `RunReport`s. A scenario has *regressed* only when the new run is
+confidently worse: the upper credible bound of its pass^k lies below the base run's
+lower bound, so the two intervals do not even touch. Overlapping intervals are noise at
+these trial counts, however the point estimates moved. Tokens, turns and duration are
+compared as medians to spot cost drift; they never make a regression.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from services.report.domain import RunReport, ScenarioReport
+
+
+class RunFigures(BaseModel):
+    """One scenario in one run, as the comparison shows it."""
+
+    k: int
+    n: int
+    passed: int
+    pass_hat_k: float | None
+    pass_hat_k_lower: float
+    pass_hat_k_upper: float
+    tokens_median: float | None
+    turns_median: float | None
+    duration_s_median: float | None
+
+    @classmethod
+    def of(cls, scenario: ScenarioReport) -> RunFigures:
+        return cls.model_validate(scenario.model_dump(include=set(cls.model_fields)))
+
+
+class ScenarioChange(BaseModel):
+    scenario_id: str
+    base: RunFigures | None  # None: the scenario is new in the run
+    run: RunFigures | None  # None: the run no longer has it
+    change: float | None  # run pass^k minus base pass^k, when both are estimated
+    regression: bool
+
+
+class Comparison(BaseModel):
+    base_run: str
+    run: str
+    scenarios: list[ScenarioChange]
+
+    @property
+    def regressions(self) -> list[str]:
+        return [s.scenario_id for s in self.scenarios if s.regression]
+
+
+def is_regression(base: RunFigures, run: RunFigures) -> bool:
+    """Confidently worse: the new run's upper bound below the base's lower bound."""
+    return run.pass_hat_k_upper < base.pass_hat_k_lower
+
+
+def compare_scenario(
+    scenario_id: str, base: ScenarioReport | None, run: ScenarioReport | None
+) -> ScenarioChange:
+    before = RunFigures.of(base) if base else None
+    after = RunFigures.of(run) if run else None
+    change = None
+    if before and after and before.pass_hat_k is not None and after.pass_hat_k is not None:
+        change = after.pass_hat_k - before.pass_hat_k
+    return ScenarioChange(
+        scenario_id=scenario_id,
+        base=before,
+        run=after,
+        change=change,
+        regression=bool(before and after and is_regression(before, after)),
+    )
+
+
+def compare_runs(base: RunReport, run: RunReport) -> Comparison:
+    before = {s.scenario_id: s for s in base.scenarios}
+    after = {s.scenario_id: s for s in run.scenarios}
+    return Comparison(
+        base_run=base.run_id,
+        run=run.run_id,
+        scenarios=[
+            compare_scenario(sid, before.get(sid), after.get(sid))
+            for sid in sorted(before.keys() | after.keys())
+        ],
+    )
