@@ -33,7 +33,7 @@ echo "== 5/6 waiting for every verdict"
 "$passk" wait --run-id "$run_id" --expected "$out/expected.json" --timeout 600
 
 echo "== 6/6 report and deploy gate"
-"$passk" report --run-id "$run_id"
+"$passk" report --run-id "$run_id" --html "$out/report.html"
 set +e
 "$passk" gate --run-id "$run_id"
 gate_rc=$?
@@ -46,4 +46,5 @@ elif [ "$gate_rc" -eq 1 ]; then
 else
   echo "deploy gate: could not decide (exit $gate_rc)"; exit "$gate_rc"
 fi
+echo "The report page (one self-contained file; open it in a browser): $out/report.html"
 echo "The stack is still running: 'passk report --run-id $run_id --json', 'passk status'; 'make down' stops it."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -26,7 +27,9 @@ def _load_report(
     try:
         trials = store.trials(run_id)
         before = previous_run(run_id, store.run_scenarios()) if trials else None
-        return build_report(run_id, trials, before), ([] if trials else store.runs()), store.url
+        judges = store.judge_verdicts(run_id) if trials else []
+        report = build_report(run_id, trials, before, judges)
+        return report, ([] if trials else store.runs()), store.url
     except OperationalError as exc:
         Console(stderr=True).print(
             f"[red]cannot read the projection at {store.url}: {exc.orig or exc}[/red]",
@@ -42,6 +45,10 @@ def register(app: typer.Typer) -> None:
     def report(
         run_id: str = typer.Option(..., "--run-id", help="the run to report on"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        html: Path = typer.Option(
+            None, "--html", help="also write one self-contained page (charts inlined) here",
+            dir_okay=False,
+        ),
         database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
     ) -> None:
         """pass@k and pass^k per scenario of a run, and the checks that fail most."""
@@ -60,6 +67,19 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(report_json(result), ensure_ascii=False))
         else:
             print_report(result, Console())
+        if html is not None:
+            from datetime import UTC, datetime
+
+            from services.report.html import render_html
+
+            try:
+                html.write_text(render_html(result, generated_at=datetime.now(UTC)),
+                                encoding="utf-8")
+            except OSError as exc:
+                Console(stderr=True).print(f"[red]cannot write {html}: {exc}[/red]",
+                                           soft_wrap=True)
+                raise typer.Exit(2) from exc
+            Console(stderr=True).print(f"report page: {html.resolve()}", soft_wrap=True)
 
     @app.command()
     def gate(

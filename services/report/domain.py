@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from schemas.events import FailedCheck
 from services.common.estimators import pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
-from services.sink.domain import TrialRecord, summarize
+from services.sink.domain import JudgeRecord, TrialRecord, summarize
 
 EXIT_PASS, EXIT_FAIL, EXIT_NOTHING_TO_GATE = 0, 1, 2
 
@@ -65,6 +65,16 @@ class CheckFailures(BaseModel):
     scenarios: list[str]
 
 
+class AdvisoryJudge(BaseModel):
+    """A judge that was recorded but could not fail a trial, and why."""
+
+    judge_id: str
+    scenarios: list[str]
+    verdicts: int
+    failed: int  # verdicts that would have failed the trial had the judge been gating
+    why: str
+
+
 class RunReport(BaseModel):
     run_id: str
     scenarios: list[ScenarioReport]
@@ -72,6 +82,7 @@ class RunReport(BaseModel):
     failing_checks: list[CheckFailures]
     flakiness: list[ScenarioFlakiness] = []
     previous_run: str | None = None  # the latest earlier run of the same scenarios
+    advisory_judges: list[AdvisoryJudge] = []
 
     @property
     def without_state_gate(self) -> list[str]:
@@ -120,8 +131,34 @@ def scenario_report(run_id: str, scenario_id: str, trials: Sequence[TrialRecord]
     )
 
 
+def advisory_reason(verdict: JudgeRecord) -> str:
+    """Why a judge did not gate. The scenario's `gating: false` is the one source today;
+    a judge made advisory by its calibration would say so here."""
+    return "declared gating: false in the scenario"
+
+
+def advisory_judges(judges: Sequence[JudgeRecord]) -> list[AdvisoryJudge]:
+    found: dict[str, list[JudgeRecord]] = {}
+    for verdict in judges:
+        if not verdict.gating:
+            found.setdefault(verdict.judge_id, []).append(verdict)
+    return [
+        AdvisoryJudge(
+            judge_id=judge_id,
+            scenarios=sorted({v.scenario_id for v in verdicts}),
+            verdicts=len(verdicts),
+            failed=sum(1 for v in verdicts if v.result == "failed"),
+            why="; ".join(dict.fromkeys(advisory_reason(v) for v in verdicts)),
+        )
+        for judge_id, verdicts in sorted(found.items())
+    ]
+
+
 def build_report(
-    run_id: str, trials: Sequence[TrialRecord], previous_run: str | None = None
+    run_id: str,
+    trials: Sequence[TrialRecord],
+    previous_run: str | None = None,
+    judges: Sequence[JudgeRecord] = (),
 ) -> RunReport:
     trials = sorted(
         (t for t in trials if t.run_id == run_id), key=lambda t: (t.scenario_id, t.trial_id)
@@ -138,6 +175,7 @@ def build_report(
         failing_checks=rank_failing_checks(lines),
         flakiness=explain_flakiness(lines),
         previous_run=previous_run,
+        advisory_judges=advisory_judges([j for j in judges if j.run_id == run_id]),
     )
 
 
@@ -206,6 +244,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
              "checks": [c.model_dump() for c in f.checks]}
             for f in report.flakiness
         ],
+        "advisory_judges": [j.model_dump() for j in report.advisory_judges],
     }
 
 

@@ -61,6 +61,9 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         assert [s["scenario_id"] for s in flaky] == ["debrief-follow-up-required"], plan
         assert "deploy gate: FAIL (exit 1)" in out, out[-3000:]
         assert "deploy gate: PASS" not in out
+        page = clone / "var/demo/demo-e2e/report.html"
+        assert f"The report page (one self-contained file; open it in a browser): {page}" in out
+        assert "debrief-follow-up-required" in page.read_text()
         assert listening(standin), "the stand-in should be up while the stack runs"
     finally:
         down = subprocess.run(["make", "down"], cwd=clone, env=env, capture_output=True,

@@ -90,7 +90,8 @@ def test_json_has_exactly_the_documented_shape() -> None:
     )))
     # The documented keys first and in order; the additions after them.
     assert list(data) == [
-        "run_id", "scenarios", "trials", "previous_run", "without_state_gate", "flakiness"
+        "run_id", "scenarios", "trials", "previous_run", "without_state_gate", "flakiness",
+        "advisory_judges",
     ]
     assert data["run_id"] == "r"
     assert [list(s) for s in data["scenarios"]] == [[
@@ -193,3 +194,17 @@ def test_flakiness_is_part_of_the_report() -> None:
 )
 def test_previous_run_of_the_same_scenarios(rows, run, expected) -> None:
     assert previous_run(run, rows) == expected
+
+
+def test_advisory_judges_are_listed_with_what_they_would_have_failed() -> None:
+    from services.sink.domain import judge_record
+
+    judges = [
+        judge_record(f.judge("t1", "polite", "failed", gating=False)),
+        judge_record(f.judge("t2", "polite", "passed", gating=False)),
+        judge_record(f.judge("t1", "topics", "failed")),
+    ]
+    report = build_report("run-1", trials(("s", "passed", None), run="run-1"), judges=judges)
+    assert [(j.judge_id, j.verdicts, j.failed, j.why) for j in report.advisory_judges] == [
+        ("polite", 2, 1, "declared gating: false in the scenario")
+    ]

@@ -49,12 +49,13 @@ def gate(
 
 def judge(
     trial_id: str, judge_id: str, result: str, *, run_id: str = "run-1",
-    scenario_id: str = "billing", version: str = "v1", when: float = 0.0,
+    scenario_id: str = "billing", version: str = "v1", when: float = 0.0, gating: bool = True,
 ) -> JudgeVerdict:
     return JudgeVerdict(
         event_id=f"judge:{trial_id}:{judge_id}:{version}",
         occurred_at=at(when),
         judge_id=judge_id,
+        gating=gating,
         judge_kind="llm",
         judge_spec={"assertion": f"{judge_id} holds"},
         result=result,  # type: ignore[arg-type]
