@@ -49,14 +49,22 @@ def test_every_trial_gets_its_expected_outcome(pipeline: Pipeline, tmp_path: Pat
         assert got["outcome"] == want["expected_outcome"], (want, got)
         assert sorted({c["check"] for c in got["failed_checks"]}) == sorted(
             set(want["expected_failed_checks"])), (want, got)
+        assert got["exit_source"] == want["expected_exit_source"], (want, got)
         modes[want["failure_mode"]] += 1
         for quirk in want["quirks"]:
             modes[quirk] += 1
     # the cases the issue names are really in this traffic
     for case in ("missing_field", "wrong_exit", "unexpected_follow_up", "over_turn_limit",
                  "judge_failed", "session_early", "session_late", "session_missing",
-                 "duplicated"):
+                 "duplicated", "product_exit_wrong"):
         assert modes[case] >= 1, f"{case} not exercised"
+    # Both sources of the exit were checked somewhere in this traffic.
+    assert {t["expected_exit_source"] for t in expected["trials"]} == {"session", "harness"}
+    # A scenario without product-owned completion was graded with no session at all.
+    assert report["without_state_gate"] == ["debrief-quick-question"]
+    chat = [t for t in report["trials"] if t["scenario_id"] == "debrief-quick-question"]
+    assert chat and all(t["completion"] == "conversation" for t in chat)
+    assert any(t["outcome"] == "passed" for t in chat)
 
     # pass@k and pass^k equal an independent computation, n > k included
     by_scenario: dict[str, list[bool]] = defaultdict(list)

@@ -86,6 +86,9 @@ class ExpectedTrial(BaseModel):
     failure_mode: str | None
     quirks: list[str]
     expected_failed_checks: list[str]
+    # Whose exit the exit gate must check: the session's when the product recorded one
+    # and the session is delivered, the harness's otherwise.
+    expected_exit_source: Literal["session", "harness"] = "harness"
     detail: str = ""  # which expectation / judge / exit the failure mode targeted
 
 

@@ -137,6 +137,9 @@ def build_trial(
         failure_mode=mode,
         quirks=sorted(plan.quirks),
         expected_failed_checks=checks,
+        expected_exit_source="session"
+        if product_exit and scenario.has_state_gate and "session_missing" not in plan.quirks
+        else "harness",
         detail=detail,
     )
     return conversation, session, expected

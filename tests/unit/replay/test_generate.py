@@ -444,3 +444,14 @@ def test_a_conversation_completion_scenario_gets_no_session_and_no_state_failure
     graded = grade(traffic, scenarios)
     for trial in traffic.expected.trials:
         assert graded[trial.trial_id] == trial.expected_failed_checks, trial
+
+
+def test_the_plan_says_whose_exit_the_gate_must_check() -> None:
+    scenarios = [rich_scenario()]
+    traffic = generate(scenarios, config(every_mode=True, default_pass_prob=0.5, trials=20))
+    sessions = {e.session_id: e for e in traffic.events if isinstance(e, SessionPersisted)}
+    for trial in traffic.expected.trials:
+        session = sessions.get(trial.session_id)
+        recorded = session is not None and session.exit_reason is not None
+        assert trial.expected_exit_source == ("session" if recorded else "harness"), trial
+    assert {t.expected_exit_source for t in traffic.expected.trials} == {"session", "harness"}
