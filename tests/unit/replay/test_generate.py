@@ -455,3 +455,27 @@ def test_the_plan_says_whose_exit_the_gate_must_check() -> None:
         recorded = session is not None and session.exit_reason is not None
         assert trial.expected_exit_source == ("session" if recorded else "harness"), trial
     assert {t.expected_exit_source for t in traffic.expected.trials} == {"session", "harness"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "state", "held"),
+    [
+        ({"path": "a.b", "present": True}, {"a": {"b": "x"}}, True),
+        ({"path": "a.b", "present": True}, {"a": {"b": ""}}, False),
+        ({"path": "a.b", "present": False}, {"a": {}}, True),
+        ({"path": "a.b", "present": False}, {"a": {"b": [1]}}, False),
+        ({"path": "l[1]", "equals": 2}, {"l": [1, 2]}, True),
+        ({"path": "l", "equals": [1, 2], "unordered": True}, {"l": [2, 1]}, True),
+        ({"path": "l", "equals": [1, 2]}, {"l": [2, 1]}, False),
+        ({"path": "s", "matches": "^re"}, {"s": "replaced"}, True),
+        ({"path": "s", "matches": "^re"}, {"s": 3}, False),
+        ({"path": "missing", "equals": None}, {}, False),
+    ],
+)
+def test_the_generator_reads_its_own_states_without_the_gate(spec, state, held) -> None:
+    # The generator's plain check is what its states are built against; the gate under
+    # test never decides an expected outcome.
+    from schemas.scenario import Expectation
+    from services.replay.generate import holds
+
+    assert holds(Expectation(**spec), state) is held
