@@ -53,9 +53,7 @@ class Figures(HTMLParser):
         if tag == "table":
             self._table = a.get("id") or ""
             self.rows.setdefault(self._table, [])
-        elif tag == "tr" and self._table and "data-scenario" in a or tag == "tr" and (
-            "data-judge" in a
-        ):
+        elif tag == "tr" and self._table and ("data-scenario" in a or "data-judge" in a):
             self._row = a
             self.rows[self._table].append(a)
         elif tag == "td" and "data-figure" in a:
