@@ -18,7 +18,7 @@ from services.common.settings import Settings
 from services.common.status import processor_status
 from tests.support import ROOT, isolated_env, settled, stop, wait_for
 
-PROCESSORS = ["gate", "verdict", "judge", "sink"]
+PROCESSORS = ["gate", "verdict", "judge", "sink", "aggregate"]
 
 
 def free_port() -> int:
