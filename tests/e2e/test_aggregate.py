@@ -95,7 +95,8 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
     now = datetime.now(UTC).timestamp()
     verdicts = traffic(now)
     produce(settings, Topic.TRIAL_VERDICTS,
-            [(v.trial_id, v.model_dump_json().encode()) for v in verdicts])
+            [("broken", b'{"type": "trial_verdict", "trial_id": 7')]  # unusable: a dead letter
+            + [(v.trial_id, v.model_dump_json().encode()) for v in verdicts])
     expected = undisturbed(verdicts)
 
     port = free_port()
@@ -138,6 +139,10 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
             assert r["pass_hat_k"] == pytest.approx(want_hat), scope
             assert r["pass_hat_k_lower"] == pytest.approx(beta.ppf(0.05, c + 1, n - c + 1) ** k)
             assert r["pass_hat_k_upper"] == pytest.approx(beta.ppf(0.95, c + 1, n - c + 1) ** k)
+
+        dead = [v for _, v, _ in read_topic(settings, Topic.DEAD_LETTERS)]
+        # (a SIGKILL before its offset was committed may send it twice, never lose it)
+        assert {(d["processor"], d["reason"]) for d in dead} == {("aggregate", "invalid_json")}
 
         # The gauges after the restart: each scenario's most recent hour and day, no other.
         def gauges_ready() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:

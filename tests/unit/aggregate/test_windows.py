@@ -60,3 +60,12 @@ def test_settings_refuse_a_bad_window_list() -> None:
 def test_window_holding_a_time(at: str, size: WindowSize, start: str, end: str) -> None:
     s = size.start(ts(at))
     assert (rfc3339(s), rfc3339(size.end(s))) == (start, end)
+
+
+@pytest.mark.parametrize("at", [0.0, 1764496800.0, 1764496800.5, 1764500399.9, -1800.0, 86399.0])
+@pytest.mark.parametrize("seconds", [30, 900, 3600, 86400])
+def test_windows_start_where_faust_tumbling_windows_start(at: float, seconds: int) -> None:
+    from faust.windows import TumblingWindow
+
+    ((faust_start, _),) = TumblingWindow(seconds).ranges(at)
+    assert WindowSize("w", seconds).start(at) == faust_start
