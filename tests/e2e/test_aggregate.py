@@ -166,5 +166,23 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
         assert metrics[("passk_scenario_alert_min_pass_hat_k", (("scenario", "steady"),))] == 0.9
         assert metrics[("passk_scenario_alert_min_trials", (("scenario", "steady"),))] == 20
         assert metrics[("passk_scenario_alert_min_pass_hat_k", (("scenario", "flaky"),))] == 0.8
+
+        # Killed once more with nothing left to read: the gauges can only come back from
+        # the recovered table.
+        worker.kill()
+        worker.wait(10)
+        worker = start()
+        shown = {key: v for key, v in metrics.items() if key[0] == "passk_scenario_trials"}
+
+        def restored() -> bool:
+            try:
+                got = scrape(port)
+            except OSError:  # not serving yet
+                return False
+            return {key: v for key, v in got.items() if key[0] == "passk_scenario_trials"} \
+                == shown
+
+        wait_for(restored, timeout=180, interval=1.0, what="the gauges restored after restart")
+        assert published() == len(records)  # nothing was recomputed to get them back
     finally:
         stop(worker)
