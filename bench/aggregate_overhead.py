@@ -130,6 +130,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=1, help="each round runs both, in turn")
     args = parser.parse_args()
+    # Stopped with SIGTERM, still stop every worker it started (the finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="passk-bench-") as tmp:
         workdir = Path(tmp)
         traffic, expected = workdir / "traffic.jsonl", workdir / "expected.json"
