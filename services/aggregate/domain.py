@@ -205,15 +205,17 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config) -> 
                 published[key] = buckets[key]
     step = Step(note, writes, [record(b) for b in published.values() if b.seq > 0])
 
-    for bucket in changed.values():
-        if bucket.window is None or bucket.window_start is None:
+    # The most recent window of each size: from every window of this verdict, not only
+    # the changed ones, since a crash may have cut this write after the counts'.
+    for key in buckets:
+        bucket = changed.get(key, buckets[key])
+        if bucket.window is None or bucket.window_start is None or bucket.seq == 0:
             continue
         lkey = latest_key(bucket.scenario_id, bucket.window)
         current = read(lkey)
+        if current is None or bucket.window_start > current["window_start"]:
+            writes.append((lkey, {"window_start": bucket.window_start, "partition": partition}))
         if current is None or bucket.window_start >= current["window_start"]:
-            if current is None or bucket.window_start > current["window_start"]:
-                writes.append((lkey, {"window_start": bucket.window_start,
-                                      "partition": partition}))
             step.latest.append(bucket)
 
     if finished is not None and (clock is None or finished > clock.watermark):

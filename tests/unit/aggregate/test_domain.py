@@ -159,6 +159,10 @@ def test_a_regrade_moves_the_count_and_an_older_attempt_changes_nothing() -> Non
     assert t.counts()["b|s1|run|run-1"] == (2, 0, 0)
 
 
+def latest(t: Table) -> dict[str, Any]:
+    return {k: v for k, v in t.items() if k.startswith("l|")}
+
+
 def mixed_traffic(seed: int) -> list[TrialVerdict]:
     """Trials over three days and two scenarios, some repeated, some re-graded."""
     rng = random.Random(seed)
@@ -209,6 +213,7 @@ def test_a_crash_after_any_write_is_finished_when_the_verdict_is_read_again() ->
             for again in traffic[max(0, i - 3):]:  # the uncommitted offsets, read again
                 t.feed(again)
             assert t.counts() == undisturbed.counts(), (i, cut)
+            assert latest(t) == latest(undisturbed), (i, cut)  # what the gauges show
             assert {k: figures(r) for k, r in t.published.items()} == {
                 k: figures(r) for k, r in undisturbed.published.items()}, (i, cut)
             crashes += 1
