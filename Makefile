@@ -67,8 +67,9 @@ typecheck: install ## mypy
 schemas: install ## regenerate the JSON Schema files in schemas/json from the models
 	$(BIN)/python -m schemas.generate
 
-bench: install ## benchmarks: judge throughput vs concurrency/latency, with a concurrency-1 baseline
+bench: install kafka-up ## benchmarks: judge throughput (concurrency-1 baseline); the aggregate's end-to-end overhead
 	$(BIN)/python bench/judge_throughput.py
+	$(BIN)/python bench/aggregate_overhead.py --trials $${PASSK_BENCH_TRIALS:-10000}
 
 clean: ## remove local state (var/), keeping the venv and the jar cache
 	rm -rf var

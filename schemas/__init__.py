@@ -15,10 +15,11 @@ from schemas.events import (
     TrialMetrics,
     TrialVerdict,
 )
-from schemas.scenario import Expectation, JudgeSpec, Limits, Scenario
+from schemas.scenario import AlertTargets, Expectation, JudgeSpec, Limits, Scenario
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AlertTargets",
     "CheckOutcome",
     "ConversationFinished",
     "DeadLetter",

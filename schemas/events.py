@@ -206,11 +206,20 @@ class TrialVerdict(TrialRef):
     completion: Completion = "product"
     metrics: TrialMetrics | None = None
     finished_at: AwareDatetime | None = Field(None, description="occurred_at of the conversation")
+    attempt: int = Field(
+        1,
+        ge=1,
+        description="Grading attempt: a re-grade of the trial emits attempt + 1, and the "
+        "verdict with the highest attempt supersedes the others everywhere.",
+    )
 
 
 class ScenarioReliability(DerivedEvent):
+    """One scenario's figures in one run (scope `run`) or one event-time window (scope
+    `window`). The last record for a (scenario, run) or (scenario, window, window_start)
+    is the current figure."""
+
     type: Literal["scenario_reliability"] = "scenario_reliability"
-    run_id: str
     scenario_id: str
     scenario_version: str | None = None
     k: int
@@ -220,7 +229,15 @@ class ScenarioReliability(DerivedEvent):
     errors: int
     pass_at_k: float | None
     pass_hat_k: float | None
+    pass_hat_k_lower: float = Field(
+        description="5% quantile of p**k under the Beta(c+1, n-c+1) posterior on p"
+    )
+    pass_hat_k_upper: float = Field(
+        description="95% quantile of p**k under the Beta(c+1, n-c+1) posterior on p"
+    )
     scenario_passed: bool
+    run_id: str | None = Field(None, description="Set for a run record, null for a window")
+    window: str | None = Field(None, description='Window size label, e.g. "1h"; null for a run')
     window_start: AwareDatetime | None = None
     window_end: AwareDatetime | None = None
 

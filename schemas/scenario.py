@@ -106,6 +106,16 @@ class JudgeSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
+class AlertTargets(BaseModel):
+    """When the reliability-drop alert fires for this scenario; unset fields take the
+    defaults from settings (PASSK_ALERT_MIN_PASS_HAT_K, PASSK_ALERT_MIN_TRIALS)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_pass_hat_k: float | None = Field(None, ge=0.0, le=1.0)
+    min_trials: int | None = Field(None, ge=1)
+
+
 def _one_or_many(schema: dict[str, Any]) -> None:
     as_list = {k: schema.pop(k) for k in ("type", "items", "minItems") if k in schema}
     schema["anyOf"] = [{"type": "string"}, as_list]
@@ -128,6 +138,7 @@ class Scenario(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     outcome: list[Expectation] = Field(default_factory=list)
     judges: list[JudgeSpec] = Field(default_factory=list)
+    alert: AlertTargets | None = None
     # Set from the content when published; not written in YAML.
     version: str | None = None
 
@@ -169,6 +180,9 @@ class Scenario(BaseModel):
         body = self.model_dump(mode="json", exclude={"version"}, exclude_unset=False)
         if body["completion"] == "product":
             del body["completion"]  # the default: versions published before it existed hold
+        if body.get("alert") is None:
+            # A scenario without alert targets keeps the version it had before they existed.
+            body.pop("alert", None)
         canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 

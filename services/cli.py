@@ -16,7 +16,7 @@ app = typer.Typer(
 )
 
 # Stream processors runnable with `passk worker NAME`; each has services/NAME/app.py.
-WORKERS = ("gate", "verdict", "judge", "sink")
+WORKERS = ("gate", "verdict", "judge", "sink", "aggregate")
 
 # Modules that add commands: each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES = (

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
     def status(
         wait: float = typer.Option(0, help="wait up to this many seconds for every processor"),
         processors: str = typer.Option(
-            "gate,verdict,judge,sink", help="comma-separated processors to show"
+            "gate,verdict,judge,sink,aggregate", help="comma-separated processors to show"
         ),
     ) -> None:
         """Show each processor's consumer group: state, members and lag."""

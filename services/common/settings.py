@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +39,23 @@ class Settings(BaseSettings):
     metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
     data_dir: Path = Field(PROJECT_ROOT / "var", alias="PASSK_DATA_DIR")
     log_level: str = Field("warn", alias="PASSK_LOG_LEVEL")
+    # Event-time tumbling windows of the aggregate processor, aligned to the epoch.
+    windows: str = Field("1h,1d", alias="PASSK_WINDOWS")
+    # Defaults of a scenario's `alert:` targets (the reliability-drop alert rule's inputs).
+    alert_min_pass_hat_k: float = Field(0.8, alias="PASSK_ALERT_MIN_PASS_HAT_K", ge=0, le=1)
+    alert_min_trials: int = Field(10, alias="PASSK_ALERT_MIN_TRIALS", ge=1)
+
+    @field_validator("windows")
+    @classmethod
+    def _window_sizes(cls, value: str) -> str:
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        bad = [p for p in parts if not re.fullmatch(r"[1-9][0-9]*[smhdw]", p)]
+        if not parts or bad:
+            raise ValueError(
+                f"PASSK_WINDOWS is a comma-separated list of sizes like 1h,1d "
+                f"(number + s|m|h|d|w); got {value!r}"
+            )
+        return ",".join(parts)
 
 
 @lru_cache(maxsize=1)

@@ -17,6 +17,7 @@ PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
     "judge": (Topic.CONVERSATION_FINISHED,),
     "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
              Topic.TRIAL_VERDICTS),
+    "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),
 }
 
 

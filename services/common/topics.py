@@ -22,11 +22,15 @@ class Topic(StrEnum):
     # partition, to re-examine a key whose deadline has passed (table writes need that).
     GATE_TICKS = "gate-ticks.v1"
     VERDICT_TICKS = "verdict-ticks.v1"
+    # Internal: trial verdicts re-keyed by scenario, so one partition holds a scenario's
+    # every trial and its windows are counted in one place, in one order.
+    AGGREGATE_BY_SCENARIO = "aggregate-by-scenario.v1"
     # Internal: the changelogs of the processors' Faust tables, named as Faust names them
     # ("<app id>-<table>-changelog"). Created up front, because a worker whose changelog
     # topic is not yet in the broker's metadata when its first event arrives crashes.
     GATE_JOINS_CHANGELOG = "gate-gate-joins-changelog"
     VERDICT_TRIALS_CHANGELOG = "verdict-verdict-trials-changelog"
+    AGGREGATE_STATE_CHANGELOG = "aggregate-aggregate-state-changelog"
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,10 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.DEAD_LETTERS, key="original key"),
     TopicSpec(Topic.GATE_TICKS, key="session_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.VERDICT_TICKS, key="trial_id", config={"retention.ms": str(24 * 3600 * 1000)}),
+    TopicSpec(Topic.AGGREGATE_BY_SCENARIO, key="scenario_id"),
     TopicSpec(Topic.GATE_JOINS_CHANGELOG, key="session_id", compacted=True),
     TopicSpec(Topic.VERDICT_TRIALS_CHANGELOG, key="trial_id", compacted=True),
+    TopicSpec(Topic.AGGREGATE_STATE_CHANGELOG, key="aggregate state key", compacted=True),
 )
 
 

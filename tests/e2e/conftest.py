@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from services.cli import WORKERS
 from services.common.settings import Settings
 from services.common.status import processor_status
 from tests.support import ROOT, isolated_env, settled, stop, wait_for
 
-PROCESSORS = ["gate", "verdict", "judge", "sink"]
+PROCESSORS = list(WORKERS)
 
 
 def free_port() -> int:

@@ -94,3 +94,17 @@ def test_every_trial_gets_its_expected_outcome(pipeline: Pipeline, tmp_path: Pat
     # the deploy gate agrees: some scenario is flaky, so it must fail this build
     gate = pipeline.passk("gate", "--run-id", run_id)
     assert gate.returncode == (0 if all(all(v) for v in by_scenario.values()) else 1), gate.stdout
+
+    # the aggregate's run figures are the report's, scenario by scenario
+    last: dict[str, dict] = {}  # type: ignore[type-arg]
+    for _, record, _ in read_topic(pipeline.settings, Topic.SCENARIO_RELIABILITY):
+        if record["run_id"] == run_id:
+            last[record["scenario_id"]] = record  # keyed by scenario: log order per scenario
+    assert set(last) == set(rows)
+    for scenario_id, row in rows.items():
+        got = last[scenario_id]
+        assert {f: got[f] for f in ("k", "n", "passed", "failed", "errors")} == {
+            f: row[f] for f in ("k", "n", "passed", "failed", "errors")}, scenario_id
+        assert got["pass_hat_k"] == pytest.approx(row["pass_hat_k"])
+        assert got["pass_at_k"] == pytest.approx(row["pass_at_k"])
+        assert got["scenario_passed"] is row["scenario_passed"]

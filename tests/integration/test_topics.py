@@ -15,7 +15,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from services.common.settings import Settings
 from services.common.topics import TOPIC_SPECS, Topic, partitions_for, topic_configs, topic_name
-from tests.support import ROOT, isolated_env, new_prefix
+from tests.support import ROOT, isolated_env, new_prefix, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +108,9 @@ def test_creates_every_topic_with_its_partitions_and_configs(
     assert set(statuses(done.stdout, fresh).values()) == {"created"}
 
     expected = {topic_name(s.topic, fresh) for s in TOPIC_SPECS}
-    assert ours(admin, fresh) == expected
+    # A loaded broker's metadata can trail the CreateTopics answers by a moment.
+    wait_for(lambda: ours(admin, fresh) == expected, timeout=30,
+             what="every topic in the broker's metadata")
     actual = described(admin, fresh)
     for spec in TOPIC_SPECS:
         name = topic_name(spec.topic, fresh)
@@ -128,7 +130,10 @@ def test_creates_every_topic_with_its_partitions_and_configs(
 def test_running_it_twice_changes_nothing(fresh: Settings, admin: KafkaAdminClient) -> None:
     first = topics_create(fresh)
     assert first.returncode == 0, first.stderr
-    before = described(admin, fresh)
+    before = wait_for(
+        lambda: (lambda d: d if all(t["partitions"] for t in d.values()) else None)(
+            described(admin, fresh)),
+        timeout=30, what="every new topic described with its partitions")
 
     second = topics_create(fresh)
     assert second.returncode == 0, second.stderr

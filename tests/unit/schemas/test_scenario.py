@@ -165,3 +165,18 @@ def test_a_single_exit_and_its_list_form_are_the_same_version() -> None:
     one = Scenario.model_validate(example(expected_exit="product_closed"))
     listed = Scenario.model_validate(example(expected_exit=["product_closed"]))
     assert one.content_hash() == listed.content_hash()
+
+
+def test_alert_targets_are_optional_and_checked() -> None:
+    from tests.unit.factories import scenario as build
+
+    plain = build()
+    assert plain.alert is None
+    with_alert = build(alert={"min_pass_hat_k": 0.9, "min_trials": 12})
+    assert (with_alert.alert.min_pass_hat_k, with_alert.alert.min_trials) == (0.9, 12)
+    # targets are part of the version; a scenario without them keeps its old version
+    assert with_alert.version != plain.version
+    assert "alert" not in plain.model_dump(mode="json", exclude_unset=True)
+    for bad in ({"min_pass_hat_k": 1.5}, {"min_trials": 0}, {"page": "me"}):
+        with pytest.raises(ValidationError):
+            build(alert=bad)

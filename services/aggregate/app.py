@@ -1,0 +1,119 @@
+"""Aggregate processor wiring: count trial verdicts per run and per event-time window,
+publish ScenarioReliability whenever a figure changes, export the reliability gauges.
+Logic lives in domain.py (counting) and windows.py (window arithmetic)."""
+
+from __future__ import annotations
+
+import logging
+
+import faust
+
+from schemas.events import TrialVerdict
+from services.aggregate import domain
+from services.aggregate.metrics import AggregateMetrics, ReliabilityGauges
+from services.aggregate.windows import parse_windows
+from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
+from services.common.codec import Rejection, decode, encode
+from services.common.metrics import common_metrics
+from services.common.settings import get_settings
+from services.common.topics import Topic, topic_name
+from services.scenarios.catalog import CatalogUnavailable, ScenarioCatalog
+
+PROCESSOR = "aggregate"
+log = logging.getLogger(__name__)
+settings = get_settings()
+app = make_app(PROCESSOR, settings)
+config = domain.Config(sizes=parse_windows(settings.windows),
+                       retention_s=settings.dedup_retention_s)
+
+# --------------------------------------------------------------------------- topics
+trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
+by_scenario = raw_topic(app, Topic.AGGREGATE_BY_SCENARIO, settings)
+by_scenario_name = topic_name(Topic.AGGREGATE_BY_SCENARIO, settings)
+reliability = raw_topic(app, Topic.SCENARIO_RELIABILITY, settings)
+reject = DeadLetters(app, PROCESSOR, settings)
+
+# --------------------------------------------------------------------------- tables
+# One table, so that one verdict's writes go to one changelog partition in order (see
+# domain.py on how a verdict read again after a crash finishes what was cut short).
+state = app.Table("aggregate-state", default=None, partitions=settings.topic_partitions)
+catalog = ScenarioCatalog(settings)
+run_alongside(app, settings, catalog)
+gauges = ReliabilityGauges()
+metrics = AggregateMetrics()
+common = common_metrics()
+
+
+def _read(key: str) -> dict | None:  # type: ignore[type-arg]
+    return state.get(key)
+
+
+@state.on_recover
+async def restore_gauges() -> None:
+    # After a restart or a rebalance, the gauges show what the recovered table holds.
+    # The memory store keeps what revoked partitions held: show only the assigned ones.
+    mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == by_scenario_name}
+    gauges.reset_windows(b for b in domain.most_recent(list(state.items()), _read)
+                         if b.partition in mine)
+
+
+# --------------------------------------------------------------------------- agents
+@app.agent(trial_verdicts)
+async def rekey(stream: faust.StreamT) -> None:
+    """Trial verdicts arrive keyed by trial; a scenario's windows need its every trial
+    on one partition, so they go on keyed by scenario."""
+    async for event in stream.events():
+        verdict = decode(event.value, TrialVerdict, max_bytes=settings.max_event_bytes)
+        if isinstance(verdict, Rejection):
+            await reject(event, verdict)
+            continue
+        # Not awaited one by one: Faust flushes the producer before it commits an offset.
+        await by_scenario.send(key=verdict.scenario_id.encode(), value=event.value)
+
+
+@app.agent(by_scenario)
+async def count(stream: faust.StreamT) -> None:
+    async for event in stream.events():
+        verdict = decode(event.value, TrialVerdict, max_bytes=settings.max_event_bytes)
+        if isinstance(verdict, Rejection):  # checked upstream; a foreign writer, perhaps
+            await reject(event, verdict)
+            continue
+        partition = event.message.partition
+        step = domain.apply(_read, verdict, partition, config)
+        for record in step.records:
+            await reliability.send(key=record.scenario_id.encode(), value=encode(record))
+        for key, value in step.writes:
+            state[key] = value
+        for bucket in step.latest:
+            gauges.set_window(bucket)
+        if step.sweep:
+            sweep(partition)
+        metrics.verdicts.labels(step.note).inc()
+        common.events.labels(PROCESSOR, step.note).inc()
+
+
+def sweep(partition: int) -> None:
+    """Drop this partition's windows and trial memories past retention (event time)."""
+    clock = state.get(domain.clock_key(partition))
+    if clock is None:
+        return
+    keys, gone = domain.expired(list(state.items()), partition, clock["watermark"], config)
+    for key in keys:
+        state.pop(key, None)
+    for scenario_id, window in gone:
+        gauges.remove_window(scenario_id, window)
+    state[domain.clock_key(partition)] = domain.swept(clock["watermark"])
+    if keys:
+        log.info("aggregate: partition %d dropped %d expired entries", partition, len(keys))
+
+
+@app.timer(interval=5.0)
+async def alert_targets() -> None:
+    """Each scenario's alert targets, from its latest published version."""
+    try:
+        await catalog.ready()
+    except CatalogUnavailable as exc:
+        log.warning("aggregate: %s", exc)
+        return
+    gauges.set_targets(catalog.latest().values(), settings.alert_min_pass_hat_k,
+                       settings.alert_min_trials)

@@ -1,0 +1,298 @@
+"""Counting trial verdicts per run and per event-time window: (state, verdict) -> writes.
+
+All of a scenario's state sits in one table partition (the verdicts are re-keyed by
+scenario), under these keys:
+
+    t|<scenario>|<trial>            what was counted for a trial (TrialMemory)
+    b|<scenario>|run|<run>          a run's counts (Bucket)
+    b|<scenario>|w|<size>|<start>   a window's counts (Bucket)
+    l|<scenario>|<size>             the scenario's most recent window of that size
+    p|<partition>                   the partition's event-time watermark (PartitionClock)
+
+A trial is counted once per bucket: a repeat of its verdict changes nothing, and a
+re-grade (a higher `attempt`) with a new outcome moves its count from the old outcome
+to the new one. A crash can cut the table's changelog after any write, so the writes
+of one verdict are ordered (the trial's memory first) and numbered: each bucket carries
+the sequence number of its last change, the memory the number each bucket got from
+this trial, and a verdict read again finishes whatever its first reading did not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from schemas.events import Outcome, ScenarioReliability, TrialVerdict
+from services.aggregate.windows import WindowSize, as_datetime, rfc3339
+from services.common.estimators import ReliabilityTally, pass_hat_k_interval
+
+Read = Callable[[str], dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Config:
+    sizes: tuple[WindowSize, ...]
+    retention_s: float  # how far behind the watermark a window (and a trial) is kept
+
+    @property
+    def sweep_every_s(self) -> int:
+        return min(s.seconds for s in self.sizes)
+
+
+class TrialMemory(BaseModel):
+    attempt: int
+    outcome: Outcome
+    prev_outcome: Outcome | None = None  # what the last change moved the count from
+    run_id: str
+    k: int
+    scenario_version: str | None = None
+    finished_at: float | None = None
+    seqs: dict[str, int] = Field(default_factory=dict)  # bucket key -> its seq after this trial
+    partition: int
+
+
+class Bucket(BaseModel):
+    scenario_id: str
+    scenario_version: str | None = None
+    k: int
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    seq: int = 0  # changes so far; numbers the published records
+    partition: int
+    run_id: str | None = None
+    window: str | None = None
+    window_start: int | None = None
+    window_end: int | None = None
+
+    def moved(self, before: Outcome | None, after: Outcome) -> Bucket:
+        counts = {"passed": self.passed, "failed": self.failed, "errors": self.errors}
+        if before is not None:
+            counts[_field(before)] -= 1
+        counts[_field(after)] += 1
+        return self.model_copy(update=counts)
+
+
+class PartitionClock(BaseModel):
+    watermark: float  # newest finished_at read on the partition
+    swept_at: float  # watermark at the last sweep of expired state
+
+
+def _field(outcome: Outcome) -> str:
+    return "errors" if outcome == "error" else outcome
+
+
+# ------------------------------------------------------------------------- keys
+
+
+def trial_key(scenario_id: str, trial_id: str) -> str:
+    return f"t|{scenario_id}|{trial_id}"
+
+
+def run_key(scenario_id: str, run_id: str) -> str:
+    return f"b|{scenario_id}|run|{run_id}"
+
+
+def window_key(scenario_id: str, label: str, start: int) -> str:
+    return f"b|{scenario_id}|w|{label}|{start}"
+
+
+def latest_key(scenario_id: str, label: str) -> str:
+    return f"l|{scenario_id}|{label}"
+
+
+def clock_key(partition: int) -> str:
+    return f"p|{partition}"
+
+
+# ------------------------------------------------------------------------ steps
+
+
+@dataclass
+class Step:
+    note: str  # counted | regraded | duplicate | superseded | late
+    writes: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
+    records: list[ScenarioReliability] = field(default_factory=list)
+    latest: list[Bucket] = field(default_factory=list)  # buckets now their size's most recent
+    sweep: bool = False  # the watermark moved far enough to look for expired state
+
+
+def _empty_buckets(verdict: TrialVerdict, config: Config, partition: int) -> dict[str, Bucket]:
+    base = {"scenario_id": verdict.scenario_id, "k": verdict.k, "partition": partition}
+    out = {run_key(verdict.scenario_id, verdict.run_id): Bucket(**base, run_id=verdict.run_id)}
+    if verdict.finished_at is not None:
+        at = verdict.finished_at.timestamp()
+        for size in config.sizes:
+            start = size.start(at)
+            out[window_key(verdict.scenario_id, size.label, start)] = Bucket(
+                **base, window=size.label, window_start=start, window_end=size.end(start))
+    return out
+
+
+def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config) -> Step:
+    """What one verdict (new, repeated, re-graded or read again after a crash) changes."""
+    raw_clock = read(clock_key(partition))
+    clock = PartitionClock.model_validate(raw_clock) if raw_clock else None
+    finished = verdict.finished_at.timestamp() if verdict.finished_at else None
+    cutoff = clock.watermark - config.retention_s if clock else None
+    if cutoff is not None and finished is not None and finished < cutoff:
+        return Step("late")  # its windows are gone, and so is the memory that could dedupe it
+
+    empty = _empty_buckets(verdict, config, partition)
+    buckets: dict[str, Bucket] = {}
+    stored: set[str] = set()
+    for key, blank in empty.items():
+        raw = read(key)
+        if raw:
+            stored.add(key)
+        buckets[key] = Bucket.model_validate(raw) if raw else blank
+    mkey = trial_key(verdict.scenario_id, verdict.trial_id)
+    raw_memory = read(mkey)
+    memory = TrialMemory.model_validate(raw_memory) if raw_memory else None
+
+    changed: dict[str, Bucket] = {}
+    # A crash may have cut the last change short: finish it before anything else.
+    if memory is not None:
+        for key, seq in memory.seqs.items():
+            bucket = buckets.get(key)
+            if bucket is None or bucket.seq >= seq:
+                continue  # applied (or not a bucket of this verdict)
+            if key not in stored and seq > 1:
+                continue  # it existed before this trial, so it expired since
+            changed[key] = bucket.moved(memory.prev_outcome, memory.outcome).model_copy(
+                update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
+        buckets.update(changed)
+
+    before: Outcome | None
+    if memory is None:
+        note, before = "counted", None
+    elif verdict.attempt > memory.attempt:
+        note, before = "regraded", memory.outcome
+    else:
+        note, before = ("duplicate" if verdict.attempt == memory.attempt else "superseded"), None
+
+    writes: list[tuple[str, dict[str, Any] | None]] = []
+    moves = note == "counted" or (note == "regraded" and before != verdict.outcome)
+    if moves:
+        seqs = dict(memory.seqs) if memory else {}
+        for key, bucket in buckets.items():
+            # A bucket this trial was never counted in (say, a window size added since)
+            # gains it; the others move it.
+            source = before if key in seqs else None
+            moved = bucket.moved(source, verdict.outcome).model_copy(update={
+                "seq": bucket.seq + 1, "k": verdict.k,
+                "scenario_version": verdict.scenario_version})
+            changed[key] = moved
+            seqs[key] = moved.seq
+        memory = TrialMemory(
+            attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
+            run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
+            finished_at=finished, seqs=seqs, partition=partition)
+        writes.append((mkey, memory.model_dump()))
+    elif note == "regraded" and memory is not None:  # same outcome: only the attempt moves
+        writes.append((mkey, memory.model_copy(update={"attempt": verdict.attempt}).model_dump()))
+    writes.extend((key, bucket.model_dump()) for key, bucket in changed.items())
+
+    # Figures to publish: every changed bucket; for a repeat, the current figures again
+    # (same event ids), since the first reading may have crashed before they were sent.
+    published = dict(changed)
+    if note == "duplicate" and memory is not None:
+        for key in memory.seqs:
+            if key not in published and key in stored:
+                published[key] = buckets[key]
+    step = Step(note, writes, [record(b) for b in published.values() if b.seq > 0])
+
+    # The most recent window of each size: from every window of this verdict, not only
+    # the changed ones, since a crash may have cut this write after the counts'.
+    for key in buckets:
+        bucket = changed.get(key, buckets[key])
+        if bucket.window is None or bucket.window_start is None or bucket.seq == 0:
+            continue
+        lkey = latest_key(bucket.scenario_id, bucket.window)
+        current = read(lkey)
+        if current is None or bucket.window_start > current["window_start"]:
+            writes.append((lkey, {"window_start": bucket.window_start, "partition": partition}))
+        if current is None or bucket.window_start >= current["window_start"]:
+            step.latest.append(bucket)
+
+    if finished is not None and (clock is None or finished > clock.watermark):
+        swept_at = clock.swept_at if clock else finished
+        writes.append((clock_key(partition), PartitionClock(
+            watermark=finished, swept_at=swept_at).model_dump()))
+        step.sweep = finished - swept_at >= config.sweep_every_s
+    return step
+
+
+def expired(
+    items: Iterable[tuple[str, Any]], partition: int, watermark: float, config: Config
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Keys of this partition's state past retention, and the (scenario, size) whose most
+    recent window went with them (their gauges must go too). Runs are kept."""
+    cutoff = watermark - config.retention_s
+    keys: list[str] = []
+    gone: list[tuple[str, str]] = []
+    for key, value in items:
+        if not isinstance(value, dict) or value.get("partition") != partition:
+            continue
+        kind = key[:2]
+        if kind == "t|" and value.get("finished_at") is not None and value["finished_at"] < cutoff:
+            keys.append(key)
+        elif kind == "b|" and value.get("window_end") is not None and value["window_end"] < cutoff:
+            keys.append(key)
+        elif kind == "l|":
+            size = next((s for s in config.sizes if key.endswith(f"|{s.label}")), None)
+            if size is None or size.end(value["window_start"]) < cutoff:
+                keys.append(key)
+                _, scenario_id, label = key.split("|", 2)
+                gone.append((scenario_id, label))
+    return keys, gone
+
+
+def swept(watermark: float) -> dict[str, Any]:
+    return PartitionClock(watermark=watermark, swept_at=watermark).model_dump()
+
+
+def most_recent(items: Iterable[tuple[str, Any]], read: Read) -> list[Bucket]:
+    """Each scenario's most recent window of each size, as the table holds them (to set
+    the gauges again after a restart)."""
+    out = []
+    for key, value in items:
+        if key.startswith("l|") and isinstance(value, dict):
+            _, scenario_id, label = key.split("|", 2)
+            raw = read(window_key(scenario_id, label, value["window_start"]))
+            if raw is not None:
+                out.append(Bucket.model_validate(raw))
+    return out
+
+
+def record(bucket: Bucket) -> ScenarioReliability:
+    tally = ReliabilityTally(k=bucket.k, passed=bucket.passed, failed=bucket.failed,
+                             errors=bucket.errors)
+    lower, upper = pass_hat_k_interval(tally.n, tally.passed, tally.k)
+    if bucket.window is None:
+        scope = f"run:{bucket.run_id}"
+        window: dict[str, Any] = {"run_id": bucket.run_id}
+    else:
+        assert bucket.window_start is not None and bucket.window_end is not None
+        scope = f"{bucket.window}:{rfc3339(bucket.window_start)}"
+        window = {"window": bucket.window, "window_start": as_datetime(bucket.window_start),
+                  "window_end": as_datetime(bucket.window_end)}
+    return ScenarioReliability(
+        event_id=f"reliability:{bucket.scenario_id}:{scope}:{bucket.seq}",
+        scenario_id=bucket.scenario_id,
+        scenario_version=bucket.scenario_version,
+        k=tally.k,
+        n=tally.n,
+        passed=tally.passed,
+        failed=tally.failed,
+        errors=tally.errors,
+        pass_at_k=tally.pass_at_k,
+        pass_hat_k=tally.pass_hat_k,
+        pass_hat_k_lower=lower,
+        pass_hat_k_upper=upper,
+        scenario_passed=tally.scenario_passed,
+        **window,
+    )

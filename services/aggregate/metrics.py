@@ -1,0 +1,118 @@
+"""The reliability gauges: each scenario's most recent window of each size, and its alert
+targets. A custom collector over what the aggregate holds, so a window that expired is
+simply not collected any more (never a stale gauge), and after a restart the figures are
+set again from the recovered table. Labels: scenario and window only."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from schemas.scenario import Scenario
+from services.aggregate.domain import Bucket
+from services.common.estimators import ReliabilityTally, pass_hat_k_interval
+
+
+class ReliabilityGauges(Collector):
+    def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
+        # Scrapes run on the HTTP server's thread, updates on the event loop's.
+        self._lock = threading.Lock()
+        self._windows: dict[tuple[str, str], tuple[int, Bucket]] = {}
+        self._targets: dict[str, tuple[float, int]] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def set_window(self, bucket: Bucket) -> None:
+        """Show `bucket` unless a later window of its size is already shown."""
+        assert bucket.window is not None and bucket.window_start is not None
+        key = (bucket.scenario_id, bucket.window)
+        with self._lock:
+            shown = self._windows.get(key)
+            if shown is None or bucket.window_start >= shown[0]:
+                self._windows[key] = (bucket.window_start, bucket)
+
+    def remove_window(self, scenario_id: str, window: str) -> None:
+        with self._lock:
+            self._windows.pop((scenario_id, window), None)
+
+    def reset_windows(self, buckets: Iterable[Bucket]) -> None:
+        with self._lock:
+            self._windows.clear()
+        for bucket in buckets:
+            self.set_window(bucket)
+
+    def set_targets(self, scenarios: Iterable[Scenario], default_min_pass_hat_k: float,
+                    default_min_trials: int) -> None:
+        targets = {}
+        for s in scenarios:
+            alert = s.alert
+            targets[s.id] = (
+                alert.min_pass_hat_k if alert and alert.min_pass_hat_k is not None
+                else default_min_pass_hat_k,
+                alert.min_trials if alert and alert.min_trials is not None
+                else default_min_trials,
+            )
+        with self._lock:
+            self._targets = targets
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            windows = [b for _, b in self._windows.values()]
+            targets = dict(self._targets)
+        labels = ["scenario", "window"]
+        families = {
+            name: GaugeMetricFamily(f"passk_scenario_{name}", doc, labels=labels)
+            for name, doc in (
+                ("pass_hat_k", "pass^k of the scenario's most recent window of that size "
+                               "(absent while it has fewer than k trials)."),
+                ("pass_hat_k_lower", "5% bound of pass^k: Beta(c+1, n-c+1) posterior on the "
+                                     "pass rate p, mapped through p^k."),
+                ("pass_hat_k_upper", "95% bound of pass^k (same posterior)."),
+                ("pass_at_k", "pass@k of the scenario's most recent window of that size."),
+                ("trials", "Trials counted in the scenario's most recent window of that size."),
+            )
+        }
+        for b in sorted(windows, key=lambda b: (b.scenario_id, b.window or "")):
+            tally = ReliabilityTally(k=b.k, passed=b.passed, failed=b.failed, errors=b.errors)
+            lower, upper = pass_hat_k_interval(tally.n, tally.passed, tally.k)
+            at = [b.scenario_id, b.window or ""]
+            if tally.pass_hat_k is not None:
+                families["pass_hat_k"].add_metric(at, tally.pass_hat_k)
+            if tally.pass_at_k is not None:
+                families["pass_at_k"].add_metric(at, tally.pass_at_k)
+            families["pass_hat_k_lower"].add_metric(at, lower)
+            families["pass_hat_k_upper"].add_metric(at, upper)
+            families["trials"].add_metric(at, tally.n)
+        yield from families.values()
+
+        min_hat = GaugeMetricFamily(
+            "passk_scenario_alert_min_pass_hat_k",
+            "The scenario's alert target: pass^k below this (with enough trials) is a drop.",
+            labels=["scenario"])
+        min_trials = GaugeMetricFamily(
+            "passk_scenario_alert_min_trials",
+            "Trials a window needs before the scenario's reliability-drop alert may fire.",
+            labels=["scenario"])
+        for scenario_id, (hat, n) in sorted(targets.items()):
+            min_hat.add_metric([scenario_id], hat)
+            min_trials.add_metric([scenario_id], n)
+        yield min_hat
+        yield min_trials
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # the families depend on the data; collected at scrape time only
+
+
+class AggregateMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.verdicts = Counter(
+            "passk_aggregate_verdicts_total",
+            "Trial verdicts the aggregate read, by what it made of them "
+            "(counted, regraded, duplicate, superseded, late).",
+            ["note"],
+            registry=registry,
+        )

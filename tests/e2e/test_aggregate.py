@@ -1,0 +1,188 @@
+"""The aggregate worker as an operator runs it, on the real broker: trial verdicts over
+several hours of event time (some delivered twice, some re-graded), the worker SIGKILLed
+in the middle of its backlog and restarted. Every figure it publishes last, and every
+gauge on its /metrics after the restart, equals the undisturbed count computed here from
+the verdicts themselves."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import urllib.request
+from collections import defaultdict
+from datetime import UTC, datetime
+from math import comb
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from scipy.stats import beta
+
+from schemas.events import Outcome, TrialVerdict
+from services.common.settings import Settings
+from services.common.status import processor_status
+from services.common.topics import Topic
+from tests.e2e.conftest import free_port
+from tests.support import ROOT, isolated_env, produce, publish_scenarios, read_topic, stop, wait_for
+from tests.unit.factories import scenario
+
+pytestmark = pytest.mark.e2e
+SCENARIOS = {"steady": (3, 0.95), "flaky": (5, 0.6)}  # id: (k, pass probability)
+TRIALS = 3000
+HOURS = 6
+
+
+def traffic(now: float) -> list[TrialVerdict]:
+    rng = random.Random(11)
+    out: list[TrialVerdict] = []
+    for i in range(TRIALS):
+        scenario_id = rng.choice(sorted(SCENARIOS))
+        k, p = SCENARIOS[scenario_id]
+        at = datetime.fromtimestamp(now - rng.uniform(0, HOURS * 3600), UTC)
+        outcome: Outcome = "passed" if rng.random() < p else rng.choice(["failed", "error"])
+        v = TrialVerdict(
+            event_id=f"verdict:t{i}", trial_id=f"t{i}", run_id=f"run-{i % 3}",
+            scenario_id=scenario_id, scenario_version="v1", session_id=f"s{i}", k=k,
+            outcome=outcome, finished_at=at)
+        out.append(v)
+        if rng.random() < 0.1:
+            out.append(v)  # delivered twice
+        if rng.random() < 0.1:
+            other: Outcome = "failed" if outcome == "passed" else "passed"
+            out.append(v.model_copy(update={"event_id": f"verdict:t{i}:2", "attempt": 2,
+                                            "outcome": other}))
+    return out
+
+
+def undisturbed(verdicts: list[TrialVerdict]) -> dict[tuple[Any, ...], tuple[int, int, int, int]]:
+    """(scenario, run or window, start) -> (k, passed, failed, errors), each trial counted
+    once with its highest attempt."""
+    final: dict[str, TrialVerdict] = {}
+    for v in verdicts:
+        if v.trial_id not in final or v.attempt > final[v.trial_id].attempt:
+            final[v.trial_id] = v
+    counts: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for v in final.values():
+        assert v.finished_at is not None
+        at = int(v.finished_at.timestamp())
+        for scope in (("run", v.run_id), ("1h", at - at % 3600), ("1d", at - at % 86400)):
+            c = counts[(v.scenario_id, *scope)]
+            c[0] = v.k
+            c[1 + ["passed", "failed", "error"].index(v.outcome)] += 1
+    return {key: (c[0], c[1], c[2], c[3]) for key, c in counts.items()}
+
+
+def scope_of(record: dict[str, Any]) -> tuple[Any, ...]:
+    if record["run_id"] is not None:
+        return (record["scenario_id"], "run", record["run_id"])
+    start = int(datetime.fromisoformat(record["window_start"]).timestamp())
+    return (record["scenario_id"], record["window"], start)
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body) for s in family.samples
+            if s.name.startswith("passk_scenario_")}
+
+
+def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path: Path) -> None:
+    publish_scenarios(settings, [
+        scenario(id="steady", trials=3, alert={"min_pass_hat_k": 0.9, "min_trials": 20}),
+        scenario(id="flaky", trials=5)])
+    now = datetime.now(UTC).timestamp()
+    verdicts = traffic(now)
+    produce(settings, Topic.TRIAL_VERDICTS,
+            [("broken", b'{"type": "trial_verdict", "trial_id": 7')]  # unusable: a dead letter
+            + [(v.trial_id, v.model_dump_json().encode()) for v in verdicts])
+    expected = undisturbed(verdicts)
+
+    port = free_port()
+    env = isolated_env(settings, PASSK_METRICS_PORT=str(port))
+    log = tmp_path / "aggregate.log"
+
+    def start() -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "services.cli", "worker", "aggregate"], env=env,
+                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def published() -> int:
+        return len(read_topic(settings, Topic.SCENARIO_RELIABILITY))
+
+    worker = start()
+    try:
+        # Killed mid-backlog: some figures out, far from all of them.
+        wait_for(lambda: published() >= len(verdicts) // 4, timeout=300, interval=0.5,
+                 what="a quarter of the figures published")
+        assert not processor_status(["aggregate"], settings)[0].settled
+        worker.kill()  # SIGKILL: no shutdown, no final commit
+        worker.wait(10)
+        worker = start()
+        wait_for(lambda: processor_status(["aggregate"], settings)[0].settled, timeout=600,
+                 interval=1.0, what=f"the restarted aggregate drained its backlog ({log})")
+
+        records = read_topic(settings, Topic.SCENARIO_RELIABILITY)
+        last: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for key, record, _ in records:
+            assert key == record["scenario_id"].encode()
+            last[scope_of(record)] = record  # one scenario, one partition: log order
+        assert set(last) == set(expected)
+        for scope, (k, c, failed, errors) in expected.items():
+            r = last[scope]
+            n = c + failed + errors
+            assert (r["k"], r["n"], r["passed"], r["failed"], r["errors"]) == (
+                k, n, c, failed, errors), scope
+            want_hat = comb(c, k) / comb(n, k) if n >= k else None
+            assert r["pass_hat_k"] == pytest.approx(want_hat), scope
+            assert r["pass_hat_k_lower"] == pytest.approx(beta.ppf(0.05, c + 1, n - c + 1) ** k)
+            assert r["pass_hat_k_upper"] == pytest.approx(beta.ppf(0.95, c + 1, n - c + 1) ** k)
+
+        dead = [v for _, v, _ in read_topic(settings, Topic.DEAD_LETTERS)]
+        # (a SIGKILL before its offset was committed may send it twice, never lose it)
+        assert {(d["processor"], d["reason"]) for d in dead} == {("aggregate", "invalid_json")}
+
+        # The gauges after the restart: each scenario's most recent hour and day, no other.
+        def gauges_ready() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+            got = scrape(port)
+            return got if ("passk_scenario_alert_min_trials", (("scenario", "flaky"),)) in got \
+                else None
+
+        metrics = wait_for(gauges_ready, timeout=60, what="the alert targets on /metrics")
+        for scenario_id in SCENARIOS:
+            for size in ("1h", "1d"):
+                start_s = max(s[2] for s in expected if s[:2] == (scenario_id, size))
+                k, c, failed, errors = expected[(scenario_id, size, start_s)]
+                labels = (("scenario", scenario_id), ("window", size))
+                assert metrics[("passk_scenario_trials", labels)] == c + failed + errors
+                assert metrics[("passk_scenario_pass_hat_k", labels)] == pytest.approx(
+                    comb(c, k) / comb(c + failed + errors, k))
+        windows = {dict(labels)["window"] for (name, labels) in metrics
+                   if name == "passk_scenario_trials"}
+        assert windows == {"1h", "1d"}
+        assert sum(1 for (name, _) in metrics if name == "passk_scenario_trials") == 4
+        assert metrics[("passk_scenario_alert_min_pass_hat_k", (("scenario", "steady"),))] == 0.9
+        assert metrics[("passk_scenario_alert_min_trials", (("scenario", "steady"),))] == 20
+        assert metrics[("passk_scenario_alert_min_pass_hat_k", (("scenario", "flaky"),))] == 0.8
+
+        # Killed once more with nothing left to read: the gauges can only come back from
+        # the recovered table.
+        worker.kill()
+        worker.wait(10)
+        worker = start()
+        shown = {key: v for key, v in metrics.items() if key[0] == "passk_scenario_trials"}
+
+        def restored() -> bool:
+            try:
+                got = scrape(port)
+            except OSError:  # not serving yet
+                return False
+            return {key: v for key, v in got.items() if key[0] == "passk_scenario_trials"} \
+                == shown
+
+        wait_for(restored, timeout=180, interval=1.0, what="the gauges restored after restart")
+        assert published() == len(records)  # nothing was recomputed to get them back
+    finally:
+        stop(worker)

@@ -1,0 +1,268 @@
+"""Counting verdicts per run and per window: once per trial, re-grades move counts, and a
+verdict read again after a crash finishes what was cut short. The expected figures come
+from a reference count over the verdicts written here, never from the code under test."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from datetime import UTC, datetime
+from math import comb
+from typing import Any
+
+import pytest
+from scipy.stats import beta
+
+from schemas.events import Outcome, ScenarioReliability, TrialVerdict
+from services.aggregate import domain
+from services.aggregate.windows import parse_windows
+
+CONFIG = domain.Config(sizes=parse_windows("1h,1d"), retention_s=7 * 86400)
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp()  # 10:00 UTC
+
+
+def verdict(trial: str, outcome: Outcome = "passed", *, at: float = T0, attempt: int = 1,
+            run: str = "run-1", scenario: str = "s1", k: int = 3) -> TrialVerdict:
+    return TrialVerdict(
+        event_id=f"verdict:{trial}:{attempt}", trial_id=trial, run_id=run, scenario_id=scenario,
+        scenario_version="v1", session_id=f"s-{trial}", k=k, outcome=outcome, attempt=attempt,
+        finished_at=datetime.fromtimestamp(at, UTC))
+
+
+class Table(dict[str, Any]):
+    """The Faust table as the domain sees it; `cut` keeps only the first writes (a crash)."""
+
+    published: dict[str, ScenarioReliability]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.published = {}
+
+    def feed(self, v: TrialVerdict, partition: int = 0, cut: int | None = None) -> domain.Step:
+        step = domain.apply(self.get, v, partition, CONFIG)
+        for record in step.records:  # the last record per scope is the current figure
+            self.published[scope(record)] = record
+        for key, value in step.writes[:cut]:
+            if value is None:
+                self.pop(key, None)
+            else:
+                self[key] = value
+        return step
+
+    def counts(self) -> dict[str, tuple[int, int, int]]:
+        return {k: (v["passed"], v["failed"], v["errors"]) for k, v in self.items()
+                if k.startswith("b|")}
+
+
+def scope(r: ScenarioReliability) -> str:
+    return f"{r.scenario_id}|{r.run_id}|{r.window}|{r.window_start}"
+
+
+def figures(r: ScenarioReliability) -> dict[str, Any]:
+    return r.model_dump(exclude={"occurred_at"})
+
+
+def reference(verdicts: list[TrialVerdict]) -> dict[str, tuple[int, int, int]]:
+    """Each trial's highest attempt (the first of equals), counted per run and window."""
+    final: dict[str, TrialVerdict] = {}
+    for v in verdicts:
+        if v.trial_id not in final or v.attempt > final[v.trial_id].attempt:
+            final[v.trial_id] = v
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    index = {"passed": 0, "failed": 1, "error": 2}
+    for v in final.values():
+        assert v.finished_at is not None
+        at = int(v.finished_at.timestamp())
+        keys = [f"b|{v.scenario_id}|run|{v.run_id}",
+                f"b|{v.scenario_id}|w|1h|{at - at % 3600}",
+                f"b|{v.scenario_id}|w|1d|{at - at % 86400}"]
+        for key in keys:
+            counts[key][index[v.outcome]] += 1
+    return {k: (c[0], c[1], c[2]) for k, c in counts.items()}
+
+
+def test_a_trial_counts_in_its_run_and_in_each_window_holding_its_finish() -> None:
+    t = Table()
+    t.feed(verdict("a", at=T0 + 10))
+    t.feed(verdict("b", "failed", at=T0 + 3599))
+    step = t.feed(verdict("c", "error", at=T0 + 3600))  # the next hour, the same day
+    assert step.note == "counted"
+    hour, day = 3600, 86400
+    start_day = int(T0) - int(T0) % day
+    assert t.counts() == {
+        "b|s1|run|run-1": (1, 1, 1),
+        f"b|s1|w|1h|{int(T0)}": (1, 1, 0),
+        f"b|s1|w|1h|{int(T0) + hour}": (0, 0, 1),
+        f"b|s1|w|1d|{start_day}": (1, 1, 1),
+    }
+    run = t.published["s1|run-1|None|None"]
+    assert (run.n, run.passed, run.failed, run.errors, run.window) == (3, 1, 1, 1, None)
+    day_record = next(r for r in t.published.values() if r.window == "1d")
+    assert day_record.run_id is None
+    assert day_record.window_start == datetime(2026, 11, 30, tzinfo=UTC)
+    assert day_record.window_end == datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_figures_are_the_estimators_and_the_beta_interval() -> None:
+    t = Table()
+    outcomes: list[Outcome] = ["passed"] * 7 + ["failed"] * 2 + ["error"]
+    for i, o in enumerate(outcomes):
+        t.feed(verdict(f"t{i}", o, k=3))
+    r = t.published["s1|run-1|None|None"]
+    n, c, k = 10, 7, 3
+    assert (r.n, r.passed, r.k) == (n, c, k)
+    assert r.pass_at_k == pytest.approx(1 - comb(n - c, k) / comb(n, k))
+    assert r.pass_hat_k == pytest.approx(comb(c, k) / comb(n, k))
+    assert r.pass_hat_k_lower == pytest.approx(beta.ppf(0.05, c + 1, n - c + 1) ** k)
+    assert r.pass_hat_k_upper == pytest.approx(beta.ppf(0.95, c + 1, n - c + 1) ** k)
+    assert r.scenario_passed is False
+    assert r.event_id == "reliability:s1:run:run-1:10"
+
+
+def test_too_few_trials_have_no_estimate_but_an_interval() -> None:
+    t = Table()
+    t.feed(verdict("a", k=3))
+    r = t.published["s1|run-1|None|None"]
+    assert (r.n, r.pass_hat_k, r.pass_at_k, r.scenario_passed) == (1, None, None, False)
+    assert 0.0 < r.pass_hat_k_lower < r.pass_hat_k_upper < 1.0
+
+
+def test_a_repeated_verdict_counts_once_and_republishes_the_same_figures() -> None:
+    t = Table()
+    t.feed(verdict("a"))
+    first = dict(t.published)
+    before = dict(t)
+    step = t.feed(verdict("a"))
+    assert step.note == "duplicate"
+    assert dict(t) == before
+    assert step.writes == []
+    # the current figures again, under the event ids they were first published with
+    assert {r.event_id for r in step.records} == {r.event_id for r in first.values()}
+    assert [figures(r) for r in step.records] == [figures(r) for r in first.values()]
+
+
+def test_a_regrade_moves_the_count_and_an_older_attempt_changes_nothing() -> None:
+    t = Table()
+    t.feed(verdict("a", "passed"))
+    t.feed(verdict("b", "passed"))
+    step = t.feed(verdict("a", "failed", attempt=2))
+    assert step.note == "regraded"
+    assert t.counts()["b|s1|run|run-1"] == (1, 1, 0)
+    assert t.published["s1|run-1|None|None"].n == 2
+    late = t.feed(verdict("a", "passed", attempt=1))  # the first grading, delivered again
+    assert late.note == "superseded" and late.writes == [] and late.records == []
+    same = t.feed(verdict("a", "failed", attempt=3))  # a regrade that agrees
+    assert same.note == "regraded" and same.records == []
+    assert t.counts()["b|s1|run|run-1"] == (1, 1, 0)
+    back = t.feed(verdict("a", "passed", attempt=4))
+    assert back.note == "regraded"
+    assert t.counts()["b|s1|run|run-1"] == (2, 0, 0)
+
+
+def latest(t: Table) -> dict[str, Any]:
+    return {k: v for k, v in t.items() if k.startswith("l|")}
+
+
+def mixed_traffic(seed: int) -> list[TrialVerdict]:
+    """Trials over three days and two scenarios, some repeated, some re-graded."""
+    rng = random.Random(seed)
+    out: list[TrialVerdict] = []
+    for i in range(120):
+        at = T0 + rng.uniform(-2 * 86400, 86400)
+        scenario = rng.choice(["s1", "s2"])
+        run = rng.choice(["r1", "r2"])
+        outcome: Outcome = rng.choice(["passed", "passed", "failed", "error"])
+        out.append(verdict(f"t{i}", outcome, at=at, scenario=scenario, run=run))
+        if rng.random() < 0.2:
+            out.append(out[-1])  # redelivered
+        if rng.random() < 0.2:
+            regraded: Outcome = rng.choice(["passed", "failed", "error"])
+            out.append(verdict(f"t{i}", regraded, at=at, scenario=scenario, run=run, attempt=2))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_arrival_order_does_not_matter(seed: int) -> None:
+    traffic = mixed_traffic(seed)
+    shuffled = traffic[:]
+    random.Random(seed + 100).shuffle(shuffled)
+    a, b = Table(), Table()
+    for v in traffic:
+        a.feed(v)
+    for v in shuffled:
+        b.feed(v)
+    assert a.counts() == reference(traffic)
+    assert b.counts() == reference(shuffled) == a.counts()
+    assert {k: figures(r)["n"] for k, r in a.published.items()} == {
+        k: figures(r)["n"] for k, r in b.published.items()}
+
+
+def test_a_crash_after_any_write_is_finished_when_the_verdict_is_read_again() -> None:
+    traffic = mixed_traffic(7)[:30]
+    undisturbed = Table()
+    for v in traffic:
+        undisturbed.feed(v)
+    crashes = 0
+    for i, v in enumerate(traffic):
+        writes = len(domain.apply(Table().get, v, 0, CONFIG).writes) + 2
+        for cut in range(writes):
+            t = Table()
+            for earlier in traffic[:i]:
+                t.feed(earlier)
+            t.feed(v, cut=cut)  # the changelog lost every write after `cut`
+            for again in traffic[max(0, i - 3):]:  # the uncommitted offsets, read again
+                t.feed(again)
+            assert t.counts() == undisturbed.counts(), (i, cut)
+            assert latest(t) == latest(undisturbed), (i, cut)  # what the gauges show
+            assert {k: figures(r) for k, r in t.published.items()} == {
+                k: figures(r) for k, r in undisturbed.published.items()}, (i, cut)
+            crashes += 1
+    assert crashes > 150
+
+
+def test_the_most_recent_window_is_the_one_shown() -> None:
+    t = Table()
+    first = t.feed(verdict("a", at=T0 + 7200))
+    assert sorted((b.window, b.window_start) for b in first.latest) == [
+        ("1d", int(T0) - int(T0) % 86400), ("1h", int(T0) + 7200)]
+    older = t.feed(verdict("b", at=T0))  # an earlier hour: a figure, but not the latest
+    assert [b.window for b in older.latest] == ["1d"]
+    assert t["l|s1|1h"]["window_start"] == int(T0) + 7200
+
+
+def test_state_past_retention_expires_and_late_trials_are_not_counted() -> None:
+    t = Table()
+    t.feed(verdict("old", at=T0))
+    now = T0 + CONFIG.retention_s + 2 * 86400
+    step = t.feed(verdict("new", at=now))
+    assert step.sweep
+    keys, gone = domain.expired(list(t.items()), 0, now, CONFIG)
+    assert "t|s1|old" in keys and "t|s1|new" not in keys
+    assert f"b|s1|w|1h|{int(T0)}" in keys and "b|s1|run|run-1" not in keys  # runs are kept
+    assert not any(k.startswith("l|") for k in keys)  # the latest windows are recent ones
+    assert gone == []
+    for key in keys:
+        del t[key]
+    late = t.feed(verdict("old", at=T0))
+    assert late.note == "late" and late.writes == [] and late.records == []
+    # on another partition nothing is this partition's to drop
+    assert domain.expired(list(t.items()), 1, now, CONFIG) == ([], [])
+
+
+def test_a_scenarios_latest_window_past_retention_takes_its_gauge_with_it() -> None:
+    t = Table()
+    t.feed(verdict("a", scenario="quiet", at=T0))
+    t.feed(verdict("b", scenario="busy", at=T0 + CONFIG.retention_s + 86400 * 2))
+    keys, gone = domain.expired(list(t.items()), 0, t["p|0"]["watermark"], CONFIG)
+    assert sorted(gone) == [("quiet", "1d"), ("quiet", "1h")]
+    assert "l|quiet|1h" in keys
+
+
+def test_most_recent_reads_the_latest_windows_back() -> None:
+    t = Table()
+    t.feed(verdict("a", at=T0))
+    t.feed(verdict("b", "failed", at=T0 + 3600))
+    shown = {(b.scenario_id, b.window): (b.window_start, b.passed, b.failed)
+             for b in domain.most_recent(list(t.items()), t.get)}
+    assert shown == {("s1", "1h"): (int(T0) + 3600, 0, 1),
+                     ("s1", "1d"): (int(T0) - int(T0) % 86400, 1, 1)}

@@ -1,0 +1,100 @@
+"""The reliability gauges, read from a fresh registry as Prometheus would scrape them."""
+
+from __future__ import annotations
+
+from math import comb
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from scipy.stats import beta
+
+from services.aggregate.domain import Bucket
+from services.aggregate.metrics import ReliabilityGauges
+from tests.unit.factories import scenario
+
+HOUR = 1_764_496_800  # 2026-11-30T10:00:00Z
+
+
+def window(start: int, passed: int, failed: int = 0, errors: int = 0, *, scenario_id: str = "s1",
+           size: str = "1h", k: int = 3) -> Bucket:
+    return Bucket(scenario_id=scenario_id, k=k, passed=passed, failed=failed, errors=errors,
+                  seq=passed + failed + errors, partition=0, window=size, window_start=start,
+                  window_end=start + 3600)
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_the_most_recent_window_of_each_size_is_exported(registry: CollectorRegistry) -> None:
+    gauges = ReliabilityGauges(registry)
+    gauges.set_window(window(HOUR, passed=8, failed=2))
+    gauges.set_window(window(HOUR - 3600, passed=1, failed=9))  # older: not shown
+    gauges.set_window(window(HOUR - 36000, passed=5, size="1d"))
+    at = {"scenario": "s1", "window": "1h"}
+    n, c, k = 10, 8, 3
+    assert value(registry, "passk_scenario_trials", **at) == n
+    assert value(registry, "passk_scenario_pass_hat_k", **at) == pytest.approx(
+        comb(c, k) / comb(n, k))
+    assert value(registry, "passk_scenario_pass_at_k", **at) == pytest.approx(
+        1 - comb(n - c, k) / comb(n, k))
+    assert value(registry, "passk_scenario_pass_hat_k_lower", **at) == pytest.approx(
+        beta.ppf(0.05, c + 1, n - c + 1) ** k)
+    assert value(registry, "passk_scenario_pass_hat_k_upper", **at) == pytest.approx(
+        beta.ppf(0.95, c + 1, n - c + 1) ** k)
+    assert value(registry, "passk_scenario_trials", scenario="s1", window="1d") == 5
+
+
+def test_a_later_window_replaces_the_gauge_and_an_expired_one_is_removed(
+    registry: CollectorRegistry,
+) -> None:
+    gauges = ReliabilityGauges(registry)
+    gauges.set_window(window(HOUR, passed=3))
+    gauges.set_window(window(HOUR + 3600, passed=1, failed=4))
+    assert value(registry, "passk_scenario_trials", scenario="s1", window="1h") == 5
+    gauges.remove_window("s1", "1h")
+    for name in ("trials", "pass_hat_k", "pass_hat_k_lower", "pass_hat_k_upper", "pass_at_k"):
+        assert value(registry, f"passk_scenario_{name}", scenario="s1", window="1h") is None
+
+
+def test_fewer_than_k_trials_export_no_estimate(registry: CollectorRegistry) -> None:
+    gauges = ReliabilityGauges(registry)
+    gauges.set_window(window(HOUR, passed=2, k=3))
+    assert value(registry, "passk_scenario_trials", scenario="s1", window="1h") == 2
+    assert value(registry, "passk_scenario_pass_hat_k", scenario="s1", window="1h") is None
+    assert value(registry, "passk_scenario_pass_hat_k_upper", scenario="s1", window="1h") < 1
+
+
+def test_reset_shows_exactly_what_the_table_holds(registry: CollectorRegistry) -> None:
+    gauges = ReliabilityGauges(registry)
+    gauges.set_window(window(HOUR, passed=3, scenario_id="gone"))
+    gauges.reset_windows([window(HOUR, passed=4, scenario_id="kept")])
+    assert value(registry, "passk_scenario_trials", scenario="gone", window="1h") is None
+    assert value(registry, "passk_scenario_trials", scenario="kept", window="1h") == 4
+
+
+def test_alert_targets_come_from_the_scenario_or_the_defaults(registry: CollectorRegistry) -> None:
+    gauges = ReliabilityGauges(registry)
+    strict = scenario(id="strict", alert={"min_pass_hat_k": 0.95, "min_trials": 20})
+    half = scenario(id="half", alert={"min_trials": 5})
+    plain = scenario(id="plain")
+    gauges.set_targets([strict, half, plain], default_min_pass_hat_k=0.8, default_min_trials=10)
+    got = {s: (value(registry, "passk_scenario_alert_min_pass_hat_k", scenario=s),
+               value(registry, "passk_scenario_alert_min_trials", scenario=s))
+           for s in ("strict", "half", "plain")}
+    assert got == {"strict": (0.95, 20), "half": (0.8, 5), "plain": (0.8, 10)}
+
+
+def test_labels_are_scenario_and_window_only(registry: CollectorRegistry) -> None:
+    gauges = ReliabilityGauges(registry)
+    gauges.set_window(window(HOUR, passed=3))
+    gauges.set_targets([scenario(id="s1")], 0.8, 10)
+    for family in registry.collect():
+        for sample in family.samples:
+            assert set(sample.labels) <= {"scenario", "window"}, sample
+    assert b"passk_scenario_pass_hat_k{" in generate_latest(registry)
