@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ from kafka import KafkaAdminClient
 
 from services.common.admin import create_topics
 from services.common.settings import Settings
-from tests.support import new_prefix
+from tests.support import delete_topics_with_prefix, new_prefix
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
 
@@ -31,9 +32,10 @@ def kafka_bootstrap() -> str:
 
 
 @pytest.fixture
-def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
+def settings(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
     """Settings for one test: its own topic prefix (so tests never see each other's
-    records), its own SQLite file and data dir, and topics created up front."""
+    records), its own SQLite file and data dir, and topics created up front; the test's
+    topics are deleted after it."""
     s = Settings(  # type: ignore[call-arg]
         KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
         PASSK_TOPIC_PREFIX=new_prefix(),
@@ -43,4 +45,5 @@ def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
         PASSK_JUDGE_WAIT_S=60,
     )
     create_topics(s)
-    return s
+    yield s
+    delete_topics_with_prefix(s)

@@ -71,6 +71,30 @@ def isolated_env(settings: Settings, **extra: str) -> dict[str, str]:
     return env
 
 
+def delete_topics_with_prefix(settings: Settings) -> None:
+    """Delete every topic a test made (ours and the ones Faust makes under the app id).
+
+    A broker holds a few open files and memory maps per partition, and the process limit
+    on open files here is 20,000: a whole suite that kept its topics (a dozen topics of
+    eight partitions per test) took the shared broker past it and killed it."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers,
+                                 request_timeout_ms=30000)
+    except KafkaError:
+        return  # a test that stopped the broker: nothing left to tidy there
+    try:
+        names = [t for t in admin.list_topics() if t.startswith(settings.topic_prefix)]
+        if names:
+            admin.delete_topics(names, timeout_ms=30000)
+    except KafkaError:
+        pass  # best effort: tidying must not fail a test that passed
+    finally:
+        admin.close()
+
+
 def new_prefix() -> str:
     return f"passk.t{uuid.uuid4().hex[:10]}."
 
