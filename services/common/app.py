@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import faust
+from aiokafka.errors import KafkaError as AIOKafkaError
+from kafka.errors import KafkaError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 import services.common.faust_fixes  # noqa: F401 - patches faust's consumer on import
 from services.common.codec import Rejection
@@ -13,6 +18,14 @@ from services.common.topics import Topic, partitions_for, spec_for, topic_name
 
 if TYPE_CHECKING:
     from services.scenarios.catalog import ScenarioCatalog
+
+log = logging.getLogger(__name__)
+
+# Failures of the infrastructure, not of the record: they are not the record's fault, so
+# they are never turned into dead letters (the outage handling retries or restarts).
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
+    AIOKafkaError, KafkaError, OperationalError, InterfaceError, ConnectionError,
+)
 
 
 def make_app(name: str, settings: Settings | None = None) -> faust.App:
@@ -114,3 +127,23 @@ class DeadLetters:
         metrics = common_metrics()
         metrics.dead_letters.labels(message.topic, rejection.reason).inc()
         metrics.events.labels(self.processor, "rejected").inc()
+
+    async def guard(
+        self, event: faust.types.EventT, handle: Callable[[faust.types.EventT], Awaitable[None]]
+    ) -> None:
+        """Handle one record; whatever it raises (a bug, a shape no check foresaw) makes
+        that record a dead letter ("processing_error") and the stream goes on, instead of
+        crashing the agent and having Faust restart past it. Outages still propagate."""
+        try:
+            await handle(event)
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as exc:
+            message = event.message
+            log.exception(
+                "%s: could not process %s[%s]@%s; sent to the dead-letter topic",
+                self.processor, message.topic, message.partition, message.offset,
+            )
+            # RecursionError's message says nothing useful; its name does.
+            detail = f"{type(exc).__name__}: {exc}"[:1000]
+            await self(event, Rejection("processing_error", detail))

@@ -7,6 +7,7 @@ Processors read raw bytes and decode here, so a message that cannot be used beco
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -47,8 +48,39 @@ def _describe(exc: ValidationError) -> Rejection:
     return Rejection(reason, detail or f"{where}: invalid")
 
 
-def decode(raw: bytes | None, model: type[M], *, max_bytes: int = 1_000_000) -> M | Rejection:
-    """Decode one message into `model`, or say precisely why it cannot be used."""
+def nesting_depth(data: object, limit: int) -> int:
+    """How deeply `data` nests, counted without recursion and given up just past `limit`
+    (a parsed document can be deep enough to overflow any recursive walk over it)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Iterable[object] = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _too_deep(limit: int, found: str) -> Rejection:
+    return Rejection(
+        "too_deep", f"JSON nests {found} levels deep; the limit is {limit} (PASSK_MAX_JSON_DEPTH)"
+    )
+
+
+def decode(
+    raw: bytes | None, model: type[M], *, max_bytes: int = 1_000_000, max_depth: int = 64
+) -> M | Rejection:
+    """Decode one message into `model`, or say precisely why it cannot be used.
+
+    Nesting deeper than `max_depth` is refused before validation: deep documents make
+    recursive code (the JSON parser, pydantic, a table's serializer) raise RecursionError."""
     if raw is None:
         return Rejection("empty", "message has no value (tombstone)")
     if not raw:
@@ -63,6 +95,10 @@ def decode(raw: bytes | None, model: type[M], *, max_bytes: int = 1_000_000) -> 
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return Rejection("invalid_json", str(exc))
+    except RecursionError:
+        return _too_deep(max_depth, "more than the parser can follow")
+    if (depth := nesting_depth(data, max_depth)) > max_depth:
+        return _too_deep(max_depth, f"at least {depth}")
     if not isinstance(data, dict):
         return Rejection("not_an_object", f"expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")

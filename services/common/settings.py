@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     dedup_retention_s: float = Field(7 * 24 * 3600.0, alias="PASSK_DEDUP_RETENTION_S", gt=0)
     # Messages larger than this go to the dead-letter topic instead of being parsed.
     max_event_bytes: int = Field(1_000_000, alias="PASSK_MAX_EVENT_BYTES", gt=0)
+    # Deeper JSON goes to the dead-letter topic ("too_deep"): recursive code (the parser,
+    # pydantic, a table's serializer) would otherwise raise RecursionError on it.
+    max_json_depth: int = Field(64, alias="PASSK_MAX_JSON_DEPTH", ge=2, le=500)
+    # A persisted session larger than this is a dead letter ("session_too_large"): the gate
+    # keeps it in a changelogged table until its conversation arrives.
+    max_session_bytes: int = Field(256_000, alias="PASSK_MAX_SESSION_BYTES", gt=0)
     openai_api_key: str | None = Field(None, alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, alias="OPENAI_BASE_URL")
     judge_model: str = Field("gpt-4o-mini", alias="PASSK_JUDGE_MODEL")

@@ -96,7 +96,7 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
 async def join(stream: faust.StreamT) -> None:
     await catalog.ready()
     async for event in stream.events():
-        await handle(event)
+        await reject.guard(event, handle)
 
 
 async def handle(event: faust.types.EventT) -> None:
@@ -114,7 +114,8 @@ async def handle(event: faust.types.EventT) -> None:
         stream_now = clock.now_for((conversation_topic, session_topic), message.partition)
         decision = domain.on_tick(state, stream_now, timing)
     elif topic == conversation_topic:
-        conv = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
+        conv = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes,
+                   max_depth=settings.max_json_depth)
         if isinstance(conv, Rejection):
             return await reject(event, conv)
         scenario = catalog.get(conv.scenario_id)
@@ -125,7 +126,12 @@ async def handle(event: faust.types.EventT) -> None:
             _load(key), conv, now, wait_for_session=scenario.has_state_gate
         )
     else:
-        sess = decode(event.value, SessionPersisted, max_bytes=settings.max_event_bytes)
+        if len(event.value or b"") > settings.max_session_bytes:
+            return await reject(event, Rejection("session_too_large", (
+                f"{len(event.value)} bytes exceeds the session limit of "
+                f"{settings.max_session_bytes} (PASSK_MAX_SESSION_BYTES)")))
+        sess = decode(event.value, SessionPersisted, max_bytes=settings.max_event_bytes,
+                   max_depth=settings.max_json_depth)
         if isinstance(sess, Rejection):
             return await reject(event, sess)
         key = sess.session_id

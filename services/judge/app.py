@@ -83,11 +83,12 @@ async def grader() -> Grader:
 async def judge_trials(stream: faust.StreamT) -> None:
     await catalog.ready()
     async for event in stream.events():
-        await handle(event)
+        await reject.guard(event, handle)
 
 
 async def handle(event: faust.types.EventT) -> None:
-    trial = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes)
+    trial = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes,
+                   max_depth=settings.max_json_depth)
     if isinstance(trial, Rejection):
         return await reject(event, trial)
     # A scenario published moments before its traffic may not have been read yet.

@@ -64,6 +64,8 @@ def parse_line(
         return SkippedLine(lineno, "invalid_utf8", str(exc))
     except json.JSONDecodeError as exc:
         return SkippedLine(lineno, "invalid_json", str(exc))
+    except RecursionError:
+        return SkippedLine(lineno, "too_deep", "JSON nested deeper than the parser can follow")
     if not isinstance(data, dict):
         got = type(data).__name__
         return SkippedLine(lineno, "not_an_object", f"expected a JSON object, got {got}")

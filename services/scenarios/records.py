@@ -12,8 +12,13 @@ import logging
 from pydantic import ValidationError
 
 from schemas.scenario import Scenario
+from services.common.codec import nesting_depth
 
 log = logging.getLogger(__name__)
+
+# Validation refuses deeper scenarios before publishing; a record nested deeper than this
+# was not written by `passk scenarios publish` and would overflow recursive code.
+MAX_SCENARIO_DEPTH = 64
 
 
 def encode_scenario(scenario: Scenario) -> tuple[bytes, bytes]:
@@ -30,6 +35,10 @@ def decode_scenario(value: bytes) -> Scenario:
         data = json.loads(value.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not UTF-8 JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError("JSON nested deeper than the parser can follow") from exc
+    if nesting_depth(data, MAX_SCENARIO_DEPTH) > MAX_SCENARIO_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_SCENARIO_DEPTH} levels")
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 
 import faust
 from pydantic import BaseModel
@@ -54,7 +55,8 @@ async def _write(record: domain.SinkEvent) -> Rejection | None:
 
 
 async def sink(event: faust.types.EventT, model: type[BaseModel]) -> None:
-    decoded = decode(event.value, model, max_bytes=settings.max_event_bytes)
+    decoded = decode(event.value, model, max_bytes=settings.max_event_bytes,
+                   max_depth=settings.max_json_depth)
     if isinstance(decoded, Rejection):
         return await reject(event, decoded)
     problem = domain.problem_with(decoded)  # type: ignore[arg-type]
@@ -70,25 +72,25 @@ async def sink(event: faust.types.EventT, model: type[BaseModel]) -> None:
 @app.agent(trial_verdicts)
 async def sink_trial_verdicts(stream: faust.StreamT) -> None:
     async for event in stream.events():
-        await sink(event, TrialVerdict)
+        await reject.guard(event, partial(sink, model=TrialVerdict))
 
 
 @app.agent(gate_results)
 async def sink_gate_results(stream: faust.StreamT) -> None:
     async for event in stream.events():
-        await sink(event, GateResult)
+        await reject.guard(event, partial(sink, model=GateResult))
 
 
 @app.agent(judge_verdicts)
 async def sink_judge_verdicts(stream: faust.StreamT) -> None:
     async for event in stream.events():
-        await sink(event, JudgeVerdict)
+        await reject.guard(event, partial(sink, model=JudgeVerdict))
 
 
 @app.agent(conversations)
 async def sink_transcripts(stream: faust.StreamT) -> None:
     async for event in stream.events():
-        await sink(event, ConversationFinished)
+        await reject.guard(event, partial(sink, model=ConversationFinished))
 
 
 @app.task

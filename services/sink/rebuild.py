@@ -104,7 +104,8 @@ def rebuild(
                     if record.offset >= end[tp]:
                         continue  # written after the rebuild started: the live sink's part
                     stats.records += 1
-                    event = decode(record.value, models[tp.topic], max_bytes=limit)
+                    event = decode(record.value, models[tp.topic], max_bytes=limit,
+                                   max_depth=settings.max_json_depth)
                     if isinstance(event, Rejection):
                         stats.skip(event.reason)
                     elif domain.problem_with(event) is not None:  # type: ignore[arg-type]

@@ -91,7 +91,7 @@ async def _emit(state: domain.TrialState, missing: list[str], waited_s: float) -
 async def collect(stream: faust.StreamT) -> None:
     await catalog.ready()
     async for event in stream.events():
-        await handle(event)
+        await reject.guard(event, handle)
 
 
 async def handle(event: faust.types.EventT) -> None:
@@ -121,9 +121,11 @@ async def handle(event: faust.types.EventT) -> None:
     clock.observe(topic, message.partition, message.offset, message.timestamp)
     result: GateResult | JudgeVerdict | Rejection
     if topic == gate_topic:
-        result = decode(event.value, GateResult, max_bytes=settings.max_event_bytes)
+        result = decode(event.value, GateResult, max_bytes=settings.max_event_bytes,
+                   max_depth=settings.max_json_depth)
     else:
-        result = decode(event.value, JudgeVerdict, max_bytes=settings.max_event_bytes)
+        result = decode(event.value, JudgeVerdict, max_bytes=settings.max_event_bytes,
+                   max_depth=settings.max_json_depth)
     if isinstance(result, Rejection):
         return await reject(event, result)
     if catalog.get(result.scenario_id, result.scenario_version) is None:

@@ -136,3 +136,35 @@ def test_encode_writes_utf8_json_with_z_times() -> None:
     text = raw.decode("utf-8")
     assert json.loads(text)["state"] == {"note": "réparé ✓"}
     assert json.loads(text)["occurred_at"].endswith("Z")
+
+
+def nested(depth: int, inner: str = "1") -> bytes:
+    """A conversation whose `padding` field nests `depth` objects deep."""
+    body = '{"a":' * depth + inner + "}" * depth
+    head = json.dumps(sample(CF))[:-1]
+    return f'{head}, "padding": {body}}}'.encode()
+
+
+@pytest.mark.parametrize("depth", [65, 900, 10_000, 200_000])
+def test_json_nested_past_the_limit_is_refused_without_recursion_error(depth: int) -> None:
+    result = decode(nested(depth), CF, max_bytes=10_000_000)
+    assert isinstance(result, Rejection), result
+    assert result.reason == "too_deep"
+    assert "64" in result.detail and "PASSK_MAX_JSON_DEPTH" in result.detail
+
+
+def test_nesting_up_to_the_limit_is_accepted_and_the_limit_is_the_callers() -> None:
+    # the event object is level 1, `padding` adds 62 objects and the list in them one more
+    ok = nested(62, "[1]")
+    assert isinstance(decode(ok, CF), ConversationFinished)
+    refused = decode(ok, CF, max_depth=10)
+    assert isinstance(refused, Rejection) and refused.reason == "too_deep"
+    assert isinstance(decode(nested(63, "[1]"), CF), Rejection)
+
+
+def test_nesting_depth_counts_lists_and_objects() -> None:
+    from services.common.codec import nesting_depth
+
+    assert nesting_depth(1, 64) == 0
+    assert nesting_depth({}, 64) == 1
+    assert nesting_depth({"a": [1, {"b": []}], "c": {}}, 64) == 4

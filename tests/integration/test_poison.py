@@ -1,0 +1,98 @@
+"""Poison input through the real broker: every processor turns a record it cannot use into a
+dead letter with its reason, and the stream goes on (a good trial sent after it is graded).
+
+Before: JSON nested 10,000 deep raised RecursionError in the codec, crashed the agent, and
+Faust restarted it past the record (dropped, no dead letter); a session nested 900 deep
+parsed, then could not be stored in the gate's table."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from services.common.codec import encode
+from services.common.settings import Settings
+from services.common.topics import Topic
+from tests.support import (
+    isolated_env,
+    produce,
+    publish_scenarios,
+    read_topic,
+    running,
+    settled,
+    wait_for,
+)
+from tests.unit.factories import conversation, scenario, session
+
+pytestmark = pytest.mark.integration
+
+PROCESSORS = ["gate", "verdict", "judge", "sink"]
+
+
+def deep(event: object, depth: int) -> bytes:
+    """A real event with one more field nested `depth` objects deep."""
+    head = encode(event)[:-1].decode()  # type: ignore[arg-type]
+    body = '{"a":' * depth + "1" + "}" * depth
+    return f'{head},"extra":{body}}}'.encode()
+
+
+def test_every_processor_dead_letters_what_it_cannot_use_and_goes_on(
+    settings: Settings, tmp_path: Path
+) -> None:
+    sc = scenario(judges=[])  # gates only: the judge still reads every conversation
+    publish_scenarios(settings, [sc])
+    sp900 = deep(session("deep-900"), 900)
+    env = isolated_env(settings, PASSK_MAX_SESSION_BYTES="70000")
+    log = tmp_path / "workers.log"
+    workers = [running(["worker", p], env, log) for p in PROCESSORS]
+    for w in workers:
+        w.__enter__()
+    try:
+        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="workers joined")
+        produce(settings, Topic.CONVERSATION_FINISHED, [
+            ("cf-deep", deep(conversation("cf-deep"), 10_000)),
+        ])
+        produce(settings, Topic.SESSION_PERSISTED, [
+            ("sp-deep", deep(session("sp-deep"), 10_000)),
+            # parses, but nests past the limit: used to fail later, in the table
+            ("sp-900", sp900),
+            ("sp-big", encode(session("big", state={"blob": "x" * 80_000}))),
+        ])
+        produce(settings, Topic.GATE_RESULTS, [
+            ("gr-deep", b'{"a":' * 10_000 + b"1" + b"}" * 10_000),
+        ])
+        produce(settings, Topic.JUDGE_VERDICTS, [("jv-deep", b"[" * 10_000 + b"]" * 10_000)])
+        produce(settings, Topic.TRIAL_VERDICTS, [("tv-deep", b'{"a":' * 900 + b"1" + b"}" * 900)])
+        # after the poison, on the same topics: a good trial, graded as usual
+        produce(settings, Topic.CONVERSATION_FINISHED, [("s-good", encode(conversation("good")))])
+        produce(settings, Topic.SESSION_PERSISTED, [("s-good", encode(session("good")))])
+
+        verdicts = read_topic(settings, Topic.TRIAL_VERDICTS, min_count=2, timeout=90)
+        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="all inputs consumed")
+        dead = read_topic(settings, Topic.DEAD_LETTERS)
+    finally:
+        for w in reversed(workers):
+            w.__exit__(None, None, None)
+
+    good = [v for _, v, _ in verdicts if v.get("trial_id") == "good"]
+    assert [v["outcome"] for v in good] == ["passed"], verdicts
+    letters: dict[str, dict[str, str]] = defaultdict(dict)
+    for _, d, _ in dead:
+        key = base64.b64decode(d["key_b64"]).decode()
+        letters[key][d["processor"]] = d["reason"]
+    assert letters["cf-deep"] == {"gate": "too_deep", "judge": "too_deep", "sink": "too_deep"}
+    assert letters["sp-deep"] == {"gate": "too_deep"}
+    assert letters["sp-900"] == {"gate": "too_deep"}
+    assert letters["sp-big"] == {"gate": "session_too_large"}
+    assert letters["gr-deep"] == {"verdict": "too_deep", "sink": "too_deep"}
+    assert letters["jv-deep"] == {"verdict": "too_deep", "sink": "too_deep"}
+    assert letters["tv-deep"] == {"sink": "too_deep"}
+    # the original bytes are kept, so the record can be inspected or replayed
+    sp = next(d for _, d, _ in dead if base64.b64decode(d["key_b64"]) == b"sp-900")
+    assert base64.b64decode(sp["value_b64"]) == sp900
+    text = log.read_text(errors="replace")
+    assert "RecursionError" not in text and "Crashed" not in text
