@@ -8,7 +8,6 @@ parsed, then could not be stored in the gate's table."""
 from __future__ import annotations
 
 import base64
-import json
 from collections import defaultdict
 from pathlib import Path
 
