@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any, Literal
 
 from pydantic import (
@@ -18,6 +17,7 @@ from pydantic import (
 )
 
 from schemas.paths import parse_path
+from schemas.patterns import PatternError, compile_pattern
 
 SCENARIO_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 DEFAULT_TRIALS = 3
@@ -59,9 +59,12 @@ class Expectation(BaseModel):
             raise ValueError("unordered only applies to equals")
         if self.matches is not None:
             try:
-                re.compile(self.matches)
-            except re.error as exc:
-                raise ValueError(f"matches is not a valid regular expression: {exc}") from exc
+                compile_pattern(self.matches)
+            except PatternError as exc:
+                raise ValueError(
+                    "matches is not a valid regular expression for RE2, the linear-time "
+                    f"engine passk uses: {exc.reason}"
+                ) from exc
         return self
 
     @model_serializer(mode="wrap")

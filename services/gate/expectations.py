@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from schemas.events import CheckOutcome
 from schemas.paths import Lookup, PathError, resolve
+from schemas.patterns import compile_pattern
 from schemas.scenario import Expectation
 
 # Found values are quoted in reasons; a whole session state would drown the message.
@@ -182,7 +182,7 @@ def matches(exp: Expectation, found: Lookup) -> Judgement:
             f"expected {wanted}, found {_json_kind(found.value)}, not a string: "
             f"{show(found.value)}",
         )
-    if re.search(pattern, found.value):
+    if compile_pattern(pattern).search(found.value):
         return Judgement(True, f"matches /{pattern}/")
     return Judgement(False, f"expected {wanted}, found {show(found.value)}")
 

@@ -96,6 +96,14 @@ def deterministic_verdict(
             result="error",
             reason=error_reason("invalid_judge_spec", str(exc)),
         )
+    except Exception as exc:  # a kind's own failure is this judge's error, never a pass
+        return make_verdict(
+            trial,
+            scenario,
+            spec,
+            result="error",
+            reason=error_reason("judge_failed", f"{type(exc).__name__}: {exc}"),
+        )
     return make_verdict(
         trial,
         scenario,

@@ -8,7 +8,6 @@ and is registered with `@judge_kind("name")`. Its arguments are the extra fields
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -16,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from schemas.events import Message
+from schemas.patterns import compile_pattern
 from schemas.scenario import JudgeSpec
 
 LLM = "llm"
@@ -81,10 +81,7 @@ class RegexParams(BaseModel):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        compile_pattern(value)  # PatternError is a ValueError: pydantic reports it
         return value
 
 
@@ -93,7 +90,7 @@ def regex(spec: JudgeSpec, transcript: Sequence[Message]) -> Decision:
     """`pattern` must (`must_match: true`, default) or must not match one of the `role`'s turns."""
     params = _params(RegexParams, spec)
     assert isinstance(params, RegexParams)
-    compiled = re.compile(params.pattern)
+    compiled = compile_pattern(params.pattern)
     who = "any" if params.role == "any" else params.role
     for index, message in enumerate(transcript):
         if params.role != "any" and message.role != params.role:
