@@ -7,13 +7,35 @@ import sys
 
 import typer
 
+from services.common.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
+
 app = typer.Typer(
     name="passk",
     help="passk: grade agent trials with binary judges and outcome gates; pass@k and pass^k.",
+    epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help text: rich markup would swallow `[[fail:<judge_id>]]` and the like.
+    rich_markup_mode=None,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"passk {version('passk')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    pass
 
 # Stream processors runnable with `passk worker NAME`; each has services/NAME/app.py.
 WORKERS = ("gate", "verdict", "judge", "sink", "aggregate")
@@ -55,7 +77,22 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    app()
+    """Run a command; what it lets escape becomes a one-line error and an exit code
+    (services/common/exits.py), never a traceback, unless it is a bug."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        answer = classify(exc)
+        if answer is None:
+            raise
+        code, message = answer
+        say_error(message)
+        sys.exit(int(code))
+
+
+assert ExitCode.USAGE == 2  # click's own usage errors exit 2: the table agrees with it
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from services.common.exits import console, require_broker
 
 
 def register(app: typer.Typer) -> None:
@@ -15,28 +16,33 @@ def register(app: typer.Typer) -> None:
         """Create every passk topic that does not exist yet (idempotent)."""
         from services.common.admin import create_topics
 
+        require_broker()
         table = Table("topic", "partitions", "status")
         for status in create_topics():
             state = "created" if status.created else "exists"
             table.add_row(status.name, str(status.partitions), state)
-        Console().print(table)
+        console().print(table)
 
     app.add_typer(topics, name="topics")
 
     @app.command()
     def status(
-        wait: float = typer.Option(0, help="wait up to this many seconds for every processor"),
+        wait: float = typer.Option(
+            0, help="wait up to this many seconds for the broker and for every processor"
+        ),
         processors: str = typer.Option(
             "gate,verdict,judge,sink,aggregate", help="comma-separated processors to show"
         ),
     ) -> None:
-        """Show each processor's consumer group: state, members and lag."""
+        """Show each processor's consumer group: state, members and lag. Exit 1 when any
+        is not ready, 4 when the broker does not answer within --wait (at least 1 s)."""
         import time
 
         from services.common.status import processor_status
 
         names = [p.strip() for p in processors.split(",") if p.strip()]
         deadline = time.monotonic() + wait
+        require_broker(max(wait, 1.0))
         while True:
             statuses = processor_status(names)
             if all(s.ready for s in statuses) or time.monotonic() >= deadline:
@@ -46,6 +52,6 @@ def register(app: typer.Typer) -> None:
         for s in statuses:
             table.add_row(s.processor, s.group, s.state, str(s.members),
                           "-" if s.lag is None else str(s.lag))
-        Console().print(table)
+        console().print(table)
         if not all(s.ready for s in statuses):
             raise typer.Exit(1)

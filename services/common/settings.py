@@ -16,6 +16,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
     kafka_bootstrap_servers: str = Field("127.0.0.1:9092", alias="KAFKA_BOOTSTRAP_SERVERS")
+    # How long a CLI command waits for the broker before answering "unreachable" (exit 4).
+    broker_wait_s: float = Field(5.0, alias="PASSK_BROKER_WAIT_S", ge=0)
     topic_prefix: str = Field("passk.", alias="PASSK_TOPIC_PREFIX")
     topic_partitions: int = Field(8, alias="PASSK_TOPIC_PARTITIONS", ge=1)
     # -1 keeps records forever: the log is the source of truth.

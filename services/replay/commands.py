@@ -65,18 +65,22 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Send a JSONL file of input events to the input topics, in file order.
 
-        Invalid lines are reported with their line number and skipped, never sent.
-        Exit 1 when any send failed; skipped lines only warn.
+        Invalid lines (and lines longer than PASSK_MAX_EVENT_BYTES, which are never read
+        whole) are reported on stderr with their line number and skipped, never sent.
+        Exit 1 when any send failed, 3 when no line was valid, 4 when the broker is down.
         """
-        from kafka.errors import KafkaError
-
+        from services.common.exits import Unreachable, require_broker
+        from services.common.exits import console as make_console
         from services.common.settings import get_settings
         from services.common.topics import topic_name
         from services.replay.producer import TrafficProducer
         from services.replay.replay import REPLAYED_TOPICS, count_lines, replay_file
 
         settings = get_settings()
-        console = Console()
+        console = make_console()
+        err = make_console(stderr=True)
+        if not dry_run:
+            require_broker()
         total = count_lines(file)
         columns = (
             TextColumn("[bold]{task.description}"),
@@ -84,7 +88,7 @@ def register(app: typer.Typer) -> None:
             MofNCompleteColumn(),
             TimeElapsedColumn(),
         )
-        with Progress(*columns, console=console, transient=False) as progress:
+        with Progress(*columns, console=err, transient=False) as progress:
             task = progress.add_task("validating" if dry_run else "replaying", total=total)
 
             def advance(lineno: int) -> None:
@@ -93,21 +97,15 @@ def register(app: typer.Typer) -> None:
             if dry_run:
                 summary = replay_file(file, sender=None, settings=settings, on_line=advance)
             else:
-                try:
-                    producer = TrafficProducer(settings)
-                except KafkaError as exc:
-                    progress.stop()
-                    _plain(console, f"cannot reach Kafka at {settings.kafka_bootstrap_servers}: "
-                           f"{exc}", "bold red")
-                    raise typer.Exit(1) from None
+                # kafka errors escape to services.cli: one line, exit 4
+                producer = TrafficProducer(settings)
                 with producer:
                     inputs = [topic_name(t, settings) for t in REPLAYED_TOPICS]
                     missing = producer.missing_topics(inputs)
                     if missing:
                         progress.stop()
-                        _plain(console, f"missing topics: {', '.join(missing)}; nothing sent "
-                               "(create them with `passk topics create`)", "bold red")
-                        raise typer.Exit(1)
+                        raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
+                                          "(create them with `passk topics create`)")
                     summary = replay_file(
                         file, sender=producer, settings=settings, rate=rate, on_line=advance
                     )
@@ -129,19 +127,21 @@ def register(app: typer.Typer) -> None:
                 table.add_row("not acknowledged", str(summary.unacknowledged))
         console.print(table)
         for skipped in summary.skipped[:SHOWN]:
-            _plain(console, f"skipped {skipped}", "yellow")
+            _plain(err, f"skipped {skipped}", "yellow")
         if len(summary.skipped) > SHOWN:
-            _plain(console, f"... and {len(summary.skipped) - SHOWN} more skipped lines", "yellow")
+            _plain(err, f"... and {len(summary.skipped) - SHOWN} more skipped lines", "yellow")
         for failure in summary.failures[:SHOWN]:
-            _plain(console, f"send failed: {failure}", "red")
+            _plain(err, f"send failed: {failure}", "red")
         if len(summary.failures) > SHOWN:
-            _plain(console, f"... and {len(summary.failures) - SHOWN} more failed sends", "red")
-        if summary.exit_code:
-            _plain(console, "replay incomplete: some valid lines were not sent", "bold red")
+            _plain(err, f"... and {len(summary.failures) - SHOWN} more failed sends", "red")
+        if summary.exit_code == 1:
+            _plain(err, "error: replay incomplete: some valid lines were not sent", "bold red")
+        elif summary.exit_code == 3:
+            _plain(err, f"error: no valid line in {file}: nothing was sent", "bold red")
         elif summary.skipped:
             rest = "the other lines are valid" if dry_run else "every valid line was sent"
             warning = f"warning: {len(summary.skipped)} invalid line(s) skipped; {rest}"
-            _plain(console, warning, "yellow")
+            _plain(err, warning, "yellow")
         raise typer.Exit(summary.exit_code)
 
     @app.command()
@@ -168,6 +168,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Synthetic production-like traffic with per-scenario flakiness, and expected verdicts."""
+        from services.common.exits import console as make_console
         from services.replay.generate import (
             DEFAULT_QUIRK_RATES,
             GenerateConfig,
@@ -176,16 +177,17 @@ def register(app: typer.Typer) -> None:
         from services.replay.generate import generate as build
         from services.scenarios.loader import InvalidScenarios, load_scenarios
 
-        console = Console()
+        console = make_console()
+        err = make_console(stderr=True)
         try:
             loaded = load_scenarios(scenarios)
         except InvalidScenarios as exc:
             for error in exc.errors:
-                _plain(console, str(error), "red")
-            _plain(console, "no traffic written: fix the scenario files first", "bold red")
+                _plain(err, str(error), "red")
+            _plain(err, "no traffic written: fix the scenario files first", "bold red")
             raise typer.Exit(2) from None
         for warning in loaded.warnings:
-            _plain(console, f"warning: {warning}", "yellow")
+            _plain(err, f"warning: {warning}", "yellow")
         rates = {**DEFAULT_QUIRK_RATES, **_parse_assignments(quirk_rate, "--quirk-rate")}
         used_seed = seed if seed is not None else secrets.randbelow(2**31)
         config = GenerateConfig(
@@ -202,7 +204,7 @@ def register(app: typer.Typer) -> None:
         try:
             traffic = build(loaded.scenarios, config)
         except GenerateError as exc:
-            _plain(console, f"no traffic written: {exc}", "bold red")
+            _plain(err, f"error: no traffic written: {exc}", "bold red")
             raise typer.Exit(2) from None
         _write(out, traffic.jsonl())
         _write(expected, traffic.expected_json())

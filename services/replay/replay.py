@@ -52,7 +52,7 @@ class SkippedLine:
 
 
 def parse_line(
-    lineno: int, raw: bytes, *, max_bytes: int = 1_000_000
+    lineno: int, raw: bytes, *, max_bytes: int = 1_000_000, max_depth: int = 64
 ) -> ReplayLine | SkippedLine | None:
     """One line of the file: the event to send, why it is skipped, or None when blank."""
     value = raw.strip()
@@ -74,19 +74,52 @@ def parse_line(
         known = ", ".join(REPLAYABLE)
         return SkippedLine(lineno, "unknown_type", f"type {kind!r} is not one of: {known}")
     model, topic = REPLAYABLE[kind]
-    decoded = decode(value, model, max_bytes=max_bytes)
+    decoded = decode(value, model, max_bytes=max_bytes, max_depth=max_depth)
     if isinstance(decoded, Rejection):
         return SkippedLine(lineno, decoded.reason, decoded.detail)
     return ReplayLine(lineno, decoded, topic, decoded.session_id.encode("utf-8"), value)
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+@dataclass(frozen=True)
+class OverlongLine:
+    """A line longer than the limit: counted and skipped, never held in memory whole."""
+
+    length: int
+
+
+CHUNK = 1 << 20
+
+
+def read_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[int, bytes | OverlongLine]]:
+    """Every line of the file, in memory bounded by `max_line_bytes` whatever the file: a
+    longer line is read past in chunks and reported by its length only."""
     with open(path, "rb") as handle:
-        yield from enumerate(handle, start=1)
+        lineno = 0
+        while True:
+            line = handle.readline(max_line_bytes + 1)
+            if not line:
+                return
+            lineno += 1
+            if len(line) <= max_line_bytes or line.endswith(b"\n"):
+                yield lineno, line
+                continue
+            length = len(line)
+            while not line.endswith(b"\n"):
+                line = handle.readline(CHUNK)
+                if not line:
+                    break
+                length += len(line)
+            yield lineno, OverlongLine(length)
 
 
 def count_lines(path: Path) -> int:
-    return sum(1 for _ in read_lines(path))
+    """Lines in the file (a last line without a newline counts), read in fixed chunks."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
 
 
 class Pacer:
@@ -137,8 +170,11 @@ class ReplaySummary:
 
     @property
     def exit_code(self) -> int:
-        """0 when every valid line was sent (skipped lines only warn); 1 when any send failed."""
-        return 1 if self.failures or self.unacknowledged else 0
+        """0 when every valid line was sent (skipped lines only warn); 1 when any send
+        failed; 3 (nothing to judge) when no line of the file was valid."""
+        if self.failures or self.unacknowledged:
+            return 1
+        return 0 if self.total_valid else 3
 
 
 class Sender(Protocol):
@@ -169,9 +205,18 @@ def replay_file(
     settings = settings or get_settings()
     summary = ReplaySummary(path=str(path), dry_run=sender is None)
     pacer = pacer or Pacer(rate)
-    for lineno, raw in read_lines(path):
+    # A line may carry an event of up to max_event_bytes plus its newline and spaces.
+    limit = settings.max_event_bytes + 1024
+    for lineno, raw in read_lines(path, limit):
         summary.lines += 1
-        parsed = parse_line(lineno, raw, max_bytes=settings.max_event_bytes)
+        if isinstance(raw, OverlongLine):
+            parsed: ReplayLine | SkippedLine | None = SkippedLine(
+                lineno, "oversized",
+                f"{raw.length} bytes exceeds the limit of {limit} (PASSK_MAX_EVENT_BYTES)",
+            )
+        else:
+            parsed = parse_line(lineno, raw, max_bytes=settings.max_event_bytes,
+                                max_depth=settings.max_json_depth)
         if parsed is None:
             summary.blank += 1
         elif isinstance(parsed, SkippedLine):

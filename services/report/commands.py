@@ -7,22 +7,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
+
+from services.common.exits import (
+    CliError,
+    ExitCode,
+    NothingToJudge,
+    UsageError,
+    console,
+    require_broker,
+)
 
 if TYPE_CHECKING:
     from services.report.domain import RunReport
 
 
-def _load_report(
-    run_id: str, database_url: str | None, unreachable_exit: int = 2
-) -> tuple[RunReport, list[str], str]:
+def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list[str], str]:
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
-    from sqlalchemy.exc import OperationalError
-
     from services.common.settings import get_settings
     from services.report.domain import build_report, previous_run
     from services.sink.store import Store
 
+    # A store that cannot be reached escapes as OperationalError: exit 4 (services.cli).
     store = Store(database_url or get_settings().database_url)
     try:
         trials = store.trials(run_id)
@@ -30,12 +35,6 @@ def _load_report(
         judges = store.judge_verdicts(run_id) if trials else []
         report = build_report(run_id, trials, before, judges)
         return report, ([] if trials else store.runs()), store.url
-    except OperationalError as exc:
-        Console(stderr=True).print(
-            f"[red]cannot read the projection at {store.url}: {exc.orig or exc}[/red]",
-            soft_wrap=True,
-        )
-        raise typer.Exit(unreachable_exit) from exc
     finally:
         store.close()
 
@@ -58,15 +57,14 @@ def register(app: typer.Typer) -> None:
         result, runs, url = _load_report(run_id, database_url)
         if not result.trials:
             known = ", ".join(runs[:10]) + (", …" if len(runs) > 10 else "") or "none"
-            Console(stderr=True).print(
-                f"[red]unknown run {run_id!r}: no trial verdicts in the projection "
-                f"({url}). Known runs: {known}[/red]", soft_wrap=True
+            raise NothingToJudge(
+                f"unknown run {run_id!r}: no trial verdicts in the projection ({url}). "
+                f"Known runs: {known}"
             )
-            raise typer.Exit(2)
         if as_json:
             typer.echo(json.dumps(report_json(result), ensure_ascii=False))
         else:
-            print_report(result, Console())
+            print_report(result, console())
         if html is not None:
             from datetime import UTC, datetime
 
@@ -76,10 +74,8 @@ def register(app: typer.Typer) -> None:
                 html.write_text(render_html(result, generated_at=datetime.now(UTC)),
                                 encoding="utf-8")
             except OSError as exc:
-                Console(stderr=True).print(f"[red]cannot write {html}: {exc}[/red]",
-                                           soft_wrap=True)
-                raise typer.Exit(2) from exc
-            Console(stderr=True).print(f"report page: {html.resolve()}", soft_wrap=True)
+                raise UsageError(f"cannot write {html}: {exc}") from exc
+            console(stderr=True).print(f"report page: {html.resolve()}", soft_wrap=True)
 
     @app.command()
     def gate(
@@ -90,13 +86,13 @@ def register(app: typer.Typer) -> None:
         database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
     ) -> None:
         """The deploy gate: exit 0 when every scenario passed pass^k, 1 when any failed or
-        has too few trials, 2 when the run has no trials at all."""
+        has too few trials, 3 when the run has no trials at all, 4 when the store is down."""
         from services.report.domain import gate_decision
         from services.report.render import print_gate
 
         result, _, _ = _load_report(run_id, database_url)
         decision = gate_decision(result, expect_scenarios)
-        print_gate(decision, Console(stderr=decision.exit_code == 2))
+        print_gate(decision, console(stderr=decision.exit_code == ExitCode.NOTHING_TO_JUDGE))
         raise typer.Exit(decision.exit_code)
 
     @app.command()
@@ -118,14 +114,13 @@ def register(app: typer.Typer) -> None:
 
         reports = []
         for run_id in (base, run):
-            result, runs, url = _load_report(run_id, database_url, unreachable_exit=4)
+            result, runs, url = _load_report(run_id, database_url)
             if not result.trials:
                 known = ", ".join(runs[:10]) + (", …" if len(runs) > 10 else "") or "none"
-                Console(stderr=True).print(
-                    f"[red]run {run_id!r} has no trial verdicts in the projection ({url}): "
-                    f"nothing to compare. Known runs: {known}[/red]", soft_wrap=True
+                raise NothingToJudge(
+                    f"run {run_id!r} has no trial verdicts in the projection ({url}): "
+                    f"nothing to compare. Known runs: {known}"
                 )
-                raise typer.Exit(3)
             reports.append(result)
         comparison = compare_runs(*reports)
         if as_json:
@@ -133,7 +128,7 @@ def register(app: typer.Typer) -> None:
             data["regressions"] = comparison.regressions
             typer.echo(json.dumps(data, ensure_ascii=False))
         else:
-            print_comparison(comparison, Console())
+            print_comparison(comparison, console())
         if fail_on_regression and comparison.regressions:
             raise typer.Exit(1)
 
@@ -145,16 +140,16 @@ def register(app: typer.Typer) -> None:
         """Recreate the SQL projection from the log (drops and recreates its tables).
         Stop the sink first, or rebuild into another database."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-        from sqlalchemy.exc import OperationalError
 
         from services.common.settings import get_settings
         from services.sink.rebuild import rebuild as run_rebuild
 
         url = database_url or get_settings().database_url
-        console = Console(stderr=True)
+        require_broker()
+        err = console(stderr=True)
         with Progress(
             "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console,
+            TimeElapsedColumn(), console=err,
         ) as bar:
             task = bar.add_task("records", total=None)
 
@@ -163,11 +158,10 @@ def register(app: typer.Typer) -> None:
 
             try:
                 stats = run_rebuild(database_url=url, progress=progress)
-            except (RuntimeError, OperationalError) as exc:
-                console.print(f"[red]rebuild failed: {exc}[/red]", soft_wrap=True)
-                raise typer.Exit(1) from exc
+            except RuntimeError as exc:
+                raise CliError(f"rebuild failed: {exc}", ExitCode.UNREACHABLE) from exc
         skipped = ", ".join(f"{r}: {n}" for r, n in sorted(stats.skipped.items())) or "none"
-        console.print(
+        err.print(
             f"rebuilt the projection at {url}: {stats.records} records read, "
             f"{stats.stored} stored, skipped {skipped}", soft_wrap=True
         )

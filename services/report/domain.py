@@ -18,7 +18,8 @@ from services.common.estimators import pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
 from services.sink.domain import JudgeRecord, TrialRecord, summarize
 
-EXIT_PASS, EXIT_FAIL, EXIT_NOTHING_TO_GATE = 0, 1, 2
+# The CLI's exit codes (services/common/exits.py): no trials is "nothing to judge".
+EXIT_PASS, EXIT_FAIL, EXIT_NOTHING_TO_GATE = 0, 1, 3
 
 
 class ScenarioReport(BaseModel):

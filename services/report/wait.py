@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -34,10 +33,11 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(600, help="give up after this many seconds"),
     ) -> None:
         """Wait until every trial of a run has its verdict in the projection."""
+        from services.common.exits import console as make_console
         from services.common.settings import get_settings
         from services.sink.store import Store
 
-        console = Console()
+        console = make_console()
         wanted = json.loads(expected.read_text())["trials"] if expected else None
         total = len(wanted) if wanted is not None else trials
         if not total:
@@ -56,8 +56,9 @@ def register(app: typer.Typer) -> None:
                     break
                 time.sleep(1.0)
         if len(outcomes) < total:
-            console.print(f"[red]timed out after {timeout:g} s: {len(outcomes)} of {total} "
-                          "trials have a verdict[/red]")
+            make_console(stderr=True).print(
+                f"[red]error: timed out after {timeout:g} s: {len(outcomes)} of {total} "
+                "trials have a verdict[/red]")
             raise typer.Exit(1)
         if wanted is None:
             return

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from services.common.exits import ExitCode, Unreachable, require_broker
+from services.common.exits import console as _console
 from services.scenarios.loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
 
-EXIT_INVALID = 2
-EXIT_UNAVAILABLE = 1
-
-
-def _console(stderr: bool = False) -> Console:
-    stream = sys.stderr if stderr else sys.stdout
-    # Not a terminal (CI, a pipe): wide enough that a file, field and problem stay on one line.
-    return Console(file=stream, width=None if stream.isatty() else 240)
+EXIT_INVALID = ExitCode.USAGE
 
 
 def _problems_table(title: str, problems: list[ScenarioError], style: str) -> Table:
@@ -46,11 +39,6 @@ def _report_validation(result: LoadResult, outcome: str) -> None:
         )
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    _console(stderr=True).print(f"[red]error:[/red] {message}")
-    return typer.Exit(code)
-
-
 def register(app: typer.Typer) -> None:
     scenarios = typer.Typer(help="Scenario definitions (YAML) and the scenarios topic.",
                             no_args_is_help=True)
@@ -59,7 +47,8 @@ def register(app: typer.Typer) -> None:
     def publish(
         paths: list[Path] = typer.Argument(..., help="scenario files or directories of *.yaml"),
     ) -> None:
-        """Validate every file, then publish them all; any problem publishes nothing (exit 2)."""
+        """Validate every file, then publish them all; any problem publishes nothing (exit 2;
+        exit 4 when the broker does not answer)."""
         from services.scenarios.catalog import CatalogUnavailable
         from services.scenarios.publish import publish_scenarios
 
@@ -67,13 +56,11 @@ def register(app: typer.Typer) -> None:
         _report_validation(result, "nothing was published")
         if result.errors:
             raise typer.Exit(EXIT_INVALID)
+        require_broker()
         try:
             steps = publish_scenarios(result.scenarios)
         except CatalogUnavailable as exc:
-            raise _fail(str(exc), EXIT_UNAVAILABLE) from exc
-        except Exception as exc:  # kafka errors: say what failed, no traceback
-            message = f"publishing failed: {type(exc).__name__}: {exc}"
-            raise _fail(message, EXIT_UNAVAILABLE) from exc
+            raise Unreachable(str(exc)) from exc
         table = Table("id", "version", "k", "judges", "expectations", "status", "file")
         for step in steps:
             s = step.scenario
@@ -106,10 +93,11 @@ def register(app: typer.Typer) -> None:
         """The latest published version of every scenario on the scenarios topic."""
         from services.scenarios.catalog import CatalogUnavailable, read_catalog
 
+        require_broker()
         try:
             state = read_catalog()
         except CatalogUnavailable as exc:
-            raise _fail(str(exc), EXIT_UNAVAILABLE) from exc
+            raise Unreachable(str(exc)) from exc
         table = Table("id", "version", "k", "exits", "judges", "expectations", "versions seen")
         for scenario_id, s in sorted(state.latest().items()):
             table.add_row(

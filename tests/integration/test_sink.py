@@ -123,9 +123,9 @@ def test_sink_report_gate_and_rebuild(settings: Settings, tmp_path: Path, backen
         assert passk(settings, "gate", "--run-id", "run-ok", url=live_url).returncode == 0
         assert passk(settings, "gate", "--run-id", "run-ok", "--expect-scenarios", "2",
                      url=live_url).returncode == 1
-        assert passk(settings, "gate", "--run-id", "no-such-run", url=live_url).returncode == 2
+        assert passk(settings, "gate", "--run-id", "no-such-run", url=live_url).returncode == 3
         unknown = passk(settings, "report", "--run-id", "no-such-run", url=live_url)
-        assert unknown.returncode == 2 and "unknown run" in unknown.stderr
+        assert unknown.returncode == 3 and "unknown run" in unknown.stderr
 
         rebuilt = passk(settings, "rebuild", "--database-url", rebuilt_url, url=live_url)
         assert rebuilt.returncode == 0, rebuilt.stderr

@@ -1,0 +1,118 @@
+"""The CLI with its infrastructure down or misconfigured, run as an operator runs it (a
+subprocess): a one-line error on stderr, the documented exit code, no traceback, and an
+answer within a bound (before: a traceback after 30.5 s, `--wait 5` ignored).
+
+No broker is needed: the commands are pointed at a port where none listens."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT
+
+pytestmark = pytest.mark.integration
+
+# Generous for a loaded 2-core machine (interpreter start alone takes seconds there); the
+# broker wait itself is 1 s here, and kafka-python's own bootstrap timeout was 30 s.
+BOUND_S = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def passk(*args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    full = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+            "PASSK_BROKER_WAIT_S": "1", **env}
+    full.pop("COLUMNS", None)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "services.cli", *args], env=full, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    return done, time.monotonic() - started
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'passk.db'}"
+
+
+@pytest.mark.parametrize("args", [
+    ["status"],
+    ["status", "--wait", "3"],
+    ["topics", "create"],
+    ["scenarios", "list"],
+    ["scenarios", "publish", "examples/scenarios"],
+    ["rebuild"],
+    ["replay", "examples/traffic/sample.jsonl"],
+], ids=lambda a: " ".join(a))
+def test_with_the_broker_down_every_command_says_so_and_exits_4(
+    args: list[str], db: str
+) -> None:
+    done, took = passk(*args, PASSK_DATABASE_URL=db)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "no Kafka broker answers at 127.0.0.1:" in done.stderr
+    assert took < BOUND_S
+
+
+def test_status_wait_bounds_the_wait_for_the_broker() -> None:
+    done, took = passk("status", "--wait", "4", PASSK_BROKER_WAIT_S="60")
+    assert done.returncode == 4 and "waited 4 s" in done.stderr
+    assert 4 <= took < BOUND_S
+
+
+@pytest.mark.parametrize("args", [["report", "--run-id", "r"], ["gate", "--run-id", "r"],
+                                  ["wait", "--run-id", "r", "--trials", "1"]])
+def test_a_malformed_database_url_is_a_usage_error(args: list[str]) -> None:
+    done, took = passk(*args, PASSK_DATABASE_URL="notaurl")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "PASSK_DATABASE_URL" in done.stderr and "not usable" in done.stderr
+    assert took < BOUND_S
+
+
+def test_an_unreachable_database_exits_4() -> None:
+    url = f"postgresql://passk@127.0.0.1:{free_port()}/passk"
+    done, took = passk("report", "--run-id", "r", PASSK_DATABASE_URL=url)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "database is unreachable" in done.stderr
+    assert took < BOUND_S
+
+
+def test_a_malformed_setting_is_a_usage_error() -> None:
+    done, _ = passk("gate", "--run-id", "r", PASSK_SESSION_WAIT_S="soon")
+    assert done.returncode == 2 and "PASSK_SESSION_WAIT_S" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_run_with_no_trials_is_nothing_to_judge(db: str) -> None:
+    for args in (["gate", "--run-id", "none"], ["report", "--run-id", "none"]):
+        done, _ = passk(*args, PASSK_DATABASE_URL=db)
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert "no trials" in done.stderr or "no trial verdicts" in done.stderr
+
+
+def test_version_help_and_the_standin_marker() -> None:
+    version, _ = passk("--version")
+    assert version.returncode == 0 and version.stdout.startswith("passk 0.")
+    top, _ = passk("--help")
+    assert "4 broker or database" in " ".join(top.stdout.split())
+    standin, _ = passk("judge-standin", "--help")
+    assert "[[fail:<judge_id>]]" in standin.stdout
+
+
+def test_output_to_a_pipe_is_not_cut_at_80_columns() -> None:
+    done, _ = passk("scenarios", "validate", "examples/scenarios")
+    assert done.returncode == 0
+    rows = [line for line in done.stdout.splitlines() if "debrief-follow-up-required.yaml" in line]
+    assert rows and "examples/scenarios/debrief-follow-up-required.yaml" in rows[0]
+    assert len(rows[0]) > 80
