@@ -116,3 +116,35 @@ def test_output_to_a_pipe_is_not_cut_at_80_columns() -> None:
     rows = [line for line in done.stdout.splitlines() if "debrief-follow-up-required.yaml" in line]
     assert rows and "examples/scenarios/debrief-follow-up-required.yaml" in rows[0]
     assert len(rows[0]) > 80
+
+
+MEASURE_RSS = """
+import resource, sys
+from services.cli import main
+sys.argv = ["passk", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exit:
+    code = exit.code
+print("maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_replay_of_a_huge_file_stays_in_bounded_memory_and_says_nothing_was_valid(
+    tmp_path: Path,
+) -> None:
+    """A 400 MB file of one line (before: read whole, RSS above the file's size)."""
+    huge = tmp_path / "huge.jsonl"
+    with open(huge, "wb") as f:
+        f.truncate(400 << 20)
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE_RSS, "replay", "--dry-run", str(huge)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "line 1: oversized: 419430400 bytes exceeds the limit" in done.stderr
+    assert "no valid line" in done.stderr and "Traceback" not in done.stderr
+    rss_mb = int(done.stderr.split("maxrss_kb")[1].split()[0]) / 1024
+    assert rss_mb < 200, f"{rss_mb:.0f} MB resident for a 400 MB file"

@@ -216,3 +216,38 @@ def test_pacer_without_rate_never_waits_and_rejects_nonsense() -> None:
     assert clock.slept == []
     with pytest.raises(ValueError):
         Pacer(0)
+
+
+# ------------------------------------------------------------------ bounded memory
+
+
+def test_an_overlong_line_is_skipped_by_number_without_being_read_whole(tmp_path: Path) -> None:
+    from services.replay.replay import OverlongLine, read_lines
+
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(line(CONV) + b"x" * 5000 + b"\n" + b"y" * 1000 + line(SESS) + b"z" * 999)
+    got = list(read_lines(path, max_line_bytes=1000))
+    assert [n for n, _ in got] == [1, 2, 3, 4]
+    assert got[0][1] == line(CONV)
+    assert got[1][1] == OverlongLine(5001)
+    assert got[2][1] == OverlongLine(1000 + len(line(SESS)))
+    assert got[3][1] == b"z" * 999  # the last line, no newline, within the limit
+    assert count_lines(path) == 4
+
+
+def test_replay_reports_an_overlong_line_and_sends_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"0" * 5000 + b"\n" + line(CONV))
+    small = Settings(PASSK_MAX_EVENT_BYTES=2000)  # type: ignore[call-arg]
+    recorder = Recorder()
+    summary = replay_file(path, sender=recorder, settings=small)
+    assert [(s.lineno, s.reason) for s in summary.skipped] == [(1, "oversized")]
+    assert "5001 bytes" in summary.skipped[0].detail
+    assert [ref for *_, ref in recorder.sent] == ["line 2"] and summary.exit_code == 0
+
+
+def test_a_file_with_no_valid_line_exits_3(tmp_path: Path) -> None:
+    path = tmp_path / "junk.jsonl"
+    path.write_bytes(b"{oops\n" + line({"type": "label"}))
+    summary = replay_file(path, sender=Recorder())
+    assert summary.total_valid == 0 and summary.exit_code == 3
