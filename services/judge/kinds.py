@@ -33,16 +33,43 @@ class InvalidJudgeSpec(ValueError):
 
 DeterministicJudge = Callable[[JudgeSpec, Sequence[Message]], Decision]
 _KINDS: dict[str, DeterministicJudge] = {}
+# Each kind's argument model: `passk scenarios validate` checks a judge's arguments with it,
+# so arguments that do not fit are refused before publishing, not `error` on every trial.
+_PARAMS: dict[str, type[BaseModel]] = {}
 
 
-def judge_kind(name: str) -> Callable[[DeterministicJudge], DeterministicJudge]:
+def judge_kind(
+    name: str, params: type[BaseModel] | None = None
+) -> Callable[[DeterministicJudge], DeterministicJudge]:
     def register(fn: DeterministicJudge) -> DeterministicJudge:
         if name == LLM or name in _KINDS:
             raise ValueError(f"judge kind {name!r} is already registered")
         _KINDS[name] = fn
+        if params is not None:
+            _PARAMS[name] = params
         return fn
 
     return register
+
+
+def spec_problems(spec: JudgeSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """What is wrong with a judge before any trial runs: (field path, problem) pairs."""
+    if spec.kind == LLM:
+        return []
+    if spec.kind not in _KINDS:
+        known = ", ".join(known_kinds())
+        return [(("kind",), f"unknown judge kind {spec.kind!r} (known: {known})")]
+    model = _PARAMS.get(spec.kind)
+    if model is None:
+        return []
+    try:
+        model.model_validate(spec.params)
+    except ValidationError as exc:
+        return [
+            (tuple(e["loc"]), f"{e['msg'].removeprefix('Value error, ')} ({spec.kind} judge)")
+            for e in exc.errors()
+        ]
+    return []
 
 
 def deterministic_kind(name: str) -> DeterministicJudge | None:
@@ -85,7 +112,7 @@ class RegexParams(BaseModel):
         return value
 
 
-@judge_kind("regex")
+@judge_kind("regex", params=RegexParams)
 def regex(spec: JudgeSpec, transcript: Sequence[Message]) -> Decision:
     """`pattern` must (`must_match: true`, default) or must not match one of the `role`'s turns."""
     params = _params(RegexParams, spec)

@@ -8,6 +8,7 @@ when the list is empty. Warnings (say, fewer than 3 trials) never block.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +18,20 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from schemas.scenario import Expectation, JudgeSpec, Limits, Scenario
+from services.common.codec import nesting_depth
+from services.judge.kinds import spec_problems
+from services.scenarios.records import (
+    MAX_SCENARIO_DEPTH,
+    MAX_SCENARIO_RECORD_BYTES,
+    encode_scenario,
+)
 
 SUFFIXES = (".yaml", ".yml")
+# A scenario is a page of YAML; a file past this is refused unread.
+MAX_FILE_BYTES = 256 * 1024
+# Anchors and aliases may share parts of a file, but what they expand to is bounded: a
+# "billion laughs" (aliases of aliases) is refused before anything is built from it.
+MAX_EXPANDED_NODES = 20_000
 MIN_RELIABLE_TRIALS = 3
 FILE_LEVEL = "(file)"  # the field of a problem that belongs to no field
 
@@ -114,10 +127,48 @@ _StrictLoader.add_constructor(
 )
 
 
+class ExpansionTooLarge(yaml.YAMLError):
+    pass
+
+
+def _expanded_size(root: yaml.Node, limit: int) -> int:
+    """How many nodes the document has once every alias is expanded, counted over the
+    node graph (an alias is the same node object), stopping as soon as it passes `limit`."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.MappingNode):
+            kids = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            kids = list(node.value)
+        else:
+            sizes[id(node)] = 1
+            continue
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+            continue
+        size = 1 + sum(sizes.get(id(k), 1) for k in kids)
+        if size > limit:
+            return size
+        sizes[id(node)] = size
+    return sizes.get(id(root), 1)
+
+
 def _parse_yaml(text: str) -> tuple[Any, yaml.Node | None]:
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()
+        if node is not None and (size := _expanded_size(node, MAX_EXPANDED_NODES)) > (
+            MAX_EXPANDED_NODES
+        ):
+            raise ExpansionTooLarge(
+                f"invalid YAML: anchors and aliases expand to more than {MAX_EXPANDED_NODES} "
+                f"nodes (at least {size}); write the content out or share less"
+            )
         data = loader.construct_document(node) if node is not None else None
         return data, node
     finally:
@@ -125,6 +176,8 @@ def _parse_yaml(text: str) -> tuple[Any, yaml.Node | None]:
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> tuple[str, int | None]:
+    if isinstance(exc, ExpansionTooLarge):
+        return str(exc), None
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line = mark.line + 1 if mark is not None else None
     problem = getattr(exc, "problem", None) or str(exc)
@@ -233,6 +286,10 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
         result.errors.append(ScenarioError(name, dotted(loc), text, line))
 
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            problem((), f"the file is {size} bytes, above the limit of {MAX_FILE_BYTES}", None)
+            return None, result
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problem((), f"cannot read the file: {exc}", None)
@@ -261,7 +318,21 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
         for error in exc.errors():
             loc, text_ = _describe(error)
             problem(loc, text_, _line_of(node, loc))
+    if scenario is not None:
+        for i, judge in enumerate(scenario.judges):
+            for loc, text_ in spec_problems(judge):
+                where = ("judges", i, *loc)
+                problem(where, text_, _line_of(node, where))
     if result.errors or scenario is None:
+        return None, result
+    versioned = scenario.versioned()
+    _, record = encode_scenario(versioned)
+    if nesting_depth(json.loads(record), MAX_SCENARIO_DEPTH) > MAX_SCENARIO_DEPTH:
+        problem((), f"the scenario nests deeper than {MAX_SCENARIO_DEPTH} levels", None)
+        return None, result
+    if len(record) > MAX_SCENARIO_RECORD_BYTES:
+        problem((), f"the scenario encodes to {len(record)} bytes, above the "
+                f"{MAX_SCENARIO_RECORD_BYTES} a record on the scenarios topic may carry", None)
         return None, result
 
     if scenario.trials < MIN_RELIABLE_TRIALS:
@@ -274,7 +345,6 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
                 _line_of(node, ("trials",)),
             )
         )
-    versioned = scenario.versioned()
     result.scenarios.append(versioned)
     result.sources[versioned.id] = name
     return versioned, result

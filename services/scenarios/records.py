@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 # Validation refuses deeper scenarios before publishing; a record nested deeper than this
 # was not written by `passk scenarios publish` and would overflow recursive code.
 MAX_SCENARIO_DEPTH = 64
+# Below kafka-python's default max_request_size (1 MiB) and the broker's message limit, so
+# a scenario that validates can be published; validation refuses a larger one.
+MAX_SCENARIO_RECORD_BYTES = 1_000_000
 
 
 def encode_scenario(scenario: Scenario) -> tuple[bytes, bytes]:
