@@ -68,6 +68,8 @@ class ScenarioCatalog:
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 request_timeout_ms=int(min(timeout, 40.0) * 1000),
+                # `publish` writes a set in one transaction: an aborted set is never read.
+                isolation_level="read_committed",
             )
             try:
                 async with asyncio.timeout(timeout):
@@ -175,6 +177,7 @@ def read_catalog(settings: Settings | None = None, *, timeout: float = 30.0) -> 
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        isolation_level="read_committed",  # an aborted publish is never read
     )
     state = CatalogState()
     try:

@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from services.common.exits import ExitCode, Unreachable, require_broker
+from kafka.errors import KafkaError
+
+from services.common.exits import CliError, ExitCode, Unreachable, classify, require_broker
 from services.common.exits import console as _console
 from services.scenarios.loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
 
@@ -61,6 +63,10 @@ def register(app: typer.Typer) -> None:
             steps = publish_scenarios(result.scenarios)
         except CatalogUnavailable as exc:
             raise Unreachable(str(exc)) from exc
+        except KafkaError as exc:  # the set was one transaction: none of it is readable
+            code = ExitCode.UNREACHABLE if classify(exc) else ExitCode.NO
+            raise CliError(f"publishing failed, nothing was published: "
+                           f"{type(exc).__name__}: {exc}", code) from exc
         table = Table("id", "version", "k", "judges", "expectations", "status", "file")
         for step in steps:
             s = step.scenario

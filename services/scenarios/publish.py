@@ -1,8 +1,10 @@
 """Publishing scenarios to the compacted scenarios topic: all of them, or none.
 
 Every file is validated before anything is sent; a single problem anywhere means
-nothing is published. A scenario whose content is already the latest on the topic
-is not sent again (its version, a content hash, would be the same).
+nothing is published. The set is then written in one Kafka transaction, so a failure
+half-way (a record the broker refuses, an outage) leaves nothing readable either.
+A scenario whose content is already the latest on the topic is not sent again (its
+version, a content hash, would be the same).
 """
 
 from __future__ import annotations
@@ -59,19 +61,39 @@ def publish_scenarios(
         acks="all",
         # Idempotent: a retried send neither duplicates nor reorders versions of an id.
         enable_idempotence=True,
+        # One transaction for the whole set: it is read (read_committed) all or not at all,
+        # even if the broker refuses one record or fails half-way. One id per topic prefix:
+        # two publishers at once fence each other instead of interleaving.
+        transactional_id=f"{settings.topic_prefix}scenarios-publish",
+        max_block_ms=int(timeout * 1000),
     )
     try:
-        name = topic_name(Topic.SCENARIOS, settings)
-        futures = []
-        for step in changed:
-            key, value = encode_scenario(step.scenario)
-            futures.append(producer.send(name, key=key, value=value))
-        producer.flush(timeout=timeout)
-        for future in futures:
-            future.get(timeout=timeout)  # raises the broker's error, if any
+        producer.init_transactions()
+        producer.begin_transaction()
+        try:
+            name = topic_name(Topic.SCENARIOS, settings)
+            futures = []
+            for step in changed:
+                key, value = encode_scenario(step.scenario)
+                futures.append(producer.send(name, key=key, value=value))
+            producer.flush(timeout=timeout)
+            for future in futures:
+                future.get(timeout=timeout)  # raises the broker's error, if any
+            producer.commit_transaction()
+        except BaseException:
+            _abort(producer)
+            raise
     finally:
         producer.close(timeout=10)
     return steps
+
+
+def _abort(producer: KafkaProducer) -> None:
+    try:
+        producer.abort_transaction()
+    except Exception:  # noqa: S110 - the original error is the one to report; the
+        # broker aborts an open transaction itself when its timeout passes.
+        pass
 
 
 def publish_paths(

@@ -178,3 +178,33 @@ def test_records_on_the_topic_decode_as_versioned_scenarios(settings: Settings) 
     for _key, value, _ in read_topic(settings, Topic.SCENARIOS, min_count=len(EXAMPLE_IDS)):
         scenario = decode_scenario(json.dumps(value).encode())
         assert scenario.version == scenario.content_hash()
+
+
+def test_a_small_file_and_a_2mb_file_publish_nothing(settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    small = (ROOT / "examples" / "scenarios" / "debrief-billable-repair.yaml").read_text()
+    (tmp_path / "a-small.yaml").write_text(small)
+    (tmp_path / "b-big.yaml").write_text(
+        small.replace("debrief-billable-repair", "big") + "description2: " + "x" * 2_000_000
+    )
+    done = passk(settings, "scenarios", "publish", str(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "b-big.yaml" in done.stderr and "above the limit" in done.stderr
+    assert "nothing was published" in done.stderr
+    assert read_topic(settings, Topic.SCENARIOS) == []
+
+
+def test_a_set_the_broker_refuses_half_way_is_not_read_at_all(settings: Settings) -> None:
+    """Past validation (which would refuse it): the set is one transaction, so the record
+    sent before the refused one is aborted with it and no reader sees it."""
+    from kafka.errors import KafkaError
+
+    from tests.unit.factories import scenario
+
+    good = scenario(id="small")
+    big = scenario(id="big", description="x" * 2_000_000)
+    with pytest.raises(KafkaError):
+        publish_scenarios([good, big], settings)
+    assert load_catalog(settings) == {}
+    assert read_catalog(settings).latest() == {}
+    publish_scenarios([good], settings)  # the transactional id is usable again
+    assert set(load_catalog(settings)) == {"small"}
