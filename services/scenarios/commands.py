@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
-
 from kafka.errors import KafkaError
+from rich.table import Table
 
 from services.common.exits import CliError, ExitCode, Unreachable, classify, require_broker
 from services.common.exits import console as _console
