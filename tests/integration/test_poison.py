@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas.events import Message
 from services.common.codec import encode
 from services.common.settings import Settings
 from services.common.topics import Topic
@@ -42,7 +43,10 @@ def deep(event: object, depth: int) -> bytes:
 def test_every_processor_dead_letters_what_it_cannot_use_and_goes_on(
     settings: Settings, tmp_path: Path
 ) -> None:
-    sc = scenario(judges=[])  # gates only: the judge still reads every conversation
+    # One deterministic judge whose pattern backtracks exponentially in Python's `re`
+    # (`(a+)+$` against 5,000 a's and a '!'): on RE2 it answers, and the worker goes on.
+    sc = scenario(judges=[{"id": "no_runaway", "kind": "regex", "pattern": "(a+)+$",
+                           "must_match": False}])
     publish_scenarios(settings, [sc])
     sp900 = deep(session("deep-900"), 900)
     env = isolated_env(settings, PASSK_MAX_SESSION_BYTES="70000")
@@ -66,19 +70,24 @@ def test_every_processor_dead_letters_what_it_cannot_use_and_goes_on(
         ])
         produce(settings, Topic.JUDGE_VERDICTS, [("jv-deep", b"[" * 10_000 + b"]" * 10_000)])
         produce(settings, Topic.TRIAL_VERDICTS, [("tv-deep", b'{"a":' * 900 + b"1" + b"}" * 900)])
+        runaway = conversation("runaway", transcript=[
+            Message(role="user", content="hi"), Message(role="assistant", content="a" * 5000 + "!"),
+        ])
+        produce(settings, Topic.CONVERSATION_FINISHED, [("s-runaway", encode(runaway))])
+        produce(settings, Topic.SESSION_PERSISTED, [("s-runaway", encode(session("runaway")))])
         # after the poison, on the same topics: a good trial, graded as usual
         produce(settings, Topic.CONVERSATION_FINISHED, [("s-good", encode(conversation("good")))])
         produce(settings, Topic.SESSION_PERSISTED, [("s-good", encode(session("good")))])
 
-        verdicts = read_topic(settings, Topic.TRIAL_VERDICTS, min_count=2, timeout=90)
+        verdicts = read_topic(settings, Topic.TRIAL_VERDICTS, min_count=3, timeout=90)
         wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="all inputs consumed")
         dead = read_topic(settings, Topic.DEAD_LETTERS)
     finally:
         for w in reversed(workers):
             w.__exit__(None, None, None)
 
-    good = [v for _, v, _ in verdicts if v.get("trial_id") == "good"]
-    assert [v["outcome"] for v in good] == ["passed"], verdicts
+    outcomes = {v["trial_id"]: v["outcome"] for _, v, _ in verdicts if "trial_id" in v}
+    assert outcomes == {"good": "passed", "runaway": "passed"}, verdicts
     letters: dict[str, dict[str, str]] = defaultdict(dict)
     for _, d, _ in dead:
         key = base64.b64decode(d["key_b64"]).decode()
