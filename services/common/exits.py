@@ -23,12 +23,17 @@ Using it from a command (new commands need nothing else):
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 import time
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from services.common.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class ExitCode(IntEnum):
@@ -139,6 +144,8 @@ def classify(exc: BaseException) -> tuple[ExitCode, str] | None:
         return ExitCode.USAGE, f"invalid setting: {problems}"
     if isinstance(exc, ConnectionError):
         return ExitCode.UNREACHABLE, f"a connection failed: {exc}"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return ExitCode.USAGE, f"the port is already in use ({exc}); choose another with --port"
     return None
 
 
@@ -154,7 +161,7 @@ def say_error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
 
-def console(stderr: bool = False):  # type: ignore[no-untyped-def]
+def console(stderr: bool = False) -> Console:
     """A rich Console for command output. Not a terminal (a pipe, a file, CI): wide, so
     tables and messages are not cut at rich's default of 80 columns."""
     from rich.console import Console

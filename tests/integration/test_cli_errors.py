@@ -148,3 +148,13 @@ def test_replay_of_a_huge_file_stays_in_bounded_memory_and_says_nothing_was_vali
     assert "no valid line" in done.stderr and "Traceback" not in done.stderr
     rss_mb = int(done.stderr.split("maxrss_kb")[1].split()[0]) / 1024
     assert rss_mb < 200, f"{rss_mb:.0f} MB resident for a 400 MB file"
+
+
+def test_a_port_already_in_use_is_a_usage_error_not_a_traceback() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done, _ = passk("judge-standin", "--port", port)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "already in use" in done.stderr and "Traceback" not in done.stderr
