@@ -63,33 +63,41 @@ async def rekey(stream: faust.StreamT) -> None:
     """Trial verdicts arrive keyed by trial; a scenario's windows need its every trial
     on one partition, so they go on keyed by scenario."""
     async for event in stream.events():
-        verdict = decode(event.value, TrialVerdict, max_bytes=settings.max_event_bytes)
-        if isinstance(verdict, Rejection):
-            await reject(event, verdict)
-            continue
-        # Not awaited one by one: Faust flushes the producer before it commits an offset.
-        await by_scenario.send(key=verdict.scenario_id.encode(), value=event.value)
+        await reject.guard(event, _rekey_one)
+
+
+async def _rekey_one(event: faust.types.EventT) -> None:
+    verdict = decode(event.value, TrialVerdict, max_bytes=settings.max_event_bytes,
+                     max_depth=settings.max_json_depth)
+    if isinstance(verdict, Rejection):
+        return await reject(event, verdict)
+    # Not awaited one by one: Faust flushes the producer before it commits an offset.
+    await by_scenario.send(key=verdict.scenario_id.encode(), value=event.value)
 
 
 @app.agent(by_scenario)
 async def count(stream: faust.StreamT) -> None:
     async for event in stream.events():
-        verdict = decode(event.value, TrialVerdict, max_bytes=settings.max_event_bytes)
-        if isinstance(verdict, Rejection):  # checked upstream; a foreign writer, perhaps
-            await reject(event, verdict)
-            continue
-        partition = event.message.partition
-        step = domain.apply(_read, verdict, partition, config)
-        for record in step.records:
-            await reliability.send(key=record.scenario_id.encode(), value=encode(record))
-        for key, value in step.writes:
-            state[key] = value
-        for bucket in step.latest:
-            gauges.set_window(bucket)
-        if step.sweep:
-            sweep(partition)
-        metrics.verdicts.labels(step.note).inc()
-        common.events.labels(PROCESSOR, step.note).inc()
+        await reject.guard(event, _count_one)
+
+
+async def _count_one(event: faust.types.EventT) -> None:
+    verdict = decode(event.value, TrialVerdict, max_bytes=settings.max_event_bytes,
+                     max_depth=settings.max_json_depth)
+    if isinstance(verdict, Rejection):  # checked upstream; a foreign writer, perhaps
+        return await reject(event, verdict)
+    partition = event.message.partition
+    step = domain.apply(_read, verdict, partition, config)
+    for record in step.records:
+        await reliability.send(key=record.scenario_id.encode(), value=encode(record))
+    for key, value in step.writes:
+        state[key] = value
+    for bucket in step.latest:
+        gauges.set_window(bucket)
+    if step.sweep:
+        sweep(partition)
+    metrics.verdicts.labels(step.note).inc()
+    common.events.labels(PROCESSOR, step.note).inc()
 
 
 def sweep(partition: int) -> None:
