@@ -28,7 +28,10 @@ import socket
 import sys
 import time
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+# typer vendors click; its ClickException is what typer's main loop reports and exits on.
+from typer._click.exceptions import ClickException
 
 from services.common.settings import Settings, get_settings
 
@@ -50,8 +53,11 @@ EXIT_CODES_HELP = (
 )
 
 
-class CliError(Exception):
-    """A command's answer that is not a plain success: a message and its exit code."""
+class CliError(ClickException):
+    """A command's answer that is not a plain success: a message and its exit code.
+
+    A ClickException, so typer itself (and its CliRunner in tests) prints it with `show`
+    and exits with `exit_code`; `services.cli.main` maps what is not one (`classify`)."""
 
     code: ExitCode = ExitCode.NO
 
@@ -59,6 +65,10 @@ class CliError(Exception):
         super().__init__(message)
         if code is not None:
             self.code = code
+        self.exit_code = int(self.code)
+
+    def show(self, file: Any = None) -> None:
+        say_error(self.message)
 
 
 class UsageError(CliError):
