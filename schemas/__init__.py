@@ -2,11 +2,13 @@
 
 from schemas.events import (
     SCHEMA_VERSION,
+    AdvisoryJudge,
     CheckOutcome,
     ConversationFinished,
     DeadLetter,
     FailedCheck,
     GateResult,
+    JudgeCalibration,
     JudgeVerdict,
     Label,
     Message,
@@ -19,6 +21,7 @@ from schemas.scenario import AlertTargets, Expectation, JudgeSpec, Limits, Scena
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AdvisoryJudge",
     "AlertTargets",
     "CheckOutcome",
     "ConversationFinished",
@@ -26,6 +29,7 @@ __all__ = [
     "Expectation",
     "FailedCheck",
     "GateResult",
+    "JudgeCalibration",
     "JudgeSpec",
     "JudgeVerdict",
     "Label",

@@ -183,6 +183,9 @@ class JudgeVerdict(TrialRef):
     output_tokens: int | None = None
     attempts: int = 0
     cached: bool = False
+    judge_version: str | None = Field(
+        None, description="hash of (judge id, assertion, prompt template hash, model)"
+    )
 
     @property
     def passed(self) -> bool:
@@ -194,12 +197,26 @@ class FailedCheck(BaseModel):
     reason: str
 
 
+class AdvisoryJudge(BaseModel):
+    """A judge whose verdict was recorded but could not fail the trial, and why."""
+
+    judge_id: str
+    judge_version: str | None = None
+    why: str
+    result: Outcome
+    reason: str
+
+
 class TrialVerdict(TrialRef):
     type: Literal["trial_verdict"] = "trial_verdict"
     k: int
     outcome: Outcome
     failed_checks: list[FailedCheck] = Field(default_factory=list)
     checks_passed: list[str] = Field(default_factory=list)
+    # Which judges could fail this trial when it was graded, so an old result stays
+    # explainable after a calibration changes the policy.
+    gating_judges: list[str] = Field(default_factory=list)
+    advisory_judges: list[AdvisoryJudge] = Field(default_factory=list)
     agent_version: str | None = None
     exit_reason: str | None = None
     exit_source: ExitSource | None = None
@@ -212,6 +229,33 @@ class TrialVerdict(TrialRef):
         description="Grading attempt: a re-grade of the trial emits attempt + 1, and the "
         "verdict with the highest attempt supersedes the others everywhere.",
     )
+
+
+class JudgeCalibration(DerivedEvent):
+    """One judge version's confusion matrix over a labelled set; positive = the judge
+    flags a failure. Written by `passk calibrate` (source "set") and the calibration
+    processor (source "labels": the set plus production labels)."""
+
+    type: Literal["judge_calibration"] = "judge_calibration"
+    judge_id: str = Field(min_length=1)
+    judge_version: str = Field(min_length=1)
+    assertion: str | None = None
+    prompt_hash: str | None = None
+    model: str | None = None
+    dimension: str | None = None
+    source: Literal["set", "labels"] = "set"
+    tp: int = Field(ge=0)
+    fp: int = Field(ge=0)
+    fn: int = Field(ge=0)
+    tn: int = Field(ge=0)
+    errors: int = Field(0, ge=0)
+    n: int = Field(ge=0)
+    precision: float | None = None
+    recall: float | None = None
+    bar: float
+    min_labelled: int
+    gating: bool
+    reason: str
 
 
 class ScenarioReliability(DerivedEvent):
@@ -268,6 +312,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     GateResult,
     JudgeVerdict,
     TrialVerdict,
+    JudgeCalibration,
     ScenarioReliability,
     DeadLetter,
 )

@@ -97,6 +97,8 @@ class JudgeSpec(BaseModel):
     kind: str = "llm"
     assertion: str | None = None
     gating: bool = True
+    # What the judge measures, for calibration reported per dimension as well as per judge.
+    dimension: str | None = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _llm_needs_assertion(self) -> JudgeSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -44,6 +45,14 @@ class Settings(BaseSettings):
     judge_timeout_s: float = Field(30.0, alias="PASSK_JUDGE_TIMEOUT_S", gt=0)
     judge_max_retries: int = Field(4, alias="PASSK_JUDGE_MAX_RETRIES", ge=0)
     judge_cache: bool = Field(True, alias="PASSK_JUDGE_CACHE")
+    # Calibration: a judge fails trials only while its current version's latest calibration
+    # has precision >= the bar on at least `min_labelled` items; uncalibrated judges are
+    # advisory unless PASSK_UNCALIBRATED_JUDGES=gating.
+    calibration_bar: float = Field(0.8, alias="PASSK_CALIBRATION_BAR", ge=0, le=1)
+    min_labelled: int = Field(10, alias="PASSK_MIN_LABELLED", ge=1)
+    uncalibrated_judges: Literal["advisory", "gating"] = Field(
+        "advisory", alias="PASSK_UNCALIBRATED_JUDGES"
+    )
     metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
     data_dir: Path = Field(PROJECT_ROOT / "var", alias="PASSK_DATA_DIR")
     log_level: str = Field("warn", alias="PASSK_LOG_LEVEL")

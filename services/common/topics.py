@@ -17,6 +17,7 @@ class Topic(StrEnum):
     TRIAL_VERDICTS = "trial-verdicts.v1"
     SCENARIO_RELIABILITY = "scenario-reliability.v1"
     LABELS = "labels.v1"
+    JUDGE_CALIBRATIONS = "judge-calibrations.v1"
     DEAD_LETTERS = "dead-letters.v1"
     # Internal: a processor's timer asks its own agent, in stream order and on the key's
     # partition, to re-examine a key whose deadline has passed (table writes need that).
@@ -25,12 +26,17 @@ class Topic(StrEnum):
     # Internal: trial verdicts re-keyed by scenario, so one partition holds a scenario's
     # every trial and its windows are counted in one place, in one order.
     AGGREGATE_BY_SCENARIO = "aggregate-by-scenario.v1"
+    # Internal: a label joined with its judge verdict, re-keyed by judge id so one agent
+    # owns each judge's running matrix.
+    LABELLED_VERDICTS = "labelled-verdicts.v1"
     # Internal: the changelogs of the processors' Faust tables, named as Faust names them
     # ("<app id>-<table>-changelog"). Created up front, because a worker whose changelog
     # topic is not yet in the broker's metadata when its first event arrives crashes.
     GATE_JOINS_CHANGELOG = "gate-gate-joins-changelog"
     VERDICT_TRIALS_CHANGELOG = "verdict-verdict-trials-changelog"
     AGGREGATE_STATE_CHANGELOG = "aggregate-aggregate-state-changelog"
+    CALIBRATION_JOINS_CHANGELOG = "calibration-calibration-joins-changelog"
+    CALIBRATION_MATRICES_CHANGELOG = "calibration-calibration-matrices-changelog"
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.TRIAL_VERDICTS, key="trial_id"),
     TopicSpec(Topic.SCENARIO_RELIABILITY, key="scenario_id"),
     TopicSpec(Topic.LABELS, key="trial_id"),
+    TopicSpec(Topic.JUDGE_CALIBRATIONS, key="judge_id"),
+    TopicSpec(Topic.LABELLED_VERDICTS, key="judge_id"),
     TopicSpec(Topic.DEAD_LETTERS, key="original key"),
     TopicSpec(Topic.GATE_TICKS, key="session_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.VERDICT_TICKS, key="trial_id", config={"retention.ms": str(24 * 3600 * 1000)}),
@@ -63,6 +71,8 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.GATE_JOINS_CHANGELOG, key="session_id", compacted=True),
     TopicSpec(Topic.VERDICT_TRIALS_CHANGELOG, key="trial_id", compacted=True),
     TopicSpec(Topic.AGGREGATE_STATE_CHANGELOG, key="aggregate state key", compacted=True),
+    TopicSpec(Topic.CALIBRATION_JOINS_CHANGELOG, key="trial_id", compacted=True),
+    TopicSpec(Topic.CALIBRATION_MATRICES_CHANGELOG, key="judge_id", compacted=True),
 )
 
 

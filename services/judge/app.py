@@ -19,14 +19,11 @@ import faust
 from schemas.events import ConversationFinished
 from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
-from services.common.db import engine_for
 from services.common.metrics import common_metrics
-from services.common.settings import Settings, get_settings
+from services.common.settings import get_settings
 from services.common.topics import Topic
-from services.judge.cache import VerdictCache
-from services.judge.client import JudgeClient, RetryPolicy
-from services.judge.grading import Grader
-from services.judge.metrics import JudgeMetrics, default_metrics
+from services.judge.grading import Grader, build_grader
+from services.judge.metrics import default_metrics
 from services.scenarios.catalog import ScenarioCatalog
 
 PROCESSOR = "judge"
@@ -44,26 +41,6 @@ catalog = ScenarioCatalog(settings)
 run_alongside(app, settings, catalog)
 metrics = default_metrics()
 common = common_metrics()
-
-
-def build_grader(settings: Settings, metrics: JudgeMetrics | None) -> Grader:
-    """The grader from the settings; without a model configured, LLM judges are `error`."""
-    client = None
-    if settings.openai_base_url or settings.openai_api_key:
-        client = JudgeClient(
-            model=settings.judge_model,
-            base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key,
-            timeout_s=settings.judge_timeout_s,
-            concurrency=settings.judge_concurrency,
-            policy=RetryPolicy(max_retries=settings.judge_max_retries),
-            metrics=metrics,
-        )
-    else:
-        log.error("no judge model configured (OPENAI_BASE_URL / OPENAI_API_KEY): llm judges error")
-    cache = VerdictCache(engine_for(settings.database_url), lookups=settings.judge_cache)
-    cache.create()
-    return Grader(client=client, cache=cache, metrics=metrics, model=settings.judge_model)
 
 
 _grader: Grader | None = None

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from schemas.events import ConversationFinished, JudgeVerdict
 from schemas.scenario import JudgeSpec, Scenario
+from services.common.calibration import judge_version
+from services.common.db import engine_for
+from services.common.settings import Settings
 from services.judge import domain
 from services.judge.cache import JudgeCacheEntry, VerdictCache, cache_key
-from services.judge.client import JudgeClient
+from services.judge.client import JudgeClient, RetryPolicy
 from services.judge.metrics import JudgeMetrics
 from services.judge.prompt import PROMPT_HASH, transcript_hash
+
+log = logging.getLogger(__name__)
 
 
 class Grader:
@@ -24,8 +30,25 @@ class Grader:
     ) -> None:
         self.client, self.cache, self.metrics, self.model = client, cache, metrics, model
 
+    def version_of(self, spec: JudgeSpec) -> str | None:
+        """The judge version a verdict of this spec is made by; None for deterministic kinds."""
+        if not domain.is_llm(spec):
+            return None
+        return judge_version(spec.id, spec.assertion or "", PROMPT_HASH, self.model)
+
     async def grade(self, trial: ConversationFinished, scenario: Scenario) -> list[JudgeVerdict]:
-        verdicts = await asyncio.gather(*(self._one(trial, scenario, s) for s in scenario.judges))
+        return await self.grade_judges(trial, scenario, scenario.judges)
+
+    async def grade_judges(
+        self, trial: ConversationFinished, scenario: Scenario, specs: list[JudgeSpec]
+    ) -> list[JudgeVerdict]:
+        verdicts = [
+            v.model_copy(update={"judge_version": self.version_of(s)})
+            for s, v in zip(
+                specs, await asyncio.gather(*(self._one(trial, scenario, s) for s in specs)),
+                strict=True,
+            )
+        ]
         if self.metrics:
             for v in verdicts:
                 self.metrics.verdict(v.judge_id, v.result)
@@ -65,3 +88,23 @@ class Grader:
                 )
             )
         return verdict
+
+
+def build_grader(settings: Settings, metrics: JudgeMetrics | None) -> Grader:
+    """The grader from the settings; without a model configured, LLM judges are `error`."""
+    client = None
+    if settings.openai_base_url or settings.openai_api_key:
+        client = JudgeClient(
+            model=settings.judge_model,
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key,
+            timeout_s=settings.judge_timeout_s,
+            concurrency=settings.judge_concurrency,
+            policy=RetryPolicy(max_retries=settings.judge_max_retries),
+            metrics=metrics,
+        )
+    else:
+        log.error("no judge model configured (OPENAI_BASE_URL / OPENAI_API_KEY): llm judges error")
+    cache = VerdictCache(engine_for(settings.database_url), lookups=settings.judge_cache)
+    cache.create()
+    return Grader(client=client, cache=cache, metrics=metrics, model=settings.judge_model)

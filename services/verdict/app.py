@@ -12,6 +12,8 @@ import faust
 from schemas.events import GateResult, JudgeVerdict
 from schemas.scenario import Scenario
 from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
+from services.common.calibration import Bar, GatingPolicy
+from services.common.calibrations import CalibrationFollower
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.settings import get_settings
@@ -48,6 +50,11 @@ catalog = ScenarioCatalog(settings)
 deadlines = Deadlines(app, trials, ticks, settings)
 clock = deadlines.clock
 run_alongside(app, settings, catalog)
+calibrations = CalibrationFollower(settings)
+policy = GatingPolicy(
+    bar=Bar(settings.calibration_bar, settings.min_labelled),
+    uncalibrated=settings.uncalibrated_judges,
+)
 metrics = VerdictMetrics()
 common = common_metrics()
 
@@ -74,7 +81,9 @@ def _scenario_for(state: domain.TrialState) -> Scenario | None:
 async def _emit(state: domain.TrialState, missing: list[str], waited_s: float) -> domain.TrialState:
     scenario = _scenario_for(state)
     assert scenario is not None  # checked on arrival
-    verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s)
+    await calibrations.sync()  # gating is decided now, on every calibration published so far
+    verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s,
+                              policy=policy, book=calibrations.book)
     # Publish before remembering it as emitted: a crash in between re-emits the same
     # event id (dropped downstream); the reverse order could lose the verdict.
     fut = await trial_verdicts.send(key=state.trial_id.encode(), value=encode(verdict))
@@ -90,6 +99,7 @@ async def _emit(state: domain.TrialState, missing: list[str], waited_s: float) -
 @app.agent(inputs)
 async def collect(stream: faust.StreamT) -> None:
     await catalog.ready()
+    await calibrations.ready()
     async for event in stream.events():
         await reject.guard(event, handle)
 
@@ -149,3 +159,8 @@ async def handle(event: faust.types.EventT) -> None:
     else:
         common.events.labels(PROCESSOR, "waiting").inc()
     _store(key, state)
+
+
+@app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
+async def close_calibrations(sender: faust.App, **_: object) -> None:
+    await calibrations.stop()

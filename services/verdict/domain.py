@@ -1,7 +1,10 @@
 """Assembling a trial's verdict: (state, event, now) -> state, and state -> verdict.
 
 A trial passes only when the exit gate, the state gate and every gating judge of the
-scenario version it was graded against passed: AND, never OR. A check that failed
+scenario version it was graded against passed: AND, never OR. Whether a judge's verdict
+gates is decided here, at verdict time, per judge version, by the calibration policy
+(`services.common.calibration.GatingPolicy`); an advisory verdict is recorded with why
+and never fails (nor errors) the trial. A check that failed
 makes the trial `failed`; one that could not be made at all (a judge past its retry
 budget, a verdict that never came) makes it `error` unless another check already
 failed it. Either way an errored check is never read as a pass.
@@ -13,8 +16,16 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from schemas.events import FailedCheck, GateResult, JudgeVerdict, Outcome, TrialVerdict
+from schemas.events import (
+    AdvisoryJudge,
+    FailedCheck,
+    GateResult,
+    JudgeVerdict,
+    Outcome,
+    TrialVerdict,
+)
 from schemas.scenario import Scenario
+from services.common.calibration import CalibrationBook, GatingPolicy
 
 GATES = ("exit", "state")
 
@@ -112,12 +123,20 @@ def due_at(state: TrialState, timing: Timing) -> float | None:
 
 
 def assemble(
-    state: TrialState, scenario: Scenario, *, missing: list[str], waited_s: float
+    state: TrialState,
+    scenario: Scenario,
+    *,
+    missing: list[str],
+    waited_s: float,
+    policy: GatingPolicy,
+    book: CalibrationBook,
 ) -> TrialVerdict:
     """Build the one verdict of a trial. `missing` checks are counted as errors."""
     failed: list[FailedCheck] = []
     errors: list[FailedCheck] = []
     passed: list[str] = []
+    gating: list[str] = []
+    advisory: list[AdvisoryJudge] = []
     for name in GATES:
         gate = state.gates.get(name)
         if gate is None:
@@ -127,10 +146,20 @@ def assemble(
         else:
             failed.append(FailedCheck(check=f"gate:{name}", reason="; ".join(gate.reasons)))
     version = state.scenario_version or scenario.version
-    for judge in scenario.gating_judges:
+    for judge in scenario.judges:
         verdict = state.judges.get(f"{judge.id}@{version}")
         if verdict is None:
             continue
+        gates, why = policy.gates(
+            judge, verdict.judge_version, book.get(verdict.judge_version)
+        )
+        if not gates:
+            advisory.append(AdvisoryJudge(
+                judge_id=judge.id, judge_version=verdict.judge_version, why=why,
+                result=verdict.result, reason=verdict.reason,
+            ))  # fmt: skip
+            continue
+        gating.append(judge.id)
         check = f"judge:{judge.id}"
         if verdict.result == "passed":
             passed.append(check)
@@ -155,6 +184,8 @@ def assemble(
         outcome=outcome,
         failed_checks=failed + errors,
         checks_passed=passed,
+        gating_judges=gating,
+        advisory_judges=advisory,
         agent_version=facts.agent_version if facts else None,
         exit_reason=facts.exit_reason if facts else None,
         exit_source=exit_gate.exit_source if exit_gate else None,

@@ -51,6 +51,7 @@ def test_deterministic_verdict_records_its_spec_and_makes_no_call() -> None:
         "kind": "regex",
         "assertion": None,
         "gating": False,
+        "dimension": None,
         "pattern": "(?i)sorry",
         "must_match": False,
     }

@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import pytest
 
+from services.common.calibration import CalibrationBook, GatingPolicy
 from services.verdict import domain
 from tests.unit.factories import gate_result, judge_verdict, scenario
 
 SC = scenario()
 V = SC.version or ""
 GATING = ["covered_expected_topics", "avoided_repetition"]
+# These tests are about assembling an outcome, not calibration: every judge may gate.
+EVERY_JUDGE_GATES = {"policy": GatingPolicy(uncalibrated="gating"), "book": CalibrationBook()}
 
 
 def collect(*events):
@@ -59,7 +62,7 @@ def test_non_gating_judges_are_not_awaited() -> None:
 )
 def test_and_never_or(exit_ok, state_ok, judges, outcome, failed) -> None:
     state = collect(*all_checks(exit_ok, state_ok, judges))
-    verdict = domain.assemble(state, SC, missing=[], waited_s=0)
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     assert verdict.outcome == outcome
     assert [c.check for c in verdict.failed_checks] == failed
     assert verdict.event_id == "verdict:t1" and verdict.k == 3
@@ -69,7 +72,7 @@ def test_missing_judge_at_deadline_is_an_error_naming_it() -> None:
     state = collect(*all_checks()[:3])
     missing = domain.missing_checks(state, SC)
     assert missing == ["judge:avoided_repetition"]
-    verdict = domain.assemble(state, SC, missing=missing, waited_s=300)
+    verdict = domain.assemble(state, SC, missing=missing, waited_s=300, **EVERY_JUDGE_GATES)
     assert verdict.outcome == "error"
     assert verdict.failed_checks[-1].check == "judge:avoided_repetition"
     assert "no result within 300 s" in verdict.failed_checks[-1].reason
@@ -85,12 +88,12 @@ def test_scenario_without_judges_needs_only_the_gates() -> None:
     state = collect(gate_result("exit", version=bare.version or ""),
                     gate_result("state", version=bare.version or ""))
     assert domain.missing_checks(state, bare) == []
-    assert domain.assemble(state, bare, missing=[], waited_s=0).outcome == "passed"
+    assert domain.assemble(state, bare, missing=[], waited_s=0, **EVERY_JUDGE_GATES).outcome == "passed"
 
 
 def test_emitted_state_drops_later_events() -> None:
     state = collect(*all_checks())
-    verdict = domain.assemble(state, SC, missing=[], waited_s=0)
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     done = domain.emitted(state, verdict, now=5)
     assert domain.is_duplicate(done) and done.gates == {} and done.emitted_outcome == "passed"
     again = domain.on_gate_result(done, gate_result("exit", False, version=V), now=6)
@@ -106,7 +109,7 @@ def test_deadlines() -> None:
 
 
 def test_verdict_carries_trial_facts_from_the_gates() -> None:
-    verdict = domain.assemble(collect(*all_checks()), SC, missing=[], waited_s=0)
+    verdict = domain.assemble(collect(*all_checks()), SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     assert verdict.exit_reason == "product_closed" and verdict.scenario_version == V
 
 
