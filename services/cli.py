@@ -38,7 +38,7 @@ def _options(
     pass
 
 # Stream processors runnable with `passk worker NAME`; each has services/NAME/app.py.
-WORKERS = ("gate", "verdict", "judge", "sink", "aggregate")
+WORKERS = ("gate", "verdict", "judge", "sink", "aggregate", "calibration")
 
 # Modules that add commands: each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES = (
@@ -48,6 +48,7 @@ COMMAND_MODULES = (
     "services.judge.commands",
     "services.report.wait",
     "services.report.commands",
+    "services.calibration.commands",
 )
 
 

@@ -88,7 +88,8 @@ def test_scenario_without_judges_needs_only_the_gates() -> None:
     state = collect(gate_result("exit", version=bare.version or ""),
                     gate_result("state", version=bare.version or ""))
     assert domain.missing_checks(state, bare) == []
-    assert domain.assemble(state, bare, missing=[], waited_s=0, **EVERY_JUDGE_GATES).outcome == "passed"
+    verdict = domain.assemble(state, bare, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
+    assert verdict.outcome == "passed"
 
 
 def test_emitted_state_drops_later_events() -> None:
@@ -109,7 +110,8 @@ def test_deadlines() -> None:
 
 
 def test_verdict_carries_trial_facts_from_the_gates() -> None:
-    verdict = domain.assemble(collect(*all_checks()), SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
+    state = collect(*all_checks())
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     assert verdict.exit_reason == "product_closed" and verdict.scenario_version == V
 
 
