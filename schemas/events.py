@@ -258,6 +258,22 @@ class JudgeCalibration(DerivedEvent):
     reason: str
 
 
+class LabelledVerdict(DerivedEvent):
+    """A human label joined with the judge verdict it labels (internal, keyed by judge id)."""
+
+    type: Literal["labelled_verdict"] = "labelled_verdict"
+    trial_id: str
+    run_id: str | None = None
+    scenario_id: str | None = None
+    judge_id: str
+    judge_version: str | None
+    judge_result: Outcome
+    judge_reason: str
+    label: Literal["pass", "fail"]
+    note: str | None = None
+    label_event_id: str
+
+
 class ScenarioReliability(DerivedEvent):
     """One scenario's figures in one run (scope `run`) or one event-time window (scope
     `window`). The last record for a (scenario, run) or (scenario, window, window_start)
@@ -313,6 +329,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     JudgeVerdict,
     TrialVerdict,
     JudgeCalibration,
+    LabelledVerdict,
     ScenarioReliability,
     DeadLetter,
 )

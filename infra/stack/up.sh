@@ -7,9 +7,10 @@ cd "$root"
 run="$root/var/run"; logs="$root/var/log"
 mkdir -p "$run" "$logs"
 passk="$root/.venv/bin/passk"
-processors=(gate verdict judge sink aggregate)
+processors=(gate verdict judge sink aggregate calibration)
 base="${PASSK_METRICS_PORT_BASE:-9464}"  # one /metrics port per processor, from here up
-declare -A metrics_port=([gate]=$base [verdict]=$((base + 1)) [judge]=$((base + 2)) [sink]=$((base + 3)) [aggregate]=$((base + 4)))
+declare -A metrics_port=([gate]=$base [verdict]=$((base + 1)) [judge]=$((base + 2)) [sink]=$((base + 3)) [aggregate]=$((base + 4))
+                         [calibration]=$((base + 5)))
 
 bash infra/kafka/kafka-up.sh
 "$passk" topics create >/dev/null

@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
             0, help="wait up to this many seconds for the broker and for every processor"
         ),
         processors: str = typer.Option(
-            "gate,verdict,judge,sink,aggregate", help="comma-separated processors to show"
+            "gate,verdict,judge,sink,aggregate,calibration",
+            help="comma-separated processors to show"
         ),
     ) -> None:
         """Show each processor's consumer group: state, members and lag. Exit 1 when any

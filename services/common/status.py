@@ -18,6 +18,8 @@ PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
     "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
              Topic.TRIAL_VERDICTS),
     "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),
+    "calibration": (Topic.LABELS, Topic.JUDGE_VERDICTS, Topic.LABELLED_VERDICTS,
+                    Topic.JUDGE_CALIBRATIONS),
 }
 
 

@@ -50,6 +50,8 @@ class TrialRecord(SQLModel):
     outcome: str
     failed_checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
     checks_passed: list[str] = Field(default_factory=list, sa_type=JSON)
+    gating_judges: list[str] = Field(default_factory=list, sa_type=JSON)
+    advisory_judges: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
     agent_version: str | None = None
     exit_reason: str | None = None
     exit_source: str | None = None  # session | harness: whose exit the exit gate checked
@@ -141,6 +143,8 @@ def trial_record(verdict: TrialVerdict) -> TrialRecord:
         outcome=verdict.outcome,
         failed_checks=[fc.model_dump(mode="json") for fc in verdict.failed_checks],
         checks_passed=list(verdict.checks_passed),
+        gating_judges=list(verdict.gating_judges),
+        advisory_judges=[a.model_dump(mode="json") for a in verdict.advisory_judges],
         agent_version=verdict.agent_version,
         exit_reason=verdict.exit_reason,
         exit_source=verdict.exit_source,

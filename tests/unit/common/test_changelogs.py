@@ -13,6 +13,8 @@ from services.common.topics import Topic, topic_name
         ("services.gate.app", "joins", Topic.GATE_JOINS_CHANGELOG),
         ("services.verdict.app", "trials", Topic.VERDICT_TRIALS_CHANGELOG),
         ("services.aggregate.app", "state", Topic.AGGREGATE_STATE_CHANGELOG),
+        ("services.calibration.app", "joins", Topic.CALIBRATION_JOINS_CHANGELOG),
+        ("services.calibration.app", "matrices", Topic.CALIBRATION_MATRICES_CHANGELOG),
     ],
 )
 def test_declared_changelog_is_the_tables_changelog(module: str, table: str, topic: Topic) -> None:

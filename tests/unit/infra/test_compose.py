@@ -29,7 +29,8 @@ DESIGN_METRICS = {
     "passk_judge_request_seconds",
 }
 # Where `make up` and the compose file serve each processor's /metrics.
-METRICS_PORTS = {"gate": 9464, "verdict": 9465, "judge": 9466, "sink": 9467, "aggregate": 9468}
+METRICS_PORTS = {"gate": 9464, "verdict": 9465, "judge": 9466, "sink": 9467, "aggregate": 9468,
+                 "calibration": 9469}
 
 
 def load(path: Path) -> Any:
