@@ -43,6 +43,9 @@ def settings(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
         PASSK_DATA_DIR=str(tmp_path / "data"),
         PASSK_SESSION_WAIT_S=5,
         PASSK_JUDGE_WAIT_S=60,
+        # Tests about other things than calibration let every judge fail trials, as
+        # before calibration existed; the calibration tests set "advisory" (the default).
+        PASSK_UNCALIBRATED_JUDGES="gating",
     )
     create_topics(s)
     yield s

@@ -61,6 +61,7 @@ def isolated_env(settings: Settings, **extra: str) -> dict[str, str]:
         PASSK_SESSION_WAIT_S=str(settings.session_wait_s),
         PASSK_JUDGE_WAIT_S=str(settings.judge_wait_s),
         PASSK_DATA_DIR=str(settings.data_dir),
+        PASSK_UNCALIBRATED_JUDGES=settings.uncalibrated_judges,
         PYTHONUNBUFFERED="1",
     )
     if settings.openai_base_url:

@@ -81,7 +81,7 @@ def _scenario_for(state: domain.TrialState) -> Scenario | None:
 async def _emit(state: domain.TrialState, missing: list[str], waited_s: float) -> domain.TrialState:
     scenario = _scenario_for(state)
     assert scenario is not None  # checked on arrival
-    await calibrations.sync()  # gating is decided now, on every calibration published so far
+    await calibrations.sync(max_age_s=0.0)  # gating is decided on every calibration so far
     verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s,
                               policy=policy, book=calibrations.book)
     # Publish before remembering it as emitted: a crash in between re-emits the same

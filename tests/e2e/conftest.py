@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,25 +81,33 @@ class Pipeline:
         self.procs.clear()
 
 
-@pytest.fixture
-def pipeline(settings: Settings, tmp_path: Path) -> Iterator[Pipeline]:
+@contextmanager
+def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str],
+                     **extra_env: str) -> Iterator[Pipeline]:
     port = free_port()
     env = isolated_env(
         settings,
         OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1",
         OPENAI_API_KEY="stand-in",
         PASSK_JUDGE_MODEL="passk-standin",
+        **extra_env,
     )
     logs = tmp_path / "logs"
-    logs.mkdir()
+    logs.mkdir(exist_ok=True)
     p = Pipeline(settings, env, logs)
     p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
-    for name in PROCESSORS:
+    for name in processors:
         p.start_worker(name)
     try:
         wait_for(lambda: all(proc.poll() is None for proc in p.procs.values()) and
-                 settled(settings, PROCESSORS), timeout=120, interval=1.0,
+                 settled(settings, processors), timeout=120, interval=1.0,
                  what="stand-in and every worker up")
         yield p
     finally:
         p.stop_all()
+
+
+@pytest.fixture
+def pipeline(settings: Settings, tmp_path: Path) -> Iterator[Pipeline]:
+    with running_pipeline(settings, tmp_path, PROCESSORS) as p:
+        yield p
