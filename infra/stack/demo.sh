@@ -14,25 +14,31 @@ run_id="${PASSK_DEMO_RUN_ID:-demo-$(date -u +%Y%m%dT%H%M%SZ)}"
 out="$root/var/demo/$run_id"
 mkdir -p "$out"
 
-echo "== 1/6 stack: Kafka, processors, judge"
+echo "== 1/7 stack: Kafka, processors, judge"
 bash infra/stack/up.sh
 
-echo "== 2/6 scenarios"
+echo "== 2/7 scenarios"
 "$passk" scenarios publish examples/scenarios
 
-echo "== 3/6 production-like traffic for run $run_id"
+# Judges earn the right to fail a deploy: each example judge runs over its labelled set.
+# Five calibrate above the bar (gating); no_customer_charge_stated does not (advisory).
+echo "== 3/7 judge calibration"
+"$passk" calibrate examples/calibration
+
+echo "== 4/7 production-like traffic for run $run_id"
+# The stand-in fails the advisory judge on some trials: they must still pass.
 "$passk" generate --scenarios examples/scenarios --run-id "$run_id" \
   --out "$out/traffic.jsonl" --expected "$out/expected.json" \
   --trials 5 --default-pass-prob 1.0 --pass-prob debrief-follow-up-required=0.6 \
-  --seed "${PASSK_DEMO_SEED:-7}"
+  --advisory no_customer_charge_stated=0.4 --seed "${PASSK_DEMO_SEED:-7}"
 
-echo "== 4/6 replay"
+echo "== 5/7 replay"
 "$passk" replay "$out/traffic.jsonl"
 
-echo "== 5/6 waiting for every verdict"
+echo "== 6/7 waiting for every verdict"
 "$passk" wait --run-id "$run_id" --expected "$out/expected.json" --timeout 600
 
-echo "== 6/6 report and deploy gate"
+echo "== 7/7 report and deploy gate"
 "$passk" report --run-id "$run_id" --html "$out/report.html"
 set +e
 "$passk" gate --run-id "$run_id"

@@ -66,9 +66,13 @@ def plan_judges(scenarios: Sequence[Scenario]) -> Plan:
 
 
 def excerpt(transcript: Sequence[Message], width: int = 240) -> str:
-    """The conversation as `role: text` lines, cut to `width` characters."""
+    """The conversation as `role: text`, its start and its end (where verdicts often turn)
+    when it is longer than `width` characters."""
     text = " | ".join(f"{m.role}: {m.content}" for m in transcript if m.content)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if len(text) <= width:
+        return text
+    head = width // 3
+    return text[:head] + " … " + text[-(width - head - 3):]
 
 
 def tally(pairs: Sequence[tuple[str, str]]) -> Matrix:

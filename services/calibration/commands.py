@@ -211,6 +211,9 @@ def register(app: typer.Typer) -> None:
         bar = Bar(settings.calibration_bar, settings.min_labelled)
         plan = plan_judges(_scenarios(directory, scenarios, settings))
         grader = build_grader(settings, None)
+        if grader.client is None:
+            raise _err("no judge model configured: set OPENAI_BASE_URL (and OPENAI_API_KEY), "
+                       "or run `passk judge-standin` and point OPENAI_BASE_URL at it", EXIT_USAGE)
         results, more = asyncio.run(run(sets, plan, grader, bar=bar, prompt_hash=PROMPT_HASH,
                                         transcript_of=_transcripts(settings)))
         problems += more

@@ -166,6 +166,10 @@ def register(app: typer.Typer) -> None:
         start: str = typer.Option(
             None, "--start", help="occurred_at of the first event, ISO 8601 (default: now)"
         ),
+        advisory: list[str] = typer.Option(
+            [], "--advisory", help="JUDGE=SHARE: an advisory judge the stand-in fails on this "
+            "share of its trials; expected outcomes are unchanged (it cannot fail a trial)"
+        ),
     ) -> None:
         """Synthetic production-like traffic with per-scenario flakiness, and expected verdicts."""
         from services.common.exits import console as make_console
@@ -200,6 +204,7 @@ def register(app: typer.Typer) -> None:
             quirk_rates=rates,
             every_mode=every_mode,
             agent_version=agent_version,
+            advisory_flags=_parse_assignments(advisory, "--advisory"),
         )
         try:
             traffic = build(loaded.scenarios, config)

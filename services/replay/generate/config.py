@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from schemas.events import ConversationFinished, SessionPersisted
 from schemas.scenario import Scenario
@@ -50,6 +50,10 @@ class GenerateConfig:
     quirk_rates: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_QUIRK_RATES))
     every_mode: bool = False
     agent_version: str | None = None
+    # Judges the pipeline will treat as advisory (calibrated below the bar, say): the
+    # stand-in is made to fail each on this share of its trials, never as a failure mode,
+    # and the expected outcome is unchanged, since an advisory judge cannot fail a trial.
+    advisory_flags: Mapping[str, float] = field(default_factory=dict)
 
     def probability(self, scenario_id: str) -> float:
         return self.pass_prob.get(scenario_id, self.default_pass_prob)
@@ -66,6 +70,13 @@ class GenerateConfig:
         for sid, p in [*self.pass_prob.items(), ("(default)", self.default_pass_prob)]:
             if not 0.0 <= p <= 1.0:
                 raise GenerateError(f"pass probability for {sid} must be in [0, 1], got {p}")
+        judges = {j.id for s in scenarios for j in s.judges}
+        unknown_judges = sorted(set(self.advisory_flags) - judges)
+        if unknown_judges:
+            raise GenerateError(f"advisory flags given for unknown judges: {unknown_judges}")
+        for judge_id, share in self.advisory_flags.items():
+            if not 0.0 <= share <= 1.0:
+                raise GenerateError(f"advisory share for {judge_id} must be in [0, 1]")
         bad = sorted(set(self.quirk_rates) - set(QUIRKS))
         if bad:
             raise GenerateError(f"unknown quirks {bad}; known: {', '.join(QUIRKS)}")
@@ -90,6 +101,7 @@ class ExpectedTrial(BaseModel):
     # and the session is delivered, the harness's otherwise.
     expected_exit_source: Literal["session", "harness"] = "harness"
     detail: str = ""  # which expectation / judge / exit the failure mode targeted
+    advisory_flagged: list[str] = Field(default_factory=list)  # advisory judges made to fail
 
 
 class ExpectedScenario(BaseModel):

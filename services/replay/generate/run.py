@@ -59,7 +59,15 @@ def build_trial(
         assert limits.max_turns is not None
         turns = limits.max_turns + rng.randint(1, 4)
     exit_reason = str(target) if mode == "wrong_exit" else rng.choice(scenario.expected_exit)
-    marker = fail_marker(str(target)) if mode == "judge_failed" else None
+    markers = [fail_marker(str(target))] if mode == "judge_failed" else []
+    flagged = [
+        j.id for j in scenario.judges
+        if j.id in config.advisory_flags
+        and random.Random(_digest(config.seed, trial_id, j.id)).random()
+        < config.advisory_flags[j.id]
+    ]
+    markers += [fail_marker(j) for j in flagged]
+    marker = " ".join(markers) or None
     transcript = build_transcript(
         scenario,
         state,
@@ -141,6 +149,7 @@ def build_trial(
         if product_exit and scenario.has_state_gate and "session_missing" not in plan.quirks
         else "harness",
         detail=detail,
+        advisory_flagged=flagged,
     )
     return conversation, session, expected
 
@@ -155,6 +164,12 @@ def generate(scenarios: Sequence[Scenario], config: GenerateConfig) -> Traffic:
         s.id: applicable_modes(s, passing_state(s, random.Random(_digest(config.seed, s.id))))
         for s in scenarios
     }
+    for found in modes.values():  # an advisory judge's failure cannot fail a trial
+        targets = [t for t in found.get("judge_failed", []) if t not in config.advisory_flags]
+        if targets:
+            found["judge_failed"] = targets
+        else:
+            found.pop("judge_failed", None)
     plans = plan_trials(scenarios, modes, config, rng)
     order = list(range(len(plans)))
     rng.shuffle(order)  # trials of all scenarios interleave, as in production
