@@ -58,7 +58,7 @@ class LabelledItemRow(CalibrationTable, table=True):
     judge_version: str | None = None
     judge_result: str | None = None
     judge_reason: str | None = None
-    transcript: list[dict[str, Any]] | None = Field(None, sa_type=JSON)
+    transcript: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
     labelled_at: datetime
 
 

@@ -478,3 +478,22 @@ def test_the_generator_reads_its_own_states_without_the_gate(spec, state, held) 
     from services.replay.generate import holds
 
     assert holds(Expectation(**spec), state) is held
+def test_advisory_judges_are_flagged_but_never_a_failure_mode() -> None:
+    scenarios = [rich_scenario()]
+    traffic = generate(scenarios, config(trials=40, every_mode=True, default_pass_prob=0.5,
+                                         advisory_flags={"covered_expected_topics": 0.5}))
+    conversations = {e.trial_id: e for e in traffic.events if isinstance(e, ConversationFinished)}
+    flagged = 0
+    for t in traffic.expected.trials:
+        assert t.failure_mode != "judge_failed"  # the advisory judge was its only target
+        assert "judge:covered_expected_topics" not in t.expected_failed_checks
+        said = " ".join(m.content or "" for m in conversations[t.trial_id].transcript)
+        marked = "[[fail:covered_expected_topics]]" in said
+        assert marked == (t.advisory_flagged == ["covered_expected_topics"])
+        flagged += marked
+    assert 5 < flagged < 35  # about half of 40
+
+
+def test_advisory_flags_for_unknown_judges_are_refused() -> None:
+    with pytest.raises(GenerateError, match="unknown judges"):
+        generate([rich_scenario()], config(advisory_flags={"nobody": 0.5}))

@@ -208,3 +208,23 @@ def test_advisory_judges_are_listed_with_what_they_would_have_failed() -> None:
     assert [(j.judge_id, j.verdicts, j.failed, j.why) for j in report.advisory_judges] == [
         ("polite", 2, 1, "declared gating: false in the scenario")
     ]
+def test_advisory_judges_are_listed_apart_with_why_and_their_failures() -> None:
+    from schemas.events import AdvisoryJudge
+    from services.report.domain import gate_decision
+
+    rows = trials(("s", "passed", None), ("s", "passed", None), ("s", "failed",
+                                                                  [("gate:exit", "wrong exit")]))
+    says = [("failed", "asked twice"), ("passed", "fine"), ("failed", "asked again")]
+    for row, (result, reason) in zip(rows, says, strict=True):
+        row.advisory_judges = [AdvisoryJudge(
+            judge_id="rep", why="below the bar: precision 0.60 < 0.80", result=result,
+            reason=reason).model_dump(mode="json")]
+    report = build_report("r", rows)
+    assert [c.check for c in report.failing_checks] == ["gate:exit"]  # not the advisory judge
+    (line,) = report.advisory
+    assert (line.judge_id, line.failures, line.verdicts, line.example_reason) == (
+        "rep", 2, 3, "asked twice")
+    decision = gate_decision(report)
+    assert decision.advisory == ["advisory judge rep (below the bar: precision 0.60 < 0.80): "
+                                 "failed 2 of 3 trials, not counted; e.g. asked twice"]
+    assert list(report_json(report)) == ["run_id", "scenarios", "trials"]

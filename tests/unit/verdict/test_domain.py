@@ -148,3 +148,33 @@ def test_the_verdict_carries_whose_exit_was_checked() -> None:
     verdict = domain.assemble(collect(*events), SC, missing=[], waited_s=0)
     assert verdict.outcome == "failed"
     assert (verdict.exit_reason, verdict.exit_source) == ("persona_exhausted", "session")
+def test_advisory_judges_are_recorded_and_never_fail_nor_error_a_trial() -> None:
+    from services.common.calibration import Bar, calibration_event, judge_version
+    from services.common.calibration import Matrix as M
+
+    good = judge_version("covered_expected_topics", "a", "p", "m")
+    book = CalibrationBook([calibration_event(
+        judge_id="covered_expected_topics", version=good, matrix=M(tp=11, fp=2, fn=1, tn=6),
+        bar=Bar(), source="set", assertion="a", prompt_hash="p", model="m", dimension=None,
+        event_id="c1")])
+    events = [
+        gate_result("exit", version=V), gate_result("state", version=V),
+        judge_verdict("covered_expected_topics", "failed", version=V).model_copy(
+            update={"judge_version": good}),
+        judge_verdict("avoided_repetition", "error", version=V).model_copy(
+            update={"judge_version": "never-calibrated"}),
+        judge_verdict("polite", "failed", version=V, gating=False),
+    ]
+    verdict = domain.assemble(collect(*events), SC, missing=[], waited_s=0,
+                              policy=GatingPolicy(), book=book)
+    assert verdict.outcome == "failed"
+    assert [c.check for c in verdict.failed_checks] == ["judge:covered_expected_topics"]
+    assert verdict.gating_judges == ["covered_expected_topics"]
+    assert [(a.judge_id, a.why, a.result) for a in verdict.advisory_judges] == [
+        ("avoided_repetition", "uncalibrated", "error"),
+        ("polite", "gating: false in the scenario", "failed"),
+    ]
+    # the same trial with no calibration at all: nothing may fail it
+    alone = domain.assemble(collect(*events), SC, missing=[], waited_s=0,
+                            policy=GatingPolicy(), book=CalibrationBook())
+    assert alone.outcome == "passed" and alone.gating_judges == []
