@@ -23,6 +23,10 @@ echo "== 2/7 scenarios"
 # Judges earn the right to fail a deploy: each example judge runs over its labelled set.
 # Five calibrate above the bar (gating); no_customer_charge_stated does not (advisory).
 echo "== 3/7 judge calibration"
+if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
+  # the same stand-in up.sh started for the judge worker, so the same judge versions
+  export OPENAI_BASE_URL="http://127.0.0.1:${PASSK_STANDIN_PORT:-8400}/v1" OPENAI_API_KEY="stand-in"
+fi
 "$passk" calibrate examples/calibration
 
 echo "== 4/7 production-like traffic for run $run_id"
