@@ -14,7 +14,8 @@ import pytest
 from tests.e2e.conftest import free_port
 from tests.support import ROOT, new_prefix
 
-pytestmark = pytest.mark.e2e
+# A clean clone installs everything first; on a loaded machine that alone takes minutes.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 
 def listening(port: int) -> bool:

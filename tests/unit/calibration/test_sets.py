@@ -60,3 +60,20 @@ def test_export_appends_only_new_items_with_their_transcripts(tmp_path: Path) ->
     assert items["trial:t3"].trial_id == "t3" and items["trial:t3"].transcript is None
     assert items["trial:t1"].label == "pass"  # the human's line is left as written
     assert export_sets(rows, tmp_path, said.get) == {}
+
+
+def test_per_dimension_matrices_sum_the_judges_that_name_it() -> None:
+    from services.calibration.calibrate import JudgeCalibrationResult, by_dimension
+    from services.common.calibration import Bar, Matrix, calibration_event
+
+    def result(judge: str, dim: str | None, m: Matrix) -> JudgeCalibrationResult:
+        c = calibration_event(judge_id=judge, version=judge, matrix=m, bar=Bar(), source="set",
+                              assertion="a", prompt_hash="p", model="m", dimension=dim,
+                              event_id=judge)
+        return JudgeCalibrationResult(calibration=c, scenario_id="s", misses=[])
+
+    dims = by_dimension([result("a", "coverage", Matrix(tp=3, fp=1, fn=0, tn=2)),
+                         result("b", "coverage", Matrix(tp=2, fp=0, fn=1, tn=4, errors=1)),
+                         result("c", None, Matrix(tp=9))], Bar())
+    assert dims == {"coverage": Matrix(tp=5, fp=1, fn=1, tn=6, errors=1)}
+    assert dims["coverage"].precision == 5 / 6

@@ -27,6 +27,12 @@ DESIGN_METRICS = {
     "passk_dead_letters_total",
     "passk_verdict_latency_seconds",
     "passk_judge_request_seconds",
+    "passk_judge_precision",
+    "passk_judge_recall",
+    "passk_judge_labelled",
+    "passk_judge_gating",
+    # not named in DESIGN.md: the calibration worker exports each judge's bar beside them
+    "passk_judge_precision_bar",
 }
 # Where `make up` and the compose file serve each processor's /metrics.
 METRICS_PORTS = {"gate": 9464, "verdict": 9465, "judge": 9466, "sink": 9467, "aggregate": 9468,
