@@ -135,3 +135,12 @@ def test_bad_sets_are_refused_with_file_and_line(standin_env: dict[str, str],
     assert result.returncode == 2
     assert "j.jsonl:1" in result.stderr and "j.jsonl:2" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_label_with_no_broker_is_a_clear_error(settings: Settings) -> None:
+    env = isolated_env(settings, KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}")
+    result = passk(env, "label", "t-1", "--judge", "j", "--fail")
+    assert result.returncode == 4, result.stderr
+    assert "cannot publish the label" in result.stderr and "Traceback" not in result.stderr
+    usage = passk(env, "label", "t-1", "--judge", "j")
+    assert usage.returncode == 2 and "--pass or --fail" in usage.stderr
