@@ -2,10 +2,12 @@
 
 The verdict processor decides at verdict time whether each judge verdict gates; it reads
 the calibrations with its own group-less consumer (all partitions, nothing committed), as
-the scenario catalog reads scenarios. `sync()` makes a decision see every calibration
-published before it: it fetches the topic's end offsets (at most once per `max_age_s`)
-and waits until the follower has read up to them, so `passk calibrate` followed by traffic
-is never graded on a stale policy.
+the scenario catalog reads scenarios. `sync(arrived_at)` makes a decision see every
+calibration published before the input that triggered it arrived: unless a sync already
+started after that moment, it fetches the topic's end offsets and waits until the
+follower has read up to them. So `passk calibrate` followed by traffic is never graded on
+a stale policy, and a worker working through a backlog (whose inputs all arrived before
+its last sync) asks the broker nothing more.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class CalibrationFollower:
         self._consumer: AIOKafkaConsumer | None = None
         self._follower: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
-        self._synced_at = 0.0
+        self._sync_started = 0.0  # wall clock when the end offsets last synced to were asked
         self._target: dict[TopicPartition, int] = {}
 
     async def ready(self, timeout: float = 60.0) -> None:
@@ -91,29 +93,32 @@ class CalibrationFollower:
             while not partitions and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
                 partitions = consumer.assignment()
+        started = time.time()
         self._target = dict(await consumer.end_offsets(list(partitions))) if partitions else {}
-        self._synced_at = time.monotonic()
         while True:
             behind = [tp for tp, end in self._target.items()
                       if await consumer.position(tp) < end]
             if not behind:
+                self._sync_started = started
                 return
             if self._follower is None:  # catching up before the follower runs
                 self._apply(await consumer.getmany(*behind, timeout_ms=500))
             else:
                 await asyncio.sleep(0.05)
 
-    async def sync(self, max_age_s: float = 1.0, timeout: float = 10.0) -> None:
-        """See every calibration published more than `max_age_s` ago. On a broker that
-        does not answer within `timeout`, go on with what has been read (and say so)."""
+    async def sync(self, arrived_at: float | None = None, timeout: float = 10.0) -> None:
+        """See every calibration published before `arrived_at` (epoch seconds; default:
+        now). On a broker that does not answer within `timeout`, go on with what has been
+        read (and say so)."""
         if self._consumer is None:
             await self.ready()
             return
-        if time.monotonic() - self._synced_at < max_age_s:
+        target = time.time() if arrived_at is None else arrived_at
+        if self._sync_started >= target:
             return
         try:
             async with self._lock, asyncio.timeout(timeout):
-                if time.monotonic() - self._synced_at >= max_age_s:
+                if self._sync_started < target:
                     await self._sync_now()
         except (TimeoutError, KafkaError, OSError) as exc:
             log.warning("calibrations: could not sync with %s (%s); using what was read",

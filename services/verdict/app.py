@@ -78,10 +78,12 @@ def _scenario_for(state: domain.TrialState) -> Scenario | None:
     return catalog.get(state.scenario_id, version) or catalog.get(state.scenario_id)
 
 
-async def _emit(state: domain.TrialState, missing: list[str], waited_s: float) -> domain.TrialState:
+async def _emit(state: domain.TrialState, missing: list[str], waited_s: float,
+                arrived_at: float | None = None) -> domain.TrialState:
     scenario = _scenario_for(state)
     assert scenario is not None  # checked on arrival
-    await calibrations.sync(max_age_s=0.0)  # gating is decided on every calibration so far
+    # Gating is decided on every calibration published before the last input arrived.
+    await calibrations.sync(arrived_at)
     verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s,
                               policy=policy, book=calibrations.book)
     # Publish before remembering it as emitted: a crash in between re-emits the same
@@ -154,7 +156,8 @@ async def handle(event: faust.types.EventT) -> None:
         state = domain.on_judge_verdict(state, result, now)
     missing = domain.missing_checks(state, _scenario_for(state))
     if not missing:
-        state = await _emit(state, [], 0.0)
+        # the broker's arrival time of this input (LogAppendTime; faust gives seconds)
+        state = await _emit(state, [], 0.0, arrived_at=message.timestamp)
         common.events.labels(PROCESSOR, "emitted").inc()
     else:
         common.events.labels(PROCESSOR, "waiting").inc()
