@@ -74,6 +74,7 @@ class AdvisoryJudge(BaseModel):
     verdicts: int
     failed: int  # verdicts that would have failed the trial had the judge been gating
     why: str
+    example_reason: str | None = None  # of its first failed verdict
 
 
 class RunReport(BaseModel):
@@ -132,27 +133,43 @@ def scenario_report(run_id: str, scenario_id: str, trials: Sequence[TrialRecord]
     )
 
 
-def advisory_reason(verdict: JudgeRecord) -> str:
-    """Why a judge did not gate. The scenario's `gating: false` is the one source today;
-    a judge made advisory by its calibration would say so here."""
-    return "declared gating: false in the scenario"
+def advisory_judges(
+    trials: Sequence[TrialRecord], judges: Sequence[JudgeRecord]
+) -> list[AdvisoryJudge]:
+    """Each judge that could not fail trials of the run, with why and how often it failed.
 
-
-def advisory_judges(judges: Sequence[JudgeRecord]) -> list[AdvisoryJudge]:
-    found: dict[str, list[JudgeRecord]] = {}
-    for verdict in judges:
-        if not verdict.gating:
-            found.setdefault(verdict.judge_id, []).append(verdict)
-    return [
-        AdvisoryJudge(
+    The verdict records, per trial, which judges were advisory and why (`gating: false` in
+    the scenario, uncalibrated, below the bar, ...), as decided when it was graded; a trial
+    graded before verdicts recorded that falls back to the judge verdicts' `gating` flag."""
+    # judge -> (scenario, why, result, reason) of each of its advisory verdicts
+    found: dict[str, list[tuple[str, str, str, str]]] = {}
+    recorded = {t.trial_id for t in trials if t.gating_judges or t.advisory_judges}
+    for t in trials:
+        for a in t.advisory_judges:
+            found.setdefault(a["judge_id"], []).append(
+                (t.scenario_id, a["why"], a["result"], a["reason"]))
+    for v in judges:
+        if not v.gating and v.trial_id not in recorded:
+            found.setdefault(v.judge_id, []).append(
+                (v.scenario_id, "declared gating: false in the scenario", v.result, v.reason))
+    out = []
+    for judge_id, seen in sorted(found.items()):
+        failed = [reason for _, _, result, reason in seen if result == "failed"]
+        out.append(AdvisoryJudge(
             judge_id=judge_id,
-            scenarios=sorted({v.scenario_id for v in verdicts}),
-            verdicts=len(verdicts),
-            failed=sum(1 for v in verdicts if v.result == "failed"),
-            why="; ".join(dict.fromkeys(advisory_reason(v) for v in verdicts)),
-        )
-        for judge_id, verdicts in sorted(found.items())
-    ]
+            scenarios=sorted({scenario for scenario, _, _, _ in seen}),
+            verdicts=len(seen),
+            failed=len(failed),
+            why="; ".join(dict.fromkeys(why for _, why, _, _ in seen)),
+            example_reason=failed[0] if failed else None,
+        ))  # fmt: skip
+    return out
+
+
+def advisory_text(judge: AdvisoryJudge) -> str:
+    said = f"; e.g. {judge.example_reason}" if judge.example_reason else ""
+    return (f"advisory judge {judge.judge_id} ({judge.why}): failed {judge.failed} of "
+            f"{judge.verdicts} trials, not counted{said}")
 
 
 def build_report(
@@ -176,7 +193,7 @@ def build_report(
         failing_checks=rank_failing_checks(lines),
         flakiness=explain_flakiness(lines),
         previous_run=previous_run,
-        advisory_judges=advisory_judges([j for j in judges if j.run_id == run_id]),
+        advisory_judges=advisory_judges(trials, [j for j in judges if j.run_id == run_id]),
     )
 
 
@@ -259,6 +276,7 @@ class GateDecision(BaseModel):
     passed: list[str]
     failures: list[ScenarioFailure]
     message: str
+    advisory: list[str] = []  # advisory judges and their failures, apart from the failures
 
 
 def _why(scenario: ScenarioReport, trials: Sequence[TrialLine]) -> str:
@@ -300,11 +318,13 @@ def gate_decision(report: RunReport, expect_scenarios: int | None = None) -> Gat
             )
         )
     passed = [s.scenario_id for s in report.scenarios if s.scenario_passed]
+    advisory = [advisory_text(j) for j in report.advisory_judges]
     if failures:
         return GateDecision(
             exit_code=EXIT_FAIL,
             passed=passed,
             failures=failures,
+            advisory=advisory,
             message=f"deploy gate FAILED for run {report.run_id!r}: {len(failures)} problem(s); "
             f"{len(passed)} of {len(report.scenarios)} scenarios passed",
         )
@@ -312,6 +332,7 @@ def gate_decision(report: RunReport, expect_scenarios: int | None = None) -> Gat
         exit_code=EXIT_PASS,
         passed=passed,
         failures=[],
+        advisory=advisory,
         message=f"deploy gate passed for run {report.run_id!r}: "
         f"all {len(passed)} scenarios passed pass^k",
     )

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from services.report.compare import Comparison, RunFigures, ScenarioChange
-from services.report.domain import GateDecision, RunReport, ScenarioReport
+from services.report.domain import GateDecision, RunReport, ScenarioReport, advisory_text
 
 WHOSE_EXIT = {"session": "persisted session", "harness": "harness"}
 
@@ -72,6 +72,8 @@ def print_report(report: RunReport, console: Console) -> None:
     if by_source:
         shown = ", ".join(f"{n} from the {WHOSE_EXIT[s]}" for s, n in sorted(by_source.items()))
         console.print(f"exits checked: {shown}", soft_wrap=True)
+    for judge in report.advisory_judges:  # recorded, never failing a trial: apart
+        console.print(escape(advisory_text(judge)), soft_wrap=True)
     if report.previous_run:
         console.print(
             f"previous run of these scenarios: {escape(report.previous_run)} "
@@ -86,6 +88,8 @@ def print_gate(decision: GateDecision, console: Console) -> None:
     for failure in decision.failures:
         console.print(f"[red]✘[/red] {escape(failure.scenario_id)}: {escape(failure.why)}",
                       soft_wrap=True)
+    for line in decision.advisory:
+        console.print(f"[yellow]•[/yellow] {escape(line)}", soft_wrap=True)
     style = {0: "green", 1: "red"}.get(decision.exit_code, "yellow")
     console.print(f"[{style}]{escape(decision.message)}[/{style}]", soft_wrap=True)
 

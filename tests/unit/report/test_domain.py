@@ -221,10 +221,11 @@ def test_advisory_judges_are_listed_apart_with_why_and_their_failures() -> None:
             reason=reason).model_dump(mode="json")]
     report = build_report("r", rows)
     assert [c.check for c in report.failing_checks] == ["gate:exit"]  # not the advisory judge
-    (line,) = report.advisory
-    assert (line.judge_id, line.failures, line.verdicts, line.example_reason) == (
-        "rep", 2, 3, "asked twice")
+    (line,) = report.advisory_judges
+    assert (line.judge_id, line.failed, line.verdicts, line.example_reason, line.scenarios) == (
+        "rep", 2, 3, "asked twice", ["s"])
+    assert line.why == "below the bar: precision 0.60 < 0.80"
     decision = gate_decision(report)
     assert decision.advisory == ["advisory judge rep (below the bar: precision 0.60 < 0.80): "
                                  "failed 2 of 3 trials, not counted; e.g. asked twice"]
-    assert list(report_json(report)) == ["run_id", "scenarios", "trials"]
+    assert report_json(report)["advisory_judges"][0]["why"] == line.why

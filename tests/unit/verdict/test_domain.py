@@ -128,7 +128,7 @@ def test_a_conversation_completion_trial_needs_no_state_gate() -> None:
     for j in GATING:
         state = domain.on_judge_verdict(state, judge_verdict(j, version=version), now=0)
     assert domain.missing_checks(state, sc) == []
-    verdict = domain.assemble(state, sc, missing=[], waited_s=0)
+    verdict = domain.assemble(state, sc, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     assert verdict.outcome == "passed" and verdict.checks_passed[0] == "gate:exit"
     assert verdict.completion == "conversation" and verdict.exit_source == "harness"
 
@@ -145,7 +145,7 @@ def test_the_verdict_carries_whose_exit_was_checked() -> None:
         gate_result("state", True, version=V),
         *[judge_verdict(j, version=V) for j in GATING],
     ]
-    verdict = domain.assemble(collect(*events), SC, missing=[], waited_s=0)
+    verdict = domain.assemble(collect(*events), SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     assert verdict.outcome == "failed"
     assert (verdict.exit_reason, verdict.exit_source) == ("persona_exhausted", "session")
 def test_advisory_judges_are_recorded_and_never_fail_nor_error_a_trial() -> None:
