@@ -110,7 +110,7 @@ def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
     suite = tmp_path / "suite"
     scenario_yaml(suite / "scenarios", "calib-labels", {"lj": None})
     write_set(suite / "calibration", "lj", items("lj", 5, 0, 0, 5))
-    with running_pipeline(settings, tmp_path, [*PROCESSORS, "calibration"]) as p:
+    with running_pipeline(settings, tmp_path, PROCESSORS) as p:
         ok(p.passk("scenarios", "publish", str(suite / "scenarios")))
         base = json.loads(ok(p.passk("calibrate", str(suite / "calibration"), "--json")))
         version = base["judges"][0]["judge_version"]
@@ -139,7 +139,7 @@ def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
         assert (final["tp"], final["fp"], final["fn"], final["tn"]) == (6, 1, 1, 5)
         assert final["precision"] == pytest.approx(6 / 7)
         assert final["recall"] == pytest.approx(6 / 7)
-        p.wait_settled(processors=[*PROCESSORS, "calibration"])
+        p.wait_settled()
         # never more than 13: each label counted once, before and after the kill
         assert all(v["n"] <= 13 for _, v, _ in read_topic(settings, Topic.JUDGE_CALIBRATIONS)
                    if v["judge_version"] == version)
