@@ -60,10 +60,11 @@ def _load(key: str) -> domain.JoinState | None:
 def _store(key: str, decision: domain.Decision) -> None:
     if decision.state is None:
         joins.pop(key, None)
+        deadlines.schedule(key, None)
     else:
-        joins[key] = table_value(
-            decision.state.model_dump(mode="json"), domain.due_at(decision.state, timing)
-        )
+        due = domain.due_at(decision.state, timing)
+        joins[key] = table_value(decision.state.model_dump(mode="json"), due)
+        deadlines.schedule(key, due)
 
 
 def _unknown_scenario(scenario_id: str) -> Rejection:
