@@ -366,14 +366,18 @@ def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
             w.check_alive()
             return stored_trials(db, run_id) >= trials
 
-        if "sink" in workers:
-            wait_until(done, timeout, f"{trials} trials in the projection", interval=0.5)
-        else:  # without a sink, "done" is every worker's inputs consumed
-            wait_until(lambda: all(s.settled for s in processor_status(workers, settings_for(env))),
-                       timeout, "every worker settled", interval=1.0)
+        completed = trials
+        try:
+            if "sink" in workers:
+                wait_until(done, timeout, f"{trials} trials in the projection", interval=0.5)
+            else:  # without a sink, "done" is every worker's inputs consumed
+                wait_until(lambda: all(s.settled for s in processor_status(
+                    workers, settings_for(env))), timeout, "every worker settled", interval=1.0)
+        except TimeoutError:  # reported as what got through in the time, and marked so
+            completed = stored_trials(db, run_id)
         seconds = time.perf_counter() - started
-        return {"trials_per_s": trials / seconds, "seconds": seconds, "peak_rss_mb": w.rss(),
-                "env": env, "db": str(db)}
+        return {"trials_per_s": completed / seconds, "seconds": seconds, "peak_rss_mb": w.rss(),
+                "env": env, "db": str(db), "completed": completed}
     finally:
         w.stop()
 
@@ -482,6 +486,8 @@ def main() -> None:
                         help="give up on one pipeline run after this many seconds")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
+    # A bench stopped with SIGTERM still stops the workers it started (the finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     os.environ.setdefault("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     workers = [w for w in args.workers.split(",") if w]
@@ -513,6 +519,7 @@ def main() -> None:
                 "pipeline_over_raw": pipe["trials_per_s"] / raw,
                 "pipeline_over_inprocess": pipe["trials_per_s"] / inproc,
                 "peak_rss_mb": pipe["peak_rss_mb"],
+                **({"timed_out_with": pipe["completed"]} if pipe["completed"] < trials else {}),
             })
             print(json.dumps(result["scales"][-1]), flush=True)
         rows = result["scales"]
