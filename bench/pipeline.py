@@ -218,7 +218,7 @@ def in_process(traffic: Path, trials: int, work: Path) -> float:
     """One loop over the JSONL through the processors' domain functions, into SQLite."""
     from schemas.events import ConversationFinished, SessionPersisted
     from services.gate import domain as gate
-    from services.gate.gates import exit_gate, state_gate
+    from services.gate.gates import gates_for
     from services.judge import domain as judge
     from services.replay.replay import parse_line, read_lines
     from services.scenarios.loader import load_scenarios
@@ -261,7 +261,8 @@ def in_process(traffic: Path, trials: int, work: Path) -> float:
                 batch.append(verdict_event)
                 to_verdict(verdict_event)
             key = conv.session_id
-            decision = gate.on_conversation(joins.get(key), conv, time.time())
+            decision = gate.on_conversation(joins.get(key), conv, time.time(),
+                                            wait_for_session=scenario.has_state_gate)
         else:
             sess = SessionPersisted.model_validate_json(line.value)
             key = sess.session_id
@@ -269,8 +270,7 @@ def in_process(traffic: Path, trials: int, work: Path) -> float:
         if decision.grade is not None:
             g = decision.grade
             sc = scenarios[g.conversation.scenario_id]
-            for result in (exit_gate(g.conversation, sc),
-                           state_gate(g.conversation, g.session, sc, waited_s=g.waited_s)):
+            for result in gates_for(g.conversation, g.session, sc, waited_s=g.waited_s):
                 batch.append(result)
                 to_verdict(result)
         if decision.note in gate.STATE_CHANGES:

@@ -83,7 +83,7 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     results = gates_for(conv, grade.session, scenario, waited_s=grade.waited_s)
     # Publish before recording the trial as graded: a crash in between re-grades it and
     # re-publishes the same event ids, which consumers drop; the reverse would lose it.
-    # Both sent before either is awaited: one round trip to the broker, not two.
+    # All sent before any is awaited: one round trip to the broker, not one per gate.
     sent = [await gate_results.send(key=conv.trial_id.encode(), value=encode(result))
             for result in results]
     await asyncio.gather(*sent)
