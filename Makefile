@@ -67,7 +67,8 @@ typecheck: install ## mypy
 schemas: install ## regenerate the JSON Schema files in schemas/json from the models
 	$(BIN)/python -m schemas.generate
 
-bench: install kafka-up ## benchmarks: judge throughput (concurrency-1 baseline); the aggregate's end-to-end overhead
+bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in-process loop; judge throughput; the aggregate's overhead
+	$(BIN)/python bench/pipeline.py $(BENCH_ARGS)
 	$(BIN)/python bench/judge_throughput.py
 	$(BIN)/python bench/aggregate_overhead.py --trials $${PASSK_BENCH_TRIALS:-10000}
 

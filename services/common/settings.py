@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     uncalibrated_judges: Literal["advisory", "gating"] = Field(
         "advisory", alias="PASSK_UNCALIBRATED_JUDGES"
     )
+    # The sink writes what it has read in batches of at most this many events, one
+    # transaction each, waiting at most this long for a batch to fill.
+    sink_batch_max: int = Field(500, alias="PASSK_SINK_BATCH_MAX", ge=1)
+    sink_batch_within_s: float = Field(0.2, alias="PASSK_SINK_BATCH_WITHIN_S", gt=0)
     metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
     data_dir: Path = Field(PROJECT_ROOT / "var", alias="PASSK_DATA_DIR")
     log_level: str = Field("warn", alias="PASSK_LOG_LEVEL")

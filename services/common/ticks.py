@@ -9,6 +9,7 @@ the agent re-examines that key in order with its other events.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -26,26 +27,81 @@ def table_value(state: dict[str, Any], due_at: float | None) -> dict[str, Any]:
 
 
 class DeadlineTicker:
+    """The keys that need a look, ordered by when: a tick costs what is due, not what the
+    table holds.
+
+    The processor tells it each key's next due time whenever it stores the key's state
+    (`schedule`); a heap keeps them in order and an entry whose key was rescheduled or
+    forgotten since is skipped when it surfaces (lazy deletion, O(log n) per change).
+    A key ticked is scheduled again `again_after_s` later, so a tick lost in a crash, or
+    one that found its partition's stream clock still behind, is followed by another.
+
+    After a rebalance the table holds keys restored from its changelog that were never
+    scheduled here: `reseed` marks the heap stale and the next tick brings it in line with
+    one pass over the table (once per rebalance, not once per tick).
+    """
+
     def __init__(self, table: faust.types.TableT, ticks: faust.TopicT, again_after_s: float = 10.0):
         self.table = table
         self.ticks = ticks
         self.again_after_s = again_after_s
-        # A key already ticked is not ticked again for a while, so a backlogged agent is
-        # not flooded; if that tick was lost (a crash), the next one follows.
-        self._ticked: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+        self._due: dict[str, float] = {}  # key -> the due time its live heap entry has
+        self._stale = True
+
+    def schedule(self, key: str, due_at: float | None) -> None:
+        if due_at is None:
+            self._due.pop(key, None)
+            return
+        if self._due.get(key) == due_at:
+            return
+        self._due[key] = due_at
+        heapq.heappush(self._heap, (due_at, key))
+        if len(self._heap) > 2 * len(self._due) + 1024:
+            self._compact()
+
+    def reseed(self) -> None:
+        self._stale = True
+
+    def pending(self) -> int:
+        return len(self._due)
+
+    def due(self, now: float) -> list[str]:
+        """Pop the keys due at `now`, each rescheduled `again_after_s` later."""
+        if self._stale:
+            self._seed()
+        out: list[str] = []
+        while self._heap and self._heap[0][0] <= now:
+            due_at, key = heapq.heappop(self._heap)
+            if self._due.get(key) != due_at:
+                continue  # rescheduled or forgotten since this entry was pushed
+            out.append(key)
+        for key in out:
+            self.schedule(key, now + self.again_after_s)
+        return out
 
     async def tick_due(self, now: float) -> int:
-        sent = 0
-        for key, value in list(self.table.items()):
-            due = value.get("due_at") if value else None
-            if due is None or due > now or now - self._ticked.get(key, 0.0) < self.again_after_s:
-                continue
-            self._ticked[key] = now
+        keys = self.due(now)
+        for key in keys:
             await self.ticks.send(key=key.encode(), value=json.dumps({"tick_at": now}).encode())
-            sent += 1
-        for key in [k for k, at in self._ticked.items() if now - at >= self.again_after_s]:
-            del self._ticked[key]
-        return sent
+        return len(keys)
+
+    def _seed(self) -> None:
+        """Schedule what the table holds and was never scheduled; drop what it no longer
+        holds (a revoked partition's keys, ticked by their new owner now)."""
+        self._stale = False
+        held: dict[str, float | None] = {
+            key: (value.get("due_at") if value else None) for key, value in self.table.items()}
+        for key in [k for k in self._due if k not in held]:
+            del self._due[key]
+        for key, due_at in held.items():
+            if key not in self._due:
+                self.schedule(key, due_at)
+        self._compact()
+
+    def _compact(self) -> None:
+        self._heap = [(due, key) for key, due in self._due.items()]
+        heapq.heapify(self._heap)
 
 
 class StreamClock:
@@ -101,26 +157,64 @@ def faust_highwater(app: faust.App) -> Callable[[str, int], int | None]:
     return highwater
 
 
-def committed_offsets(settings: Settings, group: str) -> dict[tuple[str, int], int]:
-    """The group's committed offsets, read with kafka-python (call it off the event loop)."""
-    from kafka import KafkaAdminClient
+class CommittedOffsets:
+    """A group's committed offsets, read with one long-lived kafka-python admin client
+    (opening a client per read costs a connection and a metadata round trip each time).
+    Call `read` off the event loop; a failed read drops the client so the next one
+    reconnects."""
 
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
-    try:
-        offsets = admin.list_group_offsets({group: None}).get(group) or {}
+    def __init__(self, settings: Settings, group: str) -> None:
+        self.settings = settings
+        self.group = group
+        self._admin: Any = None
+
+    def read(self) -> dict[tuple[str, int], int]:
+        from kafka import KafkaAdminClient
+
+        if self._admin is None:
+            self._admin = KafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap_servers)
+        try:
+            offsets = self._admin.list_group_offsets({self.group: None}).get(self.group) or {}
+        except Exception:
+            self.close()
+            raise
         return {(tp.topic, tp.partition): om.offset for tp, om in offsets.items()}
+
+    def close(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            admin.close()
+
+
+def committed_offsets(settings: Settings, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, with a client of its own (for one-off reads)."""
+    reader = CommittedOffsets(settings, group)
+    try:
+        return reader.read()
     finally:
-        admin.close()
+        reader.close()
 
 
 class Deadlines:
     """Keyed deadlines for a processor: a timer ticks every due key onto the processor's
-    own tick topic, and a stream clock tells the agent what time it is on a partition."""
+    own tick topic, and a stream clock tells the agent what time it is on a partition.
+    The processor calls `schedule(key, due_at)` whenever it stores a key's state."""
 
     def __init__(self, app: faust.App, table: faust.types.TableT, ticks: faust.TopicT,
                  settings: Settings) -> None:
         self.ticker = DeadlineTicker(table, ticks)
         self.clock = StreamClock(faust_highwater(app))
+        self.committed = CommittedOffsets(settings, app.conf.id)
+        self.schedule = self.ticker.schedule
+
+        # Keys restored from the changelog after a rebalance were never scheduled here.
+        recovered = table.on_recovery_completed
+
+        async def on_recovery_completed(*args: Any, **kwargs: Any) -> None:
+            await recovered(*args, **kwargs)
+            self.ticker.reseed()
+
+        table.on_recovery_completed = on_recovery_completed  # type: ignore[method-assign]
 
         @app.timer(interval=1.0)
         async def tick_due_keys() -> None:
@@ -128,5 +222,9 @@ class Deadlines:
 
         @app.timer(interval=5.0)
         async def read_committed() -> None:
-            offsets = await asyncio.to_thread(committed_offsets, settings, app.conf.id)
+            offsets = await asyncio.to_thread(self.committed.read)
             self.clock.set_committed(offsets)
+
+        @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
+        async def close_admin(sender: faust.App, **_: object) -> None:
+            await asyncio.to_thread(self.committed.close)

@@ -3,6 +3,7 @@ grade both gates, publish one GateResult per gate. Logic lives in domain.py and 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -60,10 +61,11 @@ def _load(key: str) -> domain.JoinState | None:
 def _store(key: str, decision: domain.Decision) -> None:
     if decision.state is None:
         joins.pop(key, None)
+        deadlines.schedule(key, None)
     else:
-        joins[key] = table_value(
-            decision.state.model_dump(mode="json"), domain.due_at(decision.state, timing)
-        )
+        due = domain.due_at(decision.state, timing)
+        joins[key] = table_value(decision.state.model_dump(mode="json"), due)
+        deadlines.schedule(key, due)
 
 
 def _unknown_scenario(scenario_id: str) -> Rejection:
@@ -81,9 +83,10 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     results = gates_for(conv, grade.session, scenario, waited_s=grade.waited_s)
     # Publish before recording the trial as graded: a crash in between re-grades it and
     # re-publishes the same event ids, which consumers drop; the reverse would lose it.
-    for result in results:
-        fut = await gate_results.send(key=conv.trial_id.encode(), value=encode(result))
-        await fut
+    # All sent before any is awaited: one round trip to the broker, not one per gate.
+    sent = [await gate_results.send(key=conv.trial_id.encode(), value=encode(result))
+            for result in results]
+    await asyncio.gather(*sent)
     for result in results:
         metrics.gate_results.labels(result.gate, "passed" if result.passed else "failed").inc()
     if grade.session is None and scenario.has_state_gate:

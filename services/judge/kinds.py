@@ -116,7 +116,8 @@ class RegexParams(BaseModel):
 def regex(spec: JudgeSpec, transcript: Sequence[Message]) -> Decision:
     """`pattern` must (`must_match: true`, default) or must not match one of the `role`'s turns."""
     params = _params(RegexParams, spec)
-    assert isinstance(params, RegexParams)
+    if not isinstance(params, RegexParams):  # _params validated it against RegexParams
+        raise InvalidJudgeSpec(f"regex judge {spec.id!r}: parameters did not parse")
     compiled = compile_pattern(params.pattern)
     who = "any" if params.role == "any" else params.role
     for index, message in enumerate(transcript):

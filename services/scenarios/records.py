@@ -81,7 +81,9 @@ class CatalogState:
                 "scenario record %s is keyed %r but defines %r; using the id it defines",
                 where, key, scenario.id,
             )
-        assert scenario.version is not None
+        if scenario.version is None:  # decode_scenario versions every record it accepts
+            log.warning("skipping unversioned scenario record %s(key %r)", where, key)
+            return False
         self._versions.setdefault(scenario.id, {})[scenario.version] = scenario
         self._latest[scenario.id] = scenario
         return True

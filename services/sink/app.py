@@ -1,11 +1,18 @@
 """Sink processor wiring: store every verdict, gate result, judge verdict and transcript in
 the SQL projection. What rows an event makes lives in domain.py; how they are written, in
-store.py. Database calls run in a thread so the event loop keeps serving the consumer."""
+store.py. Database calls run in a thread so the event loop keeps serving the consumer.
+
+One agent reads the four topics and writes what it has read in batches (at most
+PASSK_SINK_BATCH_MAX events, one transaction each); Faust's take buffer stops reading while
+a batch is being written, so a slow database slows the reading rather than filling memory,
+and a batch's offsets are acknowledged only once its transaction has committed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from functools import partial
 
 import faust
@@ -13,11 +20,17 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
 from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
-from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
+from services.common.app import (
+    INFRASTRUCTURE_ERRORS,
+    DeadLetters,
+    make_app,
+    raw_inputs,
+    run_alongside,
+)
 from services.common.codec import Rejection, decode
 from services.common.metrics import common_metrics
 from services.common.settings import get_settings
-from services.common.topics import Topic
+from services.common.topics import Topic, topic_name
 from services.sink import domain
 from services.sink.store import Store
 
@@ -30,67 +43,91 @@ common = common_metrics()
 MAX_BACKOFF_S = 30.0
 
 # --------------------------------------------------------------------------- topics
-trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
-gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
-judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
-conversations = raw_topic(app, Topic.CONVERSATION_FINISHED, settings)
+MODELS: dict[str, type[BaseModel]] = {
+    topic_name(Topic.TRIAL_VERDICTS, settings): TrialVerdict,
+    topic_name(Topic.GATE_RESULTS, settings): GateResult,
+    topic_name(Topic.JUDGE_VERDICTS, settings): JudgeVerdict,
+    topic_name(Topic.CONVERSATION_FINISHED, settings): ConversationFinished,
+}
+inputs = raw_inputs(app, Topic.TRIAL_VERDICTS, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
+                    Topic.CONVERSATION_FINISHED, settings=settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 run_alongside(app, settings)
 
 
-async def _write(record: domain.SinkEvent) -> Rejection | None:
-    """Store one event. A database that is down or locked is waited for (the partition
-    waits with it, so nothing is skipped); a row the database refuses is rejected."""
+async def _write(batch: list[domain.SinkEvent]) -> Exception | None:
+    """Store a batch in one transaction. A database that is down or locked is waited for
+    (the stream waits with it, so nothing is skipped); a row it refuses is returned."""
     backoff = 0.5
     while True:
         try:
-            await asyncio.to_thread(store.apply, record)
+            await asyncio.to_thread(store.apply_many, batch)
             return None
         except (DataError, IntegrityError) as exc:
-            return Rejection("unwritable", str(exc.orig or exc)[:1000])
+            return exc
         except (OperationalError, InterfaceError) as exc:
             log.warning("sink: database unavailable (%s); retrying in %.1fs", exc, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
-async def sink(event: faust.types.EventT, model: type[BaseModel]) -> None:
-    decoded = decode(event.value, model, max_bytes=settings.max_event_bytes,
-                   max_depth=settings.max_json_depth)
+def _usable(event: faust.types.EventT) -> domain.SinkEvent | Rejection:
+    decoded = decode(event.value, MODELS[event.message.topic], max_bytes=settings.max_event_bytes,
+                     max_depth=settings.max_json_depth)
     if isinstance(decoded, Rejection):
-        return await reject(event, decoded)
+        return decoded
     problem = domain.problem_with(decoded)  # type: ignore[arg-type]
     if problem is not None:
-        return await reject(event, Rejection("invalid_field", problem))
-    refused = await _write(decoded)  # type: ignore[arg-type]
-    if refused is not None:
-        return await reject(event, refused)
+        return Rejection("invalid_field", problem)
+    return decoded  # type: ignore[return-value]
+
+
+async def sink_batch(events: Sequence[faust.types.EventT]) -> None:
+    good: list[tuple[faust.types.EventT, domain.SinkEvent]] = []
+
+    async def take(event: faust.types.EventT) -> None:
+        usable = _usable(event)
+        if isinstance(usable, Rejection):
+            await reject(event, usable)
+        else:
+            good.append((event, usable))
+
+    for event in events:
+        await reject.guard(event, take)  # a record no check foresaw is dead-lettered alone
+    if not good:
+        return
+    try:
+        refused: Exception | None = await _write([record for _, record in good])
+    except INFRASTRUCTURE_ERRORS:
+        raise
+    except Exception as exc:  # one record spoils the batch: find it below, record by record
+        refused = exc
+    if refused is None:
+        common.events.labels(PROCESSOR, "stored").inc(len(good))
+        return
+    # One row the database refuses spoils the transaction: write the batch one by one
+    # so only that row is dead-lettered (rare: the decoder has checked the fields).
+    for event, record in good:
+        await reject.guard(event, partial(_store_one, record=record))
+
+
+async def _store_one(event: faust.types.EventT, record: domain.SinkEvent) -> None:
+    problem = await _write([record])
+    if problem is not None:
+        orig = getattr(problem, "orig", None) or problem
+        await reject(event, Rejection("unwritable", str(orig)[:1000]))
+        return
     common.events.labels(PROCESSOR, "stored").inc()
 
 
 # --------------------------------------------------------------------------- agents
-@app.agent(trial_verdicts)
-async def sink_trial_verdicts(stream: faust.StreamT) -> None:
-    async for event in stream.events():
-        await reject.guard(event, partial(sink, model=TrialVerdict))
-
-
-@app.agent(gate_results)
-async def sink_gate_results(stream: faust.StreamT) -> None:
-    async for event in stream.events():
-        await reject.guard(event, partial(sink, model=GateResult))
-
-
-@app.agent(judge_verdicts)
-async def sink_judge_verdicts(stream: faust.StreamT) -> None:
-    async for event in stream.events():
-        await reject.guard(event, partial(sink, model=JudgeVerdict))
-
-
-@app.agent(conversations)
-async def sink_transcripts(stream: faust.StreamT) -> None:
-    async for event in stream.events():
-        await reject.guard(event, partial(sink, model=ConversationFinished))
+@app.agent(inputs)
+async def sink(stream: faust.StreamT) -> None:
+    # take_events is on faust.Stream, missing from the StreamT protocol in its stubs.
+    batches = stream.take_events(  # type: ignore[attr-defined]
+        settings.sink_batch_max, within=settings.sink_batch_within_s)
+    async for events in batches:
+        await sink_batch(events)
 
 
 @app.task

@@ -16,6 +16,7 @@ Equal timestamps fall back to log order, which Kafka keeps per key, so the live 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, overload
 
@@ -270,6 +271,13 @@ def summarize(run_id: str, scenario_id: str, trials: Iterable[TrialRecord]) -> S
     tally = ReliabilityTally(k=latest.k)
     for trial in trials:
         tally.add(trial.outcome)
+    return summary_of(run_id, scenario_id, tally, latest.verdict_at)
+
+
+def summary_of(
+    run_id: str, scenario_id: str, tally: ReliabilityTally, last_verdict_at: datetime | None
+) -> ScenarioSummary:
+    """The summary row of counted outcomes: the estimators follow from the counts alone."""
     return ScenarioSummary(
         run_id=run_id,
         scenario_id=scenario_id,
@@ -281,5 +289,64 @@ def summarize(run_id: str, scenario_id: str, trials: Iterable[TrialRecord]) -> S
         pass_at_k=tally.pass_at_k,
         pass_hat_k=tally.pass_hat_k,
         scenario_passed=tally.scenario_passed,
-        last_verdict_at=latest.verdict_at,
+        last_verdict_at=as_utc(last_verdict_at),
     )
+
+
+# ----------------------------------------------------------- incremental summaries
+
+Home = tuple[str, str]  # (run_id, scenario_id): where a trial is counted
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What a summary needs to know of a stored trial row: where it counts, as what, and
+    the version a newer write must match or beat to replace it."""
+
+    home: Home
+    outcome: str
+    verdict_at: datetime
+
+
+def counted(record: TrialRecord) -> Counted:
+    return Counted((record.run_id, record.scenario_id), record.outcome, as_utc(record.verdict_at))
+
+
+@dataclass
+class SummaryDeltas:
+    """How a batch of trial rows moves the summaries' counts: a trial's previous outcome
+    leaves its summary and its new one enters, so a duplicate moves nothing and a re-grade
+    moves exactly one count (and a re-grade into another run or scenario moves it across).
+
+    Fed the stored rows of the batch's trials first (`known`), then every trial record in
+    log order; a record older than the row it would replace is a stale copy the store's
+    upsert ignores, and moves nothing here either.
+    """
+
+    known: dict[str, Counted] = field(default_factory=dict)  # trial_id -> current row
+    counts: dict[Home, dict[str, int]] = field(default_factory=dict)  # home -> outcome -> delta
+
+    def apply(self, record: TrialRecord) -> bool:
+        """Count one trial record; False when it is stale and the store will ignore it."""
+        new = counted(record)
+        old = self.known.get(record.trial_id)
+        if old is not None and old.verdict_at > new.verdict_at:
+            return False
+        if old is not None:
+            self._move(old.home, old.outcome, -1)
+        self._move(new.home, new.outcome, +1)
+        self.known[record.trial_id] = new
+        return True
+
+    def _move(self, home: Home, outcome: str, by: int) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        row = self.counts.setdefault(home, dict.fromkeys(OUTCOMES, 0))
+        row[outcome] += by
+
+    def homes(self) -> list[Home]:
+        """Every summary the batch touched, in one order for every writer (no deadlock)."""
+        return sorted(self.counts)
+
+
+OUTCOMES = ("passed", "failed", "error")

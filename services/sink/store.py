@@ -12,23 +12,29 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import Index, case, func, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import registry
 from sqlmodel import SQLModel
 
 from services.common.db import engine_for
+from services.common.estimators import ReliabilityTally
 from services.sink.domain import (
+    OUTCOMES,
+    Counted,
     GateRecord,
+    Home,
     JudgeRecord,
     Record,
     ScenarioSummary,
     SinkEvent,
+    SummaryDeltas,
     TranscriptRecord,
     TrialRecord,
+    as_utc,
     record_for,
-    summarize,
+    summary_of,
 )
 
 
@@ -38,6 +44,8 @@ class SinkTable(SQLModel, registry=registry()):
 
 class TrialRow(TrialRecord, SinkTable, table=True):
     __tablename__ = "trials"
+    # A summary's newest trial (its k) is one index probe, however many trials it has.
+    __table_args__ = (Index("ix_trials_latest", "run_id", "scenario_id", "verdict_at", "trial_id"),)
 
 
 class GateResultRow(GateRecord, SinkTable, table=True):
@@ -89,6 +97,14 @@ class Store:
             except Exception:
                 # Another worker created them between our check and our CREATE; look again.
                 METADATA.create_all(self.engine)
+            # A projection made before the index existed gets it too (create_all only
+            # indexes the tables it creates).
+            latest = next(i for i in TrialRow.__table__.indexes  # type: ignore[attr-defined]
+                          if i.name == "ix_trials_latest")
+            try:
+                latest.create(self.engine, checkfirst=True)
+            except Exception:
+                latest.create(self.engine, checkfirst=True)
             self._schema_ready = True
 
     def reset(self) -> None:
@@ -109,69 +125,116 @@ class Store:
     def apply(self, event: SinkEvent) -> None:
         self.apply_many([event])
 
-    def apply_many(self, events: Iterable[SinkEvent]) -> int:
-        """Store a batch in one transaction; each touched run/scenario summary is
-        recomputed once, from the trial rows, at the end of it."""
+    def apply_many(self, events: Iterable[SinkEvent], *, summaries: bool = True) -> int:
+        """Store a batch in one transaction, summaries included.
+
+        The cost is the batch's, not the run's: each touched summary's counts move by the
+        batch's delta (see `SummaryDeltas`), and its k comes from the newest trial row
+        through an index. `summaries=False` leaves them to `recompute_summaries` (rebuild).
+        """
         self.create_schema()
-        count = 0
-        touched: set[tuple[str, str]] = set()
+        records = [record_for(event) for event in events]
+        if not records:
+            return 0
+        trials = [r for r in records if isinstance(r, TrialRecord)]
         with self.engine.begin() as conn:
-            for event in events:
-                record = record_for(event)
-                if isinstance(record, TrialRecord):
-                    touched.add((record.run_id, record.scenario_id))
-                    # A re-grade may move a trial (a corrected run or scenario id): the
-                    # summary it leaves must be recomputed too.
-                    touched.update(self._trial_home(conn, record.trial_id))
-                self._upsert(conn, record)
-                count += 1
-            for run_id, scenario_id in sorted(touched):
-                self._refresh_summary(conn, run_id, scenario_id)
-        return count
+            deltas = SummaryDeltas(known=self._stored_trials(conn, trials)) if summaries else None
+            by_table: dict[type[SQLModel], list[SQLModel]] = {}
+            for record in records:
+                if deltas is not None and isinstance(record, TrialRecord):
+                    if not deltas.apply(record):
+                        continue  # a stale copy: the upsert would ignore it anyway
+                by_table.setdefault(type(record), []).append(record)
+            for kind, rows in by_table.items():
+                self._upsert_many(conn, kind, rows)
+            if deltas is not None:
+                for home in deltas.homes():
+                    self._move_summary(conn, home, deltas.counts[home])
+        return len(records)
 
     def _insert(self, table: Any) -> Any:
         return (postgresql if self._dialect == "postgresql" else sqlite).insert(table)
 
-    def _upsert(self, conn: Connection, record: SQLModel) -> None:
-        table, version = TABLES[type(record)]
-        values = record.model_dump()
+    def _upsert_many(self, conn: Connection, kind: type[SQLModel], records: list[SQLModel]) -> None:
+        """One statement executed for many rows, in log order (a key seen twice in the
+        batch ends as the rule says: equal-or-newer replaces)."""
+        table, version = TABLES[kind]
         keys = [c.name for c in table.primary_key.columns]
-        stmt = self._insert(table).values(**values)
+        stmt = self._insert(table)
         stmt = stmt.on_conflict_do_update(
             index_elements=keys,
-            set_={name: stmt.excluded[name] for name in values if name not in keys},
+            set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys},
             where=table.c[version] <= stmt.excluded[version],
         )
-        conn.execute(stmt)
+        conn.execute(stmt, [r.model_dump() for r in records])
 
-    def _trial_home(self, conn: Connection, trial_id: str) -> list[tuple[str, str]]:
+    def _stored_trials(self, conn: Connection, trials: list[TrialRecord]) -> dict[str, Counted]:
+        """The stored rows of these trials (by primary key), as the summaries count them."""
+        ids = sorted({t.trial_id for t in trials})
         table, _ = TABLES[TrialRecord]
-        query = select(table.c.run_id, table.c.scenario_id).where(table.c.trial_id == trial_id)
-        return [(r.run_id, r.scenario_id) for r in conn.execute(query)]
+        known: dict[str, Counted] = {}
+        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+            query = select(table.c.trial_id, table.c.run_id, table.c.scenario_id,
+                           table.c.outcome, table.c.verdict_at).where(table.c.trial_id.in_(chunk))
+            for r in conn.execute(query):
+                known[r.trial_id] = Counted((r.run_id, r.scenario_id), r.outcome,
+                                            as_utc(r.verdict_at))
+        return known
 
-    def _refresh_summary(self, conn: Connection, run_id: str, scenario_id: str) -> None:
-        if self._dialect == "postgresql":
-            # Two workers landing trials of one scenario at once would each miss the
-            # other's uncommitted row; this lock orders them so the last sees both.
-            conn.execute(
-                text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
-                {"key": f"passk.summary:{run_id}\x1f{scenario_id}"},
-            )
-        trials = self._trials(conn, run_id, scenario_id)
+    def _move_summary(self, conn: Connection, home: Home, delta: dict[str, int]) -> None:
+        """Add the delta to a summary's counts (atomically: concurrent writers each add
+        theirs under the row's lock), then set what follows from the counts."""
+        run_id, scenario_id = home
         table, _ = TABLES[ScenarioSummary]
-        if not trials:
-            conn.execute(
-                table.delete().where(table.c.run_id == run_id, table.c.scenario_id == scenario_id)
-            )
-            return
-        summary = summarize(run_id, scenario_id, trials)
-        values = summary.model_dump()
-        stmt = self._insert(table).values(**values)
+        where = (table.c.run_id == run_id, table.c.scenario_id == scenario_id)
+        added = {"passed": delta["passed"], "failed": delta["failed"], "errors": delta["error"]}
+        stmt = self._insert(table).values(
+            run_id=run_id, scenario_id=scenario_id, k=1, n=sum(added.values()),
+            scenario_passed=False, **added,
+        )
         stmt = stmt.on_conflict_do_update(
             index_elements=["run_id", "scenario_id"],
-            set_={n: stmt.excluded[n] for n in values if n not in ("run_id", "scenario_id")},
-        )
-        conn.execute(stmt)
+            set_={name: table.c[name] + stmt.excluded[name] for name in ("n", *added)},
+        ).returning(table.c.passed, table.c.failed, table.c.errors)
+        passed, failed, errors = conn.execute(stmt).one()
+        latest = self._latest_trial(conn, run_id, scenario_id)
+        if latest is None:  # its last trial moved to another run or scenario
+            conn.execute(table.delete().where(*where))
+            return
+        k, last_verdict_at = latest
+        tally = ReliabilityTally(k=k, passed=passed, failed=failed, errors=errors)
+        summary = summary_of(run_id, scenario_id, tally, last_verdict_at)
+        conn.execute(table.update().where(*where).values(**summary.model_dump()))
+
+    def _latest_trial(self, conn: Connection, run_id: str, scenario_id: str) -> Any:
+        """(k, verdict_at) of a summary's newest trial row, through the (run, scenario,
+        verdict_at, trial_id) index: the same tie-break as `domain.summarize`."""
+        t = TrialRow.__table__  # type: ignore[attr-defined]
+        query = (select(t.c.k, t.c.verdict_at)
+                 .where(t.c.run_id == run_id, t.c.scenario_id == scenario_id)
+                 .order_by(t.c.verdict_at.desc(), t.c.trial_id.desc()).limit(1))
+        return conn.execute(query).first()
+
+    def recompute_summaries(self) -> int:
+        """Every summary recomputed from scratch from the trial rows (what `passk rebuild`
+        does after loading the log): the yardstick the incremental counts must equal."""
+        self.create_schema()
+        t = TrialRow.__table__  # type: ignore[attr-defined]
+        table, _ = TABLES[ScenarioSummary]
+        counts = select(
+            t.c.run_id, t.c.scenario_id,
+            *(func.sum(case((t.c.outcome == o, 1), else_=0)).label(o) for o in OUTCOMES),
+        ).group_by(t.c.run_id, t.c.scenario_id)
+        with self.engine.begin() as conn:
+            conn.execute(table.delete())
+            homes = conn.execute(counts).all()
+            for row in homes:
+                k, last_verdict_at = self._latest_trial(conn, row.run_id, row.scenario_id)
+                tally = ReliabilityTally(k=k, passed=int(row.passed), failed=int(row.failed),
+                                         errors=int(row.error))
+                summary = summary_of(row.run_id, row.scenario_id, tally, last_verdict_at)
+                conn.execute(self._insert(table).values(**summary.model_dump()))
+        return len(homes)
 
     # ----------------------------------------------------------------- queries
 
@@ -183,7 +246,8 @@ class Store:
         )
         if scenario_id is not None:
             query = query.where(TrialRow.__table__.c.scenario_id == scenario_id)  # type: ignore[attr-defined]
-        rows = conn.execute(query.order_by(text("scenario_id"), text("trial_id")))
+        table = TrialRow.__table__  # type: ignore[attr-defined]
+        rows = conn.execute(query.order_by(table.c.scenario_id, table.c.trial_id))
         return [TrialRecord.model_validate(dict(r._mapping)) for r in rows]
 
     def _select(self, record: type[SQLModel], *where: Any, order: tuple[str, ...]) -> list[Any]:

@@ -67,8 +67,11 @@ def _load(key: str) -> domain.TrialState | None:
 def _store(key: str, state: domain.TrialState | None) -> None:
     if state is None:
         trials.pop(key, None)
+        deadlines.schedule(key, None)
     else:
-        trials[key] = table_value(state.model_dump(mode="json"), domain.due_at(state, timing))
+        due = domain.due_at(state, timing)
+        trials[key] = table_value(state.model_dump(mode="json"), due)
+        deadlines.schedule(key, due)
 
 
 def _scenario_for(state: domain.TrialState) -> Scenario | None:
@@ -78,10 +81,18 @@ def _scenario_for(state: domain.TrialState) -> Scenario | None:
     return catalog.get(state.scenario_id, version) or catalog.get(state.scenario_id)
 
 
-async def _emit(state: domain.TrialState, missing: list[str], waited_s: float,
-                arrived_at: float | None = None) -> domain.TrialState:
+async def _emit(
+    state: domain.TrialState, missing: list[str], waited_s: float,
+    arrived_at: float | None = None,
+) -> domain.TrialState | None:
+    """Publish the trial's verdict; None (nothing published, state kept for the next tick)
+    if its scenario is no longer in the catalog, which arrival checked it was."""
     scenario = _scenario_for(state)
-    assert scenario is not None  # checked on arrival
+    if scenario is None:
+        log.error("verdict: scenario %r of trial %r left the catalog; verdict held",
+                  state.scenario_id, state.trial_id)
+        common.events.labels(PROCESSOR, "scenario_missing").inc()
+        return None
     # Gating is decided on every calibration published before the last input arrived.
     await calibrations.sync(arrived_at)
     verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s,
@@ -118,16 +129,14 @@ async def handle(event: faust.types.EventT) -> None:
         # Deadlines run on how far the inputs have been read, not on the wall clock: a
         # restarted worker does not give up on judge verdicts waiting in its backlog.
         now = clock.now_for((gate_topic, judge_topic), message.partition)
-        if state.emitted_at is not None:
-            if now >= (domain.due_at(state, timing) or now):
-                _store(key, None)
-            return
-        if now < (domain.due_at(state, timing) or now):
-            return
-        waited = timing.judge_wait_s if state.gates_complete_at else (
-            timing.gate_wait_s + timing.judge_wait_s)
-        _store(key, await _emit(state, domain.missing_checks(state, _scenario_for(state)), waited))
-        common.events.labels(PROCESSOR, "deadline").inc()
+        decision = domain.on_tick(state, now, timing, _scenario_for(state))
+        if decision.action == "forget":
+            _store(key, None)
+        elif decision.action == "emit":
+            done = await _emit(state, decision.missing, decision.waited_s)
+            if done is not None:
+                _store(key, done)
+                common.events.labels(PROCESSOR, "deadline").inc()
         return
 
     clock.observe(topic, message.partition, message.offset, message.timestamp)
@@ -155,9 +164,10 @@ async def handle(event: faust.types.EventT) -> None:
     else:
         state = domain.on_judge_verdict(state, result, now)
     missing = domain.missing_checks(state, _scenario_for(state))
-    if not missing:
-        # the broker's arrival time of this input (LogAppendTime; faust gives seconds)
-        state = await _emit(state, [], 0.0, arrived_at=message.timestamp)
+    # the broker's arrival time of this input (LogAppendTime; faust gives seconds)
+    emitted = await _emit(state, [], 0.0, arrived_at=message.timestamp) if not missing else None
+    if emitted is not None:
+        state = emitted
         common.events.labels(PROCESSOR, "emitted").inc()
     else:
         common.events.labels(PROCESSOR, "waiting").inc()

@@ -12,7 +12,8 @@ failed it. Either way an errored check is never read as a pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -120,6 +121,31 @@ def due_at(state: TrialState, timing: Timing) -> float | None:
     if state.gates_complete_at is not None:
         return state.gates_complete_at + timing.judge_wait_s
     return state.first_seen_at + timing.gate_wait_s + timing.judge_wait_s
+
+
+@dataclass(frozen=True)
+class TickDecision:
+    """What a deadline tick does to a trial: nothing yet, forget it, or emit its verdict
+    now with the checks still missing counted as errors."""
+
+    action: Literal["wait", "forget", "emit"]
+    missing: list[str] = field(default_factory=list)
+    waited_s: float = 0.0
+
+
+def on_tick(
+    state: TrialState, now: float, timing: Timing, scenario: Scenario | None
+) -> TickDecision:
+    """A tick at `now` (the stream clock of the trial's partition, so a worker catching up
+    on a backlog does not give up on verdicts waiting in it)."""
+    due = due_at(state, timing)
+    if due is not None and now < due:
+        return TickDecision("wait")
+    if state.emitted_at is not None:  # remembered long enough to drop its repeats
+        return TickDecision("forget")
+    waited = timing.judge_wait_s if state.gates_complete_at is not None else (
+        timing.gate_wait_s + timing.judge_wait_s)
+    return TickDecision("emit", missing_checks(state, scenario), waited)
 
 
 def assemble(

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from services.sink.domain import summarize
 from services.sink.store import Store
 from tests.unit.sink import factories as f
 
@@ -177,3 +178,68 @@ class StoreContract:
         assert all(rows == [] for rows in store.dump().values())
         store.apply(f.verdict("t-1", "passed"))
         assert len(store.trials("run-1")) == 1
+
+    # ------------------------------------------------ incremental summaries == rebuild
+
+    def _summaries_incremental_and_rebuilt(self, store: Store) -> tuple[list, list]:
+        live = store.dump()["scenario_summaries"]
+        store.recompute_summaries()
+        return live, store.dump()["scenario_summaries"]
+
+    def test_a_regraded_and_a_duplicated_trial_move_the_summary_as_a_rebuild_does(
+        self, store: Store
+    ) -> None:
+        first = [f.verdict(f"t{i}", "passed", when=i) for i in range(4)]
+        store.apply_many(first)
+        store.apply_many([first[1], first[1]])  # duplicated, in one batch and again
+        store.apply(first[1])
+        regrade = f.verdict("t2", "failed", k=5, version="v2", when=10)
+        store.apply_many([regrade, first[2]])  # re-graded, then a stale copy of the old grade
+        store.apply(regrade)  # and the re-grade duplicated
+        live, rebuilt = self._summaries_incremental_and_rebuilt(store)
+        assert live == rebuilt
+        (s,) = store.summaries("run-1")
+        # Counted by hand: t0, t1, t3 passed, t2 failed; k from the newest verdict (t2's).
+        assert (s.n, s.passed, s.failed, s.errors, s.k) == (4, 3, 1, 0, 5)
+        assert (s.pass_at_k, s.pass_hat_k, s.scenario_passed) == (None, None, False)  # n < k
+
+    def test_a_trial_moving_away_takes_its_count_and_its_k_with_it(self, store: Store) -> None:
+        store.apply_many([f.verdict("a", "passed", k=2, when=1),
+                          f.verdict("b", "failed", k=4, scenario_id="typo", when=2)])
+        store.apply(f.verdict("c", "error", k=3, when=3))  # newest of billing: k 3
+        store.apply(f.verdict("c", "passed", k=3, scenario_id="typo", when=4))  # c moves out
+        live, rebuilt = self._summaries_incremental_and_rebuilt(store)
+        assert live == rebuilt
+        by_scenario = {s.scenario_id: (s.n, s.passed, s.failed, s.errors, s.k)
+                       for s in store.summaries("run-1")}
+        assert by_scenario == {"billing": (1, 1, 0, 0, 2), "typo": (2, 1, 1, 0, 3)}
+        store.apply(f.verdict("a", "passed", k=2, scenario_id="typo", when=5))  # billing empties
+        assert [s.scenario_id for s in store.summaries("run-1")] == ["typo"]
+
+    def test_any_order_and_batching_of_regrades_and_repeats_agrees_with_a_rebuild(
+        self, store: Store
+    ) -> None:
+        rng = random.Random(11)
+        events = []
+        for i in range(60):
+            trial = f"t{rng.randrange(15)}"
+            events.append(f.verdict(
+                trial, rng.choice(["passed", "failed", "error"]), k=rng.choice([1, 3]),
+                scenario_id=rng.choice(["billing", "triage"]), run_id=rng.choice(["r1", "r2"]),
+                version=f"v{i}", when=rng.randrange(20)))
+        events += events[:10]  # redelivered
+        rng.shuffle(events)
+        at = 0
+        while at < len(events):
+            size = rng.randrange(1, 9)
+            store.apply_many(events[at:at + size])
+            at += size
+        live, rebuilt = self._summaries_incremental_and_rebuilt(store)
+        assert live == rebuilt
+        # And both equal the pure recomputation over the stored trial rows.
+        for run in ("r1", "r2"):
+            rows = store.trials(run)
+            expected = {sid: summarize(run, sid, rows).model_dump(mode="json")
+                        for sid in {r.scenario_id for r in rows}}
+            assert {s.scenario_id: s.model_dump(mode="json") for s in store.summaries(run)} \
+                == expected

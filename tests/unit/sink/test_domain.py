@@ -6,8 +6,10 @@ import pytest
 
 from schemas.events import Label
 from services.sink.domain import (
+    Counted,
     GateRecord,
     JudgeRecord,
+    SummaryDeltas,
     TranscriptRecord,
     TrialRecord,
     as_utc,
@@ -105,3 +107,34 @@ def test_the_latest_verdict_sets_k() -> None:
 def test_a_summary_needs_trials() -> None:
     with pytest.raises(ValueError):
         summarize("run-1", "billing", [])
+
+
+# ------------------------------------------------------------ incremental summary deltas
+
+
+def _row(trial_id: str, outcome: str, when: float, scenario_id: str = "billing"):
+    return trial_record(f.verdict(trial_id, outcome, scenario_id=scenario_id, when=when))
+
+
+def test_a_new_trial_adds_one_count_and_a_duplicate_adds_none() -> None:
+    deltas = SummaryDeltas()
+    assert deltas.apply(_row("t1", "passed", 1))
+    assert deltas.apply(_row("t1", "passed", 1))  # redelivered: same version, replaces itself
+    assert deltas.counts == {("run-1", "billing"): {"passed": 1, "failed": 0, "error": 0}}
+
+
+def test_a_regrade_moves_one_count_and_a_stale_copy_moves_none() -> None:
+    stored = Counted(("run-1", "billing"), "failed", _row("t1", "failed", 1).verdict_at)
+    deltas = SummaryDeltas(known={"t1": stored})
+    assert deltas.apply(_row("t1", "passed", 2))
+    assert not deltas.apply(_row("t1", "error", 1.5))  # older than what replaced it
+    assert deltas.counts == {("run-1", "billing"): {"passed": 1, "failed": -1, "error": 0}}
+
+
+def test_a_regrade_into_another_scenario_moves_the_count_across() -> None:
+    deltas = SummaryDeltas()
+    deltas.apply(_row("t1", "passed", 1, scenario_id="typo"))
+    deltas.apply(_row("t1", "passed", 2, scenario_id="billing"))
+    assert deltas.counts[("run-1", "typo")]["passed"] == 0
+    assert deltas.counts[("run-1", "billing")]["passed"] == 1
+    assert deltas.homes() == [("run-1", "billing"), ("run-1", "typo")]

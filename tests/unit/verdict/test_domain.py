@@ -178,3 +178,37 @@ def test_advisory_judges_are_recorded_and_never_fail_nor_error_a_trial() -> None
     alone = domain.assemble(collect(*events), SC, missing=[], waited_s=0,
                             policy=GatingPolicy(), book=CalibrationBook())
     assert alone.outcome == "passed" and alone.gating_judges == []
+
+
+# ------------------------------------------------------------------ deadline ticks
+TIMING = domain.Timing(judge_wait_s=300.0, gate_wait_s=120.0, retention_s=86_400.0)
+
+
+def test_a_tick_before_the_deadline_waits() -> None:
+    state = collect(gate_result("exit", True, version=V), gate_result("state", True, version=V))
+    # both gates in at 0: the judges have until 300
+    assert domain.on_tick(state, 299.9, TIMING, SC).action == "wait"
+
+
+def test_a_tick_at_the_judge_deadline_emits_with_the_missing_judges_as_errors() -> None:
+    state = collect(gate_result("exit", True, version=V), gate_result("state", True, version=V),
+                    judge_verdict(GATING[0], "passed", version=V))
+    decision = domain.on_tick(state, 300.0, TIMING, SC)
+    assert (decision.action, decision.missing, decision.waited_s) == (
+        "emit", [f"judge:{GATING[1]}"], 300.0)
+
+
+def test_without_both_gates_the_wait_is_for_the_gates_and_then_the_judges() -> None:
+    state = collect(judge_verdict(GATING[0], "passed", version=V))
+    assert domain.on_tick(state, 419.0, TIMING, SC).action == "wait"
+    decision = domain.on_tick(state, 420.0, TIMING, SC)
+    assert (decision.action, decision.waited_s) == ("emit", 420.0)
+    assert decision.missing == ["gate:exit", "gate:state"]
+
+
+def test_an_emitted_trial_is_remembered_for_the_retention_then_forgotten() -> None:
+    state = collect(*all_checks())
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0.0, **EVERY_JUDGE_GATES)
+    done = domain.emitted(state, verdict, now=1_000.0)
+    assert domain.on_tick(done, 1_000.0 + 86_399.0, TIMING, SC).action == "wait"
+    assert domain.on_tick(done, 1_000.0 + 86_400.0, TIMING, SC).action == "forget"
