@@ -217,6 +217,7 @@ def raw_round_trip(traffic: Path, trials: int, bootstrap: str, work: Path) -> fl
 def in_process(traffic: Path, trials: int, work: Path) -> float:
     """One loop over the JSONL through the processors' domain functions, into SQLite."""
     from schemas.events import ConversationFinished, SessionPersisted
+    from services.common.calibration import CalibrationBook, GatingPolicy
     from services.gate import domain as gate
     from services.gate.gates import gates_for
     from services.judge import domain as judge
@@ -243,7 +244,9 @@ def in_process(traffic: Path, trials: int, work: Path) -> float:
             state = verdict.on_judge_verdict(state, event, time.time())
         scenario = scenarios[state.scenario_id]
         if not verdict.missing_checks(state, scenario):
-            made = verdict.assemble(state, scenario, missing=[], waited_s=0.0)
+            # the bench's judges are deterministic (regex), which gate without calibration
+            made = verdict.assemble(state, scenario, missing=[], waited_s=0.0,
+                                    policy=GatingPolicy(), book=CalibrationBook())
             batch.append(made)
             state = verdict.emitted(state, made, time.time())
         states[event.trial_id] = state
