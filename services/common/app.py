@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -67,6 +68,25 @@ def raw_inputs(app: faust.App, *topics: Topic, settings: Settings | None = None)
     )
 
 
+BROKER_WATCH_S = 5.0
+
+
+async def broker_reachable(bootstrap: str, timeout: float = 3.0) -> None:
+    """Raises OSError unless some bootstrap address accepts a TCP connection."""
+    last: OSError = OSError(f"no bootstrap address in {bootstrap!r}")
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        except (OSError, TimeoutError, ValueError) as exc:
+            last = exc if isinstance(exc, OSError) else OSError(str(exc) or "timed out")
+            continue
+        writer.close()
+        return
+    raise last
+
+
 def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None):  # type: ignore[no-untyped-def]
     """What every worker runs beside its agents: /metrics when a port is set, and the
     scenario catalog's consumer closed on shutdown."""
@@ -76,6 +96,21 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
         from services.common.metrics import serve_metrics
 
         serve_metrics(settings.metrics_port)
+
+    from services.common.outage import BROKER, Dependency
+
+    # Faust's own clients reconnect by themselves; this only makes an outage visible
+    # (passk_degraded, the health file) in every worker, not only those with timers.
+    broker = Dependency(BROKER, f"{app.conf.id}: connecting", max_backoff_s=5.0)
+
+    @app.timer(interval=BROKER_WATCH_S)
+    async def watch_broker() -> None:
+        try:
+            await broker_reachable(settings.kafka_bootstrap_servers)
+        except OSError as exc:
+            broker.failed("connect", exc)
+        else:
+            broker.succeeded()
 
     if catalog is not None:
 

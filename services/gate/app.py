@@ -14,13 +14,14 @@ from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.settings import get_settings
 from services.common.ticks import Deadlines, table_value
-from services.common.topics import Topic, topic_name
+from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
 from services.gate import domain
 from services.gate.gates import gates_for
 from services.gate.metrics import GateMetrics
 from services.scenarios.catalog import ScenarioCatalog
 
 PROCESSOR = "gate"
+SCENARIO_GRACE_S = 3.0
 log = logging.getLogger(__name__)
 settings = get_settings()
 app = make_app(PROCESSOR, settings)
@@ -34,9 +35,7 @@ timing = domain.Timing(
 conversation_topic = topic_name(Topic.CONVERSATION_FINISHED, settings)
 session_topic = topic_name(Topic.SESSION_PERSISTED, settings)
 tick_topic = topic_name(Topic.GATE_TICKS, settings)
-inputs = raw_inputs(
-    app, Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED, Topic.GATE_TICKS, settings=settings
-)
+inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.GATE_TICKS, settings=settings)
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
@@ -45,7 +44,7 @@ reject = DeadLetters(app, PROCESSOR, settings)
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
 joins = app.Table("gate-joins", default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
-deadlines = Deadlines(app, joins, ticks, settings)
+deadlines = Deadlines(app, joins, ticks, settings, inputs=(conversation_topic, session_topic))
 clock = deadlines.clock
 run_alongside(app, settings, catalog)
 metrics = GateMetrics()
@@ -118,7 +117,9 @@ async def handle(event: faust.types.EventT) -> None:
                    max_depth=settings.max_json_depth)
         if isinstance(conv, Rejection):
             return await reject(event, conv)
-        scenario = catalog.get(conv.scenario_id)
+        # A scenario published moments before its traffic may not have been read yet.
+        scenario = catalog.get(conv.scenario_id) or await catalog.wait_for(
+            conv.scenario_id, timeout=SCENARIO_GRACE_S)
         if scenario is None:
             return await reject(event, _unknown_scenario(conv.scenario_id))
         key = conv.session_id

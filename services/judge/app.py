@@ -15,14 +15,16 @@ import asyncio
 import logging
 
 import faust
+from sqlalchemy.exc import SQLAlchemyError
 
 from schemas.events import ConversationFinished
 from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
 from services.common.db import engine_for
 from services.common.metrics import common_metrics
+from services.common.outage import STORE, Dependency
 from services.common.settings import Settings, get_settings
-from services.common.topics import Topic
+from services.common.topics import PROCESSOR_INPUTS, Topic
 from services.judge.cache import VerdictCache
 from services.judge.client import JudgeClient, RetryPolicy
 from services.judge.grading import Grader
@@ -36,7 +38,8 @@ settings = get_settings()
 app = make_app(PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- topics
-conversations = raw_topic(app, Topic.CONVERSATION_FINISHED, settings)
+(conversations_in,) = PROCESSOR_INPUTS[PROCESSOR]
+conversations = raw_topic(app, conversations_in, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 
@@ -68,13 +71,16 @@ def build_grader(settings: Settings, metrics: JudgeMetrics | None) -> Grader:
 
 _grader: Grader | None = None
 _grader_lock = asyncio.Lock()
+_store = Dependency(STORE, "judge: creating the verdict cache")
 
 
 async def grader() -> Grader:
     global _grader
     async with _grader_lock:
-        if _grader is None:
-            _grader = await asyncio.to_thread(build_grader, settings, metrics)
+        if _grader is None:  # creating the cache table needs the store: wait for it
+            _grader = await _store.call(
+                "create_cache", lambda: asyncio.to_thread(build_grader, settings, metrics),
+                retry_on=(SQLAlchemyError,))
     return _grader
 
 

@@ -16,6 +16,7 @@ from schemas.events import ConversationFinished, GateResult, JudgeVerdict, Trial
 from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode
 from services.common.metrics import common_metrics
+from services.common.outage import STORE, Dependency
 from services.common.settings import get_settings
 from services.common.topics import Topic
 from services.sink import domain
@@ -27,7 +28,7 @@ settings = get_settings()
 app = make_app(PROCESSOR, settings)
 store = Store(settings.database_url)
 common = common_metrics()
-MAX_BACKOFF_S = 30.0
+database = Dependency(STORE, "sink: writing the projection")
 
 # --------------------------------------------------------------------------- topics
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
@@ -40,18 +41,14 @@ run_alongside(app, settings)
 
 async def _write(record: domain.SinkEvent) -> Rejection | None:
     """Store one event. A database that is down or locked is waited for (the partition
-    waits with it, so nothing is skipped); a row the database refuses is rejected."""
-    backoff = 0.5
-    while True:
-        try:
-            await asyncio.to_thread(store.apply, record)
-            return None
-        except (DataError, IntegrityError) as exc:
-            return Rejection("unwritable", str(exc.orig or exc)[:1000])
-        except (OperationalError, InterfaceError) as exc:
-            log.warning("sink: database unavailable (%s); retrying in %.1fs", exc, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+    waits with it, so nothing is skipped; logged once per outage, every failed try
+    counted); a row the database refuses is rejected."""
+    try:
+        await database.call("write", lambda: asyncio.to_thread(store.apply, record),
+                            retry_on=(OperationalError, InterfaceError))
+    except (DataError, IntegrityError) as exc:
+        return Rejection("unwritable", str(exc.orig or exc)[:1000])
+    return None
 
 
 async def sink(event: faust.types.EventT, model: type[BaseModel]) -> None:

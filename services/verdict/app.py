@@ -16,12 +16,13 @@ from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.settings import get_settings
 from services.common.ticks import Deadlines, table_value
-from services.common.topics import Topic, topic_name
+from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
 from services.scenarios.catalog import ScenarioCatalog
 from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
 
 PROCESSOR = "verdict"
+SCENARIO_GRACE_S = 3.0  # a scenario version published moments ago may not be read yet
 log = logging.getLogger(__name__)
 settings = get_settings()
 app = make_app(PROCESSOR, settings)
@@ -35,9 +36,7 @@ timing = domain.Timing(
 gate_topic = topic_name(Topic.GATE_RESULTS, settings)
 judge_topic = topic_name(Topic.JUDGE_VERDICTS, settings)
 tick_topic = topic_name(Topic.VERDICT_TICKS, settings)
-inputs = raw_inputs(
-    app, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS, Topic.VERDICT_TICKS, settings=settings
-)
+inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.VERDICT_TICKS, settings=settings)
 ticks = raw_topic(app, Topic.VERDICT_TICKS, settings)
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
@@ -45,7 +44,7 @@ reject = DeadLetters(app, PROCESSOR, settings)
 # --------------------------------------------------------------------------- tables
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
-deadlines = Deadlines(app, trials, ticks, settings)
+deadlines = Deadlines(app, trials, ticks, settings, inputs=(gate_topic, judge_topic))
 clock = deadlines.clock
 run_alongside(app, settings, catalog)
 metrics = VerdictMetrics()
@@ -128,7 +127,9 @@ async def handle(event: faust.types.EventT) -> None:
                    max_depth=settings.max_json_depth)
     if isinstance(result, Rejection):
         return await reject(event, result)
-    if catalog.get(result.scenario_id, result.scenario_version) is None:
+    if catalog.get(result.scenario_id, result.scenario_version) is None and (
+            await catalog.wait_for(result.scenario_id, result.scenario_version,
+                                   timeout=SCENARIO_GRACE_S) is None):
         return await reject(event, Rejection(
             "unknown_scenario",
             f"scenario {result.scenario_id!r} version {result.scenario_version!r} is unknown"))
