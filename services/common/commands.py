@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         log_dir: Path = typer.Option(..., help="the workers' and supervisord's logs"),
         metrics_base: int = typer.Option(9464, help="worker i serves /metrics on base+i"),
         standin_port: int = typer.Option(0, help="also supervise the judge stand-in on this port"),
+        only: str = typer.Option("", help="comma-separated workers (default: every worker)"),
     ) -> None:
         """Write supervisord's configuration for every worker in services.cli.WORKERS."""
         from services.cli import WORKERS
@@ -46,7 +47,12 @@ def register(app: typer.Typer) -> None:
         )
 
         passk = passk_executable()
-        programs = worker_programs(WORKERS, passk, metrics_base)
+        chosen = [w.strip() for w in only.split(",") if w.strip()]
+        if unknown := set(chosen) - set(WORKERS):
+            raise typer.BadParameter(f"unknown workers: {', '.join(sorted(unknown))}")
+        # ports stay base + index in WORKERS whichever are chosen
+        programs = [p for p in worker_programs(WORKERS, passk, metrics_base)
+                    if not chosen or p.name in chosen]
         if standin_port:
             programs.insert(0, Program("judge-standin", f"{passk} judge-standin --host "
                                        f"127.0.0.1 --port {standin_port}", {}))

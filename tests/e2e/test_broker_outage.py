@@ -26,6 +26,7 @@ from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 pytestmark = pytest.mark.e2e
 SCENARIOS = ROOT / "examples" / "scenarios"
 OUTAGE_S = 20.0
+REPLAY_GRACE_S = 45.0  # after the broker is back, for the paced replay to finish
 
 
 class OwnBroker:
@@ -84,9 +85,10 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
             PASSK_TOPIC_PREFIX=new_prefix(),
             PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
             PASSK_DATA_DIR=str(tmp_path / "data"),
-            # longer than the outage: a session delayed by it is still in time
-            PASSK_SESSION_WAIT_S=60,
-            PASSK_JUDGE_WAIT_S=120,
+            # longer than the outage and a re-sent replay: a session delayed by them is
+            # still in time (deadlines run on broker time, which the outage does not stop)
+            PASSK_SESSION_WAIT_S=180,
+            PASSK_JUDGE_WAIT_S=180,
         )
         create_topics(settings)
         standin = free_port()
@@ -108,7 +110,7 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
         gen = pipeline.passk(
             "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id,
             "--out", str(traffic), "--expected", str(expected_file),
-            "--trials", "30", "--seed", "7", "--default-pass-prob", "0.8",
+            "--trials", "20", "--seed", "7", "--default-pass-prob", "0.8",
         )
         assert gen.returncode == 0, gen.stderr
         total = len(json.loads(expected_file.read_text())["trials"])
@@ -132,9 +134,17 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
             time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - killed_at)))  # the outage
             dead = {n: p.returncode for n, p in pipeline.procs.items() if p.poll() is not None}
             assert not dead, f"workers died during the outage: {dead}"
-            broker.up()  # the same data directory; nothing else is touched
-            out = replay.communicate(timeout=600)[0]
-            assert replay.returncode == 0, out.decode(errors="replace")[-3000:]
+            broker.up()  # the same data directory; no worker is touched
+            try:
+                out = replay.communicate(timeout=REPLAY_GRACE_S)[0]
+                assert replay.returncode == 0, out.decode(errors="replace")[-3000:]
+            except subprocess.TimeoutExpired:
+                # kafka-python's producer (the harness, not a worker) can hang in flush
+                # after the broker it wrote to was SIGKILLed; send the file again, as an
+                # operator would: every event has a fixed id and the pipeline drops repeats.
+                replay.kill()
+                again = pipeline.passk("replay", str(traffic))
+                assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
         finally:
             if replay.poll() is None:
                 replay.kill()
