@@ -71,6 +71,25 @@ def raw_inputs(app: faust.App, *topics: Topic, settings: Settings | None = None)
 BROKER_WATCH_S = 5.0
 
 
+class Delivery:
+    """Sending an agent's outputs so that an outage longer than the producer's own retry
+    budget (Faust's producer_request_timeout) delays them instead of crashing the agent:
+    a send that fails is sent again after a backoff, with the same event id (consumers
+    drop repeats). The record being handled is not acked meanwhile."""
+
+    def __init__(self, processor: str) -> None:
+        from services.common.outage import BROKER, Dependency
+
+        self.broker = Dependency(BROKER, f"{processor}: delivering outputs")
+
+    async def __call__(self, topic: faust.TopicT, key: bytes | None, value: bytes) -> None:
+        async def send() -> None:
+            fut = await topic.send(key=key, value=value)
+            await fut
+
+        await self.broker.call("send", send)
+
+
 async def broker_reachable(bootstrap: str, timeout: float = 3.0) -> None:
     """Raises OSError unless some bootstrap address accepts a TCP connection."""
     last: OSError = OSError(f"no bootstrap address in {bootstrap!r}")
@@ -141,6 +160,7 @@ class DeadLetters:
     def __init__(self, app: faust.App, processor: str, settings: Settings | None = None):
         self.topic = raw_topic(app, Topic.DEAD_LETTERS, settings)
         self.processor = processor
+        self.deliver = Delivery(processor)
 
     async def __call__(self, event: faust.types.EventT, rejection: Rejection) -> None:
         from services.common.codec import encode
@@ -157,8 +177,8 @@ class DeadLetters:
             value=message.value,
             rejection=rejection,
         )
-        fut = await self.topic.send(key=message.key, value=encode(record))
-        await fut  # delivered before the offending message is acked
+        # delivered before the offending message is acked
+        await self.deliver(self.topic, message.key, encode(record))
         metrics = common_metrics()
         metrics.dead_letters.labels(message.topic, rejection.reason).inc()
         metrics.events.labels(self.processor, "rejected").inc()

@@ -9,7 +9,14 @@ import time
 import faust
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
+from services.common.app import (
+    DeadLetters,
+    Delivery,
+    make_app,
+    raw_inputs,
+    raw_topic,
+    run_alongside,
+)
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.settings import get_settings
@@ -39,6 +46,7 @@ inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.GATE_TICKS, setting
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
+deliver = Delivery(PROCESSOR)
 
 # --------------------------------------------------------------------------- tables
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
@@ -81,8 +89,7 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     # Publish before recording the trial as graded: a crash in between re-grades it and
     # re-publishes the same event ids, which consumers drop; the reverse would lose it.
     for result in results:
-        fut = await gate_results.send(key=conv.trial_id.encode(), value=encode(result))
-        await fut
+        await deliver(gate_results, conv.trial_id.encode(), encode(result))
     for result in results:
         metrics.gate_results.labels(result.gate, "passed" if result.passed else "failed").inc()
     if grade.session is None and scenario.has_state_gate:

@@ -18,7 +18,7 @@ import faust
 from sqlalchemy.exc import SQLAlchemyError
 
 from schemas.events import ConversationFinished
-from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
+from services.common.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
 from services.common.db import engine_for
 from services.common.metrics import common_metrics
@@ -42,6 +42,7 @@ app = make_app(PROCESSOR, settings)
 conversations = raw_topic(app, conversations_in, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
+deliver = Delivery(PROCESSOR)
 
 catalog = ScenarioCatalog(settings)
 run_alongside(app, settings, catalog)
@@ -112,8 +113,6 @@ async def handle(event: faust.types.EventT) -> None:
     verdicts = await (await grader()).grade(trial, scenario)
     # Wait for delivery before the event is acked: a crash in between re-grades the trial
     # (the cache answers) and re-sends the same event ids, which consumers drop.
-    sent = [
-        await judge_verdicts.send(key=trial.trial_id.encode(), value=encode(v)) for v in verdicts
-    ]
-    await asyncio.gather(*sent)
+    await asyncio.gather(*(deliver(judge_verdicts, trial.trial_id.encode(), encode(v))
+                           for v in verdicts))
     common.events.labels(PROCESSOR, "graded").inc()

@@ -11,7 +11,14 @@ import faust
 
 from schemas.events import GateResult, JudgeVerdict
 from schemas.scenario import Scenario
-from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
+from services.common.app import (
+    DeadLetters,
+    Delivery,
+    make_app,
+    raw_inputs,
+    raw_topic,
+    run_alongside,
+)
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.settings import get_settings
@@ -40,6 +47,7 @@ inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.VERDICT_TICKS, sett
 ticks = raw_topic(app, Topic.VERDICT_TICKS, settings)
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
+deliver = Delivery(PROCESSOR)
 
 # --------------------------------------------------------------------------- tables
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
@@ -76,8 +84,7 @@ async def _emit(state: domain.TrialState, missing: list[str], waited_s: float) -
     verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s)
     # Publish before remembering it as emitted: a crash in between re-emits the same
     # event id (dropped downstream); the reverse order could lose the verdict.
-    fut = await trial_verdicts.send(key=state.trial_id.encode(), value=encode(verdict))
-    await fut
+    await deliver(trial_verdicts, state.trial_id.encode(), encode(verdict))
     metrics.trials.labels(verdict.scenario_id, verdict.outcome).inc()
     if verdict.finished_at is not None:
         latency = (datetime.now(UTC) - verdict.finished_at).total_seconds()
