@@ -53,7 +53,9 @@ def test_the_scenarios_topic_is_compacted(settings: Settings) -> None:
     assert described["topic"][name]["cleanup.policy"]["value"] == "compact"
 
 
-def test_publishing_the_examples_lands_every_scenario_keyed_by_id_and_version(settings: Settings) -> None:
+def test_publishing_the_examples_lands_every_scenario_keyed_by_id_and_version(
+    settings: Settings,
+) -> None:
     done = passk(settings, "scenarios", "publish", str(EXAMPLES))
     assert done.returncode == 0, done.stdout + done.stderr
     for scenario_id in EXAMPLE_IDS:
