@@ -140,13 +140,16 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
             assert not dead, f"workers died during the outage: {dead}"
             broker.up()  # the same data directory; no worker is touched
             try:
-                out = replay.communicate(timeout=REPLAY_GRACE_S)[0]
-                assert replay.returncode == 0, out.decode(errors="replace")[-3000:]
+                replay.communicate(timeout=REPLAY_GRACE_S)
             except subprocess.TimeoutExpired:
-                # kafka-python's producer (the harness, not a worker) can hang in flush
-                # after the broker it wrote to was SIGKILLed; send the file again, as an
-                # operator would: every event has a fixed id and the pipeline drops repeats.
                 replay.kill()
+                replay.wait(30)
+            if replay.returncode != 0:
+                # The harness, not a worker: `passk replay` gives up on what the broker has
+                # not acknowledged within its flush timeout (60 s), and kafka-python's
+                # producer can hang after its broker was SIGKILLed. Send the file again, as
+                # an operator would: events have fixed ids and the pipeline drops repeats.
+                print(f"replay exited {replay.returncode} across the outage; sending again")
                 again = pipeline.passk("replay", str(traffic))
                 assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
         finally:
