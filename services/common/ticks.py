@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -56,29 +55,34 @@ class DeadlineTicker:
 class StreamClock:
     """The time a deadline is measured on: how far the log has been read, not the wall.
 
-    Every few seconds the worker asks the broker for the end of each input partition
-    (a *probe*, stamped with the wall time it was asked at). Once everything up to that
-    end has been read, the partition's time is at least the probe's time; behind (just
-    restarted with a backlog), it is the newest broker timestamp read so far. A deadline
-    on a key therefore fires only once everything written to its partitions before the
+    Caught up on a partition, its time is the wall clock. Behind (say, just restarted with
+    a backlog), its time is the newest broker timestamp read from it so far. A deadline on
+    a key therefore fires only once everything written to its partitions before the
     deadline has been read: a worker that was down does not fail trials whose answer is
-    sitting in its backlog, and while the broker is unreachable no probe succeeds, so
-    time stands still instead of running out on records the worker cannot fetch.
+    sitting in its backlog.
 
-    Read means: the last offset this worker processed; or, on a partition it has read
-    nothing from since it started, the group's committed offset (everything before it was
-    processed before the restart). Records delivered while their partition still awaits
-    the seek of a rebalance were fetched before it and are read again in order: they do
-    not count (see faust_fixes).
+    Caught up means: the last offset this worker processed is the last one written; or,
+    on a partition it has read nothing from since it started, that the group's committed
+    offset has reached the end (everything there was processed before the restart).
+
+    Both are only as fresh as the last answer from the broker. While it does not answer
+    (an outage), the wall clock is not trusted past the last successful offset read plus
+    one interval: time stands still instead of running out on records the worker cannot
+    fetch. Records delivered while their partition still awaits the seek of a rebalance
+    were fetched before it and are read again in order: they are not counted as read.
     """
 
-    KEPT_PROBES = 64
-
-    def __init__(self, awaiting_seek: Callable[[str, int], bool] = lambda t, p: False) -> None:
+    def __init__(self, highwater: Callable[[str, int], int | None],
+                 wall: Callable[[], float] = time.time,
+                 awaiting_seek: Callable[[str, int], bool] = lambda t, p: False,
+                 trusted_for_s: float = 2 * PROBE_INTERVAL_S) -> None:
+        self._highwater = highwater
+        self._wall = wall
         self._awaiting_seek = awaiting_seek
+        self._trusted_for_s = trusted_for_s
         self._read: dict[tuple[str, int], tuple[int, float]] = {}  # last offset, newest ts
         self._committed: dict[tuple[str, int], int] = {}
-        self._probes: dict[tuple[str, int], deque[tuple[int, float]]] = {}  # (end, asked at)
+        self._broker_seen_at: float | None = None
 
     def observe(self, topic: str, partition: int, offset: int, timestamp: float | None) -> None:
         if self._awaiting_seek(topic, partition):
@@ -86,25 +90,37 @@ class StreamClock:
         _, newest = self._read.get((topic, partition), (-1, 0.0))
         self._read[(topic, partition)] = (offset, max(newest, timestamp or 0.0))
 
-    def set_committed(self, committed: dict[tuple[str, int], int]) -> None:
+    def set_committed(self, committed: dict[tuple[str, int], int], at: float | None = None) -> None:
+        """The group's committed offsets, read from the broker at wall time `at`."""
         self._committed = committed
-
-    def probed(self, ends: dict[tuple[str, int], int], at: float) -> None:
-        """The broker said at wall time `at` that these partitions end at these offsets."""
-        for tp, end in ends.items():
-            self._probes.setdefault(tp, deque(maxlen=self.KEPT_PROBES)).append((end, at))
+        self._broker_seen_at = at if at is not None else self._wall()
 
     def now(self, topic: str, partition: int) -> float:
         last_offset, newest = self._read.get((topic, partition), (-1, 0.0))
-        done = last_offset + 1 if last_offset >= 0 else self._committed.get((topic, partition), 0)
-        for end, at in reversed(self._probes.get((topic, partition), ())):
-            if done >= end:  # the newest probe whose end has been read
-                return max(newest, at)
+        try:
+            highwater = self._highwater(topic, partition)
+        except Exception:  # not assigned, or no fetch yet: nothing proves we are caught up
+            highwater = None
+        if highwater is not None:
+            done = last_offset + 1 if last_offset >= 0 else self._committed.get(
+                (topic, partition), 0 if highwater == 0 else -1)
+            if done >= highwater:
+                wall = self._wall()
+                if self._broker_seen_at is None:
+                    return wall
+                return min(wall, self._broker_seen_at + self._trusted_for_s)
         return newest
 
     def now_for(self, topics: Iterable[str], partition: int) -> float:
         """The slowest of several co-partitioned inputs."""
         return min(self.now(topic, partition) for topic in topics)
+
+
+def faust_highwater(app: faust.App) -> Callable[[str, int], int | None]:
+    def highwater(topic: str, partition: int) -> int | None:
+        return app.consumer.highwater(TP(topic, partition))  # type: ignore[no-any-return]
+
+    return highwater
 
 
 def faust_awaiting_seek(app: faust.App) -> Callable[[str, int], bool]:
@@ -115,26 +131,18 @@ def faust_awaiting_seek(app: faust.App) -> Callable[[str, int], bool]:
     return awaiting
 
 
-def probe_offsets(settings: Settings, group: str, topics: Iterable[str]
-                  ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
-    """(end offsets of the topics' partitions, the group's committed offsets), read with
-    kafka-python (call it off the event loop). Raises when the broker does not answer."""
-    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+def committed_offsets(settings: Settings, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, read with kafka-python (call it off the event loop).
+    Raises when the broker does not answer within a few seconds."""
+    from kafka import KafkaAdminClient
 
-    timeouts = {"request_timeout_ms": 10_000, "bootstrap_timeout_ms": 5_000}
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers, **timeouts)
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers,
+                             request_timeout_ms=10_000, bootstrap_timeout_ms=5_000)
     try:
         offsets = admin.list_group_offsets({group: None}).get(group) or {}
-        committed = {(tp.topic, tp.partition): om.offset for tp, om in offsets.items()}
+        return {(tp.topic, tp.partition): om.offset for tp, om in offsets.items()}
     finally:
         admin.close()
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, **timeouts)
-    try:
-        tps = [TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or ()]
-        ends = consumer.end_offsets(tps) if tps else {}
-    finally:
-        consumer.close()
-    return {(tp.topic, tp.partition): end for tp, end in ends.items()}, committed
 
 
 class Deadlines:
@@ -142,9 +150,9 @@ class Deadlines:
     own tick topic, and a stream clock tells the agent what time it is on a partition."""
 
     def __init__(self, app: faust.App, table: faust.types.TableT, ticks: faust.TopicT,
-                 settings: Settings, inputs: tuple[str, ...]) -> None:
+                 settings: Settings) -> None:
         self.ticker = DeadlineTicker(table, ticks)
-        self.clock = StreamClock(faust_awaiting_seek(app))
+        self.clock = StreamClock(faust_highwater(app), awaiting_seek=faust_awaiting_seek(app))
         # A timer that raises crashes the whole Faust app: each one survives a broker
         # outage by counting it, backing off, and trying again (see outage.Dependency).
         self.ticking = Dependency(BROKER, f"{app.conf.id}: sending deadline ticks")
@@ -167,11 +175,9 @@ class Deadlines:
                 return
             at = time.time()
             try:
-                ends, committed = await asyncio.to_thread(
-                    probe_offsets, settings, app.conf.id, inputs)
+                offsets = await asyncio.to_thread(committed_offsets, settings, app.conf.id)
             except Exception as exc:
                 self.probing.failed("read_offsets", exc)
                 return
             self.probing.succeeded()
-            self.clock.set_committed(committed)
-            self.clock.probed(ends, at)
+            self.clock.set_committed(offsets, at)

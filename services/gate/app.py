@@ -52,7 +52,7 @@ deliver = Delivery(PROCESSOR)
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
 joins = app.Table("gate-joins", default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
-deadlines = Deadlines(app, joins, ticks, settings, inputs=(conversation_topic, session_topic))
+deadlines = Deadlines(app, joins, ticks, settings)
 clock = deadlines.clock
 run_alongside(app, settings, catalog)
 metrics = GateMetrics()

@@ -52,7 +52,7 @@ deliver = Delivery(PROCESSOR)
 # --------------------------------------------------------------------------- tables
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
-deadlines = Deadlines(app, trials, ticks, settings, inputs=(gate_topic, judge_topic))
+deadlines = Deadlines(app, trials, ticks, settings)
 clock = deadlines.clock
 run_alongside(app, settings, catalog)
 metrics = VerdictMetrics()
