@@ -67,6 +67,11 @@ def worker(
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
     # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
     create_topics()
+    from services.common.outage import health, health_path
+
+    # Counted per start, so `passk status` shows how often a supervisor restarted it.
+    health().path = health_path(get_settings().data_dir, service)
+    health().started(service)
     module = importlib.import_module(f"services.{service}.app")
     level = loglevel or get_settings().log_level
     sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]

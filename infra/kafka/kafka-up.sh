@@ -44,8 +44,8 @@ fi
 
 nohup java "${java_opts[@]}" -cp "$cp_" kafka.Kafka "$props" >"$data/logs/stdout.log" 2>&1 &
 echo $! > "$data/kafka.pid"
-if ! ready 90; then
-  echo "kafka: broker did not answer within 90 s; see $data/logs/" >&2
+if ! ready "${PASSK_KAFKA_READY_S:-90}"; then
+  echo "kafka: broker did not answer within ${PASSK_KAFKA_READY_S:-90} s; see $data/logs/" >&2
   tail -n 30 "$data/logs/server.log" >&2 || true
   exit 1
 fi

@@ -1,10 +1,29 @@
 #!/usr/bin/env bash
-# Stop every process `make up` started (by pid, whole process group), then the broker
+# Stop what `make up` started: the hooks' services, supervisord and every worker under it
+# (whole process groups), anything an older `make up` left by pid file, then the broker
 # if kafka-up started it. Leaves nothing of ours running.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-run="$root/var/run"
-for pidfile in "$run"/*.pid; do
+run="$root/var/run"; bin="$root/.venv/bin"
+conf="$run/supervisord.conf"
+
+for hook in "$root"/infra/stack/down.d/*.sh; do
+  [ -e "$hook" ] && bash "$hook"
+done
+
+if [ -f "$run/supervisord.pid" ]; then
+  pid="$(cat "$run/supervisord.pid")"
+  if kill -0 "$pid" 2>/dev/null; then
+    # shutdown stops every program (TERM to its group, KILL after stopwaitsecs), then exits
+    "$bin/supervisorctl" -c "$conf" shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 1 90); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    echo "down: stopped supervisord ($pid) and its workers"
+  fi
+  rm -f "$run/supervisord.pid"
+fi
+
+for pidfile in "$run"/*.pid; do  # from a `make up` before supervisord
   [ -e "$pidfile" ] || continue
   name="$(basename "$pidfile" .pid)"; pid="$(cat "$pidfile")"
   if kill -0 "$pid" 2>/dev/null; then

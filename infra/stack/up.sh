@@ -1,39 +1,45 @@
 #!/usr/bin/env bash
-# Start Kafka (or reuse one that runs), the judge stand-in when no model is configured,
-# and every processor in the background, each with the same environment. Idempotent.
+# Start Kafka (or reuse one that runs) and every worker of services.cli.WORKERS (plus the
+# judge stand-in when no model is configured) under supervisord, which restarts a worker
+# that exits. Idempotent: a running supervisord is reused.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 run="$root/var/run"; logs="$root/var/log"
 mkdir -p "$run" "$logs"
-passk="$root/.venv/bin/passk"
-processors=(gate verdict judge sink aggregate calibration)
-base="${PASSK_METRICS_PORT_BASE:-9464}"  # one /metrics port per processor, from here up
-declare -A metrics_port=([gate]=$base [verdict]=$((base + 1)) [judge]=$((base + 2)) [sink]=$((base + 3)) [aggregate]=$((base + 4))
-                         [calibration]=$((base + 5)))
+bin="$root/.venv/bin"; passk="$bin/passk"
+conf="$run/supervisord.conf"
+base="${PASSK_METRICS_PORT_BASE:-9464}"  # worker i of WORKERS serves /metrics on base + i
 
 bash infra/kafka/kafka-up.sh
 "$passk" topics create >/dev/null
 
-alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
-start() {  # name, command...
-  local name=$1; shift
-  if alive "$name"; then echo "up: $name already running (pid $(cat "$run/$name.pid"))"; return; fi
-  setsid nohup "$@" >>"$logs/$name.log" 2>&1 < /dev/null &
-  echo $! > "$run/$name.pid"
-  echo "up: $name started (pid $!, log var/log/$name.log)"
-}
-
+standin_port=0
 if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
   standin_port="${PASSK_STANDIN_PORT:-8400}"
-  start judge-standin "$passk" judge-standin --host 127.0.0.1 --port "$standin_port"
   export OPENAI_BASE_URL="http://127.0.0.1:$standin_port/v1" OPENAI_API_KEY="stand-in"
   echo "up: no model configured; judges use the offline stand-in (not a model) on :$standin_port"
 fi
 
-# Every process gets the same configuration; record it so an operator can see it.
-env | grep -E '^(KAFKA_BOOTSTRAP_SERVERS|PASSK_|OPENAI_BASE_URL)=' | sort > "$run/env" || true
-for p in "${processors[@]}"; do
-  PASSK_METRICS_PORT="${metrics_port[$p]}" start "$p" "$passk" worker "$p"
+# Every process gets the same configuration (supervisord passes its environment on);
+# record it so an operator can see it (never the API key).
+env | grep -E '^(KAFKA_BOOTSTRAP_SERVERS|PASSK_[A-Z0-9_]*|OPENAI_BASE_URL)=' | sort > "$run/env" || true
+
+if "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
+  echo "up: supervisord already running (pid $("$bin/supervisorctl" -c "$conf" pid))"
+else
+  "$passk" supervise config --out "$conf" --log-dir "$logs" --metrics-base "$base" \
+      --standin-port "$standin_port" >/dev/null
+  rm -f "$run"/*.health.json  # restarts are counted from this `make up` on
+  "$bin/supervisord" -c "$conf"
+  echo "up: supervisord started (config var/run/supervisord.conf, logs var/log/)"
+fi
+"$bin/supervisorctl" -c "$conf" status || true
+
+# Hook point: executable scripts in infra/stack/up.d/ run here, in name order, with the
+# same environment (e.g. Prometheus and Alertmanager). down.d/ mirrors it.
+for hook in "$root"/infra/stack/up.d/*.sh; do
+  [ -e "$hook" ] && bash "$hook"
 done
-"$passk" status --wait 120 --processors "$(IFS=,; echo "${processors[*]}")"
+
+"$passk" status --wait 120 --processors "$("$passk" supervise workers)"

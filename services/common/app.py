@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -67,6 +68,44 @@ def raw_inputs(app: faust.App, *topics: Topic, settings: Settings | None = None)
     )
 
 
+BROKER_WATCH_S = 5.0
+
+
+class Delivery:
+    """Sending an agent's outputs so that an outage longer than the producer's own retry
+    budget (Faust's producer_request_timeout) delays them instead of crashing the agent:
+    a send that fails is sent again after a backoff, with the same event id (consumers
+    drop repeats). The record being handled is not acked meanwhile."""
+
+    def __init__(self, processor: str) -> None:
+        from services.common.outage import BROKER, Dependency
+
+        self.broker = Dependency(BROKER, f"{processor}: delivering outputs")
+
+    async def __call__(self, topic: faust.TopicT, key: bytes | None, value: bytes) -> None:
+        async def send() -> None:
+            fut = await topic.send(key=key, value=value)
+            await fut
+
+        await self.broker.call("send", send)
+
+
+async def broker_reachable(bootstrap: str, timeout: float = 3.0) -> None:
+    """Raises OSError unless some bootstrap address accepts a TCP connection."""
+    last: OSError = OSError(f"no bootstrap address in {bootstrap!r}")
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        except (OSError, TimeoutError, ValueError) as exc:
+            last = exc if isinstance(exc, OSError) else OSError(str(exc) or "timed out")
+            continue
+        writer.close()
+        return
+    raise last
+
+
 def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None):  # type: ignore[no-untyped-def]
     """What every worker runs beside its agents: /metrics when a port is set, and the
     scenario catalog's consumer closed on shutdown."""
@@ -76,6 +115,21 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
         from services.common.metrics import serve_metrics
 
         serve_metrics(settings.metrics_port)
+
+    from services.common.outage import BROKER, Dependency
+
+    # Faust's own clients reconnect by themselves; this only makes an outage visible
+    # (passk_degraded, the health file) in every worker, not only those with timers.
+    broker = Dependency(BROKER, f"{app.conf.id}: connecting", max_backoff_s=5.0)
+
+    @app.timer(interval=BROKER_WATCH_S)
+    async def watch_broker() -> None:
+        try:
+            await broker_reachable(settings.kafka_bootstrap_servers)
+        except OSError as exc:
+            broker.failed("connect", exc)
+        else:
+            broker.succeeded()
 
     if catalog is not None:
 
@@ -106,6 +160,7 @@ class DeadLetters:
     def __init__(self, app: faust.App, processor: str, settings: Settings | None = None):
         self.topic = raw_topic(app, Topic.DEAD_LETTERS, settings)
         self.processor = processor
+        self.deliver = Delivery(processor)
 
     async def __call__(self, event: faust.types.EventT, rejection: Rejection) -> None:
         from services.common.codec import encode
@@ -122,8 +177,8 @@ class DeadLetters:
             value=message.value,
             rejection=rejection,
         )
-        fut = await self.topic.send(key=message.key, value=encode(record))
-        await fut  # delivered before the offending message is acked
+        # delivered before the offending message is acked
+        await self.deliver(self.topic, message.key, encode(record))
         metrics = common_metrics()
         metrics.dead_letters.labels(message.topic, rejection.reason).inc()
         metrics.events.labels(self.processor, "rejected").inc()

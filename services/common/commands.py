@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 
@@ -25,23 +27,68 @@ def register(app: typer.Typer) -> None:
 
     app.add_typer(topics, name="topics")
 
+    supervise = typer.Typer(help="Running the workers under supervisord.", no_args_is_help=True)
+
+    @supervise.command("config")
+    def supervise_config(
+        out: Path = typer.Option(..., help="where to write the supervisord configuration"),
+        log_dir: Path = typer.Option(..., help="the workers' and supervisord's logs"),
+        metrics_base: int = typer.Option(9464, help="worker i serves /metrics on base+i"),
+        standin_port: int = typer.Option(0, help="also supervise the judge stand-in on this port"),
+        only: str = typer.Option("", help="comma-separated workers (default: every worker)"),
+    ) -> None:
+        """Write supervisord's configuration for every worker in services.cli.WORKERS."""
+        from services.cli import WORKERS
+        from services.common.supervise import (
+            Program,
+            passk_executable,
+            supervisord_conf,
+            worker_programs,
+        )
+
+        passk = passk_executable()
+        chosen = [w.strip() for w in only.split(",") if w.strip()]
+        if unknown := set(chosen) - set(WORKERS):
+            raise typer.BadParameter(f"unknown workers: {', '.join(sorted(unknown))}")
+        # ports stay base + index in WORKERS whichever are chosen
+        programs = [p for p in worker_programs(WORKERS, passk, metrics_base)
+                    if not chosen or p.name in chosen]
+        if standin_port:
+            programs.insert(0, Program("judge-standin", f"{passk} judge-standin --host "
+                                       f"127.0.0.1 --port {standin_port}", {}))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        out.write_text(supervisord_conf(programs, run_dir=out.parent.resolve(),
+                                        log_dir=log_dir.resolve(), cwd=Path.cwd()))
+        typer.echo(str(out))
+
+    @supervise.command("workers")
+    def supervise_workers() -> None:
+        """Print the workers, comma-separated (what `passk status` checks after `make up`)."""
+        from services.cli import WORKERS
+
+        typer.echo(",".join(WORKERS))
+
+    app.add_typer(supervise, name="supervise")
+
     @app.command()
     def status(
         wait: float = typer.Option(
             0, help="wait up to this many seconds for the broker and for every processor"
         ),
         processors: str = typer.Option(
-            "gate,verdict,judge,sink,aggregate,calibration",
-            help="comma-separated processors to show"
+            "", help="comma-separated processors to show (default: every worker)"
         ),
     ) -> None:
-        """Show each processor's consumer group: state, members and lag. Exit 1 when any
-        is not ready, 4 when the broker does not answer within --wait (at least 1 s)."""
+        """Show each processor's consumer group (state, members, lag), its restarts and
+        whether it is degraded (cannot reach the broker or the store). Exit 1 when any is
+        not ready, 4 when the broker does not answer within --wait (at least 1 s)."""
         import time
 
+        from services.cli import WORKERS
         from services.common.status import processor_status
 
-        names = [p.strip() for p in processors.split(",") if p.strip()]
+        names = [p.strip() for p in processors.split(",") if p.strip()] or list(WORKERS)
         deadline = time.monotonic() + wait
         require_broker(max(wait, 1.0))
         while True:
@@ -49,10 +96,13 @@ def register(app: typer.Typer) -> None:
             if all(s.ready for s in statuses) or time.monotonic() >= deadline:
                 break
             time.sleep(1.0)
-        table = Table("processor", "consumer group", "state", "members", "lag")
+        table = Table("processor", "consumer group", "state", "members", "lag", "restarts",
+                      "health")
         for s in statuses:
+            health = f"degraded: {', '.join(s.degraded)} down" if s.degraded else "ok"
             table.add_row(s.processor, s.group, s.state, str(s.members),
-                          "-" if s.lag is None else str(s.lag))
+                          "-" if s.lag is None else str(s.lag),
+                          "-" if s.restarts is None else str(s.restarts), health)
         console().print(table)
         if not all(s.ready for s in statuses):
             raise typer.Exit(1)

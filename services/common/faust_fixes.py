@@ -79,7 +79,18 @@ class SeekGuardedReadOffsets(defaultdict):  # type: ignore[type-arg]
         return super().pop(tp, *default)
 
 
+PATCHED_VERSION = "0.15.3"
+
+
 def apply() -> None:
+    import faust
+
+    if faust.__version__ != PATCHED_VERSION:
+        # The patch replaces internals of this exact release; on another one it could
+        # silently do the wrong thing. Re-check the upstream issues before moving the pin.
+        raise RuntimeError(
+            f"services/common/faust_fixes.py patches faust-streaming {PATCHED_VERSION}, "
+            f"but {faust.__version__} is installed; install the pinned requirements.lock")
     Consumer = faust_consumer.Consumer
     if getattr(Consumer, "_passk_seek_guard", False):
         return

@@ -8,19 +8,10 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from services.common.settings import Settings, get_settings
-from services.common.topics import Topic, topic_name
+from services.common.topics import PROCESSOR_INPUTS, topic_name
 
-# What each processor consumes: its lag is what remains unread on these.
-PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
-    "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
-    "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
-    "judge": (Topic.CONVERSATION_FINISHED,),
-    "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-             Topic.TRIAL_VERDICTS),
-    "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),
-    "calibration": (Topic.LABELS, Topic.JUDGE_VERDICTS, Topic.LABELLED_VERDICTS,
-                    Topic.JUDGE_CALIBRATIONS),
-}
+BROKER_UNREACHABLE = "broker unreachable"
+BOOTSTRAP_TIMEOUT_MS = 5_000
 
 
 @dataclass(frozen=True)
@@ -30,6 +21,9 @@ class ProcessorStatus:
     state: str  # Stable, PreparingRebalance, Empty, Dead, ...
     members: int
     lag: int | None  # records on its input topics not yet consumed; None: unknown
+    # From the worker's health file (services.common.outage): None when it never ran here.
+    restarts: int | None = None
+    degraded: tuple[str, ...] = ()  # dependencies it cannot reach right now, e.g. "broker"
 
     @property
     def ready(self) -> bool:
@@ -44,8 +38,17 @@ class ProcessorStatus:
 def processor_status(names: list[str], settings: Settings | None = None) -> list[ProcessorStatus]:
     settings = settings or get_settings()
     groups = {name: f"{settings.topic_prefix}{name}" for name in names}
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers,
+                                 bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+        consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                                 bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+    except KafkaError:
+        # The broker is down: the groups are unknown, but what each worker says of
+        # itself (alive, degraded, restarted) is still worth showing.
+        return [ProcessorStatus(name, group, BROKER_UNREACHABLE, 0, None,
+                                *worker_health(name, settings))
+                for name, group in groups.items()]
     try:
         try:
             described = admin.describe_groups(list(groups.values()))
@@ -58,11 +61,23 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
             members = len(info.get("members") or [])
             inputs = [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(name, ())]
             lag = _lag(admin, consumer, group, inputs)
-            out.append(ProcessorStatus(name, group, state, members, lag))
+            restarts, degraded = worker_health(name, settings)
+            out.append(ProcessorStatus(name, group, state, members, lag, restarts, degraded))
         return out
     finally:
         consumer.close()
         admin.close()
+
+
+def worker_health(name: str, settings: Settings) -> tuple[int | None, tuple[str, ...]]:
+    """(restarts, degraded dependencies) from the worker's health file, if it ran here."""
+    from services.common.outage import health_path, read_health
+
+    data = read_health(health_path(settings.data_dir, name))
+    if data is None:
+        return None, ()
+    restarts = max(int(data.get("starts", 1)) - 1, 0)
+    return restarts, tuple(sorted(data.get("degraded") or {}))
 
 
 def _lag(

@@ -18,7 +18,11 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from services.common.faust_fixes import SeekGuardedReadOffsets
+from services.common.outage import BROKER, Dependency
 from services.common.settings import Settings
+
+PROBE_INTERVAL_S = 5.0
 
 
 def table_value(state: dict[str, Any], due_at: float | None) -> dict[str, Any]:
@@ -116,21 +120,36 @@ class StreamClock:
     Caught up means: the last offset this worker processed is the last one written; or,
     on a partition it has read nothing from since it started, that the group's committed
     offset has reached the end (everything there was processed before the restart).
+
+    Both are only as fresh as the last answer from the broker. While it does not answer
+    (an outage), the wall clock is not trusted past the last successful offset read plus
+    one interval: time stands still instead of running out on records the worker cannot
+    fetch. Records delivered while their partition still awaits the seek of a rebalance
+    were fetched before it and are read again in order: they are not counted as read.
     """
 
     def __init__(self, highwater: Callable[[str, int], int | None],
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 awaiting_seek: Callable[[str, int], bool] = lambda t, p: False,
+                 trusted_for_s: float = 2 * PROBE_INTERVAL_S) -> None:
         self._highwater = highwater
         self._wall = wall
+        self._awaiting_seek = awaiting_seek
+        self._trusted_for_s = trusted_for_s
         self._read: dict[tuple[str, int], tuple[int, float]] = {}  # last offset, newest ts
         self._committed: dict[tuple[str, int], int] = {}
+        self._broker_seen_at: float | None = None
 
     def observe(self, topic: str, partition: int, offset: int, timestamp: float | None) -> None:
+        if self._awaiting_seek(topic, partition):
+            return
         _, newest = self._read.get((topic, partition), (-1, 0.0))
         self._read[(topic, partition)] = (offset, max(newest, timestamp or 0.0))
 
-    def set_committed(self, committed: dict[tuple[str, int], int]) -> None:
+    def set_committed(self, committed: dict[tuple[str, int], int], at: float | None = None) -> None:
+        """The group's committed offsets, read from the broker at wall time `at`."""
         self._committed = committed
+        self._broker_seen_at = at if at is not None else self._wall()
 
     def now(self, topic: str, partition: int) -> float:
         last_offset, newest = self._read.get((topic, partition), (-1, 0.0))
@@ -142,7 +161,10 @@ class StreamClock:
             done = last_offset + 1 if last_offset >= 0 else self._committed.get(
                 (topic, partition), 0 if highwater == 0 else -1)
             if done >= highwater:
-                return self._wall()
+                wall = self._wall()
+                if self._broker_seen_at is None:
+                    return wall
+                return min(wall, self._broker_seen_at + self._trusted_for_s)
         return newest
 
     def now_for(self, topics: Iterable[str], partition: int) -> float:
@@ -155,6 +177,14 @@ def faust_highwater(app: faust.App) -> Callable[[str, int], int | None]:
         return app.consumer.highwater(TP(topic, partition))  # type: ignore[no-any-return]
 
     return highwater
+
+
+def faust_awaiting_seek(app: faust.App) -> Callable[[str, int], bool]:
+    def awaiting(topic: str, partition: int) -> bool:
+        offsets = getattr(app.consumer, "_read_offset", None)
+        return isinstance(offsets, SeekGuardedReadOffsets) and offsets.pending(TP(topic, partition))
+
+    return awaiting
 
 
 class CommittedOffsets:
@@ -172,7 +202,10 @@ class CommittedOffsets:
         from kafka import KafkaAdminClient
 
         if self._admin is None:
-            self._admin = KafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap_servers)
+            # Bounded waits: a read during a broker outage fails in seconds, not kafka-python's 30.
+            self._admin = KafkaAdminClient(
+                bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                request_timeout_ms=10_000, bootstrap_timeout_ms=5_000)
         try:
             offsets = self._admin.list_group_offsets({self.group: None}).get(self.group) or {}
         except Exception:
@@ -203,9 +236,13 @@ class Deadlines:
     def __init__(self, app: faust.App, table: faust.types.TableT, ticks: faust.TopicT,
                  settings: Settings) -> None:
         self.ticker = DeadlineTicker(table, ticks)
-        self.clock = StreamClock(faust_highwater(app))
+        self.clock = StreamClock(faust_highwater(app), awaiting_seek=faust_awaiting_seek(app))
         self.committed = CommittedOffsets(settings, app.conf.id)
         self.schedule = self.ticker.schedule
+        # A timer that raises crashes the whole Faust app: each one survives a broker
+        # outage by counting it, backing off, and trying again (see outage.Dependency).
+        self.ticking = Dependency(BROKER, f"{app.conf.id}: sending deadline ticks")
+        self.probing = Dependency(BROKER, f"{app.conf.id}: reading offsets", max_backoff_s=10.0)
 
         # Keys restored from the changelog after a rebalance were never scheduled here.
         recovered = table.on_recovery_completed
@@ -218,12 +255,27 @@ class Deadlines:
 
         @app.timer(interval=1.0)
         async def tick_due_keys() -> None:
-            await self.ticker.tick_due(time.time())
+            if not self.ticking.due():
+                return
+            try:
+                await self.ticker.tick_due(time.time())
+            except Exception as exc:
+                self.ticking.failed("send_tick", exc)
+            else:
+                self.ticking.succeeded()
 
-        @app.timer(interval=5.0)
+        @app.timer(interval=PROBE_INTERVAL_S)
         async def read_committed() -> None:
-            offsets = await asyncio.to_thread(self.committed.read)
-            self.clock.set_committed(offsets)
+            if not self.probing.due():
+                return
+            at = time.time()
+            try:
+                offsets = await asyncio.to_thread(self.committed.read)
+            except Exception as exc:
+                self.probing.failed("read_offsets", exc)
+                return
+            self.probing.succeeded()
+            self.clock.set_committed(offsets, at)
 
         @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
         async def close_admin(sender: faust.App, **_: object) -> None:

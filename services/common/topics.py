@@ -76,6 +76,20 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
 )
 
 
+# What each processor consumes, declared once: the apps subscribe to these (plus their
+# own tick topic), and `passk status` counts its lag on them.
+PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
+    "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
+    "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
+    "judge": (Topic.CONVERSATION_FINISHED,),
+    "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
+             Topic.TRIAL_VERDICTS),
+    "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),
+    "calibration": (Topic.LABELS, Topic.JUDGE_VERDICTS, Topic.LABELLED_VERDICTS,
+                    Topic.JUDGE_CALIBRATIONS),
+}
+
+
 def topic_name(topic: Topic, settings: Settings | None = None) -> str:
     return f"{(settings or get_settings()).topic_prefix}{topic.value}"
 

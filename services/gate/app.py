@@ -10,18 +10,26 @@ import time
 import faust
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
+from services.common.app import (
+    DeadLetters,
+    Delivery,
+    make_app,
+    raw_inputs,
+    raw_topic,
+    run_alongside,
+)
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.settings import get_settings
 from services.common.ticks import Deadlines, table_value
-from services.common.topics import Topic, topic_name
+from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
 from services.gate import domain
 from services.gate.gates import gates_for
 from services.gate.metrics import GateMetrics
 from services.scenarios.catalog import ScenarioCatalog
 
 PROCESSOR = "gate"
+SCENARIO_GRACE_S = 3.0
 log = logging.getLogger(__name__)
 settings = get_settings()
 app = make_app(PROCESSOR, settings)
@@ -35,12 +43,11 @@ timing = domain.Timing(
 conversation_topic = topic_name(Topic.CONVERSATION_FINISHED, settings)
 session_topic = topic_name(Topic.SESSION_PERSISTED, settings)
 tick_topic = topic_name(Topic.GATE_TICKS, settings)
-inputs = raw_inputs(
-    app, Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED, Topic.GATE_TICKS, settings=settings
-)
+inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.GATE_TICKS, settings=settings)
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
+deliver = Delivery(PROCESSOR)
 
 # --------------------------------------------------------------------------- tables
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
@@ -83,10 +90,10 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     results = gates_for(conv, grade.session, scenario, waited_s=grade.waited_s)
     # Publish before recording the trial as graded: a crash in between re-grades it and
     # re-publishes the same event ids, which consumers drop; the reverse would lose it.
-    # All sent before any is awaited: one round trip to the broker, not one per gate.
-    sent = [await gate_results.send(key=conv.trial_id.encode(), value=encode(result))
-            for result in results]
-    await asyncio.gather(*sent)
+    # All sent before any is awaited (one round trip to the broker, not one per gate);
+    # each is re-sent with backoff through an outage (Delivery).
+    await asyncio.gather(*(deliver(gate_results, conv.trial_id.encode(), encode(result))
+                           for result in results))
     for result in results:
         metrics.gate_results.labels(result.gate, "passed" if result.passed else "failed").inc()
     if grade.session is None and scenario.has_state_gate:
@@ -121,7 +128,9 @@ async def handle(event: faust.types.EventT) -> None:
                    max_depth=settings.max_json_depth)
         if isinstance(conv, Rejection):
             return await reject(event, conv)
-        scenario = catalog.get(conv.scenario_id)
+        # A scenario published moments before its traffic may not have been read yet.
+        scenario = catalog.get(conv.scenario_id) or await catalog.wait_for(
+            conv.scenario_id, timeout=SCENARIO_GRACE_S)
         if scenario is None:
             return await reject(event, _unknown_scenario(conv.scenario_id))
         key = conv.session_id

@@ -15,13 +15,15 @@ import asyncio
 import logging
 
 import faust
+from sqlalchemy.exc import SQLAlchemyError
 
 from schemas.events import ConversationFinished
-from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
+from services.common.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
+from services.common.outage import STORE, Dependency
 from services.common.settings import get_settings
-from services.common.topics import Topic
+from services.common.topics import PROCESSOR_INPUTS, Topic
 from services.judge.grading import Grader, build_grader
 from services.judge.metrics import default_metrics
 from services.scenarios.catalog import ScenarioCatalog
@@ -33,9 +35,11 @@ settings = get_settings()
 app = make_app(PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- topics
-conversations = raw_topic(app, Topic.CONVERSATION_FINISHED, settings)
+(conversations_in,) = PROCESSOR_INPUTS[PROCESSOR]
+conversations = raw_topic(app, conversations_in, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
+deliver = Delivery(PROCESSOR)
 
 catalog = ScenarioCatalog(settings)
 run_alongside(app, settings, catalog)
@@ -45,13 +49,16 @@ common = common_metrics()
 
 _grader: Grader | None = None
 _grader_lock = asyncio.Lock()
+_store = Dependency(STORE, "judge: creating the verdict cache")
 
 
 async def grader() -> Grader:
     global _grader
     async with _grader_lock:
-        if _grader is None:
-            _grader = await asyncio.to_thread(build_grader, settings, metrics)
+        if _grader is None:  # creating the cache table needs the store: wait for it
+            _grader = await _store.call(
+                "create_cache", lambda: asyncio.to_thread(build_grader, settings, metrics),
+                retry_on=(SQLAlchemyError,))
     return _grader
 
 
@@ -83,8 +90,6 @@ async def handle(event: faust.types.EventT) -> None:
     verdicts = await (await grader()).grade(trial, scenario)
     # Wait for delivery before the event is acked: a crash in between re-grades the trial
     # (the cache answers) and re-sends the same event ids, which consumers drop.
-    sent = [
-        await judge_verdicts.send(key=trial.trial_id.encode(), value=encode(v)) for v in verdicts
-    ]
-    await asyncio.gather(*sent)
+    await asyncio.gather(*(deliver(judge_verdicts, trial.trial_id.encode(), encode(v))
+                           for v in verdicts))
     common.events.labels(PROCESSOR, "graded").inc()

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from schemas.events import ConversationFinished, JudgeVerdict
 from schemas.scenario import JudgeSpec, Scenario
 from services.common.calibration import judge_version
 from services.common.db import engine_for
+from services.common.outage import STORE, Dependency
 from services.common.settings import Settings
 from services.judge import domain
-from services.judge.cache import JudgeCacheEntry, VerdictCache, cache_key
+from services.judge.cache import CachedAnswer, JudgeCacheEntry, VerdictCache, cache_key
 from services.judge.client import JudgeClient, RetryPolicy
 from services.judge.metrics import JudgeMetrics
 from services.judge.prompt import PROMPT_HASH, transcript_hash
@@ -29,6 +32,28 @@ class Grader:
         model: str,
     ) -> None:
         self.client, self.cache, self.metrics, self.model = client, cache, metrics, model
+        # The cache saves model calls; it is never a reason not to grade. A store that is
+        # down makes a lookup a miss and an answer unremembered (counted, logged once).
+        self.store = Dependency(STORE, "judge: verdict cache")
+
+    async def _cached(self, key: str) -> CachedAnswer | None:
+        assert self.cache is not None
+        try:
+            hit = await self.cache.aget(key)
+        except SQLAlchemyError as exc:
+            self.store.failed("cache_get", exc)
+            return None
+        self.store.succeeded()
+        return hit
+
+    async def _remember(self, entry: JudgeCacheEntry) -> None:
+        assert self.cache is not None
+        try:
+            await self.cache.aput(entry)
+        except SQLAlchemyError as exc:
+            self.store.failed("cache_put", exc)
+        else:
+            self.store.succeeded()
 
     def version_of(self, spec: JudgeSpec) -> str | None:
         """The judge version a verdict of this spec is made by; None for deterministic kinds."""
@@ -65,7 +90,7 @@ class Grader:
         assertion = spec.assertion or ""
         key = cache_key(self.model, PROMPT_HASH, assertion, transcript_hash(trial.transcript))
         if self.cache is not None:
-            hit = await self.cache.aget(key)
+            hit = await self._cached(key)
             if hit is not None:
                 if self.metrics:
                     self.metrics.cache_hit(spec.id)
@@ -73,7 +98,7 @@ class Grader:
         call = await self.client.judge(spec.id, assertion, trial.transcript)
         verdict = domain.llm_verdict(trial, scenario, spec, call)
         if self.cache is not None and call.answer is not None:  # errors are never cached
-            await self.cache.aput(
+            await self._remember(
                 JudgeCacheEntry(
                     key=key,
                     model=self.model,

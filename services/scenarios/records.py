@@ -24,12 +24,20 @@ MAX_SCENARIO_DEPTH = 64
 MAX_SCENARIO_RECORD_BYTES = 1_000_000
 
 
+def record_key(scenario_id: str, version: str) -> bytes:
+    """Each version has its own key (`id@version`): the topic is compacted, and a key per
+    id would let compaction drop an old version that a late trial still names."""
+    return f"{scenario_id}@{version}".encode()
+
+
 def encode_scenario(scenario: Scenario) -> tuple[bytes, bytes]:
     """(key, value) for the scenarios topic. Only the fields written are sent, so an
     expectation keeps exactly the operator it was given (`equals: null` stays equals)."""
     if not scenario.version:
         scenario = scenario.versioned()
-    return scenario.id.encode("utf-8"), scenario.model_dump_json(exclude_unset=True).encode()
+    assert scenario.version is not None
+    return (record_key(scenario.id, scenario.version),
+            scenario.model_dump_json(exclude_unset=True).encode())
 
 
 def decode_scenario(value: bytes) -> Scenario:
@@ -58,7 +66,10 @@ class CatalogState:
     """Every scenario version ever seen, and the latest per id (in log order).
 
     Old versions are kept because derived events name the version they were graded
-    against; a tombstone (null value) retires the id for new trials only.
+    against. Records are keyed `id@version` (older ones by id alone); the latest of an
+    id is the version written last (the topic has one partition, so log order is publish
+    order, and compaction keeps a re-published version's newest record). A tombstone
+    keyed by the bare id retires the id for new trials only.
     """
 
     def __init__(self) -> None:
@@ -71,12 +82,14 @@ class CatalogState:
             if key is not None:
                 self._latest.pop(key.decode("utf-8", "replace"), None)
             return True
+        name = key.decode("utf-8", "replace") if key is not None else None
         try:
             scenario = decode_scenario(value)
         except ValueError as exc:
             log.warning("skipping malformed scenario record %s(key %r): %s", where, key, exc)
             return False
-        if key is not None and key.decode("utf-8", "replace") != scenario.id:
+        assert scenario.version is not None
+        if name is not None and name not in (scenario.id, f"{scenario.id}@{scenario.version}"):
             log.warning(
                 "scenario record %s is keyed %r but defines %r; using the id it defines",
                 where, key, scenario.id,

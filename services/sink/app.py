@@ -29,6 +29,7 @@ from services.common.app import (
 )
 from services.common.codec import Rejection, decode
 from services.common.metrics import common_metrics
+from services.common.outage import STORE, Dependency
 from services.common.settings import get_settings
 from services.common.topics import Topic, topic_name
 from services.sink import domain
@@ -40,7 +41,7 @@ settings = get_settings()
 app = make_app(PROCESSOR, settings)
 store = Store(settings.database_url)
 common = common_metrics()
-MAX_BACKOFF_S = 30.0
+database = Dependency(STORE, "sink: writing the projection")
 
 # --------------------------------------------------------------------------- topics
 MODELS: dict[str, type[BaseModel]] = {
@@ -57,18 +58,14 @@ run_alongside(app, settings)
 
 async def _write(batch: list[domain.SinkEvent]) -> Exception | None:
     """Store a batch in one transaction. A database that is down or locked is waited for
-    (the stream waits with it, so nothing is skipped); a row it refuses is returned."""
-    backoff = 0.5
-    while True:
-        try:
-            await asyncio.to_thread(store.apply_many, batch)
-            return None
-        except (DataError, IntegrityError) as exc:
-            return exc
-        except (OperationalError, InterfaceError) as exc:
-            log.warning("sink: database unavailable (%s); retrying in %.1fs", exc, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+    (the stream waits with it, so nothing is skipped; logged once per outage, every failed
+    try counted); the error of a row the database refuses is returned."""
+    try:
+        await database.call("write", lambda: asyncio.to_thread(store.apply_many, batch),
+                            retry_on=(OperationalError, InterfaceError))
+    except (DataError, IntegrityError) as exc:
+        return exc
+    return None
 
 
 def _usable(event: faust.types.EventT) -> domain.SinkEvent | Rejection:

@@ -11,19 +11,27 @@ import faust
 
 from schemas.events import GateResult, JudgeVerdict
 from schemas.scenario import Scenario
-from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
+from services.common.app import (
+    DeadLetters,
+    Delivery,
+    make_app,
+    raw_inputs,
+    raw_topic,
+    run_alongside,
+)
 from services.common.calibration import Bar, GatingPolicy
 from services.common.calibrations import CalibrationFollower
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.settings import get_settings
 from services.common.ticks import Deadlines, table_value
-from services.common.topics import Topic, topic_name
+from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
 from services.scenarios.catalog import ScenarioCatalog
 from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
 
 PROCESSOR = "verdict"
+SCENARIO_GRACE_S = 3.0  # a scenario version published moments ago may not be read yet
 log = logging.getLogger(__name__)
 settings = get_settings()
 app = make_app(PROCESSOR, settings)
@@ -37,12 +45,11 @@ timing = domain.Timing(
 gate_topic = topic_name(Topic.GATE_RESULTS, settings)
 judge_topic = topic_name(Topic.JUDGE_VERDICTS, settings)
 tick_topic = topic_name(Topic.VERDICT_TICKS, settings)
-inputs = raw_inputs(
-    app, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS, Topic.VERDICT_TICKS, settings=settings
-)
+inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.VERDICT_TICKS, settings=settings)
 ticks = raw_topic(app, Topic.VERDICT_TICKS, settings)
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
+deliver = Delivery(PROCESSOR)
 
 # --------------------------------------------------------------------------- tables
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
@@ -99,8 +106,7 @@ async def _emit(
                               policy=policy, book=calibrations.book)
     # Publish before remembering it as emitted: a crash in between re-emits the same
     # event id (dropped downstream); the reverse order could lose the verdict.
-    fut = await trial_verdicts.send(key=state.trial_id.encode(), value=encode(verdict))
-    await fut
+    await deliver(trial_verdicts, state.trial_id.encode(), encode(verdict))
     metrics.trials.labels(verdict.scenario_id, verdict.outcome).inc()
     if verdict.finished_at is not None:
         latency = (datetime.now(UTC) - verdict.finished_at).total_seconds()
@@ -149,7 +155,9 @@ async def handle(event: faust.types.EventT) -> None:
                    max_depth=settings.max_json_depth)
     if isinstance(result, Rejection):
         return await reject(event, result)
-    if catalog.get(result.scenario_id, result.scenario_version) is None:
+    if catalog.get(result.scenario_id, result.scenario_version) is None and (
+            await catalog.wait_for(result.scenario_id, result.scenario_version,
+                                   timeout=SCENARIO_GRACE_S) is None):
         return await reject(event, Rejection(
             "unknown_scenario",
             f"scenario {result.scenario_id!r} version {result.scenario_version!r} is unknown"))

@@ -44,3 +44,25 @@ def test_the_slowest_input_decides() -> None:
     c.observe("a", 2, offset=0, timestamp=990.0)
     c.observe("b", 2, offset=3, timestamp=950.0)
     assert c.now_for(("a", "b"), 2) == 950.0
+
+
+def test_while_the_broker_does_not_answer_time_stands_still() -> None:
+    """An outage: the offsets were last read at 970, so nothing proves the highwater is
+    still the end of the log; a deadline cannot run out on records not yet fetchable."""
+    c = clock({("s", 0): 5})
+    c.observe("s", 0, offset=4, timestamp=900.0)
+    c.set_committed({}, at=970.0)
+    assert c.now("s", 0) == 970.0 + 10.0 < WALL  # trusted for two read intervals, no more
+    c.set_committed({}, at=WALL)  # the broker answers again
+    assert c.now("s", 0) == WALL
+
+
+def test_records_of_a_partition_awaiting_its_seek_are_not_observed() -> None:
+    waiting = {("s", 0)}
+    c = StreamClock(lambda t, p: 511, wall=lambda: WALL,
+                    awaiting_seek=lambda t, p: (t, p) in waiting)
+    c.observe("s", 0, offset=510, timestamp=999.0)  # fetched before the seek back to 494
+    assert c.now("s", 0) == 0.0  # 494..509 are still unread: not caught up
+    waiting.clear()
+    c.observe("s", 0, offset=494, timestamp=950.0)
+    assert c.now("s", 0) == 950.0

@@ -29,7 +29,7 @@ def scenario(sid: str = "s1", trials: int = 3, **extra: object) -> Scenario:
 def test_encode_decode_round_trip_keeps_operators_and_version() -> None:
     original = scenario()
     key, value = encode_scenario(original)
-    assert key == b"s1"
+    assert key == f"s1@{original.version}".encode()  # a key per version
     decoded = decode_scenario(value)
     assert decoded == original
     assert decoded.version == original.version == decoded.content_hash()
@@ -74,6 +74,30 @@ def test_catalog_keeps_every_version_and_the_latest_in_log_order() -> None:
 
     state.apply(*encode_scenario(v1))  # re-published old content becomes the latest again
     assert state.get("s1") == v1
+
+
+def compact(records: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """What log compaction keeps: the last record of each key, in log order."""
+    last = {key: offset for offset, (key, _) in enumerate(records)}
+    return [r for offset, r in enumerate(records) if last[r[0]] == offset]
+
+
+def test_compaction_loses_no_version_a_late_trial_may_name() -> None:
+    v1, v2, v3 = scenario(trials=3), scenario(trials=5), scenario(trials=7)
+    log = [encode_scenario(s) for s in (v1, v2, v1, v3)]  # v1 re-published in between
+    state = CatalogState()
+    for key, value in compact(log):
+        state.apply(key, value)
+    assert [state.get("s1", v.version) for v in (v1, v2, v3)] == [v1, v2, v3]
+    assert state.get("s1") == v3
+
+
+def test_a_record_keyed_by_the_bare_id_is_still_read() -> None:
+    """Topics written before versions had their own keys."""
+    state = CatalogState()
+    s = scenario()
+    assert state.apply(b"s1", encode_scenario(s)[1])
+    assert state.get("s1") == s
 
 
 def test_a_malformed_record_is_skipped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,0 +1,80 @@
+"""`make up` runs the workers under supervisord: a worker that dies is started again,
+and `passk status` says how often."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.cli import WORKERS
+from services.common.outage import health_path, read_health
+from services.common.settings import Settings
+from services.common.status import processor_status
+from tests.support import ROOT, isolated_env, wait_for
+
+pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
+
+
+def test_generated_config_supervises_every_worker_with_its_metrics_port(tmp_path: Path) -> None:
+    conf = tmp_path / "run" / "supervisord.conf"
+    out = subprocess.run(
+        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
+         "--log-dir", str(tmp_path / "log"), "--metrics-base", "11500"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    text = conf.read_text()
+    for i, worker in enumerate(WORKERS):  # a worker added to WORKERS is supervised too
+        section = text.split(f"[program:{worker}]")[1].split("[program:")[0]
+        assert f"worker {worker}\n" in section
+        assert f'PASSK_METRICS_PORT="{11500 + i}"' in section
+        assert "autorestart=true" in section
+    assert "judge-standin" not in text
+
+
+def test_a_killed_worker_is_restarted_and_status_counts_it(
+        settings: Settings, tmp_path: Path) -> None:
+    run, logs = tmp_path / "run", tmp_path / "log"
+    env = isolated_env(settings)
+    conf = run / "supervisord.conf"
+    made = subprocess.run(
+        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
+         "--log-dir", str(logs), "--metrics-base", "0", "--only", "sink"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    daemon = subprocess.Popen([str(BIN / "supervisord"), "-n", "-c", str(conf)], env=env,
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    def sink_pid() -> int | None:
+        status = subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "status", "sink"],
+                                capture_output=True, text=True, timeout=30).stdout
+        if "RUNNING" not in status:
+            return None
+        return int(status.split("pid ")[1].split(",")[0])
+
+    try:
+        first = wait_for(sink_pid, timeout=120, what="sink RUNNING under supervisord")
+        health = health_path(settings.data_dir, "sink")
+        wait_for(lambda: (read_health(health) or {}).get("pid") == first, timeout=120,
+                 what="the sink's health file")
+        os.kill(first, signal.SIGKILL)  # a crash: no shutdown hooks
+        second = wait_for(lambda: (p := sink_pid()) is not None and p != first and p,
+                          timeout=120, what="sink restarted by supervisord")
+        wait_for(lambda: (read_health(health) or {}).get("pid") == second, timeout=120,
+                 what="the restarted sink's health file")
+        [status] = processor_status(["sink"], settings)
+        assert status.restarts == 1
+        assert status.degraded == ()
+    finally:
+        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "shutdown"],
+                       capture_output=True, timeout=120)
+        try:
+            daemon.wait(60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(10)
