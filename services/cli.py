@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -66,11 +67,32 @@ def worker(
 
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
     # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
-    create_topics()
+    statuses = create_topics()
+    refuse_unless_co_partitioned(service)
+    if statuses and not get_settings().topic_replication:
+        # Faust creates its own leader topic: replicate it like ours on this cluster.
+        os.environ["PASSK_TOPIC_REPLICATION"] = str(statuses[0].replication)
+        get_settings.cache_clear()
     module = importlib.import_module(f"services.{service}.app")
     level = loglevel or get_settings().log_level
     sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]
     module.app.main()
+
+
+def refuse_unless_co_partitioned(service: str) -> None:
+    """A join by key is only right when every joined topic has the same partition count."""
+    from services.common.admin import partition_counts
+    from services.common.topics import topic_name
+    from services.common.topology import CO_PARTITIONED, co_partitioning_problem
+
+    topics = CO_PARTITIONED.get(service, ())
+    if not topics:
+        return
+    counts = partition_counts([topic_name(t) for t in topics])
+    problem = co_partitioning_problem(service, {t: counts.get(topic_name(t)) for t in topics})
+    if problem:
+        typer.echo(f"passk worker {service}: refusing to start: {problem}", err=True)
+        raise typer.Exit(2)
 
 
 for _name in COMMAND_MODULES:

@@ -35,11 +35,12 @@ def register(app: typer.Typer) -> None:
             help="comma-separated processors to show"
         ),
     ) -> None:
-        """Show each processor's consumer group: state, members and lag. Exit 1 when any
-        is not ready, 4 when the broker does not answer within --wait (at least 1 s)."""
+        """Show each processor's consumer group (state, members, lag) and which broker
+        leads each partition of its inputs. Exit 1 when any is not ready, 4 when the
+        broker does not answer within --wait (at least 1 s)."""
         import time
 
-        from services.common.status import processor_status
+        from services.common.status import input_leaders, processor_status
 
         names = [p.strip() for p in processors.split(",") if p.strip()]
         deadline = time.monotonic() + wait
@@ -49,10 +50,16 @@ def register(app: typer.Typer) -> None:
             if all(s.ready for s in statuses) or time.monotonic() >= deadline:
                 break
             time.sleep(1.0)
-        table = Table("processor", "consumer group", "state", "members", "lag")
+        table = Table("processor", "consumer group", "state", "members", "lag", "member ids")
         for s in statuses:
             table.add_row(s.processor, s.group, s.state, str(s.members),
-                          "-" if s.lag is None else str(s.lag))
-        console().print(table)
+                          "-" if s.lag is None else str(s.lag), "\n".join(s.member_names))
+        out = console()
+        out.print(table)
+        leaders = Table("input topic", "partition", "leader broker", "in-sync replicas")
+        for p in input_leaders(names):
+            leaders.add_row(p.topic, str(p.partition), "none" if p.leader is None else
+                            str(p.leader), ",".join(map(str, p.in_sync)))
+        out.print(leaders)
         if not all(s.ready for s in statuses):
             raise typer.Exit(1)

@@ -7,20 +7,10 @@ from dataclasses import dataclass
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
-from services.common.topics import Topic, topic_name
-
-# What each processor consumes: its lag is what remains unread on these.
-PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
-    "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
-    "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
-    "judge": (Topic.CONVERSATION_FINISHED,),
-    "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-             Topic.TRIAL_VERDICTS),
-    "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),
-    "calibration": (Topic.LABELS, Topic.JUDGE_VERDICTS, Topic.LABELLED_VERDICTS,
-                    Topic.JUDGE_CALIBRATIONS),
-}
+from services.common.topics import topic_name
+from services.common.topology import PROCESSOR_INPUTS
 
 
 @dataclass(frozen=True)
@@ -30,6 +20,7 @@ class ProcessorStatus:
     state: str  # Stable, PreparingRebalance, Empty, Dead, ...
     members: int
     lag: int | None  # records on its input topics not yet consumed; None: unknown
+    member_names: tuple[str, ...] = ()  # "client_id@host" of each member
 
     @property
     def ready(self) -> bool:
@@ -44,8 +35,8 @@ class ProcessorStatus:
 def processor_status(names: list[str], settings: Settings | None = None) -> list[ProcessorStatus]:
     settings = settings or get_settings()
     groups = {name: f"{settings.topic_prefix}{name}" for name in names}
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers)
+    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+    consumer = KafkaConsumer(**kafka_client_kwargs(settings))
     try:
         try:
             described = admin.describe_groups(list(groups.values()))
@@ -55,10 +46,11 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
         for name, group in groups.items():
             info = described.get(group) or {}
             state = info.get("group_state") or "Unknown"
-            members = len(info.get("members") or [])
+            members = info.get("members") or []
             inputs = [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(name, ())]
             lag = _lag(admin, consumer, group, inputs)
-            out.append(ProcessorStatus(name, group, state, members, lag))
+            out.append(ProcessorStatus(name, group, state, len(members), lag,
+                                       tuple(sorted(_member_name(m) for m in members))))
         return out
     finally:
         consumer.close()
@@ -87,3 +79,37 @@ def _lag(
         start = done.offset if done is not None and done.offset >= 0 else 0
         lag += max(ends[tp] - start, 0)
     return lag
+
+
+def _member_name(member: dict) -> str:  # type: ignore[type-arg]
+    host = str(member.get("client_host") or "").lstrip("/")
+    return f"{member.get('client_id') or member.get('member_id') or '?'}@{host or '?'}"
+
+
+@dataclass(frozen=True)
+class PartitionLeader:
+    topic: str
+    partition: int
+    leader: int | None  # broker id; None: no leader (every replica down)
+    in_sync: tuple[int, ...]
+
+
+def input_leaders(names: list[str], settings: Settings | None = None) -> list[PartitionLeader]:
+    """Which broker leads each partition of these processors' inputs, and the in-sync set."""
+    settings = settings or get_settings()
+    topics = sorted({topic_name(t, settings) for n in names for t in PROCESSOR_INPUTS.get(n, ())})
+    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+    try:
+        described = admin.describe_topics(topics)
+    finally:
+        admin.close()
+    out = []
+    for topic in described:
+        for p in topic.get("partitions") or []:
+            leader = p.get("leader_id")
+            out.append(PartitionLeader(
+                topic["name"], p["partition_index"],
+                leader if leader is not None and leader >= 0 else None,
+                tuple(sorted(p.get("isr_nodes") or ())),
+            ))
+    return sorted(out, key=lambda x: (x.topic, x.partition))

@@ -18,6 +18,7 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings
 
 
@@ -172,7 +173,7 @@ class CommittedOffsets:
         from kafka import KafkaAdminClient
 
         if self._admin is None:
-            self._admin = KafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap_servers)
+            self._admin = KafkaAdminClient(**kafka_client_kwargs(self.settings))
         try:
             offsets = self._admin.list_group_offsets({self.group: None}).get(self.group) or {}
         except Exception:
