@@ -101,12 +101,24 @@ for _name in COMMAND_MODULES:
 
 def main() -> None:
     """Run a command; what it lets escape becomes a one-line error and an exit code
-    (services/common/exits.py), never a traceback, unless it is a bug."""
+    (services/common/exits.py), never a traceback, unless it is a bug. Kafka refusing our
+    credentials or rights is told apart from a broker that is down: exit 5."""
+    from services.common.kafka_client import (
+        EXIT_KAFKA_REFUSED,
+        refusal_message,
+        watch_authentication,
+    )
+
+    watch = watch_authentication()
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
+        refused = refusal_message(exc, watch)
+        if refused is not None:
+            say_error(refused)
+            sys.exit(EXIT_KAFKA_REFUSED)
         answer = classify(exc)
         if answer is None:
             raise

@@ -210,9 +210,11 @@ def apply_acls(secrets_dir: Path) -> None:
                         ResourcePattern(kind, name, pattern)))
 
     for user, rights in principal_acls(prefix).items():
-        # Metadata only: seeing that passk's topics exist (so `topics create` is a no-op).
+        # Metadata only: seeing that passk's topics exist (so `topics create` is a no-op),
+        # and how many brokers there are (the replication passk uses).
         allow(user, ACLOperation.DESCRIBE, ResourceType.TOPIC, prefix,
               ACLResourcePatternType.PREFIXED)
+        allow(user, ACLOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
         for topic in rights["read"]:
             allow(user, ACLOperation.READ, ResourceType.TOPIC, topic)
         for topic in rights["write"]:
@@ -230,8 +232,37 @@ def apply_acls(secrets_dir: Path) -> None:
     failed = result.get("failed") if isinstance(result, dict) else None
     if failed:
         raise SystemExit(f"kafka: {len(failed)} ACL(s) were refused: {failed[:3]}")
+    _wait_enforced(secrets_dir, timeout=120)
     print(f"kafka: {len(acls)} ACLs for {len(principal_acls(prefix))} principals "
           f"on prefix {prefix!r}")
+
+
+def _wait_enforced(secrets_dir: Path, *, timeout: float) -> None:
+    """Return once every broker lets a principal see passk's topics: the controller has
+    the ACLs as soon as create_acls returns, a busy broker applies them a little later."""
+    import time
+
+    from kafka import KafkaAdminClient
+
+    from services.common.kafka_client import kafka_client_kwargs
+    from services.common.settings import Settings
+    from services.common.topics import TOPIC_SPECS, topic_name
+
+    settings = Settings(**client_env(secrets_dir, REPLAY))  # type: ignore[arg-type]
+    wanted = {topic_name(spec.topic, settings) for spec in TOPIC_SPECS}
+    deadline = time.monotonic() + timeout
+    for server in settings.kafka_bootstrap_servers.split(","):
+        one = settings.model_copy(update={"kafka_bootstrap_servers": server})
+        while True:
+            admin = KafkaAdminClient(**kafka_client_kwargs(one))
+            try:
+                if wanted <= set(admin.list_topics()):
+                    break
+            finally:
+                admin.close()
+            if time.monotonic() > deadline:
+                raise SystemExit(f"kafka: ACLs not enforced by {server} after {timeout:.0f} s")
+            time.sleep(0.5)
 
 
 def _exports(env: dict[str, str]) -> str:

@@ -32,8 +32,20 @@ if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
 fi
 
 # Every process gets the same configuration; record it so an operator can see it.
-env | grep -E '^(KAFKA_BOOTSTRAP_SERVERS|PASSK_|OPENAI_BASE_URL)=' | sort > "$run/env" || true
+# (a database password is masked; Kafka passwords and API keys are not recorded at all)
+env | grep -E '^(KAFKA_BOOTSTRAP_SERVERS|PASSK_|OPENAI_BASE_URL)=' | sort \
+  | sed -E 's#^(PASSK_DATABASE_URL=[^:]+://[^:/@]+):[^@]*@#\1:***@#' > "$run/env" || true
+secrets="${PASSK_KAFKA_DIR:-$root/var/kafka}/secrets"
 for p in "${processors[@]}"; do
-  PASSK_METRICS_PORT="${metrics_port[$p]}" start "$p" "$passk" worker "$p"
+  if [ "${PASSK_KAFKA_SECURITY:-plaintext}" = sasl_ssl ]; then
+    # each processor connects as its own SCRAM user, held to its ACLs
+    ( eval "$(.venv/bin/python infra/kafka/secure.py env "$secrets" "passk-$p")"
+      PASSK_METRICS_PORT="${metrics_port[$p]}" start "$p" "$passk" worker "$p" )
+  else
+    PASSK_METRICS_PORT="${metrics_port[$p]}" start "$p" "$passk" worker "$p"
+  fi
 done
+if [ "${PASSK_KAFKA_SECURITY:-plaintext}" = sasl_ssl ]; then
+  eval "$(.venv/bin/python infra/kafka/secure.py env "$secrets" passk-cli)"
+fi
 "$passk" status --wait 120 --processors "$(IFS=,; echo "${processors[*]}")"

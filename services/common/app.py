@@ -79,7 +79,7 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
     async def start_metrics() -> None:
         from services.common.metrics import serve_metrics
 
-        serve_metrics(settings.metrics_port)
+        serve_metrics(settings.metrics_port, host=settings.metrics_host)
 
     if catalog is not None:
 

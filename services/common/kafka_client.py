@@ -6,6 +6,7 @@ the same argument names; Faust takes the same facts as `broker_credentials`."""
 
 from __future__ import annotations
 
+import logging
 import ssl
 from typing import Any
 
@@ -72,3 +73,52 @@ def faust_broker_credentials(settings: Settings | None = None) -> Any:
         mechanism=SASLMechanism(kwargs["sasl_mechanism"]),
         ssl_context=kwargs.get("ssl_context"),
     )
+
+
+# `passk` exits with this when Kafka refuses who we are or what we ask (4 is "broker or
+# store unreachable"): a wrong password must not look like a broker that is down.
+EXIT_KAFKA_REFUSED = 5
+
+
+class AuthFailureWatch(logging.Handler):
+    """Notices SASL authentication failures that kafka-python logs and retries (it then
+    gives up with a bare "Unable to bootstrap"), so the CLI can say what really happened."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.failed: BaseException | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for arg in record.args if isinstance(record.args, tuple) else ():
+            if isinstance(arg, Exception) and is_authentication_error(arg):
+                self.failed = arg
+
+
+def watch_authentication() -> AuthFailureWatch:
+    watch = AuthFailureWatch()
+    logging.getLogger("kafka").addHandler(watch)
+    return watch
+
+
+def is_authentication_error(exc: BaseException) -> bool:
+    from kafka.errors import SaslAuthenticationFailedError
+
+    return isinstance(exc, SaslAuthenticationFailedError) or "Authentication failed" in str(exc)
+
+
+def refusal_message(exc: BaseException, watch: AuthFailureWatch,
+                    settings: Settings | None = None) -> str | None:
+    """A one-line explanation when Kafka refused our credentials or rights, else None."""
+    from kafka.errors import AuthorizationError
+
+    settings = settings or get_settings()
+    user = settings.kafka_sasl_username or "(none)"
+    if is_authentication_error(exc) or watch.failed is not None:
+        return (f"Kafka authentication failed for user {user!r} "
+                f"({settings.kafka_security_protocol} {settings.kafka_sasl_mechanism} at "
+                f"{settings.kafka_bootstrap_servers}); check KAFKA_SASL_USERNAME and "
+                "KAFKA_SASL_PASSWORD")
+    if isinstance(exc, AuthorizationError):
+        return (f"Kafka refused user {user!r} an operation its ACLs do not allow: "
+                f"{type(exc).__name__}: {exc}")
+    return None

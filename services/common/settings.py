@@ -67,6 +67,8 @@ class Settings(BaseSettings):
     sink_batch_max: int = Field(500, alias="PASSK_SINK_BATCH_MAX", ge=1)
     sink_batch_within_s: float = Field(0.2, alias="PASSK_SINK_BATCH_WITHIN_S", gt=0)
     metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
+    # Loopback only unless an operator opens it (a scraper on another host).
+    metrics_host: str = Field("127.0.0.1", alias="PASSK_METRICS_HOST")
     data_dir: Path = Field(PROJECT_ROOT / "var", alias="PASSK_DATA_DIR")
     log_level: str = Field("warn", alias="PASSK_LOG_LEVEL")
     # Event-time tumbling windows of the aggregate processor, aligned to the epoch.
