@@ -105,9 +105,9 @@ def own_kafka(data_dir: Path, *, brokers: int = 1, security: str = "plaintext",
     env.update(PASSK_KAFKA_DIR=str(data_dir), PASSK_KAFKA_BROKERS=str(brokers),
                PASSK_KAFKA_PORT=str(port), PASSK_KAFKA_CONTROLLER_PORT=str(cport),
                PASSK_KAFKA_SECURITY=security, PASSK_KAFKA_HEAP=heap,
-               PASSK_TOPIC_PREFIX=topic_prefix)
+               PASSK_TOPIC_PREFIX=topic_prefix, PASSK_KAFKA_READY_S="600")
     try:
-        up = _script("kafka-up.sh", env, timeout=600)
+        up = _script("kafka-up.sh", env, timeout=900)
         if up.returncode != 0:
             raise RuntimeError(f"kafka-up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
         yield kafka

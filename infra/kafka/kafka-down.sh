@@ -5,7 +5,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 data="${PASSK_KAFKA_DIR:-$root/var/kafka}"
 shopt -s nullglob
-pidfiles=("$data/kafka.pid" "$data"/node*/kafka.pid)
+pidfiles=()
+for f in "$data/kafka.pid" "$data"/node*/kafka.pid; do [ -f "$f" ] && pidfiles+=("$f"); done
 stopped=0
 # All nodes are asked at once: a cluster stopped one by one loses its controller quorum
 # half-way and the last nodes wait for it.

@@ -18,6 +18,7 @@ port="${PASSK_KAFKA_PORT:-9092}"
 if [ "$brokers" -gt 1 ]; then cport="${PASSK_KAFKA_CONTROLLER_PORT:-$((port + 100))}"
 else cport="${PASSK_KAFKA_CONTROLLER_PORT:-$((port + 1))}"; fi
 heap="${PASSK_KAFKA_HEAP:-1g}"
+ready_s="${PASSK_KAFKA_READY_S:-$((60 + 60 * brokers))}"  # how long to wait for every node
 python="${PYTHON:-$root/.venv/bin/python}"
 case "$security" in plaintext|sasl_ssl) ;; *)
   echo "kafka: PASSK_KAFKA_SECURITY must be plaintext or sasl_ssl, not $security" >&2; exit 2;;
@@ -72,6 +73,12 @@ for i in $(seq 1 "$brokers"); do
   [ -f "$(node_dir "$i")/log/meta.properties" ] && continue
   cluster_id="${cluster_id:-$(java -cp "$cp_" kafka.tools.StorageTool random-uuid)}"
 done
+java_opts() {  # node dir -> jopts
+  jopts=(-Xms256m "-Xmx$heap" -XX:+UseG1GC -Djava.awt.headless=true
+         -Dkafka.logs.dir="$1/logs" -Dlog4j2.configurationFile="$here/log4j2.yaml")
+}
+# Every node configured and formatted first, then all started together, so no node waits
+# long for a quorum that is still being formatted.
 for i in $(seq 1 "$brokers"); do
   dir="$(node_dir "$i")"; p=$((port + i - 1)); c=$((cport + i - 1))
   pf="$dir/kafka.pid"
@@ -92,21 +99,32 @@ listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 PROPS
   fi
   chmod 600 "$props"
-  java_opts=(-Xms256m "-Xmx$heap" -XX:+UseG1GC -Djava.awt.headless=true
-             -Dkafka.logs.dir="$dir/logs" -Dlog4j2.configurationFile="$here/log4j2.yaml")
   if [ ! -f "$dir/log/meta.properties" ]; then
-    java "${java_opts[@]}" -cp "$cp_" kafka.tools.StorageTool format \
+    java_opts "$dir"
+    java "${jopts[@]}" -cp "$cp_" kafka.tools.StorageTool format \
          -t "$cluster_id" -c "$props" "${scram_args[@]}" >"$dir/logs/format.out" 2>&1
     echo "kafka: formatted node $i storage (cluster $cluster_id)"
   fi
-  nohup java "${java_opts[@]}" -cp "$cp_" kafka.Kafka "$props" >"$dir/logs/stdout.log" 2>&1 &
+done
+for i in $(seq 1 "$brokers"); do
+  dir="$(node_dir "$i")"; pf="$dir/kafka.pid"
+  if [ -f "$pf" ] && kill -0 "$(cat "$pf")" 2>/dev/null; then continue; fi
+  java_opts "$dir"
+  nohup java "${jopts[@]}" -cp "$cp_" kafka.Kafka "$dir/server.properties" \
+        >"$dir/logs/stdout.log" 2>&1 &
   echo $! > "$pf"
 done
-if ! ready 120; then
-  echo "kafka: $brokers node(s) did not answer within 120 s; see $data/" >&2
+if ! ready "$ready_s"; then
+  echo "kafka: $brokers node(s) did not answer within $ready_s s; see $data/" >&2
   tail -n 30 "$(node_dir 1)/logs/server.log" >&2 || true
   exit 1
 fi
+for i in $(seq 1 "$brokers"); do  # a node can give up on a slow quorum after registering
+  if ! kill -0 "$(cat "$(node_dir "$i")/kafka.pid")" 2>/dev/null; then
+    echo "kafka: node $i exited during start-up; see $(node_dir "$i")/logs/server.log" >&2
+    exit 1
+  fi
+done
 if [ "$security" = sasl_ssl ]; then
   KAFKA_BOOTSTRAP_SERVERS="$bootstrap" "$python" "$here/secure.py" acls "$secrets"
 fi
