@@ -60,11 +60,19 @@ def _run(env: dict[str, str], *args: str) -> None:
                    check=True, capture_output=True)
 
 
-def _drain(settings: Settings, names: tuple[str, ...], timeout: float) -> dict[str, float]:
-    """records/s per processor, from its lag as the broker reports it."""
-    first: dict[str, tuple[float, int]] = {}
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _drain(settings: Settings, names: tuple[str, ...], pids: dict[str, int],
+           timeout: float) -> dict[str, tuple[float, float]]:
+    """(records/s, records per CPU second) per processor, from its lag as the broker
+    reports it and the CPU time its worker used meanwhile."""
+    first: dict[str, tuple[float, int, float]] = {}
     start_lag: dict[str, int] = {}
-    done: dict[str, float] = {}
+    done: dict[str, tuple[float, float]] = {}
     deadline = time.monotonic() + timeout
     while len(done) < len(names):
         if time.monotonic() > deadline:
@@ -75,10 +83,11 @@ def _drain(settings: Settings, names: tuple[str, ...], timeout: float) -> dict[s
                 continue
             start_lag.setdefault(s.processor, s.lag)
             if s.processor not in first and s.lag < start_lag[s.processor]:
-                first[s.processor] = (now, s.lag)
+                first[s.processor] = (now, s.lag, _cpu_s(pids[s.processor]))
             if s.processor in first and s.lag == 0:
-                t0, lag0 = first[s.processor]
-                done[s.processor] = lag0 / max(now - t0, 1e-6)
+                t0, lag0, cpu0 = first[s.processor]
+                cpu = _cpu_s(pids[s.processor]) - cpu0
+                done[s.processor] = (lag0 / max(now - t0, 1e-6), lag0 / max(cpu, 1e-6))
         time.sleep(0.25)
     return done
 
@@ -129,12 +138,14 @@ def main() -> None:
         trials = len(json.loads(expected.read_text())["trials"])
         _run(env, "replay", str(traffic))
         inputs_per_trial: dict[str, float] = {}
-        rates: dict[str, float] = {}
+        rates: dict[str, tuple[float, float]] = {}
         for stage in STAGES:
             before = {s.processor: s.lag or 0 for s in processor_status(list(stage), settings)}
+            pids = {}
             for name in stage:
                 procs.append(_passk(env, "worker", name, log=tmp / f"{name}.log"))
-            rates.update(_drain(settings, stage, timeout=3600))
+                pids[name] = procs[-1].pid
+            rates.update(_drain(settings, stage, pids, timeout=3600))
             for name in stage:
                 inputs_per_trial[name] = before[name] / trials
         sizes = _topic_bytes(settings)
@@ -146,11 +157,15 @@ def main() -> None:
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
-    print(f"{trials} trials, one worker per processor, broker {settings.kafka_bootstrap_servers}")
-    print(f"{'processor':10} {'input records/trial':>20} {'records/s':>10} {'trials/s':>9}")
-    for name, rate in rates.items():
+    load = os.getloadavg()
+    print(f"{trials} trials, one worker per processor, broker {settings.kafka_bootstrap_servers}"
+          f", {os.cpu_count()} cores, load average {load[0]:.1f}")
+    print(f"{'processor':10} {'input records/trial':>20} {'records/s':>10} {'trials/s':>9} "
+          f"{'trials/CPU-s':>13}")
+    for name, (rate, per_cpu) in rates.items():
         per = inputs_per_trial[name]
-        print(f"{name:10} {per:20.2f} {rate:10.0f} {rate / per if per else 0:9.0f}")
+        print(f"{name:10} {per:20.2f} {rate:10.0f} {rate / per if per else 0:9.0f} "
+              f"{per_cpu / per if per else 0:13.0f}")
     total = sum(sizes.values())
     print(f"\nbytes on the broker's disk per trial (one replica): {total / trials:.0f}")
     for name, size in sorted(sizes.items(), key=lambda kv: -kv[1]):

@@ -88,7 +88,15 @@ def refuse_unless_co_partitioned(service: str) -> None:
     topics = CO_PARTITIONED.get(service, ())
     if not topics:
         return
-    counts = partition_counts([topic_name(t) for t in topics])
+    import time
+
+    names = [topic_name(t) for t in topics]
+    deadline = time.monotonic() + 60
+    counts = partition_counts(names)
+    # Topics created a moment ago may not be in every broker's metadata yet.
+    while len(counts) < len(names) and time.monotonic() < deadline:
+        time.sleep(1.0)
+        counts = partition_counts(names)
     problem = co_partitioning_problem(service, {t: counts.get(topic_name(t)) for t in topics})
     if problem:
         typer.echo(f"passk worker {service}: refusing to start: {problem}", err=True)
