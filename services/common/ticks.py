@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,6 +21,8 @@ from faust.types import TP
 
 from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def table_value(state: dict[str, Any], due_at: float | None) -> dict[str, Any]:
@@ -223,7 +226,15 @@ class Deadlines:
 
         @app.timer(interval=5.0)
         async def read_committed() -> None:
-            offsets = await asyncio.to_thread(self.committed.read)
+            from kafka.errors import KafkaError
+
+            try:
+                offsets = await asyncio.to_thread(self.committed.read)
+            except (KafkaError, OSError) as exc:
+                # A broker lost or a coordinator moving: keep the offsets read last time
+                # and ask again on the next tick, rather than crash the worker.
+                log.warning("reading committed offsets failed (%s); retrying", exc)
+                return
             self.clock.set_committed(offsets)
 
         @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg

@@ -27,7 +27,8 @@ from tests.e2e.conftest import Pipeline, free_port
 from tests.own_kafka import OwnKafka, own_kafka
 from tests.support import ROOT, isolated_env, new_prefix, read_topic, settled, wait_for
 
-pytestmark = pytest.mark.e2e
+# Eight workers and three brokers on two shared cores: far slower than one pipeline.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3000)]
 SCENARIOS = ROOT / "examples" / "scenarios"
 # 4 example scenarios x 500: 2,000 trials, 4,000 input events (figure in the README).
 TRIALS_PER_SCENARIO = 500

@@ -23,7 +23,7 @@ from tests.e2e.conftest import Pipeline, free_port
 from tests.own_kafka import OwnKafka, own_kafka
 from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 SCENARIOS = ROOT / "examples" / "scenarios"
 PROCESSORS = ["gate", "verdict", "judge", "sink"]
 API_KEY = f"sk-secret-{uuid.uuid4().hex}"
