@@ -63,11 +63,11 @@ def worker(
 
     if service not in WORKERS:
         raise typer.BadParameter(f"unknown service {service!r}; choose from {', '.join(WORKERS)}")
-    from services.common.admin import create_topics
+    from services.common.admin import create_topics_retrying
 
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
     # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
-    statuses = create_topics()
+    statuses = create_topics_retrying()
     refuse_unless_co_partitioned(service)
     if statuses and not get_settings().topic_replication:
         # Faust creates its own leader topic: replicate it like ours on this cluster.

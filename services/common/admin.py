@@ -47,6 +47,26 @@ def topic_replication(settings: Settings | None = None) -> int:
         admin.close()
 
 
+def create_topics_retrying(settings: Settings | None = None,
+                           deadline_s: float = 120.0) -> list[TopicStatus]:
+    """create_topics, retried while the failure is one a cluster recovers from by itself
+    (a broker just lost and still in the metadata, a leader moving)."""
+    import time
+
+    from kafka.errors import KafkaError, KafkaTimeoutError
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return create_topics(settings)
+        except KafkaTimeoutError:  # no broker answered at all (or refused our password)
+            raise
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
+
+
 def create_topics(settings: Settings | None = None) -> list[TopicStatus]:
     settings = settings or get_settings()
     admin = KafkaAdminClient(**kafka_client_kwargs(settings))
