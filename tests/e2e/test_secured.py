@@ -16,6 +16,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
 
+from services.cli import WORKERS
 from services.common.kafka_client import EXIT_KAFKA_REFUSED, kafka_client_kwargs
 from services.common.settings import Settings
 from services.common.topics import Topic, topic_name
@@ -25,7 +26,7 @@ from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 SCENARIOS = ROOT / "examples" / "scenarios"
-PROCESSORS = ["gate", "verdict", "judge", "sink"]
+PROCESSORS = list(WORKERS)
 API_KEY = f"sk-secret-{uuid.uuid4().hex}"
 
 

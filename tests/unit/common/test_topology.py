@@ -34,10 +34,22 @@ def test_a_processor_without_joins_is_never_refused() -> None:
     assert co_partitioning_problem("judge", {}) is None
 
 
-def test_joined_inputs_are_the_processor_inputs() -> None:
+def test_joined_topics_are_ones_the_processor_reads() -> None:
+    from services.common.topology import PROCESSOR_READS_BACK
+
     for processor, topics in CO_PARTITIONED.items():
-        assert set(PROCESSOR_INPUTS[processor]) <= set(topics)
+        reads = set(PROCESSOR_INPUTS[processor]) | set(PROCESSOR_READS_BACK[processor])
+        assert set(topics) <= reads, processor
         assert processor in PROCESSOR_OUTPUTS
+
+
+def test_every_worker_has_its_topics_declared() -> None:
+    from services.cli import WORKERS
+    from services.common.topology import PROCESSOR_READS_BACK
+
+    for name in WORKERS:
+        assert name in PROCESSOR_INPUTS and name in PROCESSOR_OUTPUTS, name
+        assert name in PROCESSOR_READS_BACK, name
 
 
 @pytest.mark.parametrize(("brokers", "configured", "replicas", "min_isr"), [
