@@ -77,7 +77,7 @@ def faust_broker_credentials(settings: Settings | None = None) -> Any:
 
 # `passk` exits with this when Kafka refuses who we are or what we ask (4 is "broker or
 # store unreachable"): a wrong password must not look like a broker that is down.
-EXIT_KAFKA_REFUSED = 5
+EXIT_KAFKA_REFUSED = 5  # == services.common.exits.ExitCode.KAFKA_REFUSED
 
 
 class AuthFailureWatch(logging.Handler):
