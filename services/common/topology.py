@@ -36,7 +36,8 @@ PROCESSOR_OUTPUTS: dict[str, tuple[Topic, ...]] = {
 # a processor with deadlines or a table reads back its ticks and its changelog.
 PROCESSOR_READS_BACK: dict[str, tuple[Topic, ...]] = {
     "gate": (Topic.SCENARIOS, Topic.GATE_TICKS, Topic.GATE_JOINS_CHANGELOG),
-    "verdict": (Topic.SCENARIOS, Topic.VERDICT_TICKS, Topic.VERDICT_TRIALS_CHANGELOG),
+    "verdict": (Topic.SCENARIOS, Topic.VERDICT_TICKS, Topic.VERDICT_TRIALS_CHANGELOG,
+                Topic.JUDGE_CALIBRATIONS),
     "judge": (Topic.SCENARIOS,),
     "sink": (Topic.SCENARIOS,),
     "aggregate": (Topic.SCENARIOS, Topic.AGGREGATE_STATE_CHANGELOG),
