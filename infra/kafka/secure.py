@@ -224,6 +224,8 @@ def apply_acls(secrets_dir: Path) -> None:
         for internal in rights["prefixes"]:
             allow(user, ACLOperation.ALL, ResourceType.TOPIC, internal,
                   ACLResourcePatternType.PREFIXED)
+    # `scenarios publish` writes every version in one transaction (its id: prefix + name).
+    allow(CLI, ACLOperation.WRITE, ResourceType.TRANSACTIONAL_ID, f"{prefix}scenarios-publish")
     admin = KafkaAdminClient(**kafka_client_kwargs(settings))
     try:
         result = admin.create_acls(acls)
