@@ -22,10 +22,10 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 install: $(VENV)/.installed ## create .venv and install passk with the pinned dependencies
 
-kafka-up: install ## start Apache Kafka (KRaft, 127.0.0.1:9092) from its Maven Central jars
+kafka-up: install ## start Apache Kafka (KRaft, 127.0.0.1:9092) from Maven jars; PASSK_KAFKA_BROKERS=3, PASSK_KAFKA_SECURITY=sasl_ssl
 	@bash infra/kafka/kafka-up.sh
 
-kafka-down: ## stop the broker that kafka-up started
+kafka-down: ## stop every Kafka node that kafka-up started
 	@bash infra/kafka/kafka-down.sh
 
 pg-up: ## start a local PostgreSQL for the store tests (Debian's packages)

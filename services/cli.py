@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -62,11 +63,16 @@ def worker(
 
     if service not in WORKERS:
         raise typer.BadParameter(f"unknown service {service!r}; choose from {', '.join(WORKERS)}")
-    from services.common.admin import create_topics
+    from services.common.admin import create_topics_retrying
 
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
     # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
-    create_topics()
+    statuses = create_topics_retrying()
+    refuse_unless_co_partitioned(service)
+    if statuses and not get_settings().topic_replication:
+        # Faust creates its own leader topic: replicate it like ours on this cluster.
+        os.environ["PASSK_TOPIC_REPLICATION"] = str(statuses[0].replication)
+        get_settings.cache_clear()
     from services.common.outage import health, health_path
 
     # Counted per start, so `passk status` shows how often a supervisor restarted it.
@@ -78,18 +84,54 @@ def worker(
     module.app.main()
 
 
+def refuse_unless_co_partitioned(service: str) -> None:
+    """A join by key is only right when every joined topic has the same partition count."""
+    from services.common.admin import partition_counts
+    from services.common.topics import topic_name
+    from services.common.topology import CO_PARTITIONED, co_partitioning_problem
+
+    topics = CO_PARTITIONED.get(service, ())
+    if not topics:
+        return
+    import time
+
+    names = [topic_name(t) for t in topics]
+    deadline = time.monotonic() + 60
+    counts = partition_counts(names)
+    # Topics created a moment ago may not be in every broker's metadata yet.
+    while len(counts) < len(names) and time.monotonic() < deadline:
+        time.sleep(1.0)
+        counts = partition_counts(names)
+    problem = co_partitioning_problem(service, {t: counts.get(topic_name(t)) for t in topics})
+    if problem:
+        typer.echo(f"passk worker {service}: refusing to start: {problem}", err=True)
+        raise typer.Exit(2)
+
+
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
 def main() -> None:
     """Run a command; what it lets escape becomes a one-line error and an exit code
-    (services/common/exits.py), never a traceback, unless it is a bug."""
+    (services/common/exits.py), never a traceback, unless it is a bug. Kafka refusing our
+    credentials or rights is told apart from a broker that is down: exit 5."""
+    from services.common.kafka_client import (
+        EXIT_KAFKA_REFUSED,
+        refusal_message,
+        watch_authentication,
+    )
+
+    watch = watch_authentication()
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
+        refused = refusal_message(exc, watch)
+        if refused is not None:
+            say_error(refused)
+            sys.exit(EXIT_KAFKA_REFUSED)
         answer = classify(exc)
         if answer is None:
             raise

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
 
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings
 from services.common.topics import Topic, topic_name
 
@@ -64,6 +65,7 @@ def isolated_env(settings: Settings, **extra: str) -> dict[str, str]:
         PASSK_UNCALIBRATED_JUDGES=settings.uncalibrated_judges,
         PYTHONUNBUFFERED="1",
     )
+    env.update(kafka_security_env(settings))
     if settings.openai_base_url:
         env["OPENAI_BASE_URL"] = settings.openai_base_url
     if settings.openai_api_key:
@@ -82,8 +84,7 @@ def delete_topics_with_prefix(settings: Settings) -> None:
     from kafka.errors import KafkaError
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers,
-                                 request_timeout_ms=30000)
+        admin = KafkaAdminClient(**kafka_client_kwargs(settings), request_timeout_ms=30000)
     except KafkaError:
         return  # a test that stopped the broker: nothing left to tidy there
     try:
@@ -94,6 +95,19 @@ def delete_topics_with_prefix(settings: Settings) -> None:
         pass  # best effort: tidying must not fail a test that passed
     finally:
         admin.close()
+
+
+def kafka_security_env(settings: Settings) -> dict[str, str]:
+    """The Kafka security variables of these settings, for a subprocess."""
+    env = {"KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
+           "KAFKA_SASL_MECHANISM": settings.kafka_sasl_mechanism}
+    if settings.kafka_sasl_username:
+        env["KAFKA_SASL_USERNAME"] = settings.kafka_sasl_username
+    if settings.kafka_sasl_password is not None:
+        env["KAFKA_SASL_PASSWORD"] = settings.kafka_sasl_password.get_secret_value()
+    if settings.kafka_ssl_cafile is not None:
+        env["KAFKA_SSL_CAFILE"] = str(settings.kafka_ssl_cafile)
+    return env
 
 
 def new_prefix() -> str:
@@ -108,7 +122,7 @@ def read_topic(
 
     def fetch() -> list[tuple[bytes | None, dict[str, Any], int]]:
         consumer = KafkaConsumer(
-            bootstrap_servers=settings.kafka_bootstrap_servers,
+            **kafka_client_kwargs(settings),
             enable_auto_commit=False,
             consumer_timeout_ms=1500,
         )
@@ -173,7 +187,7 @@ def produce(settings: Settings, topic: Topic, records: list[tuple[str | None, by
     """Send (key, raw value) records with kafka-python, acks=all, and wait for every ack."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
+    producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all")
     try:
         futures = [
             producer.send(topic_name(topic, settings), key=k.encode() if k else None, value=v)

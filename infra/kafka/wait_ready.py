@@ -1,4 +1,5 @@
-"""Exit 0 once a Kafka broker answers a metadata request, 1 after the deadline."""
+"""Exit 0 once Kafka answers a metadata request (and lists at least MIN_BROKERS brokers),
+1 after the deadline. Connects as the environment's client settings say (SASL_SSL too)."""
 
 import logging
 import sys
@@ -6,16 +7,26 @@ import time
 
 from kafka import KafkaAdminClient
 
+from services.common.kafka_client import kafka_client_kwargs
+from services.common.settings import Settings
+
 logging.disable(logging.CRITICAL)
 bootstrap, deadline_s = sys.argv[1], float(sys.argv[2])
+min_brokers = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 deadline = time.monotonic() + deadline_s
 while True:
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
-        admin.list_topics()
-        admin.close()
-        sys.exit(0)
+        kwargs = kafka_client_kwargs(Settings(KAFKA_BOOTSTRAP_SERVERS=bootstrap))  # type: ignore[call-arg]
+        admin = KafkaAdminClient(**kwargs, request_timeout_ms=3000)
+        try:
+            admin.list_topics()
+            brokers = len(admin.describe_cluster().get("brokers") or [])
+        finally:
+            admin.close()
+        if brokers >= min_brokers:
+            sys.exit(0)
     except Exception:
-        if time.monotonic() >= deadline:
-            sys.exit(1)
-        time.sleep(0.5)
+        pass
+    if time.monotonic() >= deadline:
+        sys.exit(1)
+    time.sleep(0.5)

@@ -23,7 +23,9 @@ fi
 
 # Every process gets the same configuration (supervisord passes its environment on);
 # record it so an operator can see it (never the API key).
-env | grep -E '^(KAFKA_BOOTSTRAP_SERVERS|PASSK_[A-Z0-9_]*|OPENAI_BASE_URL)=' | sort > "$run/env" || true
+# (a database password is masked; Kafka passwords and API keys are not recorded at all)
+env | grep -E '^(KAFKA_BOOTSTRAP_SERVERS|PASSK_[A-Z0-9_]*|OPENAI_BASE_URL)=' | sort \
+  | sed -E 's#^(PASSK_DATABASE_URL=[^:]+://[^:/@]+):[^@]*@#\1:***@#' > "$run/env" || true
 
 if "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
   echo "up: supervisord already running (pid $("$bin/supervisorctl" -c "$conf" pid))"
@@ -42,4 +44,7 @@ for hook in "$root"/infra/stack/up.d/*.sh; do
   [ -e "$hook" ] && bash "$hook"
 done
 
+if [ "${PASSK_KAFKA_SECURITY:-plaintext}" = sasl_ssl ]; then
+  eval "$(.venv/bin/python infra/kafka/secure.py env "${PASSK_KAFKA_DIR:-$root/var/kafka}/secrets" passk-cli)"
+fi
 "$passk" status --wait 120 --processors "$("$passk" supervise workers)"

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from services.common.kafka_client import kafka_client_kwargs
+
 if TYPE_CHECKING:
     from schemas.scenario import Scenario
     from services.calibration.calibrate import JudgeCalibrationResult
@@ -75,7 +77,7 @@ def _publish(settings: Settings, calibrations: list[Any]) -> None:
     from services.common.codec import encode
     from services.common.topics import Topic, topic_name
 
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all",
+    producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
                              request_timeout_ms=15000, max_block_ms=15000)
     try:
         name = topic_name(Topic.JUDGE_CALIBRATIONS, settings)
@@ -270,7 +272,7 @@ def register(app: typer.Typer) -> None:
         event = Label(event_id=f"label:{ident.hexdigest()[:24]}", trial_id=trial_id,
                       judge_id=judge, passed=passed, note=note, labeller=getpass.getuser())
         try:
-            producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers,
+            producer = KafkaProducer(**kafka_client_kwargs(settings),
                                      acks="all", request_timeout_ms=15000, max_block_ms=15000)
             try:
                 producer.send(topic_name(Topic.LABELS, settings), key=trial_id.encode(),

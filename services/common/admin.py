@@ -8,6 +8,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import TOPIC_SPECS, partitions_for, topic_configs, topic_name
 
@@ -17,27 +18,87 @@ class TopicStatus:
     name: str
     partitions: int
     created: bool  # False: it already existed
+    replication: int = 1
+
+
+def replication_for(brokers: int, configured: int = 0) -> int:
+    """Replicas per partition: the setting when given, else every broker up to three."""
+    return configured or max(1, min(3, brokers))
+
+
+def min_insync_for(replication: int) -> int:
+    """With three replicas a write needs two (one broker may be lost); with fewer, one."""
+    return 2 if replication >= 3 else 1
+
+
+def cluster_brokers(admin: KafkaAdminClient) -> int:
+    return len(admin.describe_cluster().get("brokers") or []) or 1
+
+
+def topic_replication(settings: Settings | None = None) -> int:
+    """The replication passk uses on this cluster (asks the broker when the setting is 0)."""
+    settings = settings or get_settings()
+    if settings.topic_replication:
+        return settings.topic_replication
+    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+    try:
+        return replication_for(cluster_brokers(admin))
+    finally:
+        admin.close()
+
+
+def create_topics_retrying(settings: Settings | None = None,
+                           deadline_s: float = 120.0) -> list[TopicStatus]:
+    """create_topics, retried while the failure is one a cluster recovers from by itself
+    (a broker just lost and still in the metadata, a leader moving)."""
+    import time
+
+    from kafka.errors import KafkaError, KafkaTimeoutError
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return create_topics(settings)
+        except KafkaTimeoutError:  # no broker answered at all (or refused our password)
+            raise
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
 
 
 def create_topics(settings: Settings | None = None) -> list[TopicStatus]:
     settings = settings or get_settings()
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
     try:
+        replication = replication_for(cluster_brokers(admin), settings.topic_replication)
+        durability = {"min.insync.replicas": str(min_insync_for(replication))}
         existing = set(admin.list_topics())
         statuses: list[TopicStatus] = []
         for spec in TOPIC_SPECS:
             name = topic_name(spec.topic, settings)
             parts = partitions_for(spec, settings)
             if name in existing:
-                statuses.append(TopicStatus(name, parts, created=False))
+                statuses.append(TopicStatus(name, parts, False, replication))
                 continue
+            configs = {**topic_configs(spec, settings), **durability}
             try:
-                admin.create_topics(
-                    [NewTopic(name, parts, 1, topic_configs=topic_configs(spec, settings))]
-                )
-                statuses.append(TopicStatus(name, parts, created=True))
+                admin.create_topics([NewTopic(name, parts, replication, topic_configs=configs)])
+                statuses.append(TopicStatus(name, parts, True, replication))
             except TopicAlreadyExistsError:  # created concurrently by another caller
-                statuses.append(TopicStatus(name, parts, created=False))
+                statuses.append(TopicStatus(name, parts, False, replication))
         return statuses
     finally:
         admin.close()
+
+
+def partition_counts(names: list[str], settings: Settings | None = None) -> dict[str, int]:
+    """How many partitions each of these topics has on the broker (absent: not listed)."""
+    settings = settings or get_settings()
+    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+    try:
+        described = admin.describe_topics(names)
+    finally:
+        admin.close()
+    return {t["name"]: len(t.get("partitions") or ()) for t in described
+            if not t.get("error_code")}

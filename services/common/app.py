@@ -14,6 +14,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 import services.common.faust_fixes  # noqa: F401 - patches faust's consumer on import
 from services.common.codec import Rejection
+from services.common.kafka_client import faust_broker_credentials
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, partitions_for, spec_for, topic_name
 
@@ -39,7 +40,10 @@ def make_app(name: str, settings: Settings | None = None) -> faust.App:
         broker=f"kafka://{settings.kafka_bootstrap_servers}",
         store="memory://",  # tables are rebuilt from their changelog topics on start
         topic_partitions=settings.topic_partitions,
-        topic_replication_factor=1,
+        # What Faust creates itself (its leader topic) is replicated like ours; `passk
+        # worker` resolves 0 (auto) from the cluster before the app is built.
+        topic_replication_factor=settings.topic_replication or 1,
+        broker_credentials=faust_broker_credentials(settings),
         web_enabled=False,
         # Commit often: a worker killed mid-stream then reprocesses little, and the
         # processors' idempotency (deterministic event ids, keyed tables) drops repeats.
@@ -114,7 +118,7 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
     async def start_metrics() -> None:
         from services.common.metrics import serve_metrics
 
-        serve_metrics(settings.metrics_port)
+        serve_metrics(settings.metrics_port, host=settings.metrics_host)
 
     from services.common.outage import BROKER, Dependency
 

@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 from schemas.events import JudgeCalibration
 from services.common.calibration import CalibrationBook
 from services.common.codec import Rejection, decode
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
 
@@ -46,7 +47,7 @@ class CalibrationFollower:
                 return
             consumer = AIOKafkaConsumer(
                 self.topic,
-                bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                **kafka_client_kwargs(self.settings),
                 group_id=None,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",

@@ -80,13 +80,14 @@ def register(app: typer.Typer) -> None:
             "", help="comma-separated processors to show (default: every worker)"
         ),
     ) -> None:
-        """Show each processor's consumer group (state, members, lag), its restarts and
-        whether it is degraded (cannot reach the broker or the store). Exit 1 when any is
-        not ready, 4 when the broker does not answer within --wait (at least 1 s)."""
+        """Show each processor's consumer group (state, members, lag), its restarts,
+        whether it is degraded (cannot reach the broker or the store), and which broker
+        leads each partition of its inputs. Exit 1 when any is not ready, 4 when the
+        broker does not answer within --wait (at least 1 s)."""
         import time
 
         from services.cli import WORKERS
-        from services.common.status import processor_status
+        from services.common.status import input_leaders, processor_status
 
         names = [p.strip() for p in processors.split(",") if p.strip()] or list(WORKERS)
         deadline = time.monotonic() + wait
@@ -97,12 +98,19 @@ def register(app: typer.Typer) -> None:
                 break
             time.sleep(1.0)
         table = Table("processor", "consumer group", "state", "members", "lag", "restarts",
-                      "health")
+                      "health", "member ids")
         for s in statuses:
             health = f"degraded: {', '.join(s.degraded)} down" if s.degraded else "ok"
             table.add_row(s.processor, s.group, s.state, str(s.members),
                           "-" if s.lag is None else str(s.lag),
-                          "-" if s.restarts is None else str(s.restarts), health)
-        console().print(table)
+                          "-" if s.restarts is None else str(s.restarts), health,
+                          "\n".join(s.member_names))
+        out = console()
+        out.print(table)
+        leaders = Table("input topic", "partition", "leader broker", "in-sync replicas")
+        for p in input_leaders(names):
+            leaders.add_row(p.topic, str(p.partition), "none" if p.leader is None else
+                            str(p.leader), ",".join(map(str, p.in_sync)))
+        out.print(leaders)
         if not all(s.ready for s in statuses):
             raise typer.Exit(1)

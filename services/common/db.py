@@ -29,3 +29,14 @@ def engine_for(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     return create_engine(url, pool_pre_ping=True)
+
+
+def redacted(url: str) -> str:
+    """A database URL fit to print: its password replaced by ***."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:  # not a URL SQLAlchemy reads: print nothing of it
+        return "(unparseable database URL)"

@@ -8,6 +8,7 @@ never a traceback for a broker or store that is down or a setting that is malfor
 | 2    | `USAGE`            | usage error: bad arguments, invalid files, malformed settings  |
 | 3    | `NOTHING_TO_JUDGE` | nothing to judge: the run has no trials, no valid line to send |
 | 4    | `UNREACHABLE`      | infrastructure unreachable: the Kafka broker or the database   |
+| 5    | `KAFKA_REFUSED`    | Kafka refused us: wrong SASL credentials, or outside our ACLs  |
 
 Using it from a command (new commands need nothing else):
 
@@ -45,11 +46,13 @@ class ExitCode(IntEnum):
     USAGE = 2
     NOTHING_TO_JUDGE = 3
     UNREACHABLE = 4
+    KAFKA_REFUSED = 5  # see services.common.kafka_client.refusal_message
 
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 the answer is no (gate failed, not ready, timed out); 2 usage "
-    "error; 3 nothing to judge (no trials); 4 broker or database unreachable."
+    "error; 3 nothing to judge (no trials); 4 broker or database unreachable; 5 Kafka "
+    "refused our credentials or an operation outside our ACLs."
 )
 
 

@@ -38,12 +38,13 @@ class CommonMetrics:
 _served: set[int] = set()
 
 
-def serve_metrics(port: int, registry: CollectorRegistry = REGISTRY) -> None:
-    """Expose /metrics on 127.0.0.1:port (0 = don't serve)."""
+def serve_metrics(port: int, registry: CollectorRegistry = REGISTRY,
+                  host: str = "127.0.0.1") -> None:
+    """Expose /metrics on host:port (0 = don't serve); loopback unless configured."""
     if port and port not in _served:
-        start_http_server(port, addr="127.0.0.1", registry=registry)
+        start_http_server(port, addr=host, registry=registry)
         _served.add(port)
-        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+        log.info("metrics on http://%s:%d/metrics", host, port)
 
 
 _common: CommonMetrics | None = None

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,16 @@ class Settings(BaseSettings):
     # How long a CLI command waits for the broker before answering "unreachable" (exit 4).
     broker_wait_s: float = Field(5.0, alias="PASSK_BROKER_WAIT_S", ge=0)
     topic_prefix: str = Field("passk.", alias="PASSK_TOPIC_PREFIX")
+    # 8 partitions: room for up to 8 workers of a processor (4 each with headroom to double).
     topic_partitions: int = Field(8, alias="PASSK_TOPIC_PARTITIONS", ge=1)
+    # 0: as many replicas as the cluster has brokers, up to 3 (min.insync.replicas 2 at 3).
+    topic_replication: int = Field(0, alias="PASSK_TOPIC_REPLICATION", ge=0)
+    # How every Kafka client (workers, CLI, producer SDK) authenticates; see kafka_client.py.
+    kafka_security_protocol: str = Field("PLAINTEXT", alias="KAFKA_SECURITY_PROTOCOL")
+    kafka_sasl_mechanism: str = Field("SCRAM-SHA-512", alias="KAFKA_SASL_MECHANISM")
+    kafka_sasl_username: str | None = Field(None, alias="KAFKA_SASL_USERNAME")
+    kafka_sasl_password: SecretStr | None = Field(None, alias="KAFKA_SASL_PASSWORD")
+    kafka_ssl_cafile: Path | None = Field(None, alias="KAFKA_SSL_CAFILE")
     # -1 keeps records forever: the log is the source of truth.
     topic_retention_ms: int = Field(-1, alias="PASSK_TOPIC_RETENTION_MS")
     database_url: str = Field(
@@ -58,6 +67,8 @@ class Settings(BaseSettings):
     sink_batch_max: int = Field(500, alias="PASSK_SINK_BATCH_MAX", ge=1)
     sink_batch_within_s: float = Field(0.2, alias="PASSK_SINK_BATCH_WITHIN_S", gt=0)
     metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
+    # Loopback only unless an operator opens it (a scraper on another host).
+    metrics_host: str = Field("127.0.0.1", alias="PASSK_METRICS_HOST")
     data_dir: Path = Field(PROJECT_ROOT / "var", alias="PASSK_DATA_DIR")
     log_level: str = Field("warn", alias="PASSK_LOG_LEVEL")
     # Event-time tumbling windows of the aggregate processor, aligned to the epoch.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import PROCESSOR_INPUTS, topic_name
 
@@ -24,6 +25,7 @@ class ProcessorStatus:
     # From the worker's health file (services.common.outage): None when it never ran here.
     restarts: int | None = None
     degraded: tuple[str, ...] = ()  # dependencies it cannot reach right now, e.g. "broker"
+    member_names: tuple[str, ...] = ()  # "client_id@host" of each member
 
     @property
     def ready(self) -> bool:
@@ -38,11 +40,10 @@ class ProcessorStatus:
 def processor_status(names: list[str], settings: Settings | None = None) -> list[ProcessorStatus]:
     settings = settings or get_settings()
     groups = {name: f"{settings.topic_prefix}{name}" for name in names}
+    kwargs = kafka_client_kwargs(settings)
     try:
-        admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers,
-                                 bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
-        consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                                 bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+        admin = KafkaAdminClient(**kwargs, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+        consumer = KafkaConsumer(**kwargs, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
     except KafkaError:
         # The broker is down: the groups are unknown, but what each worker says of
         # itself (alive, degraded, restarted) is still worth showing.
@@ -58,11 +59,12 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
         for name, group in groups.items():
             info = described.get(group) or {}
             state = info.get("group_state") or "Unknown"
-            members = len(info.get("members") or [])
+            members = info.get("members") or []
             inputs = [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(name, ())]
             lag = _lag(admin, consumer, group, inputs)
             restarts, degraded = worker_health(name, settings)
-            out.append(ProcessorStatus(name, group, state, members, lag, restarts, degraded))
+            out.append(ProcessorStatus(name, group, state, len(members), lag, restarts, degraded,
+                                       tuple(sorted(_member_name(m) for m in members))))
         return out
     finally:
         consumer.close()
@@ -102,3 +104,37 @@ def _lag(
         start = done.offset if done is not None and done.offset >= 0 else 0
         lag += max(ends[tp] - start, 0)
     return lag
+
+
+def _member_name(member: dict) -> str:  # type: ignore[type-arg]
+    host = str(member.get("client_host") or "").lstrip("/")
+    return f"{member.get('client_id') or member.get('member_id') or '?'}@{host or '?'}"
+
+
+@dataclass(frozen=True)
+class PartitionLeader:
+    topic: str
+    partition: int
+    leader: int | None  # broker id; None: no leader (every replica down)
+    in_sync: tuple[int, ...]
+
+
+def input_leaders(names: list[str], settings: Settings | None = None) -> list[PartitionLeader]:
+    """Which broker leads each partition of these processors' inputs, and the in-sync set."""
+    settings = settings or get_settings()
+    topics = sorted({topic_name(t, settings) for n in names for t in PROCESSOR_INPUTS.get(n, ())})
+    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+    try:
+        described = admin.describe_topics(topics)
+    finally:
+        admin.close()
+    out = []
+    for topic in described:
+        for p in topic.get("partitions") or []:
+            leader = p.get("leader_id")
+            out.append(PartitionLeader(
+                topic["name"], p["partition_index"],
+                leader if leader is not None and leader >= 0 else None,
+                tuple(sorted(p.get("isr_nodes") or ())),
+            ))
+    return sorted(out, key=lambda x: (x.topic, x.partition))

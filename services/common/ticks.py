@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,6 +20,7 @@ import faust
 from faust.types import TP
 
 from services.common.faust_fixes import SeekGuardedReadOffsets
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.outage import BROKER, Dependency
 from services.common.settings import Settings
 
@@ -203,9 +205,8 @@ class CommittedOffsets:
 
         if self._admin is None:
             # Bounded waits: a read during a broker outage fails in seconds, not kafka-python's 30.
-            self._admin = KafkaAdminClient(
-                bootstrap_servers=self.settings.kafka_bootstrap_servers,
-                request_timeout_ms=10_000, bootstrap_timeout_ms=5_000)
+            self._admin = KafkaAdminClient(**kafka_client_kwargs(self.settings),
+                                           request_timeout_ms=10_000, bootstrap_timeout_ms=5_000)
         try:
             offsets = self._admin.list_group_offsets({self.group: None}).get(self.group) or {}
         except Exception:

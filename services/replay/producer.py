@@ -21,6 +21,7 @@ from kafka.producer.future import FutureRecordMetadata
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.common.codec import encode
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
 
@@ -84,7 +85,7 @@ class TrafficProducer:
     ) -> None:
         self.settings = settings or get_settings()
         config: dict[str, Any] = dict(
-            bootstrap_servers=self.settings.kafka_bootstrap_servers,
+            **kafka_client_kwargs(self.settings),
             acks="all",
             linger_ms=linger_ms,
             max_block_ms=max_block_ms,
@@ -154,7 +155,7 @@ class TrafficProducer:
 
     def missing_topics(self, topics: list[str]) -> list[str]:
         """Which of these topics the broker does not have (asked once, without creating any)."""
-        admin = KafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap_servers)
+        admin = KafkaAdminClient(**kafka_client_kwargs(self.settings))
         try:
             existing = set(admin.list_topics())
         finally:

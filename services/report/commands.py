@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from services.common.db import redacted
 from services.common.exits import (
     CliError,
     ExitCode,
@@ -34,7 +35,7 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
         before = previous_run(run_id, store.run_scenarios()) if trials else None
         judges = store.judge_verdicts(run_id) if trials else []
         report = build_report(run_id, trials, before, judges)
-        return report, ([] if trials else store.runs()), store.url
+        return report, ([] if trials else store.runs()), redacted(store.url)
     finally:
         store.close()
 

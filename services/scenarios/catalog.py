@@ -28,6 +28,7 @@ from aiokafka.errors import KafkaError
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas.scenario import Scenario
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
 from services.scenarios.records import CatalogState
@@ -63,7 +64,7 @@ class ScenarioCatalog:
                 return
             consumer = AIOKafkaConsumer(
                 self.topic,
-                bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                **kafka_client_kwargs(self.settings),
                 group_id=None,  # no group: all partitions, nothing committed
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
@@ -173,7 +174,7 @@ def read_catalog(settings: Settings | None = None, *, timeout: float = 30.0) -> 
     settings = settings or get_settings()
     name = topic_name(Topic.SCENARIOS, settings)
     consumer = KafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
+        **kafka_client_kwargs(settings),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",

@@ -17,6 +17,7 @@ from typing import Literal
 from kafka import KafkaProducer
 
 from schemas.scenario import Scenario
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
 from services.scenarios.catalog import load_catalog
@@ -57,7 +58,7 @@ def publish_scenarios(
     if not changed:
         return steps
     producer = KafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
+        **kafka_client_kwargs(settings),
         acks="all",
         # Idempotent: a retried send neither duplicates nor reorders versions of an id.
         enable_idempotence=True,

@@ -20,6 +20,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 
 from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
 from services.common.codec import Rejection, decode
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
 from services.sink import domain
@@ -73,7 +74,7 @@ def rebuild(
     store = Store(database_url or settings.database_url)
     models = {topic_name(topic, settings): model for topic, model in SOURCES}
     consumer = KafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
+        **kafka_client_kwargs(settings),
         group_id=None,  # no offsets committed: a rebuild leaves the live sink's group alone
         enable_auto_commit=False,
         max_poll_records=1000,

@@ -36,16 +36,19 @@ class Pipeline:
     logs: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     last_status: str = ""
+    # Per-processor additions to env (a secured broker: each processor its own user).
+    worker_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def start(self, name: str, *args: str) -> None:
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", *args], env=self.env, cwd=ROOT,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "services.cli", *args], env={**self.env, **(env or {})},
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
-    def start_worker(self, name: str) -> None:
-        self.start(name, "worker", name)
+    def start_worker(self, name: str, instance: str | None = None) -> None:
+        """Start a worker of processor `name`; `instance` names a second or third one."""
+        self.start(instance or name, "worker", name, env=self.worker_env.get(name))
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crash: no shutdown hooks, no final commit."""
@@ -53,9 +56,11 @@ class Pipeline:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
-    def passk(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def passk(self, *args: str, timeout: float = 600,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "services.cli", *args], env=self.env, cwd=ROOT,
+            [sys.executable, "-m", "services.cli", *args], env={**self.env, **(env or {})},
+            cwd=ROOT,
             capture_output=True, text=True, timeout=timeout,
         )
 

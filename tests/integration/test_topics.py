@@ -153,3 +153,33 @@ def test_partitions_and_retention_come_from_the_environment(
     assert labels["partitions"] == 3
     assert labels["configs"]["retention.ms"] == week_ms
     assert actual[topic_name(Topic.SCENARIOS, fresh)]["partitions"] == 1
+
+
+def test_single_broker_topics_have_one_replica_and_min_insync_one(
+    fresh: Settings, admin: KafkaAdminClient
+) -> None:
+    assert topics_create(fresh).returncode == 0
+    name = topic_name(Topic.CONVERSATION_FINISHED, fresh)
+    [topic] = admin.describe_topics([name])
+    assert {len(p["replica_nodes"]) for p in topic["partitions"]} == {1}
+    assert described(admin, fresh)[name]["configs"]["min.insync.replicas"] == "1"
+
+
+@pytest.mark.parametrize(("processor", "odd_one"), [
+    ("gate", Topic.SESSION_PERSISTED), ("verdict", Topic.JUDGE_VERDICTS)])
+def test_a_worker_refuses_inputs_that_are_not_co_partitioned(
+    fresh: Settings, admin: KafkaAdminClient, processor: str, odd_one: Topic
+) -> None:
+    from kafka.admin import NewTopic
+
+    odd = topic_name(odd_one, fresh)
+    admin.create_topics([NewTopic(odd, 3, 1)])  # the rest will get the default 8
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "worker", processor], cwd=ROOT,
+        env=isolated_env(fresh), capture_output=True, text=True, timeout=180,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"passk worker {processor}: refusing to start" in result.stderr
+    assert f"{odd_one.value}=3" in result.stderr
+    assert "must have equal partition counts" in result.stderr
+    assert "Traceback" not in result.stderr

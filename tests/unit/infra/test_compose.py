@@ -136,8 +136,13 @@ def test_every_passk_process_talks_to_the_compose_broker(
 
 
 def server_properties() -> dict[str, str]:
+    """The template as kafka-up.sh fills it for one node."""
+    one_node = {"@NODE_ID@": "1", "@REPLICATION@": "1", "@MIN_ISR@": "1"}
+    text = (INFRA / "kafka" / "server.properties.in").read_text()
+    for field, value in one_node.items():
+        text = text.replace(field, value)
     props = {}
-    for line in (INFRA / "kafka" / "server.properties.in").read_text().splitlines():
+    for line in text.splitlines():
         if line.strip() and not line.startswith("#"):
             key, value = line.split("=", 1)
             props[key.strip()] = value.strip()
