@@ -131,6 +131,20 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
         else:
             broker.succeeded()
 
+    # make_app names the consumer group prefix + processor; the lag is that group's.
+    from services.common.lag import LagMonitor, lag_metrics
+
+    lag = LagMonitor(app.conf.id[len(settings.topic_prefix):], settings, lag_metrics())
+
+    @app.timer(settings.lag_interval_s)
+    async def export_lag() -> None:
+        if settings.metrics_port:
+            await asyncio.get_running_loop().run_in_executor(None, lag.poll)
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
+    async def close_lag(sender: faust.App, **_: object) -> None:
+        lag.close()
+
     if catalog is not None:
 
         @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
