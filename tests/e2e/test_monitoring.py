@@ -205,7 +205,7 @@ def _current_windows(records: list[dict[str, Any]], window: str) -> dict[str, di
         if r.get("window") == window and r.get("run_id") is None:
             last[(r["scenario_id"], r["window_start"])] = r
     out: dict[str, dict[str, Any]] = {}
-    for (scenario, start), record in sorted(last.items()):
+    for (scenario, _start), record in sorted(last.items()):
         out[scenario] = record  # sorted by start: the latest wins
     return out
 
