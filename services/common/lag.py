@@ -63,7 +63,9 @@ class LagMonitor:
         try:
             if self._clients is None:
                 self._clients = (
-                    KafkaAdminClient(bootstrap_servers=self.bootstrap),
+                    # short: a poll waiting on a dead broker only delays the next one
+                    KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000,
+                                     bootstrap_timeout_ms=5000),
                     KafkaConsumer(bootstrap_servers=self.bootstrap),
                 )
             admin, consumer = self._clients
