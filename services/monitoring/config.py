@@ -50,7 +50,9 @@ def prometheus_config(
         "scrape_configs": [
             {
                 "job_name": f"passk-{worker}",
-                "static_configs": [{"targets": [target], "labels": {"processor": worker}}],
+                # No `processor` target label: the workers' own series carry one (lag,
+                # events), and a target label of that name would rename theirs.
+                "static_configs": [{"targets": [target]}],
             }
             for worker, target in targets.items()
         ],

@@ -168,10 +168,27 @@ def test_the_compose_prometheus_scrapes_each_processor_on_its_port() -> None:
     for job in prometheus["scrape_configs"]:
         (static,) = job["static_configs"]
         (target,) = static["targets"]
-        processor = static["labels"]["processor"]
-        assert job["job_name"] == f"passk-{processor}"
-        targets[processor] = target
+        # a `processor` target label would rename the workers' own `processor` label
+        assert "labels" not in static, job["job_name"]
+        targets[job["job_name"].removeprefix("passk-")] = target
     assert targets == {p: f"{p}:{port}" for p, port in METRICS_PORTS.items()}
+
+
+def test_the_compose_prometheus_alerts_through_the_compose_alertmanager(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    prometheus = load(INFRA / "prometheus" / "prometheus.compose.yml")
+    (manager,) = prometheus["alerting"]["alertmanagers"]
+    assert manager["static_configs"][0]["targets"] == ["alertmanager:9095"]
+    alertmanager = services["alertmanager"]
+    assert "--web.listen-address=:9095" in alertmanager["command"]
+    config = next(c for c in alertmanager["command"] if c.startswith("--config.file="))
+    mounted = dict(v.split(":")[:2] for v in alertmanager["volumes"])
+    host = mounted["./prometheus"]
+    assert config.startswith(f"--config.file={host}/")
+    name = config.rsplit("/", 1)[1]
+    route = load(INFRA / "prometheus" / name)
+    assert route["route"]["receiver"] in {r["name"] for r in route["receivers"]}
 
 
 def test_the_compose_prometheus_reads_the_compose_config(

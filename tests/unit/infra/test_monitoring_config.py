@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from services.common.settings import Settings
+from services.common.settings import PROJECT_ROOT, Settings
 from services.monitoring.config import ALERTS, listen_address, render, rules, worker_ports
+
+INFRA = PROJECT_ROOT / "infra" / "prometheus"
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:
@@ -21,9 +25,9 @@ def test_each_worker_is_scraped_on_base_plus_its_place_in_the_list(tmp_path: Pat
     config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j["static_configs"][0] for j in config["scrape_configs"]}
     assert jobs == {
-        "passk-gate": {"targets": ["127.0.0.1:15464"], "labels": {"processor": "gate"}},
-        "passk-verdict": {"targets": ["127.0.0.1:15465"], "labels": {"processor": "verdict"}},
-        "passk-aggregate": {"targets": ["127.0.0.1:15466"], "labels": {"processor": "aggregate"}},
+        "passk-gate": {"targets": ["127.0.0.1:15464"]},
+        "passk-verdict": {"targets": ["127.0.0.1:15465"]},
+        "passk-aggregate": {"targets": ["127.0.0.1:15466"]},
     }
     assert config["global"] == {"scrape_interval": "2s", "evaluation_interval": "2s"}
     assert config["rule_files"] == ["alerts.yml"]
@@ -59,3 +63,24 @@ def test_listen_addresses_come_from_the_urls() -> None:
     assert worker_ports(("a", "b"), 100) == {"a": 100, "b": 101}
     with pytest.raises(ValueError, match="host and a port"):
         listen_address("http://127.0.0.1")
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not found: apt-get install prometheus prometheus-alertmanager")
+    return path
+
+
+def test_promtool_and_amtool_accept_the_rendered_and_the_compose_configs(tmp_path: Path) -> None:
+    render(settings(tmp_path, PASSK_ALERT_WEBHOOK_URL="http://127.0.0.1:15401/hook"),
+           ("gate", "verdict"))
+    checks = [
+        [tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")],
+        [tool("promtool"), "check", "config", str(INFRA / "prometheus.compose.yml")],
+        [tool("amtool"), "check-config", str(tmp_path / "alertmanager.yml")],
+        [tool("amtool"), "check-config", str(INFRA / "alertmanager.compose.yml")],
+    ]
+    for command in checks:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
