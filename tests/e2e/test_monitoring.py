@@ -289,6 +289,14 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
     assert DEGRADING in hourly[0]["annotations"]["summary"]
     assert f"pass^k {figure}" in hourly[0]["annotations"]["summary"], hourly[0]
 
+    # Labels stay low-cardinality: no series carries a trial, session or run id.
+    series = monitoring.query('{__name__=~"passk_.+"}')
+    labels = set().union(*(r["metric"].keys() for r in series))
+    assert {"scenario", "processor", "topic"} <= labels
+    assert not labels & {"trial", "trial_id", "session", "session_id", "run", "run_id"}, labels
+    ids = {t["trial_id"] for e in expected for t in e["trials"]}
+    assert not {v for r in series for v in r["metric"].values()} & ids
+
     # Every dashboard panel's query returns data from this Prometheus.
     empty = [
         (title, expr) for title, expr in dashboard_queries(build_dashboard())
