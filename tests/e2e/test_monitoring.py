@@ -26,7 +26,6 @@ import yaml
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.cli import WORKERS
 from services.common.topics import Topic, topic_name
 from services.monitoring.dashboard import build as build_dashboard
 from services.monitoring.dashboard import queries as dashboard_queries
@@ -41,11 +40,6 @@ DEGRADING = "debrief-billable-repair"
 TRIALS = 12  # per scenario and hour: above the default min_trials (10)
 HOURS = 4
 
-needs_aggregate = pytest.mark.skipif(
-    "aggregate" not in WORKERS,
-    reason="the aggregate processor (issue 7 item 1) is not on this branch: no "
-    "scenario-reliability topic and no passk_scenario_* gauges to alert on",
-)
 
 
 def scrape(port: int) -> str:
@@ -210,7 +204,6 @@ def _current_windows(records: list[dict[str, Any]], window: str) -> dict[str, di
     return out
 
 
-@needs_aggregate
 def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
     pipeline: Pipeline, monitoring: Monitoring, webhook: Webhook, tmp_path: Path
 ) -> None:
