@@ -34,5 +34,4 @@ for pidfile in "$run"/*.pid; do  # from a `make up` before supervisord
   fi
   rm -f "$pidfile"
 done
-bash "$root/infra/prometheus/down.sh"
 bash "$root/infra/kafka/kafka-down.sh"
