@@ -8,7 +8,7 @@ PASSK := $(BIN)/passk
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help install kafka-up kafka-down pg-up pg-down topics up down demo test test-unit \
-        test-integration test-e2e lint typecheck schemas bench clean
+        test-integration test-e2e lint typecheck schemas dashboard bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -37,7 +37,7 @@ pg-down: ## stop that PostgreSQL
 topics: kafka-up ## create passk's topics (idempotent)
 	@$(PASSK) topics create
 
-up: kafka-up ## start Kafka and every processor in the background
+up: kafka-up ## start Kafka, every processor, and Prometheus + Alertmanager when installed
 	@bash infra/stack/up.sh
 
 down: ## stop every process that `make up` started, and the broker it started
@@ -66,6 +66,9 @@ typecheck: install ## mypy
 
 schemas: install ## regenerate the JSON Schema files in schemas/json from the models
 	$(BIN)/python -m schemas.generate
+
+dashboard: install ## regenerate infra/grafana/dashboards/passk.json from its code
+	$(BIN)/python -m services.monitoring.dashboard
 
 bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in-process loop; judge throughput; the aggregate's overhead
 	$(BIN)/python bench/pipeline.py $(BENCH_ARGS)

@@ -57,4 +57,8 @@ else
   echo "deploy gate: could not decide (exit $gate_rc)"; exit "$gate_rc"
 fi
 echo "The report page (one self-contained file; open it in a browser): $out/report.html"
+if command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null; then
+  echo "Prometheus:   ${PASSK_PROMETHEUS_URL:-http://127.0.0.1:9090}  (try passk_scenario_pass_hat_k; alerts under /alerts)"
+  echo "Alertmanager: ${PASSK_ALERTMANAGER_URL:-http://127.0.0.1:9095}"
+fi
 echo "The stack is still running: 'passk report --run-id $run_id --json', 'passk status'; 'make down' stops it."

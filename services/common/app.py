@@ -15,6 +15,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 import services.common.faust_fixes  # noqa: F401 - patches faust's consumer on import
 from services.common.codec import Rejection
 from services.common.kafka_client import faust_broker_credentials
+from services.common.lag import LagMonitor, lag_metrics
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, partitions_for, spec_for, topic_name
 
@@ -111,8 +112,9 @@ async def broker_reachable(bootstrap: str, timeout: float = 3.0) -> None:
 
 
 def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None):  # type: ignore[no-untyped-def]
-    """What every worker runs beside its agents: /metrics when a port is set, and the
-    scenario catalog's consumer closed on shutdown."""
+    """What every worker runs beside its agents: /metrics when a port is set, with its
+    consumer lag read from the broker, and the scenario catalog's consumer closed on
+    shutdown."""
 
     @app.task
     async def start_metrics() -> None:
@@ -134,6 +136,18 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
             broker.failed("connect", exc)
         else:
             broker.succeeded()
+
+    # make_app names the consumer group prefix + processor; the lag is that group's.
+    lag = LagMonitor(app.conf.id[len(settings.topic_prefix):], settings, lag_metrics())
+
+    @app.timer(settings.lag_interval_s)
+    async def export_lag() -> None:
+        if settings.metrics_port:
+            await asyncio.get_running_loop().run_in_executor(None, lag.poll)
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
+    async def close_lag(sender: faust.App, **_: object) -> None:
+        lag.close()
 
     if catalog is not None:
 

@@ -30,7 +30,9 @@ class CommonMetrics:
         self.verdict_latency = Histogram(
             "passk_verdict_latency_seconds",
             "From the conversation finishing to its trial verdict.",
-            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+            # Up to a week: a replay of old traffic is graded long after it finished.
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600,
+                     86400, 604800),
             registry=registry,
         )
 

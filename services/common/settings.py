@@ -69,6 +69,22 @@ class Settings(BaseSettings):
     metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
     # Loopback only unless an operator opens it (a scraper on another host).
     metrics_host: str = Field("127.0.0.1", alias="PASSK_METRICS_HOST")
+    # How often a worker serving /metrics reads its consumer lag from the broker.
+    lag_interval_s: float = Field(5.0, alias="PASSK_LAG_INTERVAL_S", gt=0)
+    # Monitoring (`make up` when Debian's prometheus packages are installed). Worker i of
+    # services.cli.WORKERS serves /metrics on metrics_port_base + i.
+    metrics_port_base: int = Field(9464, alias="PASSK_METRICS_PORT_BASE", gt=0)
+    prometheus_url: str = Field("http://127.0.0.1:9090", alias="PASSK_PROMETHEUS_URL")
+    alertmanager_url: str = Field("http://127.0.0.1:9095", alias="PASSK_ALERTMANAGER_URL")
+    monitoring_dir: Path = Field(PROJECT_ROOT / "var" / "monitoring", alias="PASSK_MONITORING_DIR")
+    scrape_interval: str = Field("15s", alias="PASSK_SCRAPE_INTERVAL")
+    # Replaces every rule's `for:` in the rendered copy (tests use seconds); None keeps them.
+    alert_for: str | None = Field(None, alias="PASSK_ALERT_FOR")
+    # Where Alertmanager delivers alerts (a webhook); none: they are kept in its UI only.
+    alert_webhook_url: str | None = Field(None, alias="PASSK_ALERT_WEBHOOK_URL")
+    # Alertmanager's grouping waits; short in tests, Alertmanager's own defaults otherwise.
+    alert_group_wait: str = Field("30s", alias="PASSK_ALERT_GROUP_WAIT")
+    alert_group_interval: str = Field("5m", alias="PASSK_ALERT_GROUP_INTERVAL")
     data_dir: Path = Field(PROJECT_ROOT / "var", alias="PASSK_DATA_DIR")
     log_level: str = Field("warn", alias="PASSK_LOG_LEVEL")
     # Event-time tumbling windows of the aggregate processor, aligned to the epoch.

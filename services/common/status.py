@@ -85,8 +85,25 @@ def worker_health(name: str, settings: Settings) -> tuple[int | None, tuple[str,
 def _lag(
     admin: KafkaAdminClient, consumer: KafkaConsumer, group: str, topics: list[str]
 ) -> int | None:
-    """Unread records on the inputs; a partition with no commit yet counts whole, since
-    processors start from the earliest offset."""
+    """Unread records on the inputs, all topics together."""
+    per_topic = input_offsets(admin, consumer, group, topics)
+    if not per_topic:
+        return None
+    return sum(offsets.lag for offsets in per_topic.values())
+
+
+@dataclass(frozen=True)
+class InputOffsets:
+    end: int  # records ever written to the topic (sum of its partitions' end offsets)
+    lag: int  # of those, not yet consumed and committed by the group
+
+
+def input_offsets(
+    admin: KafkaAdminClient, consumer: KafkaConsumer, group: str, topics: list[str]
+) -> dict[str, InputOffsets]:
+    """Per input topic, how far it goes and how much the group has yet to read; a
+    partition with no commit yet counts whole, since processors start from the earliest
+    offset. Topics that do not exist yet are left out."""
     try:
         committed = admin.list_group_offsets({group: None}).get(group) or {}
     except Exception:  # the group may not exist yet
@@ -96,14 +113,15 @@ def _lag(
         for p in consumer.partitions_for_topic(topic) or ():
             partitions.append(TopicPartition(topic, p))
     if not partitions:
-        return None
+        return {}
     ends = consumer.end_offsets(partitions)
-    lag = 0
+    out: dict[str, InputOffsets] = {}
     for tp in partitions:
         done = committed.get(tp)
         start = done.offset if done is not None and done.offset >= 0 else 0
-        lag += max(ends[tp] - start, 0)
-    return lag
+        before = out.get(tp.topic, InputOffsets(0, 0))
+        out[tp.topic] = InputOffsets(before.end + ends[tp], before.lag + max(ends[tp] - start, 0))
+    return out
 
 
 def _member_name(member: dict) -> str:  # type: ignore[type-arg]

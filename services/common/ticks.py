@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
-import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any

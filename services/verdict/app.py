@@ -108,6 +108,7 @@ async def _emit(
     # event id (dropped downstream); the reverse order could lose the verdict.
     await deliver(trial_verdicts, state.trial_id.encode(), encode(verdict))
     metrics.trials.labels(verdict.scenario_id, verdict.outcome).inc()
+    metrics.observe_trial(verdict.scenario_id, verdict.metrics)
     if verdict.finished_at is not None:
         latency = (datetime.now(UTC) - verdict.finished_at).total_seconds()
         common.verdict_latency.observe(max(latency, 0.0))

@@ -1,8 +1,20 @@
-"""The verdict processor's metrics."""
+"""The verdict processor's metrics.
+
+The per-scenario performance histograms are observed here, once per trial verdict, and
+not where the conversation arrives: a repeated ConversationFinished is dropped before
+its verdict, so every trial is observed exactly once. Tracked, never gating.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+from schemas.events import TrialMetrics
+
+TOKEN_BUCKETS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000)
+TURN_BUCKETS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1_200, 1_800, 3_600)
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 
 
 class VerdictMetrics:
@@ -18,3 +30,46 @@ class VerdictMetrics:
             "Gate results or judge verdicts that arrived after their trial's verdict.",
             registry=registry,
         )
+        self.tokens = Histogram(
+            "passk_trial_tokens",
+            "Agent tokens per trial, by scenario and kind (input, output), as reported.",
+            ["scenario", "kind"],
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
+        self.turns = Histogram(
+            "passk_trial_turns",
+            "Turns per trial, by scenario, as reported.",
+            ["scenario"],
+            buckets=TURN_BUCKETS,
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "passk_trial_duration_seconds",
+            "Conversation duration per trial, by scenario, as reported.",
+            ["scenario"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.agent_latency = Histogram(
+            "passk_agent_latency_seconds",
+            "The agent's reported response latency per trial, by scenario.",
+            ["scenario"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def observe_trial(self, scenario: str, figures: TrialMetrics | None) -> None:
+        """A trial's reported figures; the ones a producer left out are not observed."""
+        if figures is None:
+            return
+        if figures.input_tokens is not None:
+            self.tokens.labels(scenario, "input").observe(figures.input_tokens)
+        if figures.output_tokens is not None:
+            self.tokens.labels(scenario, "output").observe(figures.output_tokens)
+        if figures.turns is not None:
+            self.turns.labels(scenario).observe(figures.turns)
+        if figures.duration_ms is not None:
+            self.duration.labels(scenario).observe(figures.duration_ms / 1000)
+        if figures.latency_ms is not None:
+            self.agent_latency.labels(scenario).observe(figures.latency_ms / 1000)

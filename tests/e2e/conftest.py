@@ -3,6 +3,7 @@ every processor as its own `passk worker` process, and the CLI for everything el
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -29,11 +30,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_block(size: int) -> int:
+    """The first of `size` consecutive free ports: workers serve /metrics on base + i, the
+    rule `make up` and the rendered Prometheus config follow."""
+    for _ in range(200):
+        base = free_port()
+        if base + size > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + size):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {size} consecutive free ports")
+
+
 @dataclass
 class Pipeline:
     settings: Settings
     env: dict[str, str]
     logs: Path
+    metrics_base: int = 0  # worker i of WORKERS serves /metrics on metrics_base + i
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     last_status: str = ""
     # Per-processor additions to env (a secured broker: each processor its own user).
@@ -46,9 +66,16 @@ class Pipeline:
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
+    def metrics_port(self, name: str) -> int:
+        return self.metrics_base + PROCESSORS.index(name)
+
     def start_worker(self, name: str, instance: str | None = None) -> None:
-        """Start a worker of processor `name`; `instance` names a second or third one."""
-        self.start(instance or name, "worker", name, env=self.worker_env.get(name))
+        """Start a worker of processor `name`; `instance` names a second or third one
+        (which serves no /metrics: the port is the first instance's)."""
+        env = dict(self.worker_env.get(name) or {})
+        if instance is None:
+            env.setdefault("PASSK_METRICS_PORT", str(self.metrics_port(name)))
+        self.start(instance or name, "worker", name, env=env)
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crash: no shutdown hooks, no final commit."""
@@ -99,7 +126,7 @@ def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str],
     )
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
-    p = Pipeline(settings, env, logs)
+    p = Pipeline(settings, env, logs, metrics_base=free_port_block(len(PROCESSORS)))
     p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
     for name in processors:
         p.start_worker(name)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import free_port
+from services.cli import WORKERS
+from tests.e2e.conftest import free_port, free_port_block
 from tests.support import ROOT, new_prefix
 
 # A clean clone installs everything first; on a loaded machine that alone takes minutes.
@@ -38,13 +40,16 @@ def our_processes(folder: Path) -> list[str]:
 def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
     clone = tmp_path / "passk"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    standin, metrics_base = free_port(), free_port()
+    standin, metrics_base = free_port(), free_port_block(len(WORKERS))
+    prometheus, alertmanager = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PASSK_", "OPENAI_",
                                                                      "VIRTUAL_ENV"))}
     env.update(
         PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
         PASSK_STANDIN_PORT=str(standin),
         PASSK_METRICS_PORT_BASE=str(metrics_base),
+        PASSK_PROMETHEUS_URL=f"http://127.0.0.1:{prometheus}",
+        PASSK_ALERTMANAGER_URL=f"http://127.0.0.1:{alertmanager}",
         PASSK_CACHE_DIR=os.environ.get("PASSK_CACHE_DIR", str(Path.home() / ".cache/passk")),
         PASSK_DEMO_RUN_ID="demo-e2e",
     )
@@ -70,10 +75,15 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         assert "no_customer_charge_stated" in out and \
             "below the bar: precision 0.50 < 0.80" in out, out[-5000:]
         assert listening(standin), "the stand-in should be up while the stack runs"
+        if shutil.which("prometheus") and shutil.which("prometheus-alertmanager"):
+            assert f"Prometheus:   http://127.0.0.1:{prometheus}" in out, out[-3000:]
+            assert f"Alertmanager: http://127.0.0.1:{alertmanager}" in out, out[-3000:]
+            assert listening(prometheus) and listening(alertmanager)
     finally:
         down = subprocess.run(["make", "down"], cwd=clone, env=env, capture_output=True,
                               text=True, timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     assert our_processes(clone) == []
-    for port in (standin, *range(metrics_base, metrics_base + 6)):
+    for port in (standin, prometheus, alertmanager,
+                 *range(metrics_base, metrics_base + len(WORKERS))):
         assert not listening(port), f"port {port} still open after make down"

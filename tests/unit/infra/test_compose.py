@@ -1,5 +1,6 @@
-"""The Docker and monitoring files cannot run here; these checks keep them honest: they parse,
-name only what exists, and agree with each other and with DESIGN.md's metric names."""
+"""The Docker files cannot run here; these checks keep them honest: they parse, name only
+what exists, and agree with each other. That rules and panels name only metrics the workers
+export is proven against the workers' live registries (tests/e2e/test_monitoring.py)."""
 
 from __future__ import annotations
 
@@ -17,23 +18,6 @@ ROOT = Path(__file__).resolve().parents[3]
 INFRA = ROOT / "infra"
 COMPOSE = INFRA / "docker-compose.yml"
 
-# DESIGN.md, "Metrics": the series alerts and dashboards may rely on.
-DESIGN_METRICS = {
-    "passk_trials_total",
-    "passk_scenario_pass_hat_k",
-    "passk_scenario_pass_at_k",
-    "passk_judge_verdicts_total",
-    "passk_gate_results_total",
-    "passk_dead_letters_total",
-    "passk_verdict_latency_seconds",
-    "passk_judge_request_seconds",
-    "passk_judge_precision",
-    "passk_judge_recall",
-    "passk_judge_labelled",
-    "passk_judge_gating",
-    # not named in DESIGN.md: the calibration worker exports each judge's bar beside them
-    "passk_judge_precision_bar",
-}
 # Where `make up` and the compose file serve each processor's /metrics.
 METRICS_PORTS = {"gate": 9464, "verdict": 9465, "judge": 9466, "sink": 9467, "aggregate": 9468,
                  "calibration": 9469}
@@ -179,23 +163,37 @@ def test_the_dockerfile_installs_passk_from_the_lock_file() -> None:
 # ------------------------------------------------------------------- Prometheus
 
 
-@pytest.mark.parametrize(
-    ("config", "host"),
-    [("prometheus.yml", None), ("prometheus.compose.yml", "service")],
-)
-def test_prometheus_scrapes_each_processor_on_its_port(config: str, host: str | None) -> None:
-    prometheus = load(INFRA / "prometheus" / config)
+def test_the_compose_prometheus_scrapes_each_processor_on_its_port() -> None:
+    # The local config is rendered from the worker list (services/monitoring/config.py);
+    # the compose one is committed, so it must name every worker on its port.
+    prometheus = load(INFRA / "prometheus" / "prometheus.compose.yml")
     for rule_file in prometheus["rule_files"]:
         assert (INFRA / "prometheus" / rule_file).is_file()
     targets = {}
     for job in prometheus["scrape_configs"]:
         (static,) = job["static_configs"]
         (target,) = static["targets"]
-        processor = static["labels"]["processor"]
-        assert job["job_name"] == f"passk-{processor}"
-        targets[processor] = target
-    expected_host = {p: p if host else "127.0.0.1" for p in METRICS_PORTS}
-    assert targets == {p: f"{expected_host[p]}:{port}" for p, port in METRICS_PORTS.items()}
+        # a `processor` target label would rename the workers' own `processor` label
+        assert "labels" not in static, job["job_name"]
+        targets[job["job_name"].removeprefix("passk-")] = target
+    assert targets == {p: f"{p}:{port}" for p, port in METRICS_PORTS.items()}
+
+
+def test_the_compose_prometheus_alerts_through_the_compose_alertmanager(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    prometheus = load(INFRA / "prometheus" / "prometheus.compose.yml")
+    (manager,) = prometheus["alerting"]["alertmanagers"]
+    assert manager["static_configs"][0]["targets"] == ["alertmanager:9095"]
+    alertmanager = services["alertmanager"]
+    assert "--web.listen-address=:9095" in alertmanager["command"]
+    config = next(c for c in alertmanager["command"] if c.startswith("--config.file="))
+    mounted = dict(v.split(":")[:2] for v in alertmanager["volumes"])
+    host = mounted["./prometheus"]
+    assert config.startswith(f"--config.file={host}/")
+    name = config.rsplit("/", 1)[1]
+    route = load(INFRA / "prometheus" / name)
+    assert route["route"]["receiver"] in {r["name"] for r in route["receivers"]}
 
 
 def test_the_compose_prometheus_reads_the_compose_config(
@@ -204,33 +202,6 @@ def test_the_compose_prometheus_reads_the_compose_config(
     command = services["prometheus"]["command"]
     assert "--config.file=/etc/prometheus/prometheus.compose.yml" in command
     assert "./prometheus:/etc/prometheus:ro" in services["prometheus"]["volumes"]
-
-
-def alert_rules() -> list[dict[str, Any]]:
-    groups = load(INFRA / "prometheus" / "alerts.yml")["groups"]
-    return [rule for group in groups for rule in group["rules"]]
-
-
-def metrics_in(expr: str) -> set[str]:
-    return set(re.findall(r"\bpassk_[a-z_]+\b", expr))
-
-
-def test_alert_rules_are_complete_and_use_design_metric_names() -> None:
-    rules = alert_rules()
-    assert 2 <= len(rules) <= 4
-    for rule in rules:
-        assert rule["alert"] and rule["expr"], rule
-        assert rule["annotations"]["summary"], rule["alert"]
-        assert rule["labels"]["severity"] in {"warning", "critical", "page"}
-        assert metrics_in(rule["expr"]) <= DESIGN_METRICS, rule["alert"]
-        # Balanced brackets: a cheap guard against a broken expression until promtool runs.
-        for pair in ("()", "{}", "[]"):
-            assert rule["expr"].count(pair[0]) == rule["expr"].count(pair[1]), rule["alert"]
-    used = set().union(*(metrics_in(r["expr"]) for r in rules))
-    assert {
-        "passk_scenario_pass_hat_k", "passk_dead_letters_total", "passk_judge_verdicts_total",
-    } <= used
-    assert any("< 1" in r["expr"] and "pass_hat_k" in r["expr"] for r in rules)
 
 
 # ---------------------------------------------------------------------- Grafana
@@ -245,9 +216,10 @@ def test_grafana_datasource_and_dashboard_agree() -> None:
         assert panel["datasource"]["uid"] == datasource["uid"], panel["title"]
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == datasource["uid"]
-            assert metrics_in(target["expr"]) <= DESIGN_METRICS, target["expr"]
     titles = " | ".join(p["title"] for p in dashboard["panels"]).lower()
-    for wanted in ("pass^k", "pass@k", "trials by outcome", "dead letters"):
+    for wanted in ("pass^k", "pass@k", "flakiness", "trials by outcome", "gate", "judge",
+                   "tokens", "turns", "duration", "verdict latency", "dead letters",
+                   "consumer lag"):
         assert wanted in titles
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))

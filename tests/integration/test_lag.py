@@ -1,0 +1,61 @@
+"""The consumer-lag figures every worker exports, read from the real broker: per input
+topic, what was written and what the processor's group has yet to commit."""
+
+from __future__ import annotations
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+from prometheus_client import CollectorRegistry
+
+from services.common.lag import LagMetrics, LagMonitor
+from services.common.settings import Settings
+from services.common.topics import Topic, topic_name
+
+pytestmark = pytest.mark.integration
+
+
+def test_lag_is_what_the_group_has_not_committed_per_input_topic(settings: Settings) -> None:
+    finished = topic_name(Topic.CONVERSATION_FINISHED, settings)
+    persisted = topic_name(Topic.SESSION_PERSISTED, settings)
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers)
+    for _ in range(7):
+        producer.send(finished, b"{}", partition=0).get(30)
+    for _ in range(3):
+        producer.send(persisted, b"{}", partition=1).get(30)
+    producer.close()
+
+    # the gate's group has committed 5 of the 7 on partition 0 of conversation-finished
+    group = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                          group_id=f"{settings.topic_prefix}gate", enable_auto_commit=False)
+    group.commit({TopicPartition(finished, 0): OffsetAndMetadata(5, "", -1)})
+    group.close()
+
+    registry = CollectorRegistry()
+    metrics = LagMetrics(registry)
+    monitor = LagMonitor("gate", settings, metrics)
+    try:
+        monitor.poll()
+    finally:
+        monitor.close()
+
+    def value(name: str, topic: str) -> float | None:
+        return registry.get_sample_value(name, {"processor": "gate", "topic": topic})
+
+    assert value("passk_consumer_lag", finished) == 2
+    assert value("passk_input_end_offset", finished) == 7
+    # nothing committed on session-persisted: all of it is still to read
+    assert value("passk_consumer_lag", persisted) == 3
+    assert value("passk_input_end_offset", persisted) == 3
+
+
+def test_a_broker_that_does_not_answer_leaves_the_figures_unknown(settings: Settings) -> None:
+    registry = CollectorRegistry()
+    down = settings.model_copy(update={"kafka_bootstrap_servers": "127.0.0.1:1"})
+    monitor = LagMonitor("gate", down, LagMetrics(registry))
+    monitor.poll()  # logs and returns; a worker must not die of it
+    monitor.close()
+    assert registry.get_sample_value(
+        "passk_consumer_lag",
+        {"processor": "gate", "topic": topic_name(Topic.CONVERSATION_FINISHED, settings)},
+    ) is None

@@ -1,0 +1,37 @@
+"""Per-scenario performance histograms: observed once per trial, only what was reported."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from schemas.events import TrialMetrics
+from services.verdict.metrics import VerdictMetrics
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_a_trials_figures_land_in_its_scenarios_histograms_in_base_units() -> None:
+    registry = CollectorRegistry()
+    metrics = VerdictMetrics(registry)
+    metrics.observe_trial("checkout", TrialMetrics(
+        input_tokens=1200, output_tokens=90, turns=6, duration_ms=42_000, latency_ms=850))
+    metrics.observe_trial("checkout", TrialMetrics(turns=10))
+    assert sample(registry, "passk_trial_tokens_sum", scenario="checkout", kind="input") == 1200
+    assert sample(registry, "passk_trial_tokens_sum", scenario="checkout", kind="output") == 90
+    assert sample(registry, "passk_trial_turns_count", scenario="checkout") == 2
+    assert sample(registry, "passk_trial_turns_sum", scenario="checkout") == 16
+    assert sample(registry, "passk_trial_duration_seconds_sum", scenario="checkout") == 42
+    # 6 turns fall in the bucket up to 6, not in the one up to 4
+    assert sample(registry, "passk_trial_turns_bucket", scenario="checkout", le="4.0") == 0
+    assert sample(registry, "passk_trial_turns_bucket", scenario="checkout", le="6.0") == 1
+    assert sample(registry, "passk_agent_latency_seconds_sum", scenario="checkout") == 0.85
+    # the second trial reported no duration: one observation, not a zero
+    assert sample(registry, "passk_trial_duration_seconds_count", scenario="checkout") == 1
+
+
+def test_a_trial_without_figures_is_not_observed() -> None:
+    registry = CollectorRegistry()
+    VerdictMetrics(registry).observe_trial("refund", None)
+    assert sample(registry, "passk_trial_turns_count", scenario="refund") is None
