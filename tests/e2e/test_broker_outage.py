@@ -92,6 +92,8 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
             # trial waits for them here (no session is missing from this traffic).
             PASSK_SESSION_WAIT_S=900,
             PASSK_JUDGE_WAIT_S=900,
+            # About outages, not calibration: uncalibrated judges fail trials, as in conftest.
+            PASSK_UNCALIBRATED_JUDGES="gating",
         )
         create_topics(settings)
         standin = free_port()

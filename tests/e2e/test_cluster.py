@@ -59,6 +59,8 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
         # on two shared cores) the verdict waits on the wall clock: give it 15 minutes so
         # an outage is waited out rather than graded `error` (seen at 140 s: 132 errors).
         PASSK_JUDGE_WAIT_S=900,
+        # About scale-out, not calibration: uncalibrated judges fail trials, as in conftest.
+        PASSK_UNCALIBRATED_JUDGES="gating",
     )
     standin = free_port()
     env = isolated_env(settings, OPENAI_BASE_URL=f"http://127.0.0.1:{standin}/v1",

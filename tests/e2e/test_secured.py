@@ -43,6 +43,8 @@ def _settings(kafka: OwnKafka, prefix: str, user: str, tmp_path: Path) -> Settin
         KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap, PASSK_TOPIC_PREFIX=prefix,
         PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
         PASSK_DATA_DIR=str(tmp_path / "data"), PASSK_SESSION_WAIT_S=5, PASSK_JUDGE_WAIT_S=60,
+        # About security, not calibration: uncalibrated judges fail trials, as in conftest.
+        PASSK_UNCALIBRATED_JUDGES="gating",
         **kafka.client_env(user),
     )
 
