@@ -111,9 +111,12 @@ def refusal_message(exc: BaseException, watch: AuthFailureWatch,
     """A one-line explanation when Kafka refused our credentials or rights, else None."""
     from kafka.errors import AuthorizationError
 
+    refused = is_authentication_error(exc) or watch.failed is not None
+    if not refused and not isinstance(exc, AuthorizationError):
+        return None  # read no settings: a malformed one is what the caller reports next
     settings = settings or get_settings()
     user = settings.kafka_sasl_username or "(none)"
-    if is_authentication_error(exc) or watch.failed is not None:
+    if refused:
         return (f"Kafka authentication failed for user {user!r} "
                 f"({settings.kafka_security_protocol} {settings.kafka_sasl_mechanism} at "
                 f"{settings.kafka_bootstrap_servers}); check KAFKA_SASL_USERNAME and "
