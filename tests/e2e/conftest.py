@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,10 +34,12 @@ def free_port() -> int:
 def free_port_block(size: int) -> int:
     """The first of `size` consecutive free ports: workers serve /metrics on base + i, the
     rule `make up` and the rendered Prometheus config follow."""
+    # Below the kernel's ephemeral range (32768 up here): a port the kernel handed out
+    # once can be taken again by any outgoing connection (every Kafka client makes many)
+    # before the worker binds it; this one cannot.
+    rng = random.Random()
     for _ in range(200):
-        base = free_port()
-        if base + size > 65535:
-            continue
+        base = rng.randrange(20000, 32000 - size)
         try:
             with contextlib.ExitStack() as held:
                 for port in range(base, base + size):
