@@ -23,11 +23,11 @@ import logging
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas.scenario import Scenario
+from services.common.follower import TopicFollower
 from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
@@ -44,103 +44,42 @@ def _where(record: Any) -> str:
     return f"at {record.topic}[{record.partition}]@{record.offset} "
 
 
-class ScenarioCatalog:
+class ScenarioCatalog(TopicFollower):
     def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or get_settings()
-        self.topic = topic_name(Topic.SCENARIOS, self.settings)
+        settings = settings or get_settings()
+        # `publish` writes a set in one transaction: an aborted set is never read.
+        super().__init__(topic_name(Topic.SCENARIOS, settings), settings,
+                         label="scenario-catalog", isolation_level="read_committed")
         self._state = CatalogState()
-        self._consumer: AIOKafkaConsumer | None = None
-        self._follower: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
-        self._ready = False
 
-    # ------------------------------------------------------------- lifecycle
+    def on_record(self, record: Any) -> None:
+        self._state.apply(record.key, record.value, where=_where(record))
 
-    async def ready(self, timeout: float = 60.0) -> None:
-        """Start once; return when every record present at start has been read."""
-        async with self._lock:
-            if self._ready:
-                return
-            consumer = AIOKafkaConsumer(
-                self.topic,
-                **kafka_client_kwargs(self.settings),
-                group_id=None,  # no group: all partitions, nothing committed
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                request_timeout_ms=int(min(timeout, 40.0) * 1000),
-                # `publish` writes a set in one transaction: an aborted set is never read.
-                isolation_level="read_committed",
-            )
-            try:
-                async with asyncio.timeout(timeout):
-                    await consumer.start()
-                    await self._catch_up(consumer)
-            except (TimeoutError, OSError, KafkaError) as exc:
-                await consumer.stop()
-                raise CatalogUnavailable(
-                    f"cannot read scenarios from {self.topic} ({type(exc).__name__}: {exc}); "
-                    "does the topic exist (`passk topics create`) and does the broker answer?"
-                ) from exc
-            except BaseException:
-                await consumer.stop()
-                raise
-            self._consumer = consumer
-            self._follower = asyncio.create_task(self._follow(consumer), name="scenario-catalog")
-            self._ready = True
-
-    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
-        partitions = sorted(consumer.assignment(), key=lambda tp: tp.partition)
-        if not partitions:
-            raise CatalogUnavailable(f"the scenarios topic {self.topic} has no partitions")
-        await consumer.seek_to_beginning(*partitions)
-        end = await consumer.end_offsets(partitions)
-        while True:
-            behind = [tp for tp in partitions if await consumer.position(tp) < end[tp]]
-            if not behind:
-                break
-            self._apply(await consumer.getmany(*behind, timeout_ms=500))
-        log.info("scenario catalog caught up: %d scenario(s)", len(self._state.latest()))
-
-    async def _follow(self, consumer: AIOKafkaConsumer) -> None:
-        while True:
-            try:
-                self._apply(await consumer.getmany(timeout_ms=1000))
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the broker hiccups; the catalog keeps what it has
-                log.exception("scenario catalog: reading %s failed; retrying", self.topic)
-                await asyncio.sleep(1.0)
-
-    def _apply(self, batch: dict[Any, list[Any]]) -> None:
-        if not any(batch.values()):
-            return
-        for records in batch.values():
-            for record in records:
-                self._state.apply(record.key, record.value, where=_where(record))
+    def on_batch(self) -> None:
         # Wake whoever waits for a scenario, then arm a fresh event for the next batch.
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def stop(self) -> None:
+    async def ready(self, timeout: float = 60.0) -> None:
+        """Start once; return when every record present at start has been read."""
         async with self._lock:
-            if self._follower is not None:
-                self._follower.cancel()
-                try:
-                    await self._follower
-                except asyncio.CancelledError:
-                    pass
-                self._follower = None
-            if self._consumer is not None:
-                await self._consumer.stop()
-                self._consumer = None
-            self._ready = False
+            if self.started:
+                return
+            try:
+                await self._start(timeout)
+            except (TimeoutError, OSError, KafkaError) as exc:
+                raise CatalogUnavailable(
+                    f"cannot read scenarios from {self.topic} ({type(exc).__name__}: {exc}); "
+                    "does the topic exist (`passk topics create`) and does the broker answer?"
+                ) from exc
+            log.info("scenario catalog caught up: %d scenario(s)", len(self._state.latest()))
 
     # ---------------------------------------------------------------- queries
 
     @property
     def is_ready(self) -> bool:
-        return self._ready
+        return self.started
 
     def get(self, scenario_id: str, version: str | None = None) -> Scenario | None:
         """The scenario (latest when version is None), or None if never seen."""
