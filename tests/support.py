@@ -24,18 +24,22 @@ ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 
+def _checked(condition: Callable[[], T], deadline: float, timeout: float, what: str) -> T:
+    """The condition's value; past the deadline, a falsy value fails the test."""
+    value = condition()
+    if not value and time.monotonic() >= deadline:
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {value!r})")
+    return value
+
+
 def wait_for(
     condition: Callable[[], T], *, timeout: float, interval: float = 0.2, what: str = "condition"
 ) -> T:
     """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
+    while not (value := _checked(condition, deadline, timeout, what)):
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    return value
 
 
 async def await_condition(
@@ -43,13 +47,9 @@ async def await_condition(
 ) -> T:
     """`wait_for` inside an event loop: poll without blocking the tasks under test."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
+    while not (value := _checked(condition, deadline, timeout, what)):
         await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    return value
 
 
 def isolated_env(settings: Settings, **extra: str) -> dict[str, str]:
