@@ -14,6 +14,26 @@ from schemas.events import (
 )
 from schemas.scenario import Scenario
 
+# A persisted state with every JSON kind, empty values and a digit key: paths and
+# expectations are tested against it.
+EVERY_KIND_STATE: dict[str, Any] = {
+    "report": {
+        "fault": "Pump seized",
+        "parts": ["PART-PUMP"],
+        "summary": "Replaced the circulation pump; pressure test OK.",
+        "notes": "",
+        "tags": [],
+        "extra": {},
+        "nothing": None,
+        "count": 0,
+        "flag": False,
+        "visits": [{"tech": "ana", "hours": 2}, {"tech": "bo", "hours": 1.5}],
+        "0": "digit key",
+    },
+    "billability": [{"code": "LAB-2H", "qty": 1}, {"code": "PART-PUMP", "qty": 1}],
+}
+
+
 GOOD_STATE: dict[str, Any] = {
     "report": {"fault": "pump seized", "parts": ["pump"], "summary": "Replaced the pump."},
     "billability": [{"code": "PART-PUMP", "qty": 1}, {"code": "LAB-2H", "qty": 1}],

@@ -6,23 +6,9 @@ import pytest
 
 from schemas.scenario import Expectation
 from services.gate.expectations import OPERATORS, check_expectation, json_equal, same_items
+from tests.unit.factories import EVERY_KIND_STATE
 
-STATE: dict[str, Any] = {
-    "report": {
-        "fault": "Pump seized",
-        "parts": ["PART-PUMP"],
-        "summary": "Replaced the circulation pump; pressure test OK.",
-        "notes": "",
-        "tags": [],
-        "extra": {},
-        "nothing": None,
-        "count": 0,
-        "flag": False,
-        "visits": [{"tech": "ana", "hours": 2}, {"tech": "bo", "hours": 1.5}],
-        "0": "digit key",
-    },
-    "billability": [{"code": "LAB-2H", "qty": 1}, {"code": "PART-PUMP", "qty": 1}],
-}
+STATE = EVERY_KIND_STATE
 
 
 def exp(**kw: Any) -> Expectation:

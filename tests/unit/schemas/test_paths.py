@@ -9,23 +9,9 @@ from pydantic import ValidationError
 
 from schemas.paths import PathError, parse_path, resolve
 from schemas.scenario import Expectation
+from tests.unit.factories import EVERY_KIND_STATE
 
-STATE: dict[str, Any] = {
-    "report": {
-        "fault": "Pump seized",
-        "parts": ["PART-PUMP"],
-        "summary": "Replaced the circulation pump; pressure test OK.",
-        "notes": "",
-        "tags": [],
-        "extra": {},
-        "nothing": None,
-        "count": 0,
-        "flag": False,
-        "visits": [{"tech": "ana", "hours": 2}, {"tech": "bo", "hours": 1.5}],
-        "0": "digit key",
-    },
-    "billability": [{"code": "LAB-2H", "qty": 1}, {"code": "PART-PUMP", "qty": 1}],
-}
+STATE = EVERY_KIND_STATE
 
 
 @pytest.mark.parametrize(
