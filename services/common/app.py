@@ -13,6 +13,7 @@ from kafka.errors import KafkaError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 import services.common.faust_fixes  # noqa: F401 - patches faust's consumer on import
+import services.common.faust_flush  # noqa: F401 - patches faust's flush before a commit
 from services.common.codec import Rejection
 from services.common.kafka_client import faust_broker_credentials
 from services.common.lag import LagMonitor, lag_metrics
