@@ -9,6 +9,11 @@ aggregate has also consumed and committed every verdict. The target: with / with
 the two runs share nothing but the machine.
 
     .venv/bin/python bench/aggregate_overhead.py [--trials 10000] [--rounds 1]
+        [--profile aggregate,judge --profile-dir bench/results/profiles]
+
+`--profile` attaches py-spy (`record -r 50 -f raw --nonblocking`) to the named workers of
+the run *with* the aggregate, from the start of the replay to the end of the run;
+summarise a profile with `bench/profile_top.py`.
 """
 
 from __future__ import annotations
@@ -66,8 +71,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def profilers(workers: dict[str, subprocess.Popen[bytes]], names: list[str],
+              out: Path) -> list[subprocess.Popen[bytes]]:
+    spy = Path(sys.executable).with_name("py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    return [subprocess.Popen([str(spy), "record", "-p", str(workers[name].pid), "-r", "50",
+                              "-f", "raw", "--nonblocking", "-o", str(out / f"{stamp}-{name}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for name in names if name in workers]
+
+
 def one_run(
-    traffic: Path, trials: int, processors: list[str], workdir: Path
+    traffic: Path, trials: int, processors: list[str], workdir: Path,
+    profile: list[str] | None = None, profile_dir: Path | None = None,
 ) -> tuple[float, dict[str, float]]:
     """End-to-end seconds, and the CPU seconds each worker spent."""
     prefix = f"passk.bench{uuid.uuid4().hex[:8]}."
@@ -106,6 +123,7 @@ def one_run(
                 return False
             return all(s.settled for s in processor_status(processors, settings))
 
+        spies = profilers(workers, profile or [], profile_dir or workdir)
         start = time.monotonic()
         replay = subprocess.run([sys.executable, "-m", "services.cli", "replay", str(traffic)],
                                 env=env, cwd=ROOT, capture_output=True)
@@ -113,6 +131,10 @@ def one_run(
             raise SystemExit(replay.stdout.decode() + replay.stderr.decode())
         wait(done, 3600, f"{trials} verdicts through {', '.join(processors)}")
         elapsed = time.monotonic() - start
+        for spy in spies:  # py-spy writes its profile when interrupted
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            spy.wait(60)
         return elapsed, {p: cpu_seconds(proc.pid) for p, proc in workers.items()}
     finally:
         for proc in procs:
@@ -129,6 +151,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=1, help="each round runs both, in turn")
+    parser.add_argument("--profile", default="",
+                        help="comma-separated workers to profile with py-spy (run with aggregate)")
+    parser.add_argument("--profile-dir", type=Path, default=ROOT / "bench" / "results" / "profiles")
     args = parser.parse_args()
     # Stopped with SIGTERM, still stop every worker it started (the finally blocks).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -153,7 +178,9 @@ def main() -> None:
             order = ["without", "with"] if round_no % 2 == 0 else ["with", "without"]
             for name in order:
                 processors = BASE + (["aggregate"] if name == "with" else [])
-                seconds, used = one_run(traffic, trials, processors, workdir)
+                profile = [p for p in args.profile.split(",") if p] if name == "with" else []
+                seconds, used = one_run(traffic, trials, processors, workdir, profile,
+                                        args.profile_dir)
                 times[name].append(seconds)
                 cpu[name].append(used)
                 print(f"  round {round_no + 1}: {name:7} aggregate  {seconds:7.1f} s  "
