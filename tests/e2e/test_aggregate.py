@@ -89,10 +89,6 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             if s.name.startswith("passk_scenario_")}
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known defect, not fixed: once in CI after a SIGKILL one re-graded trial stayed on its "
-    "old outcome in one window (steady 1d: passed 1270, failed 162; undisturbed 1269, 163); "
-    "the run and other figures agreed. Issue 7 stays open until this passes every time."))
 def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path: Path) -> None:
     publish_scenarios(settings, [
         scenario(id="steady", trials=3, alert={"min_pass_hat_k": 0.9, "min_trials": 20}),
