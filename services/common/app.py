@@ -32,8 +32,10 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def make_app(name: str, settings: Settings | None = None) -> faust.App:
-    """One Faust app per processor; its id (prefix + name) is its consumer group."""
+def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0) -> faust.App:
+    """One Faust app per processor; its id (prefix + name) is its consumer group.
+    `linger_ms`: how long the producer gathers records into one request (for a processor
+    that never awaits a single send, only the flush before each commit)."""
     settings = settings or get_settings()
     datadir = settings.data_dir / "faust" / name
     datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
@@ -52,6 +54,7 @@ def make_app(name: str, settings: Settings | None = None) -> faust.App:
         broker_commit_every=100,
         broker_commit_interval=1.0,
         producer_acks=-1,
+        producer_linger_ms=linger_ms,
         # Up to passk's broker limit (message.max.bytes 4 MiB): a dead letter carries an
         # input in base64, a third larger than the input (see deadletter.MAX_KEPT_BYTES).
         producer_max_request_size=4_000_000,
