@@ -73,6 +73,8 @@ def cpu_seconds(pid: int) -> float:
 
 def profilers(workers: dict[str, subprocess.Popen[bytes]], names: list[str],
               out: Path) -> list[subprocess.Popen[bytes]]:
+    if not names:
+        return []
     spy = Path(sys.executable).with_name("py-spy")
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
