@@ -166,6 +166,7 @@ class GateResult(TrialRef):
     )
     metrics: TrialMetrics | None = None
     finished_at: AwareDatetime | None = Field(None, description="occurred_at of the conversation")
+    attempt: int = Field(1, ge=1, description="The grading attempt this result belongs to.")
 
 
 class JudgeVerdict(TrialRef):
@@ -186,6 +187,7 @@ class JudgeVerdict(TrialRef):
     judge_version: str | None = Field(
         None, description="hash of (judge id, assertion, prompt template hash, model)"
     )
+    attempt: int = Field(1, ge=1, description="The grading attempt this verdict belongs to.")
 
     @property
     def passed(self) -> bool:
@@ -228,6 +230,32 @@ class TrialVerdict(TrialRef):
         ge=1,
         description="Grading attempt: a re-grade of the trial emits attempt + 1, and the "
         "verdict with the highest attempt supersedes the others everywhere.",
+    )
+
+
+def with_attempt(event_id: str, attempt: int) -> str:
+    """A derived event's id for a grading attempt: attempt 1 keeps the id it always had,
+    a re-grade's outputs get new ids, so consumers do not drop them as repeats."""
+    return event_id if attempt == 1 else f"{event_id}:attempt-{attempt}"
+
+
+class RegradeRequest(DerivedEvent):
+    """`passk regrade` asks the gate and the judge to grade one trial again, as `attempt`
+    (one more than its newest verdict's), from its input events as the log holds them.
+    The outputs carry the attempt and new event ids, and the verdict assembles attempt
+    N from attempt N's results only; the verdict with the highest attempt supersedes."""
+
+    type: Literal["regrade_request"] = "regrade_request"
+    trial_id: str = Field(min_length=1)
+    run_id: str = Field(min_length=1)
+    scenario_id: str = Field(min_length=1)
+    scenario_version: str = Field(min_length=1, description="graded against this version again")
+    session_id: str = Field(min_length=1)
+    attempt: int = Field(ge=2)
+    reason: str = ""
+    conversation: ConversationFinished
+    session: SessionPersisted | None = Field(
+        None, description="the trial's newest persisted session in the log; none if it never came"
     )
 
 
@@ -332,4 +360,5 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     LabelledVerdict,
     ScenarioReliability,
     DeadLetter,
+    RegradeRequest,
 )

@@ -33,8 +33,9 @@ REPLAY = "passk-replay"
 MECHANISM = "SCRAM-SHA-512"
 # The replay user (and the producer SDK) may write only the two input topics.
 REPLAY_WRITES = (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)
-# The operator's CLI publishes scenarios, labels and calibrations, and reads everything.
-CLI_WRITES = (Topic.SCENARIOS, Topic.LABELS, Topic.JUDGE_CALIBRATIONS)
+# The operator's CLI publishes scenarios, labels, calibrations and re-grade requests, and
+# reads everything.
+CLI_WRITES = (Topic.SCENARIOS, Topic.LABELS, Topic.JUDGE_CALIBRATIONS, Topic.REGRADE_REQUESTS)
 
 
 def processor_user(processor: str) -> str:

@@ -19,6 +19,8 @@ class Topic(StrEnum):
     LABELS = "labels.v1"
     JUDGE_CALIBRATIONS = "judge-calibrations.v1"
     DEAD_LETTERS = "dead-letters.v1"
+    # `passk regrade` asks the gate and the judge to grade a trial again (RegradeRequest).
+    REGRADE_REQUESTS = "regrade-requests.v1"
     # Internal: a processor's timer asks its own agent, in stream order and on the key's
     # partition, to re-examine a key whose deadline has passed (table writes need that).
     GATE_TICKS = "gate-ticks.v1"
@@ -65,6 +67,7 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.JUDGE_CALIBRATIONS, key="judge_id"),
     TopicSpec(Topic.LABELLED_VERDICTS, key="judge_id"),
     TopicSpec(Topic.DEAD_LETTERS, key="original key"),
+    TopicSpec(Topic.REGRADE_REQUESTS, key="trial_id"),
     TopicSpec(Topic.GATE_TICKS, key="session_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.VERDICT_TICKS, key="trial_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.AGGREGATE_BY_SCENARIO, key="scenario_id"),
@@ -79,9 +82,9 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
 # What each processor consumes, declared once: the apps subscribe to these (plus their
 # own tick topic), and `passk status` counts its lag on them.
 PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
-    "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
+    "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED, Topic.REGRADE_REQUESTS),
     "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
-    "judge": (Topic.CONVERSATION_FINISHED,),
+    "judge": (Topic.CONVERSATION_FINISHED, Topic.REGRADE_REQUESTS),
     "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
              Topic.TRIAL_VERDICTS),
     "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),

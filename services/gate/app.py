@@ -9,7 +9,7 @@ import time
 
 import faust
 
-from schemas.events import ConversationFinished, SessionPersisted
+from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted
 from services.common.app import (
     DeadLetters,
     Delivery,
@@ -24,7 +24,7 @@ from services.common.settings import get_settings
 from services.common.ticks import Deadlines, table_value
 from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
 from services.gate import domain
-from services.gate.gates import gates_for
+from services.gate.gates import gates_for, regrade_gates
 from services.gate.metrics import GateMetrics
 from services.scenarios.catalog import ScenarioCatalog
 
@@ -43,6 +43,7 @@ timing = domain.Timing(
 conversation_topic = topic_name(Topic.CONVERSATION_FINISHED, settings)
 session_topic = topic_name(Topic.SESSION_PERSISTED, settings)
 tick_topic = topic_name(Topic.GATE_TICKS, settings)
+regrade_topic = topic_name(Topic.REGRADE_REQUESTS, settings)
 inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.GATE_TICKS, settings=settings)
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
@@ -109,9 +110,29 @@ async def join(stream: faust.StreamT) -> None:
         await reject.guard(event, handle)
 
 
+async def regrade(event: faust.types.EventT) -> None:
+    """A re-grade carries its input events: graded at once, apart from the join table, so
+    the memory of graded trials (which drops repeats of the inputs) does not drop it."""
+    request = decode(event.value, RegradeRequest, max_bytes=settings.max_event_bytes,
+                     max_depth=settings.max_json_depth)
+    if isinstance(request, Rejection):
+        return await reject(event, request)
+    scenario = catalog.get(request.scenario_id, request.scenario_version) or (
+        await catalog.wait_for(request.scenario_id, request.scenario_version,
+                               timeout=SCENARIO_GRACE_S))
+    if scenario is None:
+        return await reject(event, _unknown_scenario(request.scenario_id))
+    results = regrade_gates(request, scenario, session_wait_s=settings.session_wait_s)
+    await asyncio.gather(*(deliver(gate_results, request.trial_id.encode(), encode(result))
+                           for result in results))
+    common.events.labels(PROCESSOR, "regraded").inc()
+
+
 async def handle(event: faust.types.EventT) -> None:
     message = event.message
     topic = message.topic
+    if topic == regrade_topic:
+        return await regrade(event)
     now = time.time()
     if topic != tick_topic:
         clock.observe(topic, message.partition, message.offset, message.timestamp)

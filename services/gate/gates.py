@@ -11,8 +11,10 @@ from schemas.events import (
     ConversationFinished,
     ExitSource,
     GateResult,
+    RegradeRequest,
     SessionPersisted,
     count_turns,
+    with_attempt,
 )
 from schemas.scenario import Scenario
 from services.gate.expectations import check_expectation
@@ -188,3 +190,14 @@ def state_gate(
     else:
         checks = [check_expectation(exp, session.state) for exp in scenario.outcome]
     return _gate_result("state", conversation, scenario, checks)
+
+
+def regrade_gates(
+    request: RegradeRequest, scenario: Scenario, *, session_wait_s: float
+) -> list[GateResult]:
+    """The gates of a re-grade: graded as ever from the request's input events (no session
+    in the log is the missing-session failure), stamped with its attempt and new ids."""
+    results = gates_for(request.conversation, request.session, scenario, waited_s=session_wait_s)
+    return [r.model_copy(update={"attempt": request.attempt,
+                                 "event_id": with_attempt(r.event_id, request.attempt)})
+            for r in results]

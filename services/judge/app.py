@@ -17,13 +17,14 @@ import logging
 import faust
 from sqlalchemy.exc import SQLAlchemyError
 
-from schemas.events import ConversationFinished
+from schemas.events import ConversationFinished, RegradeRequest
 from services.common.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.outage import STORE, Dependency
 from services.common.settings import get_settings
 from services.common.topics import PROCESSOR_INPUTS, Topic
+from services.judge import domain
 from services.judge.grading import Grader, build_grader
 from services.judge.metrics import default_metrics
 from services.scenarios.catalog import ScenarioCatalog
@@ -35,8 +36,9 @@ settings = get_settings()
 app = make_app(PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- topics
-(conversations_in,) = PROCESSOR_INPUTS[PROCESSOR]
+conversations_in, regrades_in = PROCESSOR_INPUTS[PROCESSOR]
 conversations = raw_topic(app, conversations_in, settings)
+regrade_requests = raw_topic(app, regrades_in, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 deliver = Delivery(PROCESSOR)
@@ -68,6 +70,33 @@ async def judge_trials(stream: faust.StreamT) -> None:
     await catalog.ready()
     async for event in stream.events():
         await reject.guard(event, handle)
+
+
+@app.agent(regrade_requests, concurrency=settings.judge_concurrency)
+async def regrade_trials(stream: faust.StreamT) -> None:
+    await catalog.ready()
+    async for event in stream.events():
+        await reject.guard(event, regrade)
+
+
+async def regrade(event: faust.types.EventT) -> None:
+    """Grade a trial again, against the scenario version it was graded against, under
+    the request's attempt (new event ids: the verdict does not drop them as repeats)."""
+    request = decode(event.value, RegradeRequest, max_bytes=settings.max_event_bytes,
+                     max_depth=settings.max_json_depth)
+    if isinstance(request, Rejection):
+        return await reject(event, request)
+    scenario = catalog.get(request.scenario_id, request.scenario_version) or (
+        await catalog.wait_for(request.scenario_id, request.scenario_version,
+                               timeout=SCENARIO_GRACE_S))
+    if scenario is None:
+        return await reject(event, Rejection(
+            "unknown_scenario", f"scenario {request.scenario_id!r} version "
+            f"{request.scenario_version!r} is not published on the scenarios topic"))
+    verdicts = await (await grader()).grade(request.conversation, scenario)
+    await asyncio.gather(*(deliver(judge_verdicts, request.trial_id.encode(), encode(v))
+                           for v in domain.for_attempt(verdicts, request.attempt)))
+    common.events.labels(PROCESSOR, "regraded").inc()
 
 
 async def handle(event: faust.types.EventT) -> None:

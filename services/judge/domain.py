@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.events import ConversationFinished, JudgeVerdict, Outcome
+from schemas.events import ConversationFinished, JudgeVerdict, Outcome, with_attempt
 from schemas.scenario import JudgeSpec, Scenario
 from services.judge.kinds import LLM, InvalidJudgeSpec, deterministic_kind, known_kinds
 from services.judge.prompt import PROMPT_HASH, Answer
@@ -38,6 +38,13 @@ class CachedAnswer:
 def verdict_event_id(trial_id: str, judge_id: str, scenario_version: str) -> str:
     """Deterministic: a redelivered or replayed trial yields the same id, so it can be dropped."""
     return f"judge:{trial_id}:{judge_id}:{scenario_version}"
+
+
+def for_attempt(verdicts: list[JudgeVerdict], attempt: int) -> list[JudgeVerdict]:
+    """A re-grade's verdicts: the same judgements, stamped with its attempt and new ids."""
+    return [v.model_copy(update={"attempt": attempt,
+                                 "event_id": with_attempt(v.event_id, attempt)})
+            for v in verdicts]
 
 
 def scenario_version(scenario: Scenario) -> str:

@@ -164,7 +164,7 @@ async def handle(event: faust.types.EventT) -> None:
             f"scenario {result.scenario_id!r} version {result.scenario_version!r} is unknown"))
     key = result.trial_id
     state = _load(key)
-    if domain.is_duplicate(state):
+    if domain.is_duplicate(state, result):
         metrics.duplicates.inc()
         common.events.labels(PROCESSOR, "duplicate").inc()
         return

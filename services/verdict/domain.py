@@ -24,6 +24,7 @@ from schemas.events import (
     JudgeVerdict,
     Outcome,
     TrialVerdict,
+    with_attempt,
 )
 from schemas.scenario import Scenario
 from services.common.calibration import CalibrationBook, GatingPolicy
@@ -50,6 +51,9 @@ class TrialState(BaseModel):
     gates_complete_at: float | None = None
     emitted_at: float | None = None
     emitted_outcome: Outcome | None = None
+    # The grading attempt being assembled (or emitted): a re-grade's results (a higher
+    # attempt) start it afresh, and results of a lower attempt are ignored.
+    attempt: int = 1
 
     @property
     def scenario_version(self) -> str | None:
@@ -72,12 +76,21 @@ def new_state(ref: GateResult | JudgeVerdict, now: float) -> TrialState:
         scenario_id=ref.scenario_id,
         session_id=ref.session_id,
         first_seen_at=now,
+        attempt=ref.attempt,
     )
 
 
+def _current(state: TrialState | None, ref: GateResult | JudgeVerdict, now: float) -> TrialState:
+    """The state this result counts in: a higher attempt than the state's starts afresh
+    (the memory of the emitted attempt is bypassed for it, and only for it)."""
+    if state is None or ref.attempt > state.attempt:
+        return new_state(ref, now)
+    return state
+
+
 def on_gate_result(state: TrialState | None, result: GateResult, now: float) -> TrialState:
-    state = state or new_state(result, now)
-    if state.emitted_at is not None:
+    state = _current(state, result, now)
+    if state.emitted_at is not None or result.attempt < state.attempt:
         return state
     gates = {**state.gates, result.gate: result}
     complete = set(expected_gates(gates)) <= set(gates) and (
@@ -90,15 +103,22 @@ def on_gate_result(state: TrialState | None, result: GateResult, now: float) -> 
 
 
 def on_judge_verdict(state: TrialState | None, verdict: JudgeVerdict, now: float) -> TrialState:
-    state = state or new_state(verdict, now)
-    if state.emitted_at is not None:
+    state = _current(state, verdict, now)
+    if state.emitted_at is not None or verdict.attempt < state.attempt:
         return state
     key = f"{verdict.judge_id}@{verdict.scenario_version}"
     return state.model_copy(update={"judges": {**state.judges, key: verdict}})
 
 
-def is_duplicate(state: TrialState | None) -> bool:
-    return state is not None and state.emitted_at is not None
+def is_duplicate(state: TrialState | None, ref: GateResult | JudgeVerdict | None = None) -> bool:
+    """Nothing to do with this result: its attempt was emitted already, or a later attempt
+    superseded it."""
+    if state is None:
+        return False
+    attempt = state.attempt if ref is None else ref.attempt
+    if attempt < state.attempt:
+        return True
+    return attempt == state.attempt and state.emitted_at is not None
 
 
 def missing_checks(state: TrialState, scenario: Scenario | None) -> list[str]:
@@ -200,7 +220,7 @@ def assemble(
     exit_gate = state.gates.get("exit")
     facts = exit_gate or state.gates.get("state")
     return TrialVerdict(
-        event_id=f"verdict:{state.trial_id}",
+        event_id=with_attempt(f"verdict:{state.trial_id}", state.attempt),
         trial_id=state.trial_id,
         run_id=state.run_id,
         scenario_id=state.scenario_id,
@@ -218,6 +238,7 @@ def assemble(
         completion=facts.completion if facts else scenario.completion,
         metrics=facts.metrics if facts else None,
         finished_at=facts.finished_at if facts else None,
+        attempt=state.attempt,
     )
 
 
@@ -231,4 +252,5 @@ def emitted(state: TrialState, verdict: TrialVerdict, now: float) -> TrialState:
         first_seen_at=state.first_seen_at,
         emitted_at=now,
         emitted_outcome=verdict.outcome,
+        attempt=state.attempt,
     )

@@ -111,3 +111,27 @@ def test_tool_calls_are_never_graded() -> None:
     sc = scenario()
     assert exit_gate(conv, sc).passed == exit_gate(without_tools, sc).passed
     assert state_gate(conv, session(), sc, waited_s=0).passed
+
+
+def test_a_regrade_grades_its_request_under_its_attempt_with_new_ids() -> None:
+    from schemas.events import RegradeRequest
+    from services.gate.gates import gates_for, regrade_gates
+    from tests.unit.factories import conversation, scenario, session
+
+    sc = scenario()
+    conv, sess = conversation("t9"), session("t9")
+    request = RegradeRequest(
+        event_id="regrade:t9:2", trial_id="t9", run_id=conv.run_id, scenario_id=sc.id,
+        scenario_version=sc.version or "", session_id=conv.session_id, attempt=2,
+        conversation=conv, session=sess)
+    first = gates_for(conv, sess, sc, waited_s=120)
+    again = regrade_gates(request, sc, session_wait_s=120)
+    assert [g.gate for g in again] == [g.gate for g in first]
+    assert [g.passed for g in again] == [g.passed for g in first]
+    assert all(g.attempt == 2 for g in again)
+    assert [g.event_id for g in again] == [f"{g.event_id}:attempt-2" for g in first]
+    # no session in the log: the state gate fails as a missing session, with the wait
+    missing = regrade_gates(request.model_copy(update={"session": None}), sc,
+                            session_wait_s=120)
+    state = next(g for g in missing if g.gate == "state")
+    assert not state.passed and "no persisted session within 120 s" in state.reasons[0]

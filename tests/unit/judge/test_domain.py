@@ -99,3 +99,16 @@ def test_cached_verdict_spends_nothing() -> None:
 def test_not_configured_is_an_error() -> None:
     v = domain.not_configured_verdict(TRIAL, SCENARIO, judge("asked_parts"))
     assert v.result == "error" and v.reason.startswith("not_configured: ")
+
+
+def test_a_regrade_stamps_its_attempt_and_new_ids_on_the_same_judgements() -> None:
+    from services.judge.domain import deterministic_verdict, for_attempt
+    from tests.unit.factories import conversation, scenario
+
+    sc = scenario()
+    spec = next(iter(sc.judges))
+    first = deterministic_verdict(conversation("t3"), sc, spec)
+    (again,) = for_attempt([first], 3)
+    assert again.attempt == 3 and first.attempt == 1
+    assert again.event_id == first.event_id + ":attempt-3"
+    assert (again.result, again.reason) == (first.result, first.reason)

@@ -14,6 +14,7 @@ from schemas.events import (
     JudgeVerdict,
     Label,
     LabelledVerdict,
+    RegradeRequest,
     ScenarioReliability,
     SessionPersisted,
     TrialVerdict,
@@ -217,6 +218,17 @@ SAMPLES: dict[type[BaseModel], dict[str, Any]] = {
         "detail": "Expecting property name enclosed in double quotes",
         "processor": "gate",
     },
+}
+SAMPLES[RegradeRequest] = {
+    "event_id": "regrade:t-1:2",
+    "type": "regrade_request",
+    "schema_version": 1,
+    "occurred_at": WHEN,
+    **TRIAL,
+    "attempt": 2,
+    "reason": "passk regrade --errors-only: was error",
+    "conversation": SAMPLES[ConversationFinished],
+    "session": SAMPLES[SessionPersisted],
 }
 
 
