@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "services.judge.commands",
     "services.report.wait",
     "services.report.commands",
+    "services.regrade.commands",
     "services.calibration.commands",
 )
 

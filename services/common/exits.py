@@ -31,6 +31,8 @@ import time
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
+import typer
+
 # typer vendors click; its ClickException is what typer's main loop reports and exits on.
 from typer._click.exceptions import ClickException
 
@@ -84,6 +86,14 @@ class NothingToJudge(CliError):
 
 class Unreachable(CliError):
     code = ExitCode.UNREACHABLE
+
+
+# The one `--wait` of every command that talks to the broker (pass it to require_broker).
+BROKER_WAIT: Any = typer.Option(
+    None, "--wait", min=0,
+    help="wait at most this many seconds for the Kafka broker before exit 4 "
+         "(default PASSK_BROKER_WAIT_S)",
+)
 
 
 def _brokers(bootstrap: str) -> list[tuple[str, int]]:

@@ -63,6 +63,21 @@ class TrialRecord(SQLModel):
     event_id: str
 
 
+class TrialAttemptRecord(SQLModel):
+    """The history: every grading attempt's verdict of a trial, kept when a re-grade
+    supersedes it in `trials` (which holds the newest)."""
+
+    trial_id: str = Field(primary_key=True)
+    attempt: int = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    scenario_id: str
+    scenario_version: str
+    outcome: str
+    failed_checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
+    verdict_at: datetime
+    event_id: str
+
+
 class GateRecord(SQLModel):
     trial_id: str = Field(primary_key=True)
     gate: str = Field(primary_key=True)
@@ -130,7 +145,7 @@ class ScenarioSummary(SQLModel):
     last_verdict_at: datetime | None = None
 
 
-Record = TrialRecord | GateRecord | JudgeRecord | TranscriptRecord
+Record = TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | TranscriptRecord
 
 
 def trial_record(verdict: TrialVerdict) -> TrialRecord:
@@ -152,6 +167,20 @@ def trial_record(verdict: TrialVerdict) -> TrialRecord:
         completion=verdict.completion,
         metrics=verdict.metrics.model_dump(mode="json") if verdict.metrics else None,
         finished_at=as_utc(verdict.finished_at),
+        verdict_at=as_utc(verdict.occurred_at),
+        event_id=verdict.event_id,
+    )
+
+
+def attempt_record(verdict: TrialVerdict) -> TrialAttemptRecord:
+    return TrialAttemptRecord(
+        trial_id=verdict.trial_id,
+        attempt=verdict.attempt,
+        run_id=verdict.run_id,
+        scenario_id=verdict.scenario_id,
+        scenario_version=verdict.scenario_version,
+        outcome=verdict.outcome,
+        failed_checks=[fc.model_dump(mode="json") for fc in verdict.failed_checks],
         verdict_at=as_utc(verdict.occurred_at),
         event_id=verdict.event_id,
     )
@@ -252,6 +281,13 @@ def record_for(event: SinkEvent) -> Record:
     if isinstance(event, ConversationFinished):
         return transcript_record(event)
     raise TypeError(f"the sink does not store {type(event).__name__}")
+
+
+def records_for(event: SinkEvent) -> list[Record]:
+    """Every row an event produces: a trial verdict is also one attempt of its history."""
+    if isinstance(event, TrialVerdict):
+        return [trial_record(event), attempt_record(event)]
+    return [record_for(event)]
 
 
 def _latest(trials: Sequence[TrialRecord]) -> TrialRecord:

@@ -31,9 +31,10 @@ from services.sink.domain import (
     SinkEvent,
     SummaryDeltas,
     TranscriptRecord,
+    TrialAttemptRecord,
     TrialRecord,
     as_utc,
-    record_for,
+    records_for,
     summary_of,
 )
 
@@ -46,6 +47,10 @@ class TrialRow(TrialRecord, SinkTable, table=True):
     __tablename__ = "trials"
     # A summary's newest trial (its k) is one index probe, however many trials it has.
     __table_args__ = (Index("ix_trials_latest", "run_id", "scenario_id", "verdict_at", "trial_id"),)
+
+
+class TrialAttemptRow(TrialAttemptRecord, SinkTable, table=True):
+    __tablename__ = "trial_attempts"
 
 
 class GateResultRow(GateRecord, SinkTable, table=True):
@@ -68,6 +73,7 @@ METADATA = SinkTable.metadata
 TABLES: dict[type[SQLModel], tuple[Any, str]] = {
     # record type -> (table, the column that orders versions of one key)
     TrialRecord: (TrialRow.__table__, "verdict_at"),  # type: ignore[attr-defined]
+    TrialAttemptRecord: (TrialAttemptRow.__table__, "verdict_at"),  # type: ignore[attr-defined]
     GateRecord: (GateResultRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
     JudgeRecord: (JudgeVerdictRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
     TranscriptRecord: (TranscriptRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
@@ -133,7 +139,7 @@ class Store:
         through an index. `summaries=False` leaves them to `recompute_summaries` (rebuild).
         """
         self.create_schema()
-        records = [record_for(event) for event in events]
+        records = [record for event in events for record in records_for(event)]
         if not records:
             return 0
         trials = [r for r in records if isinstance(r, TrialRecord)]
@@ -267,6 +273,12 @@ class Store:
     def summaries(self, run_id: str) -> list[ScenarioSummary]:
         table, _ = TABLES[ScenarioSummary]
         return self._select(ScenarioSummary, table.c.run_id == run_id, order=("scenario_id",))
+
+    def history(self, run_id: str) -> list[TrialAttemptRecord]:
+        """Every grading attempt of the run's trials, by trial and attempt."""
+        table, _ = TABLES[TrialAttemptRecord]
+        return self._select(TrialAttemptRecord, table.c.run_id == run_id,
+                            order=("trial_id", "attempt"))
 
     def gate_results(self, run_id: str) -> list[GateRecord]:
         table, _ = TABLES[GateRecord]

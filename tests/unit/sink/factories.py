@@ -74,7 +74,7 @@ def verdict(
     if failed is None:
         failed = [] if outcome == "passed" else [("gate:state", f"state wrong in {trial_id}")]
     return TrialVerdict(
-        event_id=f"verdict:{trial_id}",
+        **{"event_id": f"verdict:{trial_id}", **facts.pop("ids", {})},
         occurred_at=at(when),
         k=k,
         outcome=outcome,  # type: ignore[arg-type]

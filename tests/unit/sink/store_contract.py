@@ -26,6 +26,7 @@ class StoreContract:
         store.apply_many(f.run_events())
         dump = store.dump()
         assert len(dump["trials"]) == 7
+        assert len(dump["trial_attempts"]) == 7
         assert len(dump["gate_results"]) == 14
         assert len(dump["judge_verdicts"]) == 7
         assert len(dump["transcripts"]) == 7
@@ -75,6 +76,24 @@ class StoreContract:
         (trial,) = store.trials("run-1")
         assert (trial.outcome, trial.scenario_version) == ("passed", "v2")
         assert trial.failed_checks == []
+
+    def test_a_regrade_supersedes_the_trial_and_the_history_keeps_every_attempt(
+            self, store: Store) -> None:
+        first = f.verdict("t-1", "error", when=10, failed=[("judge:polite", "error: none")])
+        second = f.verdict("t-1", "passed", when=20, attempt=2,
+                           ids={"event_id": "verdict:t-1:attempt-2"})
+        store.apply_many([f.verdict("t-2", "passed", when=5), first])
+        store.apply(second)
+        store.apply(first)  # a late redelivery of the superseded attempt
+        assert {t.trial_id: t.outcome for t in store.trials("run-1")} == {
+            "t-1": "passed", "t-2": "passed"}
+        (summary,) = store.summaries("run-1")
+        assert (summary.n, summary.passed, summary.errors) == (2, 2, 0)  # moved, not added
+        history = [(h.trial_id, h.attempt, h.outcome, h.event_id)
+                   for h in store.history("run-1")]
+        assert history == [("t-1", 1, "error", "verdict:t-1"),
+                           ("t-1", 2, "passed", "verdict:t-1:attempt-2"),
+                           ("t-2", 1, "passed", "verdict:t-2")]
 
     def test_a_trial_moved_to_another_scenario_leaves_its_old_summary(self, store: Store) -> None:
         store.apply(f.verdict("t-1", "failed", scenario_id="typo", when=1))

@@ -1,0 +1,1 @@
+"""`passk regrade`: grade a run's trials again (say, after a judge outage)."""

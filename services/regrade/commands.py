@@ -1,0 +1,117 @@
+"""`passk regrade --run-id ID [--errors-only]`."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from services.common.exits import BROKER_WAIT, CliError, ExitCode, NothingToJudge
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from services.regrade.plan import Target
+    from services.sink.store import Store
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def regrade(
+        run_id: str = typer.Option(..., "--run-id", help="the run whose trials to grade again"),
+        errors_only: bool = typer.Option(
+            False, "--errors-only", help="only the trials whose newest verdict is `error`"),
+        await_verdicts: float = typer.Option(
+            0, "--await-verdicts", min=0,
+            help="then wait up to this many seconds for every new verdict in the projection"),
+        wait: float | None = BROKER_WAIT,
+    ) -> None:
+        """Grade a run's trials again from the log (say, after a judge outage longer than
+        PASSK_JUDGE_WAIT_S): the gate and the judge grade each trial's input events again
+        as attempt N+1, and its new verdict supersedes the old one in the report, the
+        windows and the gauges, while the projection's history keeps both. Exit 3 when
+        no trial is to be re-graded, 1 when a trial's conversation is not in the log or
+        a new verdict did not come within --await-verdicts."""
+        from kafka import KafkaProducer
+
+        from services.common.codec import encode
+        from services.common.exits import console as make_console
+        from services.common.exits import require_broker
+        from services.common.kafka_client import kafka_client_kwargs
+        from services.common.settings import get_settings
+        from services.common.topics import Topic, topic_name
+        from services.regrade.log import find_inputs
+        from services.regrade.plan import request_for, targets
+        from services.sink.store import Store
+
+        settings = get_settings()
+        console = make_console()
+        store = Store(settings.database_url)
+        chosen = targets(store.trials(run_id), store.history(run_id), errors_only=errors_only)
+        if not chosen:
+            which = "no trial ended `error`" if errors_only else "it has no trials"
+            raise NothingToJudge(f"nothing to re-grade in run {run_id!r}: {which}")
+        require_broker(wait)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=make_console(stderr=True)) as progress:
+            reading = progress.add_task("reading the log", total=None)
+            found = find_inputs(chosen, settings, progress=lambda done, total: progress.update(
+                reading, completed=done, total=total))
+            reason = "passk regrade" + (" --errors-only" if errors_only else "")
+            requests = {t.trial_id: request_for(t, found, reason=reason) for t in chosen}
+            sending = progress.add_task("requesting", total=len(chosen))
+            producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
+                                     request_timeout_ms=15000, max_block_ms=15000)
+            try:
+                name = topic_name(Topic.REGRADE_REQUESTS, settings)
+                futures = [producer.send(name, key=r.trial_id.encode(), value=encode(r))
+                           for r in requests.values() if r is not None]
+                for future in futures:
+                    future.get(timeout=30)
+                    progress.advance(sending)
+            finally:
+                producer.close(timeout=10)
+            progress.update(sending, completed=len(chosen))
+        table = Table("trial", "scenario", "was", "attempt", "request",
+                      title=f"re-grades requested for run {run_id}")
+        for t in chosen:
+            asked = requests[t.trial_id]
+            table.add_row(t.trial_id, t.scenario_id, t.outcome,
+                          f"{t.attempt} -> {t.attempt + 1}",
+                          "sent" if asked else "not sent: its conversation is not in the log")
+        console.print(table)
+        unsent = [t for t in chosen if requests[t.trial_id] is None]
+        sent = [t for t in chosen if requests[t.trial_id] is not None]
+        if await_verdicts and sent:
+            _await(store, run_id, sent, await_verdicts, console)
+        if unsent:
+            raise CliError(f"{len(unsent)} of {len(chosen)} trials could not be re-graded: "
+                           "their conversation is not in the log", ExitCode.NO)
+
+    def _await(store: Store, run_id: str, sent: list[Target], timeout_s: float,
+               console: Console) -> None:
+        from services.regrade.plan import regraded
+
+        deadline = time.monotonic() + timeout_s
+        done: dict[str, str] = {}
+        columns = (TextColumn("new verdicts"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("verdicts", total=len(sent))
+            while True:
+                done = regraded(sent, store.history(run_id))
+                progress.update(task, completed=len(done))
+                if len(done) >= len(sent) or time.monotonic() >= deadline:
+                    break
+                time.sleep(1.0)
+        table = Table("trial", "was", "now", title="re-graded verdicts")
+        for t in sent:
+            table.add_row(t.trial_id, t.outcome, done.get(t.trial_id, "(not yet)"))
+        console.print(table)
+        if len(done) < len(sent):
+            raise CliError(f"timed out after {timeout_s:g} s: {len(done)} of {len(sent)} "
+                           "re-graded verdicts are in the projection", ExitCode.NO)

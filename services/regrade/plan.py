@@ -1,0 +1,84 @@
+"""Which trials to re-grade and the request for each: pure functions over the projection's
+rows and the input events found in the log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted
+from services.sink.domain import TrialAttemptRecord, TrialRecord
+
+
+@dataclass(frozen=True)
+class Target:
+    """A trial to grade again, as its newest verdict left it."""
+
+    trial_id: str
+    run_id: str
+    scenario_id: str
+    scenario_version: str
+    session_id: str
+    outcome: str
+    attempt: int  # of its newest verdict; the re-grade is attempt + 1
+
+
+def targets(
+    trials: Iterable[TrialRecord],
+    history: Iterable[TrialAttemptRecord],
+    *,
+    errors_only: bool,
+) -> list[Target]:
+    """The run's trials to re-grade (those that ended `error`, with `errors_only`), each
+    with the attempt of its newest verdict (1 for a trial graded before the history was
+    kept: every verdict before re-grades existed was attempt 1)."""
+    newest: dict[str, int] = {}
+    for row in history:
+        newest[row.trial_id] = max(newest.get(row.trial_id, 1), row.attempt)
+    return [
+        Target(t.trial_id, t.run_id, t.scenario_id, t.scenario_version, t.session_id,
+               t.outcome, newest.get(t.trial_id, 1))
+        for t in sorted(trials, key=lambda t: t.trial_id)
+        if not errors_only or t.outcome == "error"
+    ]
+
+
+@dataclass
+class FoundInputs:
+    """A trial's input events as the log holds them: its conversation, and the newest
+    persisted session of its session id (later records replace earlier ones, as in the gate)."""
+
+    conversations: dict[str, ConversationFinished]  # by trial_id
+    sessions: dict[str, SessionPersisted]  # by session_id
+
+
+def request_for(target: Target, found: FoundInputs, *, reason: str) -> RegradeRequest | None:
+    """The re-grade request of one trial; None when its conversation is not in the log."""
+    conversation = found.conversations.get(target.trial_id)
+    if conversation is None:
+        return None
+    attempt = target.attempt + 1
+    return RegradeRequest(
+        event_id=f"regrade:{target.trial_id}:{attempt}",
+        trial_id=target.trial_id,
+        run_id=target.run_id,
+        scenario_id=target.scenario_id,
+        scenario_version=target.scenario_version,
+        session_id=target.session_id,
+        attempt=attempt,
+        reason=reason,
+        conversation=conversation,
+        session=found.sessions.get(target.session_id),
+    )
+
+
+def regraded(targets: Iterable[Target], history: Iterable[TrialAttemptRecord]) -> dict[str, str]:
+    """trial_id -> outcome of each target's re-grade that the projection already holds."""
+    wanted = {t.trial_id: t.attempt + 1 for t in targets}
+    done: dict[str, tuple[int, str]] = {}
+    for row in history:
+        need = wanted.get(row.trial_id)
+        if need is not None and row.attempt >= need:
+            if row.trial_id not in done or row.attempt > done[row.trial_id][0]:
+                done[row.trial_id] = (row.attempt, row.outcome)
+    return {trial: outcome for trial, (_, outcome) in done.items()}
