@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from services.common.exits import BROKER_WAIT, require_broker
 from services.common.kafka_client import kafka_client_kwargs
 
 if TYPE_CHECKING:
@@ -183,6 +184,7 @@ def register(app: typer.Typer) -> None:
         export: Path = typer.Option(None, "--export", help="write the sets grown by "
                                     "production labels into this directory instead"),
         publish: bool = typer.Option(True, help="publish to judge-calibrations.v1 and store"),
+        wait: float | None = BROKER_WAIT,
     ) -> None:
         """Run each judge over its labelled set through the production judge path: confusion
         matrix, precision, recall, and whether it may fail trials (gating) or is advisory."""
@@ -210,6 +212,8 @@ def register(app: typer.Typer) -> None:
                 Console(stderr=True).print(f"[red]{escape(p.file)}:{p.line or ''}[/red] "
                                            f"{escape(p.problem)}", soft_wrap=True)
             raise typer.Exit(EXIT_USAGE)
+        if publish:  # before any judge is asked: the results would have nowhere to go
+            require_broker(wait)
         bar = Bar(settings.calibration_bar, settings.min_labelled)
         plan = plan_judges(_scenarios(directory, scenarios, settings))
         grader = build_grader(settings, None)
@@ -253,6 +257,7 @@ def register(app: typer.Typer) -> None:
         passed: bool = typer.Option(None, "--pass/--fail",
                                     help="does the judge's assertion hold for this trial?"),
         note: str = typer.Option(None, "--note", help="why, in a few words"),
+        wait: float | None = BROKER_WAIT,
     ) -> None:
         """Label one judge's verdict on one trial (a production miss goes back into its set)."""
         import getpass
@@ -267,6 +272,7 @@ def register(app: typer.Typer) -> None:
 
         if passed is None:
             raise _err("say --pass or --fail", EXIT_USAGE)
+        require_broker(wait)
         settings = get_settings()
         ident = hashlib.sha256(f"{trial_id}\x1f{judge}\x1f{passed}\x1f{note}".encode())
         event = Label(event_id=f"label:{ident.hexdigest()[:24]}", trial_id=trial_id,

@@ -7,18 +7,18 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from services.common.exits import console, require_broker
+from services.common.exits import BROKER_WAIT, console, require_broker
 
 
 def register(app: typer.Typer) -> None:
     topics = typer.Typer(help="Kafka topics passk uses.", no_args_is_help=True)
 
     @topics.command("create")
-    def create() -> None:
+    def create(wait: float | None = BROKER_WAIT) -> None:
         """Create every passk topic that does not exist yet (idempotent)."""
         from services.common.admin import create_topics
 
-        require_broker()
+        require_broker(wait)
         table = Table("topic", "partitions", "status")
         for status in create_topics():
             state = "created" if status.created else "exists"
@@ -73,25 +73,25 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def status(
-        wait: float = typer.Option(
-            0, help="wait up to this many seconds for the broker and for every processor"
-        ),
+        wait: float | None = BROKER_WAIT,
         processors: str = typer.Option(
             "", help="comma-separated processors to show (default: every worker)"
         ),
     ) -> None:
         """Show each processor's consumer group (state, members, lag), its restarts,
-        whether it is degraded (cannot reach the broker or the store), and which broker
-        leads each partition of its inputs. Exit 1 when any is not ready, 4 when the
-        broker does not answer within --wait (at least 1 s)."""
+        whether it is degraded (cannot reach the broker or the store) or down (its
+        supervisor says it is not running, or its group has no member), and which broker
+        leads each partition of its inputs. --wait also waits that long for every
+        processor to be ready. Exit 1 when any is not ready, 4 when the broker does not
+        answer within --wait (default PASSK_BROKER_WAIT_S)."""
         import time
 
         from services.cli import WORKERS
         from services.common.status import input_leaders, processor_status
 
         names = [p.strip() for p in processors.split(",") if p.strip()] or list(WORKERS)
-        deadline = time.monotonic() + wait
-        require_broker(max(wait, 1.0))
+        deadline = time.monotonic() + (wait or 0)
+        require_broker(wait)
         while True:
             statuses = processor_status(names)
             if all(s.ready for s in statuses) or time.monotonic() >= deadline:

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from services.common.exits import BROKER_WAIT
+
 SHOWN = 10  # skipped lines / failures listed one by one; the rest are counted
 
 
@@ -62,6 +64,7 @@ def register(app: typer.Typer) -> None:
             None, "--rate", min=0.001, help="at most this many events per second (default: none)"
         ),
         dry_run: bool = typer.Option(False, "--dry-run", help="validate every line, send nothing"),
+        wait: float | None = BROKER_WAIT,
     ) -> None:
         """Send a JSONL file of input events to the input topics, in file order.
 
@@ -80,7 +83,7 @@ def register(app: typer.Typer) -> None:
         console = make_console()
         err = make_console(stderr=True)
         if not dry_run:
-            require_broker()
+            require_broker(wait)
         total = count_lines(file)
         columns = (
             TextColumn("[bold]{task.description}"),

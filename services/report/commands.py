@@ -10,6 +10,7 @@ import typer
 
 from services.common.db import redacted
 from services.common.exits import (
+    BROKER_WAIT,
     CliError,
     ExitCode,
     NothingToJudge,
@@ -137,6 +138,7 @@ def register(app: typer.Typer) -> None:
     def rebuild(
         database_url: str = typer.Option(None, help="rebuild into this database "
                                          "(default: PASSK_DATABASE_URL)"),
+        wait: float | None = BROKER_WAIT,
     ) -> None:
         """Recreate the SQL projection from the log (drops and recreates its tables).
         Stop the sink first, or rebuild into another database."""
@@ -146,7 +148,7 @@ def register(app: typer.Typer) -> None:
         from services.sink.rebuild import rebuild as run_rebuild
 
         url = database_url or get_settings().database_url
-        require_broker()
+        require_broker(wait)
         err = console(stderr=True)
         with Progress(
             "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),

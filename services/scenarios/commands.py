@@ -8,7 +8,14 @@ import typer
 from kafka.errors import KafkaError
 from rich.table import Table
 
-from services.common.exits import CliError, ExitCode, Unreachable, classify, require_broker
+from services.common.exits import (
+    BROKER_WAIT,
+    CliError,
+    ExitCode,
+    Unreachable,
+    classify,
+    require_broker,
+)
 from services.common.exits import console as _console
 from services.scenarios.loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
 
@@ -47,6 +54,7 @@ def register(app: typer.Typer) -> None:
     @scenarios.command("publish")
     def publish(
         paths: list[Path] = typer.Argument(..., help="scenario files or directories of *.yaml"),
+        wait: float | None = BROKER_WAIT,
     ) -> None:
         """Validate every file, then publish them all; any problem publishes nothing (exit 2;
         exit 4 when the broker does not answer)."""
@@ -57,7 +65,7 @@ def register(app: typer.Typer) -> None:
         _report_validation(result, "nothing was published")
         if result.errors:
             raise typer.Exit(EXIT_INVALID)
-        require_broker()
+        require_broker(wait)
         try:
             steps = publish_scenarios(result.scenarios)
         except CatalogUnavailable as exc:
@@ -94,11 +102,11 @@ def register(app: typer.Typer) -> None:
         _console().print(table)
 
     @scenarios.command("list")
-    def list_() -> None:
+    def list_(wait: float | None = BROKER_WAIT) -> None:
         """The latest published version of every scenario on the scenarios topic."""
         from services.scenarios.catalog import CatalogUnavailable, read_catalog
 
-        require_broker()
+        require_broker(wait)
         try:
             state = read_catalog()
         except CatalogUnavailable as exc:

@@ -64,6 +64,41 @@ def test_with_the_broker_down_every_command_says_so_and_exits_4(
     assert took < BOUND_S
 
 
+def _one_trial(db: str) -> None:
+    """A projection holding one errored trial of run `r`, so `regrade` gets to the broker."""
+    from schemas.events import TrialVerdict
+    from services.sink.store import Store
+
+    Store(db).apply(TrialVerdict(event_id="verdict:t", trial_id="t", run_id="r",
+                                 scenario_id="sc", scenario_version="v", session_id="s", k=3,
+                                 outcome="error"))
+
+
+BROKER_COMMANDS = [
+    ["status"],
+    ["topics", "create"],
+    ["scenarios", "list"],
+    ["scenarios", "publish", "examples/scenarios"],
+    ["replay", "examples/traffic/sample.jsonl"],
+    ["rebuild"],
+    ["regrade", "--run-id", "r", "--errors-only"],
+    ["label", "t", "--judge", "j", "--pass"],
+    ["calibrate", "examples/calibration"],
+]
+
+
+@pytest.mark.parametrize("args", BROKER_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_wait_bounds_every_command_that_needs_the_broker(args: list[str], db: str) -> None:
+    """`--wait 3` answers after about 3 s, whatever PASSK_BROKER_WAIT_S says."""
+    _one_trial(db)
+    done, took = passk(*args, "--wait", "3", PASSK_BROKER_WAIT_S="60", PASSK_DATABASE_URL=db)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "no Kafka broker answers at 127.0.0.1:" in done.stderr
+    assert "waited 3 s" in done.stderr
+    assert 3 <= took < BOUND_S
+
+
 def test_status_wait_bounds_the_wait_for_the_broker() -> None:
     done, took = passk("status", "--wait", "4", PASSK_BROKER_WAIT_S="60")
     assert done.returncode == 4 and "waited 4 s" in done.stderr
