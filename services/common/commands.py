@@ -100,10 +100,9 @@ def register(app: typer.Typer) -> None:
         table = Table("processor", "consumer group", "state", "members", "lag", "restarts",
                       "health", "member ids")
         for s in statuses:
-            health = f"degraded: {', '.join(s.degraded)} down" if s.degraded else "ok"
             table.add_row(s.processor, s.group, s.state, str(s.members),
                           "-" if s.lag is None else str(s.lag),
-                          "-" if s.restarts is None else str(s.restarts), health,
+                          "-" if s.restarts is None else str(s.restarts), s.health,
                           "\n".join(s.member_names))
         out = console()
         out.print(table)

@@ -26,6 +26,16 @@ class ProcessorStatus:
     restarts: int | None = None
     degraded: tuple[str, ...] = ()  # dependencies it cannot reach right now, e.g. "broker"
     member_names: tuple[str, ...] = ()  # "client_id@host" of each member
+    # Why its worker is not running (services.common.liveness), None when nothing says so.
+    down: str | None = None
+
+    @property
+    def health(self) -> str:
+        if self.down:
+            return f"DOWN: {self.down}"
+        if self.degraded:
+            return f"degraded: {', '.join(self.degraded)} down"
+        return "ok"
 
     @property
     def ready(self) -> bool:
@@ -38,8 +48,11 @@ class ProcessorStatus:
 
 
 def processor_status(names: list[str], settings: Settings | None = None) -> list[ProcessorStatus]:
+    from services.common.liveness import down_reason, supervisor_socket, supervisor_states
+
     settings = settings or get_settings()
     groups = {name: f"{settings.topic_prefix}{name}" for name in names}
+    supervised = supervisor_states(supervisor_socket(settings.data_dir)) or {}
     kwargs = kafka_client_kwargs(settings)
     try:
         admin = KafkaAdminClient(**kwargs, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
@@ -48,7 +61,9 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
         # The broker is down: the groups are unknown, but what each worker says of
         # itself (alive, degraded, restarted) is still worth showing.
         return [ProcessorStatus(name, group, BROKER_UNREACHABLE, 0, None,
-                                *worker_health(name, settings))
+                                *worker_health(name, settings),
+                                down=down_reason(supervisor_state=supervised.get(name),
+                                                 group_known=False, members=0))
                 for name, group in groups.items()]
     try:
         try:
@@ -63,8 +78,10 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
             inputs = [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(name, ())]
             lag = _lag(admin, consumer, group, inputs)
             restarts, degraded = worker_health(name, settings)
+            down = down_reason(supervisor_state=supervised.get(name),
+                               group_known=bool(described), members=len(members))
             out.append(ProcessorStatus(name, group, state, len(members), lag, restarts, degraded,
-                                       tuple(sorted(_member_name(m) for m in members))))
+                                       tuple(sorted(_member_name(m) for m in members)), down))
         return out
     finally:
         consumer.close()

@@ -39,7 +39,7 @@ def test_generated_config_supervises_every_worker_with_its_metrics_port(tmp_path
 
 def test_a_killed_worker_is_restarted_and_status_counts_it(
         settings: Settings, tmp_path: Path) -> None:
-    run, logs = tmp_path / "run", tmp_path / "log"
+    run, logs = settings.data_dir / "run", tmp_path / "log"  # where status asks supervisord
     env = isolated_env(settings)
     conf = run / "supervisord.conf"
     made = subprocess.run(
@@ -70,6 +70,15 @@ def test_a_killed_worker_is_restarted_and_status_counts_it(
         [status] = processor_status(["sink"], settings)
         assert status.restarts == 1
         assert status.degraded == ()
+        assert status.down is None, status
+        # stopped for good: `passk status` says it is down, not only how often it restarted
+        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "stop", "sink"],
+                       capture_output=True, timeout=120, check=True)
+        shown = subprocess.run([sys.executable, "-m", "services.cli", "status", "--processors",
+                                "sink"], cwd=ROOT, env=env, capture_output=True, text=True,
+                               timeout=120)
+        assert shown.returncode == 1, shown.stdout + shown.stderr
+        assert "DOWN: supervisor says STOPPED" in shown.stdout, shown.stdout
     finally:
         subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "shutdown"],
                        capture_output=True, timeout=120)

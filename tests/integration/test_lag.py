@@ -59,3 +59,20 @@ def test_a_broker_that_does_not_answer_leaves_the_figures_unknown(settings: Sett
         "passk_consumer_lag",
         {"processor": "gate", "topic": topic_name(Topic.CONVERSATION_FINISHED, settings)},
     ) is None
+
+
+def test_a_processor_with_no_worker_running_is_shown_down(settings: Settings) -> None:
+    """No supervisord here and nothing in the gate's group: `passk status` says DOWN."""
+    import subprocess
+    import sys
+
+    from services.common.status import processor_status
+    from tests.support import ROOT, isolated_env
+
+    [gate] = processor_status(["gate"], settings)
+    assert gate.down == "no member in its consumer group" and not gate.ready
+    shown = subprocess.run([sys.executable, "-m", "services.cli", "status", "--processors",
+                            "gate"], cwd=ROOT, env=isolated_env(settings), capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    assert "DOWN: no member in its consumer group" in shown.stdout
