@@ -37,14 +37,13 @@ def register(app: typer.Typer) -> None:
         a new verdict did not come within --await-verdicts."""
         from kafka import KafkaProducer
 
-        from services.common.codec import encode
         from services.common.exits import console as make_console
         from services.common.exits import require_broker
         from services.common.kafka_client import kafka_client_kwargs
         from services.common.settings import get_settings
         from services.common.topics import Topic, topic_name
         from services.regrade.log import find_inputs
-        from services.regrade.plan import request_for, targets
+        from services.regrade.plan import prepare, targets
         from services.sink.store import Store
 
         settings = get_settings()
@@ -62,14 +61,15 @@ def register(app: typer.Typer) -> None:
             found = find_inputs(chosen, settings, progress=lambda done, total: progress.update(
                 reading, completed=done, total=total))
             reason = "passk regrade" + (" --errors-only" if errors_only else "")
-            requests = {t.trial_id: request_for(t, found, reason=reason) for t in chosen}
+            prepared = prepare(chosen, found, reason=reason, max_bytes=settings.max_event_bytes)
             sending = progress.add_task("requesting", total=len(chosen))
             producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
-                                     request_timeout_ms=15000, max_block_ms=15000)
+                                     request_timeout_ms=15000, max_block_ms=15000,
+                                     max_request_size=settings.max_event_bytes + 4096)
             try:
                 name = topic_name(Topic.REGRADE_REQUESTS, settings)
-                futures = [producer.send(name, key=r.trial_id.encode(), value=encode(r))
-                           for r in requests.values() if r is not None]
+                futures = [producer.send(name, key=p.target.trial_id.encode(), value=p.payload)
+                           for p in prepared if p.payload is not None]
                 for future in futures:
                     future.get(timeout=30)
                     progress.advance(sending)
@@ -78,19 +78,17 @@ def register(app: typer.Typer) -> None:
             progress.update(sending, completed=len(chosen))
         table = Table("trial", "scenario", "was", "attempt", "request",
                       title=f"re-grades requested for run {run_id}")
-        for t in chosen:
-            asked = requests[t.trial_id]
+        for p in prepared:
+            t = p.target
             table.add_row(t.trial_id, t.scenario_id, t.outcome,
-                          f"{t.attempt} -> {t.attempt + 1}",
-                          "sent" if asked else "not sent: its conversation is not in the log")
+                          f"{t.attempt} -> {t.attempt + 1}", p.status)
         console.print(table)
-        unsent = [t for t in chosen if requests[t.trial_id] is None]
-        sent = [t for t in chosen if requests[t.trial_id] is not None]
+        sent = [p.target for p in prepared if p.payload is not None]
         if await_verdicts and sent:
             _await(store, run_id, sent, await_verdicts, console)
-        if unsent:
-            raise CliError(f"{len(unsent)} of {len(chosen)} trials could not be re-graded: "
-                           "their conversation is not in the log", ExitCode.NO)
+        if len(sent) < len(prepared):
+            raise CliError(f"{len(prepared) - len(sent)} of {len(prepared)} trials could not "
+                           "be re-graded (see the table)", ExitCode.NO)
 
     def _await(store: Store, run_id: str, sent: list[Target], timeout_s: float,
                console: Console) -> None:

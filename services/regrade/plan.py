@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted
+from services.common.codec import encode
 from services.sink.domain import TrialAttemptRecord, TrialRecord
 
 
@@ -70,6 +71,42 @@ def request_for(target: Target, found: FoundInputs, *, reason: str) -> RegradeRe
         conversation=conversation,
         session=found.sessions.get(target.session_id),
     )
+
+
+UNKNOWN_VERSION = "unknown"  # what a verdict assembled without its gates names
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One trial's request as it will be sent, or why it will not be."""
+
+    target: Target
+    payload: bytes | None  # the encoded RegradeRequest; None: not sent
+    status: str
+
+
+def prepare(
+    chosen: Iterable[Target], found: FoundInputs, *, reason: str, max_bytes: int
+) -> list[Prepared]:
+    """Every chosen trial's request, encoded, or the reason it cannot be asked for: no
+    scenario version to grade against, no conversation in the log, or a request larger
+    than the workers accept (they would dead-letter it as `oversized`)."""
+    out = []
+    for target in chosen:
+        if target.scenario_version == UNKNOWN_VERSION:
+            out.append(Prepared(target, None, "not sent: its verdict names no scenario version"))
+            continue
+        request = request_for(target, found, reason=reason)
+        if request is None:
+            out.append(Prepared(target, None, "not sent: its conversation is not in the log"))
+            continue
+        payload = encode(request)
+        if len(payload) > max_bytes:
+            out.append(Prepared(target, None, f"not sent: {len(payload)} bytes, above "
+                                f"PASSK_MAX_EVENT_BYTES ({max_bytes})"))
+            continue
+        out.append(Prepared(target, payload, "sent"))
+    return out
 
 
 def regraded(targets: Iterable[Target], history: Iterable[TrialAttemptRecord]) -> dict[str, str]:

@@ -107,9 +107,8 @@ async def _emit(
     # Publish before remembering it as emitted: a crash in between re-emits the same
     # event id (dropped downstream); the reverse order could lose the verdict.
     await deliver(trial_verdicts, state.trial_id.encode(), encode(verdict))
-    metrics.trials.labels(verdict.scenario_id, verdict.outcome).inc()
-    metrics.observe_trial(verdict.scenario_id, verdict.metrics)
-    if verdict.finished_at is not None:
+    metrics.count(verdict)
+    if verdict.finished_at is not None and verdict.attempt == 1:  # a re-grade is not latency
         latency = (datetime.now(UTC) - verdict.finished_at).total_seconds()
         common.verdict_latency.observe(max(latency, 0.0))
     return domain.emitted(state, verdict, time.time())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
-from schemas.events import TrialMetrics
+from schemas.events import TrialMetrics, TrialVerdict
 
 TOKEN_BUCKETS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000)
 TURN_BUCKETS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -22,6 +22,13 @@ class VerdictMetrics:
         self.trials = Counter(
             "passk_trials_total",
             "Trial verdicts, by scenario and outcome (passed, failed, error).",
+            ["scenario", "outcome"],
+            registry=registry,
+        )
+        self.regrades = Counter(
+            "passk_trial_regrades_total",
+            "Re-graded trial verdicts (attempt 2 and up), by scenario and new outcome; "
+            "passk_trials_total counts each trial once, with its first verdict.",
             ["scenario", "outcome"],
             registry=registry,
         )
@@ -58,6 +65,16 @@ class VerdictMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+
+    def count(self, verdict: TrialVerdict) -> None:
+        """A trial is counted, and its figures observed, once: with its first verdict. A
+        re-grade is counted apart (counters cannot move a count; the aggregate's gauges
+        are the figures a re-grade supersedes)."""
+        if verdict.attempt > 1:
+            self.regrades.labels(verdict.scenario_id, verdict.outcome).inc()
+            return
+        self.trials.labels(verdict.scenario_id, verdict.outcome).inc()
+        self.observe_trial(verdict.scenario_id, verdict.metrics)
 
     def observe_trial(self, scenario: str, figures: TrialMetrics | None) -> None:
         """A trial's reported figures; the ones a producer left out are not observed."""

@@ -82,3 +82,23 @@ def test_partition_of_matches_kafka_pythons_default_partitioner() -> None:
         expected = DefaultPartitioner().partition("t", key, key.encode(), None, None, Cluster())
         assert partition_of(key, 8) == expected
     assert {partition_of(f"s-{i}", 8) for i in range(100)} == set(range(8))
+
+
+def test_prepare_says_why_a_trial_cannot_be_asked_for() -> None:
+    from schemas.events import RegradeRequest
+    from services.common.codec import decode
+    from services.regrade.plan import prepare
+
+    conv = conversation("t1", session_id="s-t1")
+    chosen = [Target("t1", "r", "sc", "v1", "s-t1", "error", 1),
+              Target("t2", "r", "sc", "v1", "s-t2", "error", 1),
+              Target("t3", "r", "sc", "unknown", "s-t3", "error", 1)]
+    found = FoundInputs({"t1": conv, "t3": conversation("t3")}, {})
+    sent, missing, versionless = prepare(chosen, found, reason="r", max_bytes=1_000_000)
+    assert sent.status == "sent" and sent.payload is not None
+    request = decode(sent.payload, RegradeRequest)
+    assert isinstance(request, RegradeRequest) and request.attempt == 2
+    assert missing.payload is None and "conversation is not in the log" in missing.status
+    assert versionless.payload is None and "no scenario version" in versionless.status
+    (big,) = prepare(chosen[:1], found, reason="r", max_bytes=100)
+    assert big.payload is None and "above PASSK_MAX_EVENT_BYTES (100)" in big.status

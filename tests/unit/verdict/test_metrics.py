@@ -35,3 +35,20 @@ def test_a_trial_without_figures_is_not_observed() -> None:
     registry = CollectorRegistry()
     VerdictMetrics(registry).observe_trial("refund", None)
     assert sample(registry, "passk_trial_turns_count", scenario="refund") is None
+
+
+def test_a_trial_is_counted_once_and_its_regrade_apart() -> None:
+    from schemas.events import TrialVerdict
+
+    registry = CollectorRegistry()
+    metrics = VerdictMetrics(registry)
+    first = TrialVerdict(event_id="verdict:t", trial_id="t", run_id="r", scenario_id="checkout",
+                         scenario_version="v", session_id="s", k=3, outcome="error",
+                         metrics=TrialMetrics(turns=6))
+    metrics.count(first)
+    metrics.count(first.model_copy(update={"attempt": 2, "outcome": "passed"}))
+    assert sample(registry, "passk_trials_total", scenario="checkout", outcome="error") == 1
+    assert sample(registry, "passk_trials_total", scenario="checkout", outcome="passed") is None
+    assert sample(registry, "passk_trial_regrades_total", scenario="checkout",
+                  outcome="passed") == 1
+    assert sample(registry, "passk_trial_turns_count", scenario="checkout") == 1
