@@ -78,8 +78,8 @@ def test_sink_report_gate_and_rebuild(settings: Settings, tmp_path: Path, backen
             nul = f.verdict("nul\x00trial", "passed", run_id="run-1", scenario_id="billing")
             send(settings, [nul])
             refused = [("sink", "unwritable", f"{settings.topic_prefix}trial-verdicts.v1")]
-        expected = {"trials": 10, "gate_results": 20, "judge_verdicts": 10, "transcripts": 10,
-                    "scenario_summaries": 4}
+        expected = {"trials": 10, "trial_attempts": 10, "gate_results": 20,
+                    "judge_verdicts": 10, "transcripts": 10, "scenario_summaries": 4}
 
         live = Store(live_url)
         env = isolated_env(settings, PASSK_DATABASE_URL=live_url)
