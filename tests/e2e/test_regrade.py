@@ -80,6 +80,10 @@ def test_regrade_after_a_judge_outage(settings: Settings, tmp_path: Path) -> Non
 
         p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
         wait_for(lambda: _answers(port), timeout=60, what="the stand-in back")
+        # as an operator would: re-grade once the judge answers again, i.e. once it has
+        # delivered the calls it held through the outage (its lag drained); asked sooner,
+        # a re-grade can outwait PASSK_JUDGE_WAIT_S itself and end `error` again
+        p.wait_settled(timeout=300, processors=["judge"])
         out = p.passk("regrade", "--run-id", run_id, "--errors-only", "--await-verdicts", "300")
         _ok(out)
         assert out.stdout.count("sent") == len(errored), out.stdout
