@@ -17,7 +17,8 @@ Using it from a command (new commands need nothing else):
   on stderr and exits with the code;
 - let a Kafka, SQLAlchemy or settings exception escape: `main` maps it with `classify`
   (unreachable broker or database -> 4, malformed URL or setting -> 2);
-- call `require_broker(wait_s)` before the first Kafka client: it answers "unreachable"
+- take `wait: float | None = BROKER_WAIT` (the one `--wait`) and call `require_broker(wait)`
+  before the first Kafka client: it answers "unreachable"
   within `wait_s` (`--wait`, else `PASSK_BROKER_WAIT_S`) instead of kafka-python's 30 s
   bootstrap timeout, and returns at once when the broker listens.
 """
