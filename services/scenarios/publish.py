@@ -9,12 +9,15 @@ version, a content hash, would be the same).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaTimeoutError
+from kafka.producer.future import RecordMetadata
 
 from schemas.scenario import Scenario
 from services.common.kafka_client import kafka_client_kwargs
@@ -78,15 +81,40 @@ def publish_scenarios(
                 key, value = encode_scenario(step.scenario)
                 futures.append(producer.send(name, key=key, value=value))
             producer.flush(timeout=timeout)
-            for future in futures:
-                future.get(timeout=timeout)  # raises the broker's error, if any
+            # `get` raises the broker's error, if any.
+            written = [future.get(timeout=timeout) for future in futures]
             producer.commit_transaction()
         except BaseException:
             _abort(producer)
             raise
     finally:
         producer.close(timeout=10)
+    _await_readable(settings, written, timeout)
     return steps
+
+
+def _await_readable(settings: Settings, written: list[RecordMetadata], timeout: float) -> None:
+    """Return once a read_committed reader sees the whole set. The coordinator answers
+    the commit before its markers reach the partitions, so until then the set sits above
+    the last stable offset: a catalog starting right after `publish` would not see it."""
+    last: dict[TopicPartition, int] = {}
+    for meta in written:
+        tp = TopicPartition(meta.topic, meta.partition)
+        last[tp] = max(last.get(tp, -1), meta.offset)
+    consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=None,
+                             enable_auto_commit=False, isolation_level="read_committed")
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            stable = consumer.end_offsets(list(last))
+            if all(stable[tp] > offset for tp, offset in last.items()):
+                return
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(
+                    f"the published scenarios were not readable within {timeout:g} s")
+            time.sleep(0.05)
+    finally:
+        consumer.close()
 
 
 def _abort(producer: KafkaProducer) -> None:
