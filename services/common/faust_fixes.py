@@ -135,7 +135,8 @@ def apply() -> None:
         if not (isinstance(offsets, SeekGuardedReadOffsets)
                 and isinstance(self, faust_consumer.ThreadDelegateConsumer)):
             return await original_perform_seek(self)
-        committed = await self._passk_committed_offsets()
+        # installed on ThreadDelegateConsumer below (and replaced by the unit tests)
+        committed = await self._passk_committed_offsets()  # type: ignore[attr-defined]
         seek_to_committed_now(self, committed)
 
     Consumer.__init__ = __init__  # type: ignore[method-assign]
