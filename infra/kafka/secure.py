@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from services.common.kafka_users import MECHANISM, client_env, processor_user
+from services.common.kafka_users import passwords as _load
 from services.common.topics import Topic
 from services.common.topology import PROCESSOR_INPUTS, PROCESSOR_OUTPUTS, PROCESSOR_READS_BACK
 
@@ -30,7 +32,6 @@ ADMIN = "admin"  # super user: the brokers between themselves, topic and ACL set
 CONTROLLER = "controller"  # PLAIN on the controller listener (SCRAM cannot serve there)
 CLI = "passk-cli"
 REPLAY = "passk-replay"
-MECHANISM = "SCRAM-SHA-512"
 # The replay user (and the producer SDK) may write only the two input topics.
 REPLAY_WRITES = (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)
 # The operator's CLI publishes scenarios, labels, calibrations and re-grade requests, and
@@ -38,16 +39,8 @@ REPLAY_WRITES = (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)
 CLI_WRITES = (Topic.SCENARIOS, Topic.LABELS, Topic.JUDGE_CALIBRATIONS, Topic.REGRADE_REQUESTS)
 
 
-def processor_user(processor: str) -> str:
-    return f"passk-{processor}"
-
-
 def users() -> list[str]:
     return [ADMIN, CONTROLLER, CLI, REPLAY, *(processor_user(p) for p in PROCESSOR_INPUTS)]
-
-
-def _load(secrets_dir: Path) -> dict[str, str]:
-    return json.loads((secrets_dir / "users.json").read_text())  # type: ignore[no-any-return]
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -105,16 +98,6 @@ def init(secrets_dir: Path) -> None:
              "-keystore", str(secrets_dir / "truststore.p12"), *common, env=env)
     for f in secrets_dir.iterdir():
         f.chmod(0o600)
-
-
-def client_env(secrets_dir: Path, user: str) -> dict[str, str]:
-    return {
-        "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-        "KAFKA_SASL_MECHANISM": MECHANISM,
-        "KAFKA_SASL_USERNAME": user,
-        "KAFKA_SASL_PASSWORD": _load(secrets_dir)[user],
-        "KAFKA_SSL_CAFILE": str(secrets_dir / "ca.pem"),
-    }
 
 
 def scram_args(secrets_dir: Path) -> list[str]:

@@ -12,6 +12,13 @@ conf="$run/supervisord.conf"
 base="${PASSK_METRICS_PORT_BASE:-9464}"  # worker i of WORKERS serves /metrics on base + i
 
 bash infra/kafka/kafka-up.sh
+secrets=""
+if [ "${PASSK_KAFKA_SECURITY:-plaintext}" = sasl_ssl ]; then
+  # This script's own commands (topics, status) run as the CLI user; each supervised
+  # worker runs as its own user (passk-<worker>), set per program in the config.
+  secrets="${PASSK_KAFKA_DIR:-$root/var/kafka}/secrets"
+  eval "$("$bin/python" infra/kafka/secure.py env "$secrets" passk-cli)"
+fi
 "$passk" topics create >/dev/null
 
 standin_port=0
@@ -31,9 +38,11 @@ if "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
   echo "up: supervisord already running (pid $("$bin/supervisorctl" -c "$conf" pid))"
 else
   "$passk" supervise config --out "$conf" --log-dir "$logs" --metrics-base "$base" \
-      --standin-port "$standin_port" >/dev/null
+      --standin-port "$standin_port" ${secrets:+--kafka-secrets "$secrets"} >/dev/null
   rm -f "$run"/*.health.json  # restarts are counted from this `make up` on
-  "$bin/supervisord" -c "$conf"
+  # The CLI user's name and password stay out of supervisord's environment: a worker
+  # connects only as the user its program sets.
+  env -u KAFKA_SASL_USERNAME -u KAFKA_SASL_PASSWORD "$bin/supervisord" -c "$conf"
   echo "up: supervisord started (config var/run/supervisord.conf, logs var/log/)"
 fi
 "$bin/supervisorctl" -c "$conf" status || true
@@ -44,7 +53,4 @@ for hook in "$root"/infra/stack/up.d/*.sh; do
   [ -e "$hook" ] && bash "$hook"
 done
 
-if [ "${PASSK_KAFKA_SECURITY:-plaintext}" = sasl_ssl ]; then
-  eval "$(.venv/bin/python infra/kafka/secure.py env "${PASSK_KAFKA_DIR:-$root/var/kafka}/secrets" passk-cli)"
-fi
 "$passk" status --wait 120 --processors "$("$passk" supervise workers)"

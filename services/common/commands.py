@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from services.common.exits import BROKER_WAIT, console, require_broker
+from services.common.exits import BROKER_WAIT, UsageError, console, require_broker
 
 
 def register(app: typer.Typer) -> None:
@@ -36,30 +36,43 @@ def register(app: typer.Typer) -> None:
         metrics_base: int = typer.Option(9464, help="worker i serves /metrics on base+i"),
         standin_port: int = typer.Option(0, help="also supervise the judge stand-in on this port"),
         only: str = typer.Option("", help="comma-separated workers (default: every worker)"),
+        kafka_secrets: Path | None = typer.Option(
+            None, help="a secured broker's secrets directory (var/kafka/secrets): each "
+                       "worker connects as its own user, passk-<worker>"),
     ) -> None:
-        """Write supervisord's configuration for every worker in services.cli.WORKERS."""
+        """Write supervisord's configuration for every worker in services.cli.WORKERS
+        (readable by its owner only: with --kafka-secrets it holds the workers' passwords)."""
         from services.cli import WORKERS
+        from services.common.kafka_users import UnknownKafkaUser
         from services.common.supervise import (
             Program,
             passk_executable,
             supervisord_conf,
             worker_programs,
+            write_private,
         )
 
         passk = passk_executable()
         chosen = [w.strip() for w in only.split(",") if w.strip()]
         if unknown := set(chosen) - set(WORKERS):
             raise typer.BadParameter(f"unknown workers: {', '.join(sorted(unknown))}")
-        # ports stay base + index in WORKERS whichever are chosen
-        programs = [p for p in worker_programs(WORKERS, passk, metrics_base)
-                    if not chosen or p.name in chosen]
+        if kafka_secrets is not None and not (kafka_secrets / "users.json").is_file():
+            raise UsageError(f"--kafka-secrets {kafka_secrets}: no users.json there (made "
+                             "by a kafka-up with PASSK_KAFKA_SECURITY=sasl_ssl)")
+        try:  # ports stay base + index in WORKERS whichever are chosen
+            programs = [p for p in worker_programs(WORKERS, passk, metrics_base,
+                                                   kafka_secrets.resolve() if kafka_secrets
+                                                   else None)
+                        if not chosen or p.name in chosen]
+        except UnknownKafkaUser as exc:
+            raise UsageError(str(exc)) from None
         if standin_port:
             programs.insert(0, Program("judge-standin", f"{passk} judge-standin --host "
                                        f"127.0.0.1 --port {standin_port}", {}))
         out.parent.mkdir(parents=True, exist_ok=True)
         log_dir.mkdir(parents=True, exist_ok=True)
-        out.write_text(supervisord_conf(programs, run_dir=out.parent.resolve(),
-                                        log_dir=log_dir.resolve(), cwd=Path.cwd()))
+        write_private(out, supervisord_conf(programs, run_dir=out.parent.resolve(),
+                                            log_dir=log_dir.resolve(), cwd=Path.cwd()))
         typer.echo(str(out))
 
     @supervise.command("workers")

@@ -1,4 +1,4 @@
-"""A fix for faust-streaming 0.15.3's consumer after a seek (applied once, on import).
+"""Fixes for faust-streaming 0.15.3's consumer after a seek (applied once, on import).
 
 When a worker (re)joins with a backlog, a record fetched before Faust seeks its stream
 partitions back to the committed offsets can still reach the consumer's drain loop
@@ -14,6 +14,21 @@ has been read, the read offset stays at the seek point and no gap is recorded. A
 record that slips through is processed early and again in order; every passk processor
 drops the repeat. (A topic with a real hole right at a seek point, which passk's inputs
 never have, keeps its commit from advancing until offsets are seen to go back.)
+
+Second, Faust's `perform_seek` seeks every partition to its committed offset, awaits
+that (one broker round trip per partition, seconds on a busy machine), and only then
+records the seek points. After a rebalance it runs while the flow is already active (the
+table restore resumed it), so the drain loop reads and processes records from the new
+position meanwhile, commits some, and the late bookkeeping then moves the read and
+committed offsets back to values already passed: the seek guard waits for a record that
+was read before it was set (and the stream clock stops for that partition), and Faust's
+commit stays behind the first offset it sees acknowledged after the rewound committed
+offset, for good. Seen as a worker that took over a killed worker's partitions and never
+drained them (tests/e2e/test_cluster.py; upstream #606 is the same family). The fix reads
+the committed offsets first, then seeks each partition and records its seek point in one
+step with no await in between, so no record is read between the two; records fetched
+before it are the stale ones the guard already handles, and the re-read from the seek
+point is dropped downstream as repeats.
 """
 
 from __future__ import annotations
@@ -97,6 +112,7 @@ def apply() -> None:
     original_init = Consumer.__init__
     original_add_gap = Consumer._add_gap
     original_seek = Consumer.seek
+    original_perform_seek = Consumer.perform_seek
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         original_init(self, *args, **kwargs)
@@ -114,10 +130,57 @@ def apply() -> None:
         if isinstance(offsets, SeekGuardedReadOffsets):
             offsets.expect(faust_consumer.ensure_TP(partition), offset if offset else None)
 
+    async def perform_seek(self: Any) -> None:
+        offsets = self._read_offset
+        if not (isinstance(offsets, SeekGuardedReadOffsets)
+                and isinstance(self, faust_consumer.ThreadDelegateConsumer)):
+            return await original_perform_seek(self)
+        # installed on ThreadDelegateConsumer below (and replaced by the unit tests)
+        committed = await self._passk_committed_offsets()  # type: ignore[attr-defined]
+        seek_to_committed_now(self, committed)
+
     Consumer.__init__ = __init__  # type: ignore[method-assign]
     Consumer._add_gap = _add_gap  # type: ignore[method-assign]
     Consumer.seek = seek  # type: ignore[method-assign]
+    Consumer.perform_seek = perform_seek  # type: ignore[method-assign]
+    Consumer._passk_original_perform_seek = original_perform_seek  # type: ignore[attr-defined]
+    ThreadDelegate = faust_consumer.ThreadDelegateConsumer
+    ThreadDelegate._passk_committed_offsets = _committed_offsets  # type: ignore[attr-defined]
+    ThreadDelegate._passk_seek_now = _seek_now  # type: ignore[attr-defined]
     Consumer._passk_seek_guard = True  # type: ignore[attr-defined]
+
+
+async def _committed_offsets(self: Any) -> dict[TP, int | None]:
+    """The group's committed offset of every assigned partition (None: never committed),
+    read in the consumer's thread like Faust's seek_to_committed, without seeking."""
+    consumer = self._thread._ensure_consumer()
+
+    async def read() -> dict[TP, int | None]:
+        return {tp: await consumer.committed(tp) for tp in consumer.assignment()}
+
+    return await self._thread.call_thread(read)  # type: ignore[no-any-return]
+
+
+def _seek_now(self: Any, tp: TP, offset: int) -> None:
+    self._thread.seek(tp, offset)  # in memory: the fetcher's next position
+
+
+def seek_to_committed_now(consumer: Any, committed: dict[TP, int | None]) -> None:
+    """Seek each partition still assigned to its committed offset and record the seek
+    point, read offset and committed offset at once: nothing here awaits, so the drain
+    loop reads no record between a seek and its bookkeeping."""
+    offsets: SeekGuardedReadOffsets = consumer._read_offset
+    assigned = consumer.assignment()
+    for raw_tp, offset in committed.items():
+        tp = faust_consumer.ensure_TP(raw_tp)
+        if tp not in assigned:
+            continue  # revoked by a rebalance while the offsets were read
+        if offset is not None and offset >= 0:
+            consumer._passk_seek_now(tp, offset)
+            offsets.expect(tp, offset)
+            consumer._committed_offset[tp] = offset if offset else None
+        else:
+            offsets.expect(tp, None)  # nothing committed: read from where the fetcher is
 
 
 apply()

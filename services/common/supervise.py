@@ -9,6 +9,7 @@ in production is systemd's (infra/systemd/) or Kubernetes'.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,10 +23,20 @@ class Program:
     env: dict[str, str]
 
 
-def worker_programs(workers: Sequence[str], passk: str, metrics_base: int) -> list[Program]:
-    return [Program(w, f"{passk} worker {w}", {"PASSK_METRICS_PORT": str(metrics_base + i),
-                                               "PYTHONUNBUFFERED": "1"})
-            for i, w in enumerate(workers)]
+def worker_programs(workers: Sequence[str], passk: str, metrics_base: int,
+                    kafka_secrets: Path | None = None) -> list[Program]:
+    """One program per worker. With `kafka_secrets` (a secured broker's secrets directory)
+    each worker connects as its own SCRAM user, `passk-<worker>`, so the broker's ACLs let
+    it read only its inputs and write only its outputs."""
+    from services.common.kafka_users import client_env, processor_user
+
+    programs = []
+    for i, w in enumerate(workers):
+        env = {"PASSK_METRICS_PORT": str(metrics_base + i), "PYTHONUNBUFFERED": "1"}
+        if kafka_secrets is not None:
+            env.update(client_env(kafka_secrets, processor_user(w)))
+        programs.append(Program(w, f"{passk} worker {w}", env))
+    return programs
 
 
 def metrics_ports(workers: Sequence[str], metrics_base: int) -> dict[str, int]:
@@ -67,6 +78,15 @@ def supervisord_conf(programs: Sequence[Program], *, run_dir: Path, log_dir: Pat
             lines.append(f"environment={env}")
         lines.append("")
     return "\n".join(lines)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write the configuration readable by its owner only: it may hold Kafka passwords."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def passk_executable() -> str:

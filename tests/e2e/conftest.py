@@ -56,7 +56,8 @@ class Pipeline:
     settings: Settings
     env: dict[str, str]
     logs: Path
-    metrics_base: int = 0  # worker i of WORKERS serves /metrics on metrics_base + i
+    # worker i of WORKERS serves /metrics on metrics_base + i; 0: no worker serves it
+    metrics_base: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     last_status: str = ""
     # Per-processor additions to env (a secured broker: each processor its own user).
@@ -70,7 +71,9 @@ class Pipeline:
         )
 
     def metrics_port(self, name: str) -> int:
-        return self.metrics_base + PROCESSORS.index(name)
+        # Without a base, ports 1..5 would be bound: two such pipelines at once (another
+        # test run on the machine) crashed each other's workers with "Address already in use".
+        return self.metrics_base + PROCESSORS.index(name) if self.metrics_base else 0
 
     def start_worker(self, name: str, instance: str | None = None) -> None:
         """Start a worker of processor `name`; `instance` names a second or third one

@@ -7,6 +7,10 @@ text shows up in any log or /metrics page of the run."""
 from __future__ import annotations
 
 import json
+import re
+import stat
+import subprocess
+import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -20,9 +24,9 @@ from services.cli import WORKERS
 from services.common.kafka_client import EXIT_KAFKA_REFUSED, kafka_client_kwargs
 from services.common.settings import Settings
 from services.common.topics import Topic, topic_name
-from tests.e2e.conftest import Pipeline, free_port
+from tests.e2e.conftest import Pipeline, free_port, free_port_block
 from tests.own_kafka import OwnKafka, own_kafka
-from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
+from tests.support import ROOT, isolated_env, new_prefix, settled, stop, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 SCENARIOS = ROOT / "examples" / "scenarios"
@@ -33,8 +37,10 @@ API_KEY = f"sk-secret-{uuid.uuid4().hex}"
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OwnKafka, str]]:
     prefix = new_prefix()
+    # The authorizer logs allowed operations too (DEBUG): which principal each
+    # supervised worker joined its group as, seen by the broker.
     with own_kafka(tmp_path_factory.mktemp("kafka-secured"), security="sasl_ssl",
-                   topic_prefix=prefix) as kafka:
+                   topic_prefix=prefix, authorizer_log="DEBUG") as kafka:
         yield kafka, prefix
 
 
@@ -178,3 +184,63 @@ def test_a_principal_writing_outside_its_acls_is_refused_and_logged(
         assert meta.offset >= 0
     finally:
         p.close()
+
+
+def test_supervised_workers_connect_each_as_its_own_user(
+    secured: tuple[OwnKafka, str], tmp_path: Path
+) -> None:
+    """What `make up` does on a secured broker: `passk supervise config --kafka-secrets`
+    gives each program its own user, and supervisord holds no user of its own."""
+    kafka, prefix = secured
+    settings = _settings(kafka, prefix, "passk-cli", tmp_path)
+    env = isolated_env(settings, OPENAI_BASE_URL=f"http://127.0.0.1:{free_port()}/v1",
+                       OPENAI_API_KEY=API_KEY, PASSK_JUDGE_MODEL="passk-standin")
+    # as infra/stack/up.sh starts supervisord: without the CLI user's name and password
+    del env["KAFKA_SASL_USERNAME"], env["KAFKA_SASL_PASSWORD"]
+    conf, logs = tmp_path / "run" / "supervisord.conf", tmp_path / "log"
+    made = subprocess.run(
+        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
+         "--log-dir", str(logs), "--metrics-base", str(free_port_block(len(PROCESSORS))),
+         "--kafka-secrets", str(kafka.secrets)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o600  # it holds the workers' passwords
+    authorizer = kafka.data_dir / "logs" / "kafka-authorizer.log"
+    since = authorizer.stat().st_size  # earlier tests' workers joined the same groups
+    bin_dir = Path(sys.executable).parent
+    daemon = subprocess.Popen([str(bin_dir / "supervisord"), "-n", "-c", str(conf)], env=env,
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    join = re.compile(r"Principal = User:(\S+) is Allowed operation = READ from host = \S+ "
+                      rf"on resource = Group:LITERAL:{re.escape(prefix)}(\S+) "
+                      r"for request = JoinGroup")
+
+    def joined() -> set[tuple[str, str]]:
+        return set(join.findall(_appended(authorizer, since)))
+
+    try:
+        wait_for(lambda: settled(settings, PROCESSORS), timeout=600, interval=2.0,
+                 what="every supervised worker in its group on the secured broker")
+        wait_for(lambda: {g for _, g in joined()} >= set(PROCESSORS), timeout=60,
+                 what="the broker's record of each worker joining its group")
+    finally:
+        subprocess.run([str(bin_dir / "supervisorctl"), "-c", str(conf), "shutdown"],
+                       capture_output=True, timeout=120)
+        stop(daemon, timeout=60)
+    # each group was joined by its own processor's user, and by no other principal
+    assert joined() == {(f"passk-{p}", p) for p in PROCESSORS}
+    for log in logs.iterdir():
+        text = log.read_text(errors="replace")
+        for secret in kafka.passwords().values():
+            assert secret not in text, f"a password appears in {log}"
+
+
+def _appended(log: Path, since: int) -> str:
+    """What the broker wrote to `log` after it was `since` bytes long (its rolled-over
+    predecessor included, if it rolled meanwhile)."""
+    rolled = log.with_name(log.name + ".1")
+    data = log.read_bytes()
+    if len(data) < since and rolled.exists():
+        data = rolled.read_bytes()[since:] + data
+    else:
+        data = data[since:]
+    return data.decode(errors="replace")

@@ -37,6 +37,17 @@ def test_generated_config_supervises_every_worker_with_its_metrics_port(tmp_path
     assert "judge-standin" not in text
 
 
+def test_secrets_without_users_are_a_usage_error(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "services.cli", "supervise", "config", "--out",
+         str(tmp_path / "supervisord.conf"), "--log-dir", str(tmp_path / "log"),
+         "--kafka-secrets", str(tmp_path / "no-secrets")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "no users.json" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "supervisord.conf").exists()
+
+
 def test_a_killed_worker_is_restarted_and_status_counts_it(
         settings: Settings, tmp_path: Path) -> None:
     run, logs = settings.data_dir / "run", tmp_path / "log"  # where status asks supervisord

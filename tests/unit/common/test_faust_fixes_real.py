@@ -44,8 +44,14 @@ def consumer(batches: list[list[int]], committed: int) -> tuple[Any, list[int]]:
                 yield T, SimpleNamespace(offset=offset, key=b"k", value=b"v", topic=T.topic)
         return batch()
 
+    async def committed_offsets() -> dict[TP, int | None]:
+        return {T: committed}
+
     c.seek_to_committed = seek_to_committed
     c._seek = _seek
+    c._passk_committed_offsets = committed_offsets
+    c._passk_seek_now = lambda tp, offset: None
+    c.assignment = lambda: {T}
     c.callback = callback
     c.getmany = getmany
     app.topics.acks_enabled_for = lambda topic: True  # gaps are recorded for acked topics
@@ -83,6 +89,101 @@ async def test_an_explicit_seek_is_guarded_too() -> None:
     assert c._read_offset.pending(T)
     await asyncio.wait_for(c._drain_messages(c.fetcher), timeout=10)
     assert delivered == [40, 30, 31]
+
+
+class Msg:
+    """What Consumer.ack reads of a message (weak-referenceable, like faust's)."""
+
+    def __init__(self, offset: int) -> None:
+        self.tp, self.topic, self.offset = T, T.topic, offset
+        self.acked, self.key, self.value = False, b"k", b"v"
+
+
+class FakeLog:
+    """One partition's records 0..end-1 and a fetch position that a seek moves: what the
+    drain loop would get from aiokafka, `batch` records per fetch."""
+
+    def __init__(self, c: Any, end: int, position: int, batch: int = 5) -> None:
+        self.end, self.position, self.batch = end, position, batch
+        self.seeks: list[int] = []
+        c._passk_seek_now = self.seek
+        c.getmany = self.getmany
+        c.assignment = lambda: {T}
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append(offset)
+        self.position = offset
+
+    def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Any]]:
+        async def batch() -> AsyncIterator[tuple[TP, Any]]:
+            await asyncio.sleep(0)
+            start = self.position
+            self.position = min(self.end, start + self.batch)
+            for offset in range(start, self.position):
+                yield T, Msg(offset)
+
+        return batch()
+
+
+async def rebalance_seek_while_reading(late_bookkeeping: bool) -> tuple[Any, FakeLog, list[int]]:
+    """After a rebalance, Faust's perform_seek reads the committed offsets while the flow is
+    already active: the drain loop reads 30..44 from the fetcher (positioned at the
+    committed 30 by an earlier seek) and a commit of 45 happens before the read answers 30.
+    `late_bookkeeping` runs the library's own perform_seek (seek first, record the seek
+    point after the await); otherwise the patched one."""
+    c, delivered = consumer([], committed=30)
+    log = FakeLog(c, end=80, position=30)
+
+    async def callback(message: Any) -> None:
+        delivered.append(message.offset)
+        c.ack(message)  # processed
+
+    c.callback = callback
+    c._committed_offset[T] = 30
+    c._read_offset.expect(T, 30)
+    reading = asyncio.ensure_future(c._drain_messages(c.fetcher))
+
+    async def committed_answers_late() -> dict[TP, int | None]:
+        while len(delivered) < 15:
+            await asyncio.sleep(0)
+        # the commit the drain loop makes meanwhile (what Consumer.commit does locally)
+        c._committed_offset[T] = c._new_offset(T)
+        return {T: 30}
+
+    async def seek_to_committed() -> dict[TP, int]:
+        log.seek(T, 30)  # aiokafka seeks before the await; Faust records it after
+        return await committed_answers_late()  # type: ignore[return-value]
+
+    c._passk_committed_offsets = committed_answers_late
+    c.seek_to_committed = seek_to_committed
+    seek = c._passk_original_perform_seek() if late_bookkeeping else c.perform_seek()
+    await asyncio.wait_for(seek, timeout=10)
+    while log.position < log.end:
+        await asyncio.sleep(0)
+    for _ in range(20):  # let the drain loop deliver the last fetch
+        await asyncio.sleep(0)
+    c.fetcher._stopped.set()
+    await asyncio.wait_for(reading, timeout=10)
+    return c, log, delivered
+
+
+async def test_a_seek_recorded_late_stalls_the_library() -> None:
+    """The stall the patch is for, in this faust-streaming: the read and committed offsets
+    move back to 30 after 30..44 were read and 45 committed; the guard waits for 30 for
+    good and the next commit never comes."""
+    c, _, delivered = await rebalance_seek_while_reading(late_bookkeeping=True)
+    assert delivered == list(range(30, 80))  # every record was processed once ...
+    assert c._read_offset.pending(T)  # ... yet the guard still waits for 30
+    assert c._new_offset(T) is None  # and nothing after 45 can be committed
+
+
+async def test_a_seek_and_its_bookkeeping_in_one_step_drain_to_the_end() -> None:
+    c, log, delivered = await rebalance_seek_while_reading(late_bookkeeping=False)
+    assert log.seeks == [30]
+    assert sorted(set(delivered)) == list(range(30, 80))  # nothing skipped
+    assert delivered[-50:] == list(range(30, 80))  # re-read in order from the seek point
+    assert not c._read_offset.pending(T)
+    assert c._new_offset(T) == 80  # everything read can be committed
 
 
 def test_the_patch_refuses_another_faust_version(monkeypatch: pytest.MonkeyPatch) -> None:
