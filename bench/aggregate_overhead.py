@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.launch import cpu_seconds, free_port, stop, wait_until  # noqa: E402
+from bench.launch import spawn as passk  # noqa: E402
 from services.common.admin import create_topics  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.status import processor_status  # noqa: E402
@@ -42,33 +43,6 @@ from services.sink.store import Store  # noqa: E402
 SCENARIOS = ROOT / "examples" / "scenarios"
 BASE = ["gate", "verdict", "judge", "sink"]
 RUN_ID = "bench-aggregate"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def passk(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - lives with the process
-    return subprocess.Popen([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
-                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def profilers(workers: dict[str, subprocess.Popen[bytes]], names: list[str],
@@ -114,8 +88,8 @@ def one_run(
             raise SystemExit(publish.stderr.decode())
         workers = {p: passk(env, "worker", p, log=logs / f"{p}.log") for p in processors}
         procs += workers.values()
-        wait(lambda: all(s.ready for s in processor_status(processors, settings)), 180,
-             "every worker up")
+        wait_until(lambda: all(s.ready for s in processor_status(processors, settings)), 180,
+                   "every worker up")
         store = Store(settings.database_url)
 
         def done() -> bool:
@@ -131,7 +105,7 @@ def one_run(
                                 env=env, cwd=ROOT, capture_output=True)
         if replay.returncode != 0:
             raise SystemExit(replay.stdout.decode() + replay.stderr.decode())
-        wait(done, 3600, f"{trials} verdicts through {', '.join(processors)}")
+        wait_until(done, 3600, f"{trials} verdicts through {', '.join(processors)}")
         elapsed = time.monotonic() - start
         for spy in spies:  # py-spy writes its profile when interrupted
             spy.send_signal(signal.SIGINT)
@@ -139,14 +113,7 @@ def one_run(
             spy.wait(60)
         return elapsed, {p: cpu_seconds(proc.pid) for p, proc in workers.items()}
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop(procs)
 
 
 def main() -> None:

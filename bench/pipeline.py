@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
+from bench.launch import cpu_seconds, peak_rss_mb, spawn, stop, wait_until  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.status import processor_status  # noqa: E402
 from services.common.topics import Topic, topic_name  # noqa: E402
@@ -92,16 +93,6 @@ def passk(env: dict[str, str], *args: str) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
 
 
-def wait_until(condition: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = condition()
-        if got:
-            return got
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def generate(trials: int, run_id: str, out: Path) -> Path:
     per_scenario = max(trials // len(list(SCENARIOS.glob("*.yaml"))), 3)
     path = out / f"{run_id}.jsonl"
@@ -127,16 +118,6 @@ def stored_trials(db: Path, run_id: str) -> int:
                                     (run_id,)).fetchone()[0])
     except sqlite3.OperationalError:  # no table yet, or a writer holds the lock
         return 0
-
-
-def peak_rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def read_all(settings: Settings, topics: list[Topic]) -> tuple[int, float]:
@@ -251,7 +232,7 @@ def in_process(traffic: Path, trials: int, work: Path) -> float:
             state = verdict.emitted(state, made, time.time())
         states[event.trial_id] = state
 
-    for lineno, raw in read_lines(traffic):
+    for lineno, raw in read_lines(traffic, max_line_bytes=1_000_000):
         line = parse_line(lineno, raw, max_bytes=1_000_000)
         if line is None or not hasattr(line, "topic"):
             continue
@@ -307,10 +288,7 @@ class Workers:
     def start(self) -> None:
         settings = settings_for(self.env)
         for name in self.names:
-            log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "worker", name], env=self.env, cwd=ROOT,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs[name] = spawn(self.env, "worker", name, log=self.logs / f"{name}.log")
         wait_until(lambda: all(p.poll() is None for p in self.procs.values())
                    and all(s.ready for s in processor_status(self.names, settings)),
                    180, "every worker joined its group", interval=1.0)
@@ -323,16 +301,11 @@ class Workers:
     def rss(self) -> dict[str, float | None]:
         return {name: peak_rss_mb(p.pid) for name, p in self.procs.items()}
 
+    def cpu(self) -> dict[str, float]:
+        return {name: cpu_seconds(p.pid) for name, p in self.procs.items()}
+
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop(self.procs.values())
         self.procs.clear()
 
 
@@ -361,6 +334,7 @@ def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
     w, env, db = fresh_pipeline(workers, work, tag)
     run_id = _run_id_of(traffic)
     try:
+        idle_cpu = w.cpu()  # start-up and group joining, not the trials
         started = time.perf_counter()
         with TrafficProducer(settings_for(env)) as producer:
             replay_file(traffic, sender=producer, settings=settings_for(env))
@@ -379,7 +353,11 @@ def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
         except TimeoutError:  # reported as what got through in the time, and marked so
             completed = stored_trials(db, run_id)
         seconds = time.perf_counter() - started
+        # CPU milliseconds per trial: what a busy shared machine disturbs least
+        cpu_ms = {name: 1000 * (used - idle_cpu[name]) / max(completed, 1)
+                  for name, used in w.cpu().items()}
         return {"trials_per_s": completed / seconds, "seconds": seconds, "peak_rss_mb": w.rss(),
+                "cpu_ms_per_trial": cpu_ms,
                 "env": env, "db": str(db), "completed": completed}
     finally:
         w.stop()
@@ -449,9 +427,10 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"\npipeline benchmark ({result['label']}; workers {','.join(result['workers'])}; "
           f"{result['machine']['cpus']} cpus, load {result['machine']['load_at_start'][0]:.1f})")
     print(f"{'trials':>7} {'raw/s':>8} {'inproc/s':>9} {'pipe/s':>8} {'pipe/raw':>9} "
-          f"{'pipe/inproc':>12}  peak RSS MB per worker")
+          f"{'pipe/inproc':>12}  peak RSS MB per worker; CPU ms per trial")
     for row in result["scales"]:
         rss = " ".join(f"{k}={v:.0f}" for k, v in row["peak_rss_mb"].items() if v)
+        rss += "; " + " ".join(f"{k}={v:.1f}" for k, v in row.get("cpu_ms_per_trial", {}).items())
         print(f"{row['trials']:>7} {row['raw_trials_per_s']:>8.0f}"
               f" {row['inprocess_trials_per_s']:>9.0f}"
               f" {row['pipeline_trials_per_s']:>8.1f} {row['pipeline_over_raw']:>9.3f}"
@@ -521,7 +500,7 @@ def main() -> None:
                 "pipeline_trials_per_s": pipe["trials_per_s"], "pipeline_seconds": pipe["seconds"],
                 "pipeline_over_raw": pipe["trials_per_s"] / raw,
                 "pipeline_over_inprocess": pipe["trials_per_s"] / inproc,
-                "peak_rss_mb": pipe["peak_rss_mb"],
+                "peak_rss_mb": pipe["peak_rss_mb"], "cpu_ms_per_trial": pipe["cpu_ms_per_trial"],
                 **({"timed_out_with": pipe["completed"]} if pipe["completed"] < trials else {}),
             })
             print(json.dumps(result["scales"][-1]), flush=True)

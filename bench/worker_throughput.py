@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaAdminClient  # noqa: E402
 
+from bench.launch import cpu_seconds, free_port, spawn, stop  # noqa: E402
 from services.common.admin import create_topics  # noqa: E402
 from services.common.kafka_client import kafka_client_kwargs  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
@@ -43,27 +43,9 @@ from services.common.topics import TOPIC_SPECS, topic_name  # noqa: E402
 STAGES = (("gate", "judge"), ("verdict",), ("sink",))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _passk(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - lives with the process
-    return subprocess.Popen([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
-                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def _run(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
                    check=True, capture_output=True)
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _drain(settings: Settings, names: tuple[str, ...], pids: dict[str, int],
@@ -83,10 +65,10 @@ def _drain(settings: Settings, names: tuple[str, ...], pids: dict[str, int],
                 continue
             start_lag.setdefault(s.processor, s.lag)
             if s.processor not in first and s.lag < start_lag[s.processor]:
-                first[s.processor] = (now, s.lag, _cpu_s(pids[s.processor]))
+                first[s.processor] = (now, s.lag, cpu_seconds(pids[s.processor]))
             if s.processor in first and s.lag == 0:
                 t0, lag0, cpu0 = first[s.processor]
-                cpu = _cpu_s(pids[s.processor]) - cpu0
+                cpu = cpu_seconds(pids[s.processor]) - cpu0
                 done[s.processor] = (lag0 / max(now - t0, 1e-6), lag0 / max(cpu, 1e-6))
         time.sleep(0.25)
     return done
@@ -119,14 +101,14 @@ def main() -> None:
         PASSK_DATABASE_URL=f"sqlite:///{tmp / 'passk.db'}", PASSK_DATA_DIR=str(tmp / "data"),
         PASSK_SESSION_WAIT_S=600, PASSK_JUDGE_WAIT_S=600)
     create_topics(settings)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
            "PASSK_TOPIC_PREFIX": settings.topic_prefix, "PASSK_DATABASE_URL": settings.database_url,
            "PASSK_DATA_DIR": str(settings.data_dir), "PASSK_SESSION_WAIT_S": "600",
            "PASSK_JUDGE_WAIT_S": "600", "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
            "OPENAI_API_KEY": "stand-in", "PASSK_JUDGE_MODEL": "passk-standin",
            "PASSK_JUDGE_CACHE": "0"}
-    procs = [_passk(env, "judge-standin", "--host", "127.0.0.1", "--port", str(port))]
+    procs = [spawn(env, "judge-standin", "--host", "127.0.0.1", "--port", str(port))]
     try:
         scenarios = ROOT / "examples" / "scenarios"
         _run(env, "scenarios", "publish", str(scenarios))
@@ -143,20 +125,14 @@ def main() -> None:
             before = {s.processor: s.lag or 0 for s in processor_status(list(stage), settings)}
             pids = {}
             for name in stage:
-                procs.append(_passk(env, "worker", name, log=tmp / f"{name}.log"))
+                procs.append(spawn(env, "worker", name, log=tmp / f"{name}.log"))
                 pids[name] = procs[-1].pid
             rates.update(_drain(settings, stage, pids, timeout=3600))
             for name in stage:
                 inputs_per_trial[name] = before[name] / trials
         sizes = _topic_bytes(settings)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
     load = os.getloadavg()
     print(f"{trials} trials, one worker per processor, broker {settings.kafka_bootstrap_servers}"
           f", {os.cpu_count()} cores, load average {load[0]:.1f}")

@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     # transaction each, waiting at most this long for a batch to fill.
     sink_batch_max: int = Field(500, alias="PASSK_SINK_BATCH_MAX", ge=1)
     sink_batch_within_s: float = Field(0.2, alias="PASSK_SINK_BATCH_WITHIN_S", gt=0)
+    # The gate and verdict read at most this many records at a time, waiting at most this
+    # long for more, and send their outputs together: it bounds the sends in flight.
+    batch_max: int = Field(200, alias="PASSK_BATCH_MAX", ge=1)
+    batch_within_s: float = Field(0.02, alias="PASSK_BATCH_WITHIN_S", gt=0)
     metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
     # Loopback only unless an operator opens it (a scraper on another host).
     metrics_host: str = Field("127.0.0.1", alias="PASSK_METRICS_HOST")

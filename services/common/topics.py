@@ -39,6 +39,9 @@ class Topic(StrEnum):
     AGGREGATE_STATE_CHANGELOG = "aggregate-aggregate-state-changelog"
     CALIBRATION_JOINS_CHANGELOG = "calibration-calibration-joins-changelog"
     CALIBRATION_MATRICES_CHANGELOG = "calibration-calibration-matrices-changelog"
+    # The gate's and verdict's memory of graded trials (RocksDB tables, services.common.graded)
+    GATE_GRADED_CHANGELOG = "gate-gate-graded-changelog"
+    VERDICT_GRADED_CHANGELOG = "verdict-verdict-graded-changelog"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class TopicSpec:
     compacted: bool = False
     partitions: int | None = None  # None: settings.topic_partitions
     config: dict[str, str] = field(default_factory=dict)
+    # compacted, and also deleted past PASSK_DEDUP_RETENTION_S (a memory of graded trials)
+    dedup_retained: bool = False
 
 
 # Deadlines are measured on broker time (see services.common.ticks.StreamClock): the broker
@@ -76,6 +81,8 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.AGGREGATE_STATE_CHANGELOG, key="aggregate state key", compacted=True),
     TopicSpec(Topic.CALIBRATION_JOINS_CHANGELOG, key="trial_id", compacted=True),
     TopicSpec(Topic.CALIBRATION_MATRICES_CHANGELOG, key="judge_id", compacted=True),
+    TopicSpec(Topic.GATE_GRADED_CHANGELOG, key="session_id", dedup_retained=True),
+    TopicSpec(Topic.VERDICT_GRADED_CHANGELOG, key="trial_id", dedup_retained=True),
 )
 
 
@@ -107,8 +114,16 @@ def partitions_for(spec: TopicSpec, settings: Settings | None = None) -> int:
 
 def topic_configs(spec: TopicSpec, settings: Settings | None = None) -> dict[str, str]:
     settings = settings or get_settings()
-    if spec.compacted:
+    if spec.dedup_retained:
+        cfg = dedup_retained_config(settings)
+    elif spec.compacted:
         cfg = {"cleanup.policy": "compact"}
     else:
         cfg = {"cleanup.policy": "delete", "retention.ms": str(settings.topic_retention_ms)}
     return {**cfg, **spec.config}
+
+
+def dedup_retained_config(settings: Settings) -> dict[str, str]:
+    """A memory of graded trials: the newest marker per key, none older than the retention."""
+    return {"cleanup.policy": "compact,delete",
+            "retention.ms": str(max(1, int(settings.dedup_retention_s * 1000)))}

@@ -12,9 +12,9 @@ PROCESSOR_INPUTS = _PROCESSOR_INPUTS
 # What each processor writes, besides its own Faust-internal topics ("<group>-...").
 PROCESSOR_OUTPUTS: dict[str, tuple[Topic, ...]] = {
     "gate": (Topic.GATE_RESULTS, Topic.GATE_TICKS, Topic.GATE_JOINS_CHANGELOG,
-             Topic.DEAD_LETTERS),
+             Topic.GATE_GRADED_CHANGELOG, Topic.DEAD_LETTERS),
     "verdict": (Topic.TRIAL_VERDICTS, Topic.VERDICT_TICKS, Topic.VERDICT_TRIALS_CHANGELOG,
-                Topic.DEAD_LETTERS),
+                Topic.VERDICT_GRADED_CHANGELOG, Topic.DEAD_LETTERS),
     "judge": (Topic.JUDGE_VERDICTS, Topic.DEAD_LETTERS),
     "sink": (Topic.DEAD_LETTERS,),
     "aggregate": (Topic.AGGREGATE_BY_SCENARIO, Topic.SCENARIO_RELIABILITY,
@@ -27,9 +27,10 @@ PROCESSOR_OUTPUTS: dict[str, tuple[Topic, ...]] = {
 # What each processor reads besides its inputs: every one keeps the scenario catalog, and
 # a processor with deadlines or a table reads back its ticks and its changelog.
 PROCESSOR_READS_BACK: dict[str, tuple[Topic, ...]] = {
-    "gate": (Topic.SCENARIOS, Topic.GATE_TICKS, Topic.GATE_JOINS_CHANGELOG),
+    "gate": (Topic.SCENARIOS, Topic.GATE_TICKS, Topic.GATE_JOINS_CHANGELOG,
+             Topic.GATE_GRADED_CHANGELOG),
     "verdict": (Topic.SCENARIOS, Topic.VERDICT_TICKS, Topic.VERDICT_TRIALS_CHANGELOG,
-                Topic.JUDGE_CALIBRATIONS),
+                Topic.VERDICT_GRADED_CHANGELOG, Topic.JUDGE_CALIBRATIONS),
     "judge": (Topic.SCENARIOS,),
     "sink": (Topic.SCENARIOS,),
     "aggregate": (Topic.SCENARIOS, Topic.AGGREGATE_STATE_CHANGELOG),
@@ -41,9 +42,9 @@ PROCESSOR_READS_BACK: dict[str, tuple[Topic, ...]] = {
 # partition number in each, so their partition counts must be equal.
 CO_PARTITIONED: dict[str, tuple[Topic, ...]] = {
     "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED, Topic.GATE_TICKS,
-             Topic.GATE_JOINS_CHANGELOG),
+             Topic.GATE_JOINS_CHANGELOG, Topic.GATE_GRADED_CHANGELOG),
     "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS, Topic.VERDICT_TICKS,
-                Topic.VERDICT_TRIALS_CHANGELOG),
+                Topic.VERDICT_TRIALS_CHANGELOG, Topic.VERDICT_GRADED_CHANGELOG),
     # the aggregate re-keys verdicts by scenario onto its own topic, and keeps its table
     "aggregate": (Topic.AGGREGATE_BY_SCENARIO, Topic.AGGREGATE_STATE_CHANGELOG),
     # the calibration joins labels with verdicts by trial, then folds per judge

@@ -19,9 +19,11 @@ from services.common.app import (
     run_alongside,
 )
 from services.common.codec import Rejection, decode, encode
+from services.common.graded import KeyedStates, graded_table
 from services.common.metrics import common_metrics
+from services.common.outbox import Outbox
 from services.common.settings import get_settings
-from services.common.ticks import Deadlines, table_value
+from services.common.ticks import Deadlines
 from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
 from services.gate import domain
 from services.gate.gates import gates_for, regrade_gates
@@ -48,32 +50,40 @@ inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.GATE_TICKS, setting
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
-deliver = Delivery(PROCESSOR)
+deliver = Delivery(PROCESSOR)  # re-grades: each awaited (rare, and apart from the batches)
 
 # --------------------------------------------------------------------------- tables
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
+# Only trials still pending live in RAM; graded ones are remembered on disk until the
+# retention ends (services.common.graded), never ticked.
 joins = app.Table("gate-joins", default=None, partitions=settings.topic_partitions)
+graded = graded_table(app, "gate-graded", settings)
 catalog = ScenarioCatalog(settings)
-deadlines = Deadlines(app, joins, ticks, settings)
+deadlines = Deadlines(app, joins, ticks, settings, inputs=(conversation_topic, session_topic))
 clock = deadlines.clock
 run_alongside(app, settings, catalog)
 metrics = GateMetrics()
 common = common_metrics()
 
 
+states = KeyedStates(joins, graded, deadlines.schedule,
+                     marked_at=lambda state: state["graded_at"],
+                     retention_s=settings.dedup_retention_s,
+                     is_marker=domain.is_marker, due_at=lambda s: domain.due_at(s, timing))
+# A batch holds each key's newest state as a model: several records of one trial in a
+# batch are parsed once and dumped (and changelogged) once.
+outbox = Outbox(PROCESSOR, states.read, states.store)
+
+
 def _load(key: str) -> domain.JoinState | None:
-    raw = joins.get(key)
-    return domain.JoinState.model_validate(raw["state"]) if raw else None
+    held = outbox.get(key)
+    if held is None or isinstance(held, domain.JoinState):
+        return held
+    return domain.JoinState.model_validate(held["state"])
 
 
 def _store(key: str, decision: domain.Decision) -> None:
-    if decision.state is None:
-        joins.pop(key, None)
-        deadlines.schedule(key, None)
-    else:
-        due = domain.due_at(decision.state, timing)
-        joins[key] = table_value(decision.state.model_dump(mode="json"), due)
-        deadlines.schedule(key, due)
+    outbox.put(key, decision.state)
 
 
 def _unknown_scenario(scenario_id: str) -> Rejection:
@@ -91,10 +101,10 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     results = gates_for(conv, grade.session, scenario, waited_s=grade.waited_s)
     # Publish before recording the trial as graded: a crash in between re-grades it and
     # re-publishes the same event ids, which consumers drop; the reverse would lose it.
-    # All sent before any is awaited (one round trip to the broker, not one per gate);
-    # each is re-sent with backoff through an outage (Delivery).
-    await asyncio.gather(*(deliver(gate_results, conv.trial_id.encode(), encode(result))
-                           for result in results))
+    # Sent now, awaited with the rest of the batch before its state is written (Outbox);
+    # each is re-sent with backoff through an outage.
+    for result in results:
+        await outbox.send(gate_results, conv.trial_id.encode(), encode(result))
     for result in results:
         metrics.gate_results.labels(result.gate, "passed" if result.passed else "failed").inc()
     if grade.session is None and scenario.has_state_gate:
@@ -106,8 +116,8 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
 @app.agent(inputs)
 async def join(stream: faust.StreamT) -> None:
     await catalog.ready()
-    async for event in stream.events():
-        await reject.guard(event, handle)
+    await outbox.run(stream, lambda event: reject.guard(event, handle),
+                     batch_max=settings.batch_max, within_s=settings.batch_within_s)
 
 
 async def regrade(event: faust.types.EventT) -> None:

@@ -146,3 +146,9 @@ def due_at(state: JoinState, timing: Timing) -> float | None:
     if state.session_seen_at is not None:
         return state.session_seen_at + timing.orphan_ttl_s
     return None
+
+
+def is_marker(state: JoinState) -> bool:
+    """A graded trial with nothing pending: only remembered, to drop its repeats (on disk,
+    services.common.graded), never ticked."""
+    return state.graded_at is not None and state.conversation is None and state.session is None

@@ -1,12 +1,13 @@
 """Judge processor wiring: conversation-finished -> one JudgeVerdict per judge of the scenario.
 
-Its own Faust app and consumer group. `judge_concurrency` agent actors each take one trial at
-a time and grade its judges at once; model requests across them are bounded by the client
-(the same number), so many calls are in flight, never one at a time. A trial's offset is
-acked only after all its verdicts are delivered (at-least-once; a redelivered trial yields
-the same event ids). During a model outage the actors wait in the client and stop taking
-trials; nothing is acked, and the backlog drains when the model answers (see `client`).
-`PASSK_JUDGE_CACHE=0` makes every judge ask the model (the worker's `--no-cache`).
+Its own Faust app and consumer group. The agent reads trials in bounded batches
+(PASSK_BATCH_MAX, PASSK_BATCH_WITHIN_S) and grades a batch's trials at once; model
+requests are bounded by the client (`PASSK_JUDGE_CONCURRENCY`), so many calls are in
+flight, never one at a time. A batch's verdicts are sent together and the batch is acked
+only after all are delivered (at-least-once; a redelivered trial yields the same event
+ids). During a model outage the calls wait in the client and the batch is not acked; the
+backlog drains when the model answers (see `client`). `PASSK_JUDGE_CACHE=0` makes every
+judge ask the model (the worker's `--no-cache`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from services.common.app import DeadLetters, Delivery, make_app, raw_topic, run_
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.outage import STORE, Dependency
+from services.common.outbox import Outbox
 from services.common.settings import get_settings
 from services.common.topics import PROCESSOR_INPUTS, Topic
 from services.judge import domain
@@ -41,7 +43,8 @@ conversations = raw_topic(app, conversations_in, settings)
 regrade_requests = raw_topic(app, regrades_in, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
-deliver = Delivery(PROCESSOR)
+deliver = Delivery(PROCESSOR)  # re-grades: each awaited (rare, and apart from the batches)
+outbox = Outbox(PROCESSOR)
 
 catalog = ScenarioCatalog(settings)
 run_alongside(app, settings, catalog)
@@ -65,11 +68,12 @@ async def grader() -> Grader:
 
 
 # --------------------------------------------------------------------------- agents
-@app.agent(conversations, concurrency=settings.judge_concurrency)
+@app.agent(conversations)
 async def judge_trials(stream: faust.StreamT) -> None:
     await catalog.ready()
-    async for event in stream.events():
-        await reject.guard(event, handle)
+    # A batch's trials are graded at once: its model calls overlap (bounded by the client).
+    await outbox.run(stream, lambda event: reject.guard(event, handle), concurrently=True,
+                     batch_max=settings.batch_max, within_s=settings.batch_within_s)
 
 
 @app.agent(regrade_requests, concurrency=settings.judge_concurrency)
@@ -117,8 +121,8 @@ async def handle(event: faust.types.EventT) -> None:
             ),
         )
     verdicts = await (await grader()).grade(trial, scenario)
-    # Wait for delivery before the event is acked: a crash in between re-grades the trial
+    # Delivered with the batch before it is acked: a crash in between re-grades the trial
     # (the cache answers) and re-sends the same event ids, which consumers drop.
-    await asyncio.gather(*(deliver(judge_verdicts, trial.trial_id.encode(), encode(v))
-                           for v in verdicts))
+    for v in verdicts:
+        await outbox.send(judge_verdicts, trial.trial_id.encode(), encode(v))
     common.events.labels(PROCESSOR, "graded").inc()

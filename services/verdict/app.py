@@ -13,7 +13,6 @@ from schemas.events import GateResult, JudgeVerdict
 from schemas.scenario import Scenario
 from services.common.app import (
     DeadLetters,
-    Delivery,
     make_app,
     raw_inputs,
     raw_topic,
@@ -22,9 +21,11 @@ from services.common.app import (
 from services.common.calibration import Bar, GatingPolicy
 from services.common.calibrations import CalibrationFollower
 from services.common.codec import Rejection, decode, encode
+from services.common.graded import KeyedStates, graded_table
 from services.common.metrics import common_metrics
+from services.common.outbox import Outbox
 from services.common.settings import get_settings
-from services.common.ticks import Deadlines, table_value
+from services.common.ticks import Deadlines
 from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
 from services.scenarios.catalog import ScenarioCatalog
 from services.verdict import domain
@@ -49,12 +50,14 @@ inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.VERDICT_TICKS, sett
 ticks = raw_topic(app, Topic.VERDICT_TICKS, settings)
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
-deliver = Delivery(PROCESSOR)
 
 # --------------------------------------------------------------------------- tables
+# Only trials still pending live in RAM; emitted ones are remembered on disk until the
+# retention ends (services.common.graded), never ticked.
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
+graded = graded_table(app, "verdict-graded", settings)
 catalog = ScenarioCatalog(settings)
-deadlines = Deadlines(app, trials, ticks, settings)
+deadlines = Deadlines(app, trials, ticks, settings, inputs=(gate_topic, judge_topic))
 clock = deadlines.clock
 run_alongside(app, settings, catalog)
 calibrations = CalibrationFollower(settings)
@@ -66,19 +69,24 @@ metrics = VerdictMetrics()
 common = common_metrics()
 
 
+states = KeyedStates(trials, graded, deadlines.schedule,
+                     marked_at=lambda state: state["emitted_at"],
+                     retention_s=settings.dedup_retention_s,
+                     is_marker=domain.is_marker, due_at=lambda s: domain.due_at(s, timing))
+# A batch holds each key's newest state as a model: several records of one trial in a
+# batch are parsed once and dumped (and changelogged) once.
+outbox = Outbox(PROCESSOR, states.read, states.store)
+
+
 def _load(key: str) -> domain.TrialState | None:
-    raw = trials.get(key)
-    return domain.TrialState.model_validate(raw["state"]) if raw else None
+    held = outbox.get(key)
+    if held is None or isinstance(held, domain.TrialState):
+        return held
+    return domain.TrialState.model_validate(held["state"])
 
 
 def _store(key: str, state: domain.TrialState | None) -> None:
-    if state is None:
-        trials.pop(key, None)
-        deadlines.schedule(key, None)
-    else:
-        due = domain.due_at(state, timing)
-        trials[key] = table_value(state.model_dump(mode="json"), due)
-        deadlines.schedule(key, due)
+    outbox.put(key, state)
 
 
 def _scenario_for(state: domain.TrialState) -> Scenario | None:
@@ -105,8 +113,9 @@ async def _emit(
     verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s,
                               policy=policy, book=calibrations.book)
     # Publish before remembering it as emitted: a crash in between re-emits the same
-    # event id (dropped downstream); the reverse order could lose the verdict.
-    await deliver(trial_verdicts, state.trial_id.encode(), encode(verdict))
+    # event id (dropped downstream); the reverse order could lose the verdict. The Outbox
+    # holds the state write back until the batch's verdicts are delivered.
+    await outbox.send(trial_verdicts, state.trial_id.encode(), encode(verdict))
     metrics.count(verdict)
     if verdict.finished_at is not None and verdict.attempt == 1:  # a re-grade is not latency
         latency = (datetime.now(UTC) - verdict.finished_at).total_seconds()
@@ -119,8 +128,8 @@ async def _emit(
 async def collect(stream: faust.StreamT) -> None:
     await catalog.ready()
     await calibrations.ready()
-    async for event in stream.events():
-        await reject.guard(event, handle)
+    await outbox.run(stream, lambda event: reject.guard(event, handle),
+                     batch_max=settings.batch_max, within_s=settings.batch_within_s)
 
 
 async def handle(event: faust.types.EventT) -> None:

@@ -254,3 +254,9 @@ def emitted(state: TrialState, verdict: TrialVerdict, now: float) -> TrialState:
         emitted_outcome=verdict.outcome,
         attempt=state.attempt,
     )
+
+
+def is_marker(state: TrialState) -> bool:
+    """An emitted trial with no results pending: only remembered, to drop its repeats (on
+    disk, services.common.graded), never ticked."""
+    return state.emitted_at is not None and not state.gates and not state.judges

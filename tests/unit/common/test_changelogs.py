@@ -15,6 +15,8 @@ from services.common.topics import Topic, topic_name
         ("services.aggregate.app", "state", Topic.AGGREGATE_STATE_CHANGELOG),
         ("services.calibration.app", "joins", Topic.CALIBRATION_JOINS_CHANGELOG),
         ("services.calibration.app", "matrices", Topic.CALIBRATION_MATRICES_CHANGELOG),
+        ("services.gate.app", "graded", Topic.GATE_GRADED_CHANGELOG),
+        ("services.verdict.app", "graded", Topic.VERDICT_GRADED_CHANGELOG),
     ],
 )
 def test_declared_changelog_is_the_tables_changelog(module: str, table: str, topic: Topic) -> None:

@@ -103,3 +103,26 @@ def test_after_a_rebalance_the_restored_table_is_scheduled_once() -> None:
     del t.table["b"]  # its partition was revoked
     t.reseed()
     assert t.due(1000.0) == ["d"]
+
+
+def test_a_key_whose_partition_is_behind_is_not_ticked_until_the_stream_reaches_its_due_time(
+) -> None:
+    from services.common.outbox import handling
+
+    class Event:
+        def __init__(self, partition: int) -> None:
+            self.message = type("Message", (), {"partition": partition})()
+
+    stream_time = {0: 50.0, 1: 1000.0}  # partition 0 is far behind (a backlog), 1 caught up
+    t = DeadlineTicker(Table(), Ticks(), again_after_s=10.0,  # type: ignore[arg-type]
+                       stream_now=lambda p: stream_time[p])
+    for key, partition in (("behind", 0), ("caught-up", 1)):
+        with handling(Event(partition)):  # type: ignore[arg-type]
+            schedule(t, key, 100.0)
+    assert t.due(now=200.0) == ["caught-up"]
+    # ("caught-up" is ticked again every 10 s until the processor stores a new state)
+    assert "behind" not in t.due(now=210.0)  # looked at again, still behind: no tick
+    stream_time[0] = 99.0
+    assert "behind" not in t.due(now=220.0)  # compared with its own due time, not the retry's
+    stream_time[0] = 100.0
+    assert "behind" in t.due(now=230.0)

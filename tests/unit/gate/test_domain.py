@@ -78,3 +78,10 @@ def test_a_second_trial_on_a_session_being_joined_is_a_conflict() -> None:
 def test_only_state_changing_notes_are_stored() -> None:
     assert "duplicate" not in domain.STATE_CHANGES and "idle" not in domain.STATE_CHANGES
     assert {"waiting", "graded", "orphan_expired"} <= domain.STATE_CHANGES
+
+
+def test_only_a_graded_trial_with_nothing_pending_is_a_marker() -> None:
+    from services.gate.domain import JoinState, is_marker
+
+    assert is_marker(JoinState(session_id="s", graded_trial_ids=["t"], graded_at=5.0))
+    assert not is_marker(JoinState(session_id="s"))

@@ -1,0 +1,72 @@
+"""Starting, measuring and stopping `passk` processes for the benchmarks (one place, used by
+pipeline.py, aggregate_overhead.py and worker_throughput.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """`passk ARGS` in a session of its own (so `stop` ends it with its children)."""
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - lives with the process
+    return subprocess.Popen([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
+                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> None:
+    """SIGTERM each process group, then SIGKILL what has not exited after `grace_s`."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str,
+               interval: float = 0.5) -> Any:
+    """The condition's first true value; TimeoutError naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = condition()
+        if got:
+            return got
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """A live process's peak resident memory (VmHWM), in MB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
