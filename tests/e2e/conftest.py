@@ -77,10 +77,14 @@ class Pipeline:
 
     def start_worker(self, name: str, instance: str | None = None) -> None:
         """Start a worker of processor `name`; `instance` names a second or third one
-        (which serves no /metrics: the port is the first instance's)."""
+        (which serves no /metrics: the port is the first instance's, and keeps its state in
+        a data dir of its own, as a worker on another machine would: RocksDB locks a
+        partition's store to one process)."""
         env = dict(self.worker_env.get(name) or {})
         if instance is None:
             env.setdefault("PASSK_METRICS_PORT", str(self.metrics_port(name)))
+        else:
+            env.setdefault("PASSK_DATA_DIR", str(self.logs.parent / "data" / instance))
         self.start(instance or name, "worker", name, env=env)
 
     def kill(self, name: str) -> None:
