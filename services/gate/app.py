@@ -9,7 +9,7 @@ import time
 
 import faust
 
-from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted
+from schemas.events import ConversationFinished, SessionPersisted
 from services.common.app import (
     DeadLetters,
     Delivery,
@@ -22,6 +22,7 @@ from services.common.codec import Rejection, decode, encode
 from services.common.graded import KeyedStates, graded_table
 from services.common.metrics import common_metrics
 from services.common.outbox import Outbox
+from services.common.regrades import read_regrade
 from services.common.settings import get_settings
 from services.common.ticks import Deadlines
 from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
@@ -123,15 +124,10 @@ async def join(stream: faust.StreamT) -> None:
 async def regrade(event: faust.types.EventT) -> None:
     """A re-grade carries its input events: graded at once, apart from the join table, so
     the memory of graded trials (which drops repeats of the inputs) does not drop it."""
-    request = decode(event.value, RegradeRequest, max_bytes=settings.max_event_bytes,
-                     max_depth=settings.max_json_depth)
-    if isinstance(request, Rejection):
-        return await reject(event, request)
-    scenario = catalog.get(request.scenario_id, request.scenario_version) or (
-        await catalog.wait_for(request.scenario_id, request.scenario_version,
-                               timeout=SCENARIO_GRACE_S))
-    if scenario is None:
-        return await reject(event, _unknown_scenario(request.scenario_id))
+    found = await read_regrade(event, catalog, reject, settings, grace_s=SCENARIO_GRACE_S)
+    if found is None:
+        return
+    request, scenario = found
     results = regrade_gates(request, scenario, session_wait_s=settings.session_wait_s)
     await asyncio.gather(*(deliver(gate_results, request.trial_id.encode(), encode(result))
                            for result in results))

@@ -18,12 +18,13 @@ import logging
 import faust
 from sqlalchemy.exc import SQLAlchemyError
 
-from schemas.events import ConversationFinished, RegradeRequest
+from schemas.events import ConversationFinished
 from services.common.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
 from services.common.outage import STORE, Dependency
 from services.common.outbox import Outbox
+from services.common.regrades import read_regrade
 from services.common.settings import get_settings
 from services.common.topics import PROCESSOR_INPUTS, Topic
 from services.judge import domain
@@ -86,17 +87,10 @@ async def regrade_trials(stream: faust.StreamT) -> None:
 async def regrade(event: faust.types.EventT) -> None:
     """Grade a trial again, against the scenario version it was graded against, under
     the request's attempt (new event ids: the verdict does not drop them as repeats)."""
-    request = decode(event.value, RegradeRequest, max_bytes=settings.max_event_bytes,
-                     max_depth=settings.max_json_depth)
-    if isinstance(request, Rejection):
-        return await reject(event, request)
-    scenario = catalog.get(request.scenario_id, request.scenario_version) or (
-        await catalog.wait_for(request.scenario_id, request.scenario_version,
-                               timeout=SCENARIO_GRACE_S))
-    if scenario is None:
-        return await reject(event, Rejection(
-            "unknown_scenario", f"scenario {request.scenario_id!r} version "
-            f"{request.scenario_version!r} is not published on the scenarios topic"))
+    found = await read_regrade(event, catalog, reject, settings, grace_s=SCENARIO_GRACE_S)
+    if found is None:
+        return
+    request, scenario = found
     verdicts = await (await grader()).grade(request.conversation, scenario)
     await asyncio.gather(*(deliver(judge_verdicts, request.trial_id.encode(), encode(v))
                            for v in domain.for_attempt(verdicts, request.attempt)))

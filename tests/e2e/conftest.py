@@ -4,6 +4,7 @@ every processor as its own `passk worker` process, and the CLI for everything el
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -86,6 +87,19 @@ class Pipeline:
         else:
             env.setdefault("PASSK_DATA_DIR", str(self.logs.parent / "data" / instance))
         self.start(instance or name, "worker", name, env=env)
+
+    def publish_and_generate(self, scenarios: Path, out: Path, run_id: str, *,
+                             trials: int, seed: int, pass_prob: float) -> tuple[Path, dict]:
+        """Publish `scenarios` and generate a run's traffic in `out`: the traffic file and
+        the expected outcomes (the generator's, independent of the pipeline)."""
+        traffic, expected_file = out / "traffic.jsonl", out / "expected.json"
+        assert self.passk("scenarios", "publish", str(scenarios)).returncode == 0
+        gen = self.passk(
+            "generate", "--scenarios", str(scenarios), "--run-id", run_id,
+            "--out", str(traffic), "--expected", str(expected_file),
+            "--trials", str(trials), "--seed", str(seed), "--default-pass-prob", str(pass_prob))
+        assert gen.returncode == 0, gen.stderr
+        return traffic, json.loads(expected_file.read_text())
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crash: no shutdown hooks, no final commit."""

@@ -6,7 +6,6 @@ gate worker started. Every trial gets exactly its outcome, once; every group dra
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -72,7 +71,6 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
     pipeline = Pipeline(settings, env, logs)
     processors = list(WORKERS)
     run_id = "cluster-run"
-    traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
     store = Store(settings.database_url)
 
     def projected() -> int:
@@ -89,13 +87,8 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
         wait_for(lambda: all(proc.poll() is None for proc in pipeline.procs.values())
                  and settled(settings, processors) and _members(settings, processors, 2),
                  timeout=600, interval=2.0, what="two live members in every group")
-        assert pipeline.passk("scenarios", "publish", str(SCENARIOS)).returncode == 0
-        gen = pipeline.passk(
-            "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id,
-            "--out", str(traffic), "--expected", str(expected_file),
-            "--trials", str(TRIALS_PER_SCENARIO), "--seed", "12", "--default-pass-prob", "0.85")
-        assert gen.returncode == 0, gen.stderr
-        expected = json.loads(expected_file.read_text())
+        traffic, expected = pipeline.publish_and_generate(
+            SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=12, pass_prob=0.85)
         total = len(expected["trials"])
         assert total >= 2000
 

@@ -12,7 +12,6 @@ take-over through real processes, cheap enough for `make test` (about 2 minutes)
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -48,14 +47,8 @@ def test_survivor_drains_the_partitions_of_a_killed_worker(
                  timeout=300, interval=1.0, what="two settled members in every group")
 
         run_id = "scale-out"
-        traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
-        assert pipeline.passk("scenarios", "publish", str(SCENARIOS)).returncode == 0
-        gen = pipeline.passk(
-            "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id,
-            "--out", str(traffic), "--expected", str(expected_file),
-            "--trials", str(TRIALS_PER_SCENARIO), "--seed", "21", "--default-pass-prob", "0.85")
-        assert gen.returncode == 0, gen.stderr
-        expected = json.loads(expected_file.read_text())
+        traffic, expected = pipeline.publish_and_generate(
+            SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=21, pass_prob=0.85)
         total = len(expected["trials"])
         store = Store(settings.database_url)
 
