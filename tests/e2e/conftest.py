@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ import pytest
 from services.cli import WORKERS
 from services.common.settings import Settings
 from services.common.status import processor_status
-from tests.support import ROOT, isolated_env, settled, stop, wait_for
+from services.common.topics import Topic
+from services.sink.store import Store
+from tests.support import ROOT, isolated_env, read_topic, settled, stop, wait_for
 
 PROCESSORS = list(WORKERS)
 
@@ -135,6 +138,25 @@ class Pipeline:
         for proc in self.procs.values():
             stop(proc)
         self.procs.clear()
+
+
+def assert_each_trial_once_as_expected(store: Store, settings: Settings, run_id: str,
+                                       expected: dict, *, read_timeout: float = 30.0
+                                       ) -> dict[str, str]:
+    """Every generated trial is in the projection once, with the generator's expected
+    outcome, and the verdict log names each with one outcome (a redelivered verdict may sit
+    there twice, never with two outcomes). Returns each trial's outcome."""
+    rows = store.trials(run_id)
+    assert Counter(r.trial_id for r in rows) == Counter(t["trial_id"] for t in expected["trials"])
+    outcome = {r.trial_id: r.outcome for r in rows}
+    wrong = [t for t in expected["trials"] if outcome[t["trial_id"]] != t["expected_outcome"]]
+    assert not wrong, f"{len(wrong)} trials got another outcome, e.g. {wrong[:3]}"
+    logged: dict[str, set[str]] = defaultdict(set)
+    for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS, timeout=read_timeout):
+        logged[v["trial_id"]].add(v["outcome"])
+    assert set(logged) == set(outcome)
+    assert all(len(o) == 1 for o in logged.values())
+    return outcome
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,9 +24,9 @@ from services.common.settings import Settings
 from services.common.status import input_leaders
 from services.common.topics import Topic, topic_name
 from services.sink.store import Store
-from tests.e2e.conftest import Pipeline, free_port
+from tests.e2e.conftest import Pipeline, assert_each_trial_once_as_expected, free_port
 from tests.own_kafka import OwnKafka, own_kafka
-from tests.support import ROOT, isolated_env, new_prefix, read_topic, settled, wait_for
+from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 
 # Eight workers and three brokers on two shared cores take 20-25 minutes: opt-in, not in
 # every `make test` (PASSK_CLUSTER_TEST=1 runs it; see README "More brokers, more workers").
@@ -112,17 +112,8 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
                  what=f"all {total} verdicts in the projection")
         all_verdicts_s = time.monotonic() - started
 
-        rows = store.trials(run_id)
-        assert Counter(r.trial_id for r in rows) == Counter(
-            t["trial_id"] for t in expected["trials"])
-        outcome = {r.trial_id: r.outcome for r in rows}
-        wrong = [t for t in expected["trials"] if outcome[t["trial_id"]] != t["expected_outcome"]]
-        assert not wrong, f"{len(wrong)} trials got another outcome, e.g. {wrong[:3]}"
-        logged: dict[str, set[str]] = defaultdict(set)
-        for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS, timeout=120):
-            logged[v["trial_id"]].add(v["outcome"])
-        assert set(logged) == set(outcome)
-        assert all(len(o) == 1 for o in logged.values())
+        outcome = assert_each_trial_once_as_expected(store, settings, run_id, expected,
+                                                     read_timeout=120)
         # every group, the survivors and the third gate worker, consumed and committed all
         pipeline.wait_settled(timeout=600, processors=processors)
         settled_s = time.monotonic() - started

@@ -7,16 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from math import comb
 from pathlib import Path
 
 import pytest
 
-from services.common.topics import Topic
 from services.sink.store import Store
-from tests.e2e.conftest import Pipeline
-from tests.support import ROOT, read_topic, wait_for
+from tests.e2e.conftest import Pipeline, assert_each_trial_once_as_expected
+from tests.support import ROOT, wait_for
 
 pytestmark = pytest.mark.e2e
 SCENARIOS = ROOT / "examples" / "scenarios"
@@ -78,18 +77,7 @@ def test_killed_workers_lose_nothing_and_count_nothing_twice(
     # every worker, the restarted ones too, has consumed and committed all of its inputs
     pipeline.wait_settled(timeout=300)
 
-    rows = store.trials(run_id)
-    assert Counter(r.trial_id for r in rows) == Counter(t["trial_id"] for t in expected["trials"])
-    outcome = {r.trial_id: r.outcome for r in rows}
-    wrong = [t for t in expected["trials"] if outcome[t["trial_id"]] != t["expected_outcome"]]
-    assert not wrong, f"{len(wrong)} trials got another outcome, e.g. {wrong[:3]}"
-
-    # a redelivered verdict may sit twice in the log, but never with two outcomes
-    logged: dict[str, set[str]] = defaultdict(set)
-    for _, v, _ in read_topic(pipeline.settings, Topic.TRIAL_VERDICTS):
-        logged[v["trial_id"]].add(v["outcome"])
-    assert set(logged) == set(outcome)
-    assert all(len(o) == 1 for o in logged.values())
+    assert_each_trial_once_as_expected(store, pipeline.settings, run_id, expected)
 
     ks = {s["scenario_id"]: s["k"] for s in expected["scenarios"]}
     by_scenario: dict[str, list[bool]] = defaultdict(list)

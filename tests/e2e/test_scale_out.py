@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -23,10 +22,10 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings
 from services.common.status import processor_status
-from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
+from services.common.topics import PROCESSOR_INPUTS, topic_name
 from services.sink.store import Store
-from tests.e2e.conftest import PROCESSORS, running_pipeline
-from tests.support import ROOT, read_topic, wait_for
+from tests.e2e.conftest import PROCESSORS, assert_each_trial_once_as_expected, running_pipeline
+from tests.support import ROOT, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 SCENARIOS = ROOT / "examples" / "scenarios"
@@ -75,17 +74,7 @@ def test_survivor_drains_the_partitions_of_a_killed_worker(
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_behind(settings)}") from None
 
-        rows = store.trials(run_id)
-        assert Counter(r.trial_id for r in rows) == Counter(
-            t["trial_id"] for t in expected["trials"])
-        outcome = {r.trial_id: r.outcome for r in rows}
-        wrong = [t for t in expected["trials"] if outcome[t["trial_id"]] != t["expected_outcome"]]
-        assert not wrong, f"{len(wrong)} trials got another outcome, e.g. {wrong[:3]}"
-        logged: dict[str, set[str]] = defaultdict(set)
-        for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS):
-            logged[v["trial_id"]].add(v["outcome"])
-        assert set(logged) == set(outcome)
-        assert all(len(o) == 1 for o in logged.values())
+        assert_each_trial_once_as_expected(store, settings, run_id, expected)
         # the survivors hold every partition now
         assert all(s.members == 1 for s in processor_status(list(DOUBLED), settings))
 
