@@ -142,8 +142,10 @@ def read_all(settings: Settings, topics: list[Topic]) -> tuple[int, float]:
         consumer.close()
 
 
-def records_by_trial(settings: Settings, topic: Topic) -> dict[str, float]:
-    """trial_id -> broker timestamp (s) of its first record on the topic."""
+def records_by_trial(settings: Settings, topic: Topic, field_name: str = "trial_id",
+                     last: bool = False) -> dict[str, float]:
+    """`field_name` (trial_id) -> broker timestamp (s) of its first record on the topic
+    (`last`: of its last one)."""
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
                              enable_auto_commit=False, max_poll_records=1000)
     out: dict[str, float] = {}
@@ -157,12 +159,20 @@ def records_by_trial(settings: Settings, topic: Topic) -> dict[str, float]:
         while remaining:
             for _tp, records in consumer.poll(timeout_ms=1000).items():
                 for r in records:
-                    trial = json.loads(r.value)["trial_id"]
-                    out.setdefault(trial, r.timestamp / 1000)
+                    key = json.loads(r.value)[field_name]
+                    at = r.timestamp / 1000
+                    out[key] = max(out.get(key, at), at) if last else out.get(key, at)
             remaining = {tp for tp in remaining if consumer.position(tp) < end[tp]}
         return out
     finally:
         consumer.close()
+
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    if len(values) < 2:
+        return {"n": len(values)}
+    q = statistics.quantiles(values, n=100)
+    return {"n": len(values), "p50_s": q[49], "p99_s": q[98], "max_s": max(values)}
 
 
 # --------------------------------------------------------------------------- the three ways
@@ -376,6 +386,8 @@ def latency(workers: list[str], work: Path, rate: float, seconds: float) -> dict
     w, env, db = fresh_pipeline(workers, work, "latency")
     settings = settings_for(env)
     try:
+        idle_cpu = w.cpu()
+        load_before = os.getloadavg()[0]
         with TrafficProducer(settings) as producer:
             replay_file(traffic, sender=producer, settings=settings, rate=rate * events / trials)
         try:
@@ -384,17 +396,44 @@ def latency(workers: list[str], work: Path, rate: float, seconds: float) -> dict
             complete = True
         except TimeoutError:
             complete = False
+        cpu_ms = {name: round(1000 * (used - idle_cpu[name]) / trials, 2)
+                  for name, used in w.cpu().items()}
+        load_after = os.getloadavg()[0]
         finished = records_by_trial(settings, Topic.CONVERSATION_FINISHED)
         verdicts = records_by_trial(settings, Topic.TRIAL_VERDICTS)
+        # Where the time goes, stage by stage (all broker timestamps): when the session
+        # arrived, when the last gate result and the last judge verdict were written.
+        session_of = records_by_trial(settings, Topic.CONVERSATION_FINISHED, "session_id")
+        sessions = records_by_trial(settings, Topic.SESSION_PERSISTED, "session_id")
+        gates = records_by_trial(settings, Topic.GATE_RESULTS, last=True)
+        judged = records_by_trial(settings, Topic.JUDGE_VERDICTS, last=True)
     finally:
         w.stop()
     lags = sorted(verdicts[t] - finished[t] for t in verdicts if t in finished)
     if len(lags) < 2:
         return {"offered_trials_per_s": rate, "seconds": seconds, "verdicts": len(lags)}
     q = statistics.quantiles(lags, n=100)
+    # session_id -> conversation's time, to set each session against its conversation
+    session_after = [sessions[s] - at for s, at in session_of.items() if s in sessions]
+    both = [t for t in verdicts if t in gates and t in judged and t in finished]
+    stages = {
+        "session_after_conversation": quantiles(session_after),
+        "conversation_to_last_gate_result": quantiles([gates[t] - finished[t] for t in both]),
+        "conversation_to_last_judge_verdict": quantiles([judged[t] - finished[t] for t in both]),
+        "last_input_to_verdict": quantiles([verdicts[t] - max(gates[t], judged[t])
+                                            for t in both]),
+    }
+    # p50 by tenth of the run (by conversation time): a backlog that grows shows as a
+    # rising series, a fixed wait per stage as a flat one
+    ordered = sorted((finished[t], verdicts[t] - finished[t]) for t in verdicts if t in finished)
+    tenth = max(len(ordered) // 10, 1)
+    by_tenth = [statistics.median(lag for _, lag in ordered[i:i + tenth])
+                for i in range(0, tenth * 10, tenth) if ordered[i:i + tenth]]
     return {"offered_trials_per_s": rate, "seconds": seconds, "trials": trials,
             "verdicts": len(lags), "complete": complete,
-            "p50_s": q[49], "p99_s": q[98], "max_s": lags[-1]}
+            "p50_s": q[49], "p99_s": q[98], "max_s": lags[-1], "stages": stages,
+            "p50_by_tenth_s": by_tenth, "cpu_ms_per_trial": cpu_ms,
+            "load": [load_before, load_after]}
 
 
 def rebuild_vs_raw(env: dict[str, str], trials: int, work: Path) -> dict[str, Any]:
@@ -446,6 +485,17 @@ def print_table(result: dict[str, Any]) -> None:
               + (f"p50 {lat['p50_s']:.3f} s, p99 {lat['p99_s']:.3f} s, max {lat['max_s']:.3f} s "
                  f"({lat['verdicts']}/{lat['trials']} verdicts)" if "p50_s" in lat
                  else f"only {lat['verdicts']} verdicts"))
+        if lat.get("cpu_ms_per_trial"):
+            print("  CPU ms per trial: " + " ".join(
+                f"{k}={v:.2f}" for k, v in lat["cpu_ms_per_trial"].items())
+                + f"; load {lat['load'][0]:.1f} -> {lat['load'][1]:.1f}")
+        if lat.get("p50_by_tenth_s"):
+            print("  p50 by tenth of the run: "
+                  + " ".join(f"{v:.2f}" for v in lat["p50_by_tenth_s"]))
+        for stage, q in lat.get("stages", {}).items():
+            if "p50_s" in q:
+                print(f"  {stage}: p50 {q['p50_s']:.3f} s, p99 {q['p99_s']:.3f} s, "
+                      f"max {q['max_s']:.3f} s ({q['n']})")
     rb = result.get("rebuild")
     if rb:
         print(f"rebuild of {rb['stored']} rows: {rb['rebuild_trials_per_s']:.0f} trials/s; "
@@ -455,7 +505,8 @@ def print_table(result: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scales", default="2000,10000,50000")
+    parser.add_argument("--scales", default="2000,10000,50000",
+                        help="trial counts; empty ('') for the latency run alone")
     parser.add_argument("--workers", default=DEFAULT_WORKERS,
                         help="the workers to run, e.g. gate,verdict,judge,sink,aggregate")
     parser.add_argument("--compare-workers", default="",
@@ -484,7 +535,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="passk-bench-"))
     last_env: dict[str, str] | None = None
     try:
-        for n in (scaled(int(s)) for s in args.scales.split(",")):
+        for n in (scaled(int(s)) for s in args.scales.split(",") if s):
             traffic = generate(n, f"bench-{n}", work)
             trials = trial_count(traffic)
             print(f"{trials} trials: raw...", flush=True)

@@ -29,6 +29,10 @@ class TopicFollower(abc.ABC):
         self._label = label
         self._isolation_level = isolation_level
         self._consumer: AIOKafkaConsumer | None = None
+        # A second client, only for asking end offsets: on the reading consumer's
+        # connection that request queues behind its fetch, which an idle topic holds at
+        # the broker for fetch_max_wait_ms (500 ms), so every sync took half a second.
+        self._offsets: AIOKafkaConsumer | None = None
         self._follower: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
@@ -47,35 +51,41 @@ class TopicFollower(abc.ABC):
     async def _start(self, timeout: float) -> None:
         """Start the consumer, read the topic up to its end offsets as they are now, then
         follow it in a task. Raises what the broker raised (the consumer is stopped)."""
-        consumer = AIOKafkaConsumer(
-            self.topic,
-            **kafka_client_kwargs(self.settings),
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            request_timeout_ms=int(min(timeout, 40.0) * 1000),
-            isolation_level=self._isolation_level,
-        )
+        def client(*topics: str) -> AIOKafkaConsumer:
+            return AIOKafkaConsumer(
+                *topics,
+                **kafka_client_kwargs(self.settings),
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                request_timeout_ms=int(min(timeout, 40.0) * 1000),
+                isolation_level=self._isolation_level,
+            )
+
+        consumer, offsets = client(self.topic), client()
         try:
             async with asyncio.timeout(timeout):
                 await consumer.start()
                 self._consumer = consumer
+                await offsets.start()
+                self._offsets = offsets
                 await self._catch_up()
         except BaseException:
-            self._consumer = None
+            self._consumer = self._offsets = None
             await consumer.stop()
+            await offsets.stop()
             raise
         self._follower = asyncio.create_task(self._follow(), name=self._label)
 
     async def _catch_up(self) -> None:
         """Return once every record on the topic at the time of the call has been applied."""
-        consumer = self._consumer
-        assert consumer is not None
+        consumer, offsets = self._consumer, self._offsets
+        assert consumer is not None and offsets is not None
         partitions = consumer.assignment()
         while not partitions:  # a group-less subscription is assigned once metadata arrives
             await asyncio.sleep(0.1)
             partitions = consumer.assignment()
-        end: dict[TopicPartition, int] = await consumer.end_offsets(list(partitions))
+        end: dict[TopicPartition, int] = await offsets.end_offsets(list(partitions))
         while True:
             behind = [tp for tp, offset in end.items() if await consumer.position(tp) < offset]
             if not behind:
@@ -113,6 +123,7 @@ class TopicFollower(abc.ABC):
                 except asyncio.CancelledError:
                     pass
                 self._follower = None
-            if self._consumer is not None:
-                await self._consumer.stop()
-                self._consumer = None
+            for client in (self._consumer, self._offsets):
+                if client is not None:
+                    await client.stop()
+            self._consumer = self._offsets = None
