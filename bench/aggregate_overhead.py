@@ -33,7 +33,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.launch import cpu_seconds, free_port, stop, wait_until  # noqa: E402
+from bench.launch import (  # noqa: E402
+    cpu_seconds,
+    free_port,
+    profilers,
+    stop,
+    stop_profilers,
+    wait_until,
+)
 from bench.launch import spawn as passk  # noqa: E402
 from services.common.admin import create_topics  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
@@ -43,19 +50,6 @@ from services.sink.store import Store  # noqa: E402
 SCENARIOS = ROOT / "examples" / "scenarios"
 BASE = ["gate", "verdict", "judge", "sink"]
 RUN_ID = "bench-aggregate"
-
-
-def profilers(workers: dict[str, subprocess.Popen[bytes]], names: list[str],
-              out: Path) -> list[subprocess.Popen[bytes]]:
-    if not names:
-        return []
-    spy = Path(sys.executable).with_name("py-spy")
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    return [subprocess.Popen([str(spy), "record", "-p", str(workers[name].pid), "-r", "50",
-                              "-f", "raw", "--nonblocking", "-o", str(out / f"{stamp}-{name}.txt")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for name in names if name in workers]
 
 
 def one_run(
@@ -107,10 +101,7 @@ def one_run(
             raise SystemExit(replay.stdout.decode() + replay.stderr.decode())
         wait_until(done, 3600, f"{trials} verdicts through {', '.join(processors)}")
         elapsed = time.monotonic() - start
-        for spy in spies:  # py-spy writes its profile when interrupted
-            spy.send_signal(signal.SIGINT)
-        for spy in spies:
-            spy.wait(60)
+        stop_profilers(spies)
         return elapsed, {p: cpu_seconds(proc.pid) for p, proc in workers.items()}
     finally:
         stop(procs)

@@ -10,10 +10,34 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def profilers(workers: dict[str, subprocess.Popen[bytes]], names: list[str],
+              out: Path) -> list[subprocess.Popen[bytes]]:
+    """py-spy attached to the named workers, writing collapsed stacks to `out` when
+    stopped with SIGINT (see `stop_profilers`; summarise with bench/profile_top.py)."""
+    if not names:
+        return []
+    spy = Path(sys.executable).with_name("py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    return [subprocess.Popen([str(spy), "record", "-p", str(workers[name].pid), "-r", "50",
+                              "-f", "raw", "--nonblocking", "-o", str(out / f"{stamp}-{name}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for name in names if name in workers]
+
+
+def stop_profilers(spies: Iterable[subprocess.Popen[bytes]]) -> None:
+    spies = list(spies)
+    for spy in spies:  # py-spy writes its profile when interrupted
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        spy.wait(60)
 
 
 def free_port() -> int:

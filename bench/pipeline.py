@@ -21,6 +21,7 @@ the same four topics raw.
     .venv/bin/python bench/pipeline.py [--scales 2000,10000,50000]
         [--workers gate,verdict,judge,sink] [--compare-workers gate,verdict,judge,sink,aggregate]
         [--rate 200 --seconds 60] [--no-latency] [--no-rebuild] [--label before]
+        [--profile gate,verdict,judge,sink]
 
 PASSK_BENCH_SCALE=0.1 multiplies every trial count and the latency run's duration (for
 development). KAFKA_BOOTSTRAP_SERVERS picks the broker (default 127.0.0.1:9092).
@@ -51,13 +52,22 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
-from bench.launch import cpu_seconds, peak_rss_mb, spawn, stop, wait_until  # noqa: E402
+from bench.launch import (  # noqa: E402
+    cpu_seconds,
+    peak_rss_mb,
+    profilers,
+    spawn,
+    stop,
+    stop_profilers,
+    wait_until,
+)
 from services.common.settings import Settings  # noqa: E402
 from services.common.status import processor_status  # noqa: E402
 from services.common.topics import Topic, topic_name  # noqa: E402
 
 SCENARIOS = ROOT / "bench" / "scenarios"
 RESULTS = ROOT / "bench" / "results"
+PROFILES = RESULTS / "profiles"
 DEFAULT_WORKERS = "gate,verdict,judge,sink"
 # No missing sessions: a trial that waits out PASSK_SESSION_WAIT_S measures the timeout.
 QUIRKS = ["session_missing=0"]
@@ -337,7 +347,7 @@ def fresh_pipeline(
 
 
 def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
-             tag: str, timeout: float) -> dict[str, Any]:
+             tag: str, timeout: float, profile: list[str] | None = None) -> dict[str, Any]:
     from services.replay.producer import TrafficProducer
     from services.replay.replay import replay_file
 
@@ -345,6 +355,7 @@ def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
     run_id = _run_id_of(traffic)
     try:
         idle_cpu = w.cpu()  # start-up and group joining, not the trials
+        spies = profilers(w.procs, profile or [], PROFILES / tag)
         started = time.perf_counter()
         with TrafficProducer(settings_for(env)) as producer:
             replay_file(traffic, sender=producer, settings=settings_for(env))
@@ -363,6 +374,7 @@ def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
         except TimeoutError:  # reported as what got through in the time, and marked so
             completed = stored_trials(db, run_id)
         seconds = time.perf_counter() - started
+        stop_profilers(spies)
         # CPU milliseconds per trial: what a busy shared machine disturbs least
         cpu_ms = {name: 1000 * (used - idle_cpu[name]) / max(completed, 1)
                   for name, used in w.cpu().items()}
@@ -518,6 +530,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="give up on one pipeline run after this many seconds")
     parser.add_argument("--label", default="")
+    parser.add_argument("--profile", default="",
+                        help="workers to attach py-spy to during each pipeline run, e.g. "
+                             "gate,verdict (collapsed stacks in bench/results/profiles/)")
     args = parser.parse_args()
     # A bench stopped with SIGTERM still stops the workers it started (the finally blocks).
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -544,7 +559,8 @@ def main() -> None:
             (work / f"inproc-{n}").mkdir()
             inproc = in_process(traffic, trials, work / f"inproc-{n}")
             print(f"{trials} trials: pipeline...", flush=True)
-            pipe = pipeline(traffic, trials, workers, work, f"pipe-{n}", args.timeout)
+            pipe = pipeline(traffic, trials, workers, work, f"pipe-{n}", args.timeout,
+                            profile=[w for w in args.profile.split(",") if w])
             last_env = pipe.pop("env")
             result["scales"].append({
                 "trials": trials, "raw_trials_per_s": raw, "inprocess_trials_per_s": inproc,

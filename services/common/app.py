@@ -51,9 +51,12 @@ def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0) ->
         topic_replication_factor=settings.topic_replication or 1,
         broker_credentials=faust_broker_credentials(settings),
         web_enabled=False,
-        # Commit often: a worker killed mid-stream then reprocesses little, and the
+        # Commit every second: a worker killed mid-stream then reprocesses little, and the
         # processors' idempotency (deterministic event ids, keyed tables) drops repeats.
-        broker_commit_every=100,
+        # Not also every 100 records: Faust's reading loop awaits a count-triggered commit
+        # inline (producer flush, then the offset commit's round trip), and with batches
+        # of up to PASSK_BATCH_MAX records that stalled reading after nearly every batch.
+        broker_commit_every=10_000,
         broker_commit_interval=1.0,
         producer_acks=-1,
         producer_linger_ms=linger_ms,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from schemas.events import SCHEMA_VERSION
 
@@ -68,6 +69,21 @@ def nesting_depth(data: object, limit: int) -> int:
     return deepest
 
 
+_UNPARSED = object()
+
+
+def _parsed(raw: bytes) -> object:
+    """The JSON document, parsed by pydantic-core's parser (a third of `json.loads`'s
+    time on a 2 KB event, every event of every processor); `_UNPARSED` when it refuses
+    the input, which the standard library's parser then reads again to name the fault.
+    Both parse valid JSON alike (NaN included); invalid UTF-8, lone surrogates and
+    nesting past its own limit are left to the standard one."""
+    try:
+        return from_json(raw)
+    except ValueError:
+        return _UNPARSED
+
+
 def _too_deep(limit: int, found: str) -> Rejection:
     return Rejection(
         "too_deep", f"JSON nests {found} levels deep; the limit is {limit} (PASSK_MAX_JSON_DEPTH)"
@@ -87,17 +103,22 @@ def decode(
         return Rejection("empty", "message value is 0 bytes")
     if len(raw) > max_bytes:
         return Rejection("oversized", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return Rejection("invalid_utf8", str(exc))
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return Rejection("invalid_json", str(exc))
-    except RecursionError:
-        return _too_deep(max_depth, "more than the parser can follow")
-    if (depth := nesting_depth(data, max_depth)) > max_depth:
+    data = _parsed(raw)
+    if data is _UNPARSED:  # the standard parser says precisely what is wrong
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return Rejection("invalid_utf8", str(exc))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return Rejection("invalid_json", str(exc))
+        except RecursionError:
+            return _too_deep(max_depth, "more than the parser can follow")
+    # A document that opens at most `max_depth` objects and lists in all cannot nest
+    # deeper (brackets inside strings only over-count): the walk is for the others.
+    if (raw.count(b"{") + raw.count(b"[") > max_depth
+            and (depth := nesting_depth(data, max_depth)) > max_depth):
         return _too_deep(max_depth, f"at least {depth}")
     if not isinstance(data, dict):
         return Rejection("not_an_object", f"expected a JSON object, got {type(data).__name__}")

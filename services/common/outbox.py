@@ -62,7 +62,11 @@ class Outbox:
 
     async def send(self, topic: faust.TopicT, key: bytes | None, value: bytes) -> None:
         try:
-            fut = await topic.send(key=key, value=value)
+            # Straight to the Kafka producer, not through the Faust topic, whose per-record
+            # bookkeeping (future messages, codecs, sensors) showed in the profiles; the
+            # partition is the producer's from the key either way.
+            fut = await topic.app.producer.send(topic.get_topic_name(), key, value,
+                                                partition=None, timestamp=None, headers=None)
         except Exception:  # could not even be queued (a broker outage): retried with backoff
             await self.delivery(topic, key, value)
             return

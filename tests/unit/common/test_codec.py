@@ -168,3 +168,44 @@ def test_nesting_depth_counts_lists_and_objects() -> None:
     assert nesting_depth(1, 64) == 0
     assert nesting_depth({}, 64) == 1
     assert nesting_depth({"a": [1, {"b": []}], "c": {}}, 64) == 4
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_what_the_fast_parser_reads_validates_as_the_standard_parser_reads_it(
+        model: type[BaseModel]) -> None:
+    raw = as_bytes(sample(model))
+    assert decode(raw, model) == model.model_validate(json.loads(raw))
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    # 200 brackets in all, one level of nesting past the event's own: accepted
+    raw = as_bytes(sample(CF, run_id="[{" * 100))
+    decoded = decode(raw, CF)
+    assert isinstance(decoded, ConversationFinished) and decoded.run_id == "[{" * 100
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (b'{"x": NaN}', float("nan")),
+    (b'{"x": 1, "x": 2}', 2),
+    (b'{"x": 123456789012345678901234567890}', 123456789012345678901234567890),
+    (b'{"x": "\\ud83d\\ude00"}', "\U0001F600"),
+])
+def test_the_fast_parser_reads_json_edge_cases_as_the_standard_one(raw: bytes,
+                                                                    expected: Any) -> None:
+    from services.common.codec import _parsed
+
+    got = _parsed(raw)
+    assert isinstance(got, dict)
+    want = json.loads(raw)
+    assert got["x"] == want["x"] or (got["x"] != got["x"] and want["x"] != want["x"])  # NaN
+    assert want["x"] == expected or expected != expected
+
+
+def test_a_lone_surrogate_is_read_by_the_standard_parser_and_refused_by_name() -> None:
+    from services.common.codec import _UNPARSED, _parsed
+
+    raw = as_bytes(sample(CF, run_id="\ud800"))
+    assert _parsed(raw) is _UNPARSED
+    refused = decode(raw, CF)
+    assert isinstance(refused, Rejection) and refused.reason == "invalid_field"
+    assert "run_id" in refused.detail

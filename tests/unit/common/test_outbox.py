@@ -27,6 +27,17 @@ class Topic:
         self.delivered: list[bytes] = []
         self.fail = fail
 
+    @property
+    def app(self) -> Any:  # what Outbox.send uses: the app's producer, by topic name
+        async def send(topic: str, key: bytes | None, value: bytes, **_: Any) -> Any:
+            assert topic == self.get_topic_name()
+            return await self.send(key, value)
+
+        return type("App", (), {"producer": type("Producer", (), {"send": staticmethod(send)})})
+
+    def get_topic_name(self) -> str:
+        return "outputs"
+
     async def send(self, key: bytes | None, value: bytes) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.futures.append(fut)
