@@ -18,15 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def profilers(workers: dict[str, subprocess.Popen[bytes]], names: list[str],
-              out: Path) -> list[subprocess.Popen[bytes]]:
+              out: Path, *, gil: bool = False) -> list[subprocess.Popen[bytes]]:
     """py-spy attached to the named workers, writing collapsed stacks to `out` when
-    stopped with SIGINT (see `stop_profilers`; summarise with bench/profile_top.py)."""
+    stopped with SIGINT (see `stop_profilers`; summarise with bench/profile_top.py).
+    `gil`: only samples holding the GIL, i.e. CPU; without it a thread waiting to take
+    the GIL back after a socket call (Faust's consumer thread holds it meanwhile) counts
+    as busy on that call's line."""
     if not names:
         return []
     spy = Path(sys.executable).with_name("py-spy")
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     return [subprocess.Popen([str(spy), "record", "-p", str(workers[name].pid), "-r", "50",
+                              *(["--gil"] if gil else []),
                               "-f", "raw", "--nonblocking", "-o", str(out / f"{stamp}-{name}.txt")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for name in names if name in workers]

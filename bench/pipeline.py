@@ -355,7 +355,7 @@ def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
     run_id = _run_id_of(traffic)
     try:
         idle_cpu = w.cpu()  # start-up and group joining, not the trials
-        spies = profilers(w.procs, profile or [], PROFILES / tag)
+        spies = profilers(w.procs, profile or [], PROFILES / tag, gil=True)
         started = time.perf_counter()
         with TrafficProducer(settings_for(env)) as producer:
             replay_file(traffic, sender=producer, settings=settings_for(env))
