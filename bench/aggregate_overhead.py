@@ -55,9 +55,11 @@ RUN_ID = "bench-aggregate"
 def one_run(
     traffic: Path, trials: int, processors: list[str], workdir: Path,
     profile: list[str] | None = None, profile_dir: Path | None = None,
+    prefix: str | None = None,
 ) -> tuple[float, dict[str, float]]:
-    """End-to-end seconds, and the CPU seconds each worker spent."""
-    prefix = f"passk.bench{uuid.uuid4().hex[:8]}."
+    """End-to-end seconds, and the CPU seconds each worker spent. The topics (under
+    `prefix`, a fresh one by default) are left on the broker."""
+    prefix = prefix or f"passk.bench{uuid.uuid4().hex[:8]}."
     settings = Settings(  # type: ignore[call-arg]
         PASSK_TOPIC_PREFIX=prefix,
         PASSK_DATABASE_URL=f"sqlite:///{workdir / (prefix + 'db')}",
@@ -107,6 +109,21 @@ def one_run(
         stop(procs)
 
 
+def generate(trials: int, workdir: Path) -> Path:
+    """The bench's traffic (about `trials` trials over the example scenarios) in
+    workdir/traffic.jsonl, its expected outcomes in workdir/expected.json."""
+    traffic, expected = workdir / "traffic.jsonl", workdir / "expected.json"
+    per_scenario = max(1, trials // len(list(SCENARIOS.glob("*.yaml"))))
+    gen = subprocess.run(
+        [sys.executable, "-m", "services.cli", "generate", "--scenarios", str(SCENARIOS),
+         "--run-id", RUN_ID, "--out", str(traffic), "--expected", str(expected),
+         "--trials", str(per_scenario), "--seed", "3", "--default-pass-prob", "0.9"],
+        env=dict(os.environ), cwd=ROOT, capture_output=True)
+    if gen.returncode != 0:
+        raise SystemExit(gen.stderr.decode())
+    return traffic
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
@@ -119,18 +136,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="passk-bench-") as tmp:
         workdir = Path(tmp)
-        traffic, expected = workdir / "traffic.jsonl", workdir / "expected.json"
-        scenarios = len(list(SCENARIOS.glob("*.yaml")))
-        per_scenario = max(1, args.trials // scenarios)
-        env = dict(os.environ)
-        gen = subprocess.run(
-            [sys.executable, "-m", "services.cli", "generate", "--scenarios", str(SCENARIOS),
-             "--run-id", RUN_ID, "--out", str(traffic), "--expected", str(expected),
-             "--trials", str(per_scenario), "--seed", "3", "--default-pass-prob", "0.9"],
-            env=env, cwd=ROOT, capture_output=True)
-        if gen.returncode != 0:
-            raise SystemExit(gen.stderr.decode())
-        trials = len(json.loads(expected.read_text())["trials"])
+        traffic = generate(args.trials, workdir)
+        trials = len(json.loads((workdir / "expected.json").read_text())["trials"])
         times: dict[str, list[float]] = {"without": [], "with": []}
         cpu: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
         for round_no in range(args.rounds):

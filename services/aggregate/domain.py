@@ -12,9 +12,12 @@ scenario), under these keys:
 A trial is counted once per bucket: a repeat of its verdict changes nothing, and a
 re-grade (a higher `attempt`) with a new outcome moves its count from the old outcome
 to the new one. A crash can cut the table's changelog after any write, so the writes
-of one verdict are ordered (the trial's memory first) and numbered: each bucket carries
-the sequence number of its last change, the memory the number each bucket got from
-this trial, and a verdict read again finishes whatever its first reading did not.
+are ordered (a trial's memory before the buckets it changes) and numbered: each bucket
+carries the sequence number of its last change, the memory the number each bucket got
+from this trial, and a verdict read again finishes whatever its first reading did not.
+The writes of a batch of verdicts are applied coalesced (batch.py), so a crash may have
+lost the changes of several trials to one bucket: each is finished, in the order they
+were made, when the verdict that made it is read again.
 """
 
 from __future__ import annotations
@@ -115,9 +118,13 @@ def clock_key(partition: int) -> str:
 class Step:
     note: str  # counted | regraded | duplicate | superseded | late
     writes: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
-    records: list[ScenarioReliability] = field(default_factory=list)
+    figures: list[Bucket] = field(default_factory=list)  # to publish (see `record`)
     latest: list[Bucket] = field(default_factory=list)  # buckets now their size's most recent
     sweep: bool = False  # the watermark moved far enough to look for expired state
+
+    @property
+    def records(self) -> list[ScenarioReliability]:
+        return [record(b) for b in self.figures]
 
 
 def _empty_buckets(verdict: TrialVerdict, config: Config, partition: int) -> dict[str, Bucket]:
@@ -154,14 +161,18 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config) -> 
     memory = TrialMemory.model_validate(raw_memory) if raw_memory else None
 
     changed: dict[str, Bucket] = {}
-    # A crash may have cut the last change short: finish it before anything else.
+    # A crash may have cut this trial's last change short: finish it before anything else.
     if memory is not None:
         for key, seq in memory.seqs.items():
             bucket = buckets.get(key)
             if bucket is None or bucket.seq >= seq:
                 continue  # applied (or not a bucket of this verdict)
-            if key not in stored and seq > 1:
-                continue  # it existed before this trial, so it expired since
+            if bucket.seq != seq - 1:
+                # An earlier change of another trial was lost as well: it is finished
+                # first, when its verdict is read again, and this one when this trial's
+                # verdict that made it is. (A bucket not stored, changed before by
+                # other trials, expired since.)
+                continue
             changed[key] = bucket.moved(memory.prev_outcome, memory.outcome).model_copy(
                 update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
         buckets.update(changed)
@@ -203,7 +214,7 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config) -> 
         for key in memory.seqs:
             if key not in published and key in stored:
                 published[key] = buckets[key]
-    step = Step(note, writes, [record(b) for b in published.values() if b.seq > 0])
+    step = Step(note, writes, [b for b in published.values() if b.seq > 0])
 
     # The most recent window of each size: from every window of this verdict, not only
     # the changed ones, since a crash may have cut this write after the counts'.

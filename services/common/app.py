@@ -15,6 +15,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 import services.common.faust_fixes  # noqa: F401 - patches faust's consumer on import
 import services.common.faust_flush  # noqa: F401 - patches faust's flush before a commit
 from services.common.codec import Rejection
+from services.common.faust_fetch import set_fetch  # patches faust's consumer, on import
 from services.common.kafka_client import faust_broker_credentials
 from services.common.lag import LagMonitor, lag_metrics
 from services.common.settings import Settings, get_settings
@@ -32,16 +33,20 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0) -> faust.App:
+def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0,
+             fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 1500) -> faust.App:
     """One Faust app per processor; its id (prefix + name) is its consumer group.
     `linger_ms`: how long the producer gathers records into one request (for a processor
-    that never awaits a single send, only the flush before each commit)."""
+    that never awaits a single send, only the flush before each commit).
+    `fetch_min_bytes`, `fetch_max_wait_ms`: how much the broker gathers, or how long it
+    waits, before it answers a fetch (services/common/faust_fetch.py); Faust's own are
+    1 byte and 1.5 s."""
     settings = settings or get_settings()
     # Per app id (prefix + name): the RocksDB tables here (services.common.graded) belong
     # to one set of topics, and their stored changelog offsets mean nothing to another.
     datadir = settings.data_dir / "faust" / f"{settings.topic_prefix}{name}"
     datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
-    return faust.App(
+    app = faust.App(
         f"{settings.topic_prefix}{name}",
         broker=f"kafka://{settings.kafka_bootstrap_servers}",
         store="memory://",  # tables are rebuilt from their changelog topics on start
@@ -71,6 +76,9 @@ def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0) ->
         broker_heartbeat_interval=3.0,
         datadir=str(datadir),
     )
+    if (fetch_min_bytes, fetch_max_wait_ms) != (1, 1500):
+        set_fetch(app, fetch_min_bytes, fetch_max_wait_ms)
+    return app
 
 
 def raw_inputs(app: faust.App, *topics: Topic, settings: Settings | None = None) -> faust.TopicT:

@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     log_level: str = Field("warn", alias="PASSK_LOG_LEVEL")
     # Event-time tumbling windows of the aggregate processor, aligned to the epoch.
     windows: str = Field("1h,1d", alias="PASSK_WINDOWS")
+    # The aggregate counts at most this many verdicts at a time, waiting at most this long
+    # for more, and writes and publishes each changed figure once per batch: the longer
+    # the wait, the fewer writes, and the later a figure is published.
+    aggregate_batch_max: int = Field(500, alias="PASSK_AGGREGATE_BATCH_MAX", ge=1)
+    aggregate_batch_within_s: float = Field(0.5, alias="PASSK_AGGREGATE_BATCH_WITHIN_S", gt=0)
     # Defaults of a scenario's `alert:` targets (the reliability-drop alert rule's inputs).
     alert_min_pass_hat_k: float = Field(0.8, alias="PASSK_ALERT_MIN_PASS_HAT_K", ge=0, le=1)
     alert_min_trials: int = Field(10, alias="PASSK_ALERT_MIN_TRIALS", ge=1)

@@ -105,7 +105,8 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
     expected = undisturbed(verdicts)
 
     port = free_port()
-    env = isolated_env(settings, PASSK_METRICS_PORT=str(port))
+    # Batches of 100 (not 500): the kill then lands among many batches' writes in flight.
+    env = isolated_env(settings, PASSK_METRICS_PORT=str(port), PASSK_AGGREGATE_BATCH_MAX="100")
     log = tmp_path / "aggregate.log"
 
     def start() -> subprocess.Popen[bytes]:
@@ -117,11 +118,19 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
     def published() -> int:
         return len(read_topic(settings, Topic.SCENARIO_RELIABILITY))
 
+    def counted() -> float:
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        except OSError:  # not serving yet
+            return 0.0
+        return sum(s.value for f in text_string_to_metric_families(body.decode())
+                   for s in f.samples if s.name == "passk_aggregate_verdicts_total")
+
     worker = start()
     try:
-        # Killed mid-replay: some figures out, far from all of them.
-        wait_for(lambda: published() >= len(verdicts) // 4, timeout=300, interval=0.5,
-                 what="a quarter of the figures published")
+        # Killed mid-replay: a quarter of the verdicts read, far from all of them.
+        wait_for(lambda: counted() >= len(verdicts) // 4, timeout=300, interval=0.2,
+                 what="a quarter of the verdicts counted")
         worker.kill()  # SIGKILL: no shutdown, no final commit
         worker.wait(10)
         produce(settings, Topic.TRIAL_VERDICTS, inputs[half:])
