@@ -17,7 +17,14 @@ from schemas.events import Outcome, ScenarioReliability, TrialVerdict
 from services.aggregate import domain
 from services.aggregate.batch import Batch
 from tests.unit.aggregate.test_domain import (
-    CONFIG, T0, Table, figures, latest, reference, scope, verdict,
+    CONFIG,
+    T0,
+    Table,
+    figures,
+    latest,
+    reference,
+    scope,
+    verdict,
 )
 
 
