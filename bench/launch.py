@@ -89,11 +89,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mb(pid: int) -> float | None:
-    """A live process's peak resident memory (VmHWM), in MB."""
+def peak_rss_mb(pid: int, field: str = "VmHWM") -> float | None:
+    """A live process's peak resident memory (VmHWM), or with field="VmRSS" its resident
+    memory now, in MB."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None

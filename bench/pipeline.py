@@ -318,8 +318,8 @@ class Workers:
         if dead:
             raise RuntimeError(f"worker(s) died: {dead}; see {self.logs}")
 
-    def rss(self) -> dict[str, float | None]:
-        return {name: peak_rss_mb(p.pid) for name, p in self.procs.items()}
+    def rss(self, field: str = "VmHWM") -> dict[str, float | None]:
+        return {name: peak_rss_mb(p.pid, field) for name, p in self.procs.items()}
 
     def cpu(self) -> dict[str, float]:
         return {name: cpu_seconds(p.pid) for name, p in self.procs.items()}
@@ -378,7 +378,10 @@ def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
         # CPU milliseconds per trial: what a busy shared machine disturbs least
         cpu_ms = {name: 1000 * (used - idle_cpu[name]) / max(completed, 1)
                   for name, used in w.cpu().items()}
+        # Python seldom gives freed memory back, so the peak (VmHWM) is what a backlog cost;
+        # the resident memory now (VmRSS) shows whether it was given back.
         return {"trials_per_s": completed / seconds, "seconds": seconds, "peak_rss_mb": w.rss(),
+                "rss_mb": w.rss("VmRSS"),
                 "cpu_ms_per_trial": cpu_ms,
                 "env": env, "db": str(db), "completed": completed}
     finally:
@@ -481,6 +484,7 @@ def print_table(result: dict[str, Any]) -> None:
           f"{'pipe/inproc':>12}  peak RSS MB per worker; CPU ms per trial")
     for row in result["scales"]:
         rss = " ".join(f"{k}={v:.0f}" for k, v in row["peak_rss_mb"].items() if v)
+        rss += " (now " + " ".join(f"{v:.0f}" for v in row.get("rss_mb", {}).values() if v) + ")"
         rss += "; " + " ".join(f"{k}={v:.1f}" for k, v in row.get("cpu_ms_per_trial", {}).items())
         print(f"{row['trials']:>7} {row['raw_trials_per_s']:>8.0f}"
               f" {row['inprocess_trials_per_s']:>9.0f}"
@@ -488,6 +492,8 @@ def print_table(result: dict[str, Any]) -> None:
               f" {row['pipeline_over_inprocess']:>12.3f}  {rss}")
     for name, value in result.get("ratios", {}).items():
         print(f"{name}: {value:.3f}")
+    for name, by_worker in result.get("rss_ratios", {}).items():
+        print(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in by_worker.items()))
     for row in result.get("variants", []):
         print(f"variant workers={row['workers']}: {row['trials']} trials, "
               f"{row['pipeline_trials_per_s']:.1f} trials/s, peak RSS {row['peak_rss_mb']}")
@@ -567,7 +573,8 @@ def main() -> None:
                 "pipeline_trials_per_s": pipe["trials_per_s"], "pipeline_seconds": pipe["seconds"],
                 "pipeline_over_raw": pipe["trials_per_s"] / raw,
                 "pipeline_over_inprocess": pipe["trials_per_s"] / inproc,
-                "peak_rss_mb": pipe["peak_rss_mb"], "cpu_ms_per_trial": pipe["cpu_ms_per_trial"],
+                "peak_rss_mb": pipe["peak_rss_mb"], "rss_mb": pipe["rss_mb"],
+                "cpu_ms_per_trial": pipe["cpu_ms_per_trial"],
                 **({"timed_out_with": pipe["completed"]} if pipe["completed"] < trials else {}),
             })
             print(json.dumps(result["scales"][-1]), flush=True)
@@ -576,6 +583,12 @@ def main() -> None:
             first = rows[0]["pipeline_trials_per_s"]
             result["ratios"] = {f"{r['trials']}/{rows[0]['trials']} throughput":
                                 r["pipeline_trials_per_s"] / first for r in rows[1:]}
+            # the RSS target: each worker's peak after the largest run over the one before
+            before, last = rows[-2], rows[-1]
+            result["rss_ratios"] = {
+                f"peak RSS {last['trials']}/{before['trials']}": {
+                    k: v / before["peak_rss_mb"][k] for k, v in last["peak_rss_mb"].items()
+                    if v and before["peak_rss_mb"].get(k)}}
         if args.compare_workers:
             other = [w for w in args.compare_workers.split(",") if w]
             n = scaled(10_000)

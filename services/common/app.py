@@ -62,6 +62,11 @@ def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0,
         # inline (producer flush, then the offset commit's round trip), and with batches
         # of up to PASSK_BATCH_MAX records that stalled reading after nearly every batch.
         broker_commit_every=10_000,
+        # At most this many records per fetch handed to the stream (Faust's default: all
+        # that were fetched, up to 1 MiB per partition, parsed at once): it bounds what a
+        # worker holds in RAM between the broker and its agent, and how far a join reads
+        # past the moment its flow control pauses an input (services/common/flow.py).
+        broker_max_poll_records=500,
         broker_commit_interval=1.0,
         producer_acks=-1,
         producer_linger_ms=linger_ms,

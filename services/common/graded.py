@@ -83,7 +83,8 @@ class KeyedStates:
                  marked_at: Callable[[dict[str, Any]], float | None],
                  retention_s: float,
                  is_marker: Callable[[Any], bool] = lambda state: False,
-                 due_at: Callable[[Any], float | None] = lambda state: None) -> None:
+                 due_at: Callable[[Any], float | None] = lambda state: None,
+                 on_pending: Callable[[str, Any], None] = lambda key, state: None) -> None:
         self.pending = pending
         self.graded = graded
         self.schedule = schedule
@@ -91,12 +92,18 @@ class KeyedStates:
         self.retention_s = retention_s
         self.is_marker = is_marker
         self.due_at = due_at
+        # told each key's state as it is written: the pending state, or None once the key
+        # is graded or forgotten (the join's flow control counts what is pending)
+        self.on_pending = on_pending
 
     def store(self, key: str, state: BaseModel | None) -> None:
         """Write a state model (None: forget the key): a marker has no due time."""
         if state is None:
+            self.on_pending(key, None)
             return self.apply(key, None)
-        due = None if self.is_marker(state) else self.due_at(state)
+        marker = self.is_marker(state)
+        self.on_pending(key, None if marker else state)
+        due = None if marker else self.due_at(state)
         self.apply(key, table_value(state.model_dump(mode="json"), due))
 
     def read(self, key: str) -> dict[str, Any] | None:

@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     # long for more, and send their outputs together: it bounds the sends in flight.
     batch_max: int = Field(200, alias="PASSK_BATCH_MAX", ge=1)
     batch_within_s: float = Field(0.02, alias="PASSK_BATCH_WITHIN_S", gt=0)
+    # Per partition of the gate's and the verdict's joined inputs: when more pending trials
+    # than this wait for one input while it has records left to read, the other input is
+    # not read on that partition until they are down to half (services/common/flow.py).
+    # It bounds their RAM in a backlog; 0 turns it off.
+    join_max_pending: int = Field(250, alias="PASSK_JOIN_MAX_PENDING", ge=0)
     metrics_port: int = Field(0, alias="PASSK_METRICS_PORT", ge=0)
     # Loopback only unless an operator opens it (a scraper on another host).
     metrics_host: str = Field("127.0.0.1", alias="PASSK_METRICS_HOST")

@@ -178,21 +178,27 @@ class StreamClock:
         self._committed = committed
         self._broker_seen_at = at if at is not None else self._wall()
 
-    def now(self, topic: str, partition: int) -> float:
-        last_offset, newest = self._read.get((topic, partition), (-1, 0.0))
+    def caught_up(self, topic: str, partition: int) -> bool:
+        """Whether every record of the partition written so far (as of the last fetch's
+        high-water mark) has been processed."""
+        last_offset, _ = self._read.get((topic, partition), (-1, 0.0))
         try:
             highwater = self._highwater(topic, partition)
         except Exception:  # not assigned, or no fetch yet: nothing proves we are caught up
             highwater = None
-        if highwater is not None:
-            done = last_offset + 1 if last_offset >= 0 else self._committed.get(
-                (topic, partition), 0 if highwater == 0 else -1)
-            if done >= highwater:
-                wall = self._wall()
-                if self._broker_seen_at is None:
-                    return wall
-                return min(wall, self._broker_seen_at + self._trusted_for_s)
-        return newest
+        if highwater is None:
+            return False
+        done = last_offset + 1 if last_offset >= 0 else self._committed.get(
+            (topic, partition), 0 if highwater == 0 else -1)
+        return done >= highwater
+
+    def now(self, topic: str, partition: int) -> float:
+        if self.caught_up(topic, partition):
+            wall = self._wall()
+            if self._broker_seen_at is None:
+                return wall
+            return min(wall, self._broker_seen_at + self._trusted_for_s)
+        return self._read.get((topic, partition), (-1, 0.0))[1]
 
     def now_for(self, topics: Iterable[str], partition: int) -> float:
         """The slowest of several co-partitioned inputs."""

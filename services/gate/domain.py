@@ -152,3 +152,12 @@ def is_marker(state: JoinState) -> bool:
     """A graded trial with nothing pending: only remembered, to drop its repeats (on disk,
     services.common.graded), never ticked."""
     return state.graded_at is not None and state.conversation is None and state.session is None
+
+
+def awaiting(state: JoinState) -> Literal["conversation", "session"] | None:
+    """Which input a pending join waits for (None: neither, or it is graded)."""
+    if state.graded_at is not None:
+        return None
+    if state.conversation is None:
+        return "conversation" if state.session is not None else None
+    return "session" if state.session is None else None

@@ -21,6 +21,7 @@ from services.common.app import (
 from services.common.calibration import Bar, GatingPolicy
 from services.common.calibrations import CalibrationFollower
 from services.common.codec import Rejection, decode, encode
+from services.common.flow import join_flow
 from services.common.graded import KeyedStates, graded_table
 from services.common.metrics import common_metrics
 from services.common.outbox import Outbox
@@ -69,10 +70,16 @@ metrics = VerdictMetrics()
 common = common_metrics()
 
 
+# A backlog's pending trials wait in the log, not in RAM (services.common.flow).
+INPUT_OF = {"gate": gate_topic, "judge": judge_topic}
+flow = join_flow(app, trials, (gate_topic, judge_topic), settings.join_max_pending,
+                 waits_on=lambda state: INPUT_OF.get(domain.awaiting(state) or ""),
+                 unread=lambda topic, p: not clock.caught_up(topic, p))
 states = KeyedStates(trials, graded, deadlines.schedule,
                      marked_at=lambda state: state["emitted_at"],
                      retention_s=settings.dedup_retention_s,
-                     is_marker=domain.is_marker, due_at=lambda s: domain.due_at(s, timing))
+                     is_marker=domain.is_marker, due_at=lambda s: domain.due_at(s, timing),
+                     on_pending=flow.note)
 # A batch holds each key's newest state as a model: several records of one trial in a
 # batch are parsed once and dumped (and changelogged) once.
 outbox = Outbox(PROCESSOR, states.read, states.store)

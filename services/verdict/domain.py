@@ -260,3 +260,13 @@ def is_marker(state: TrialState) -> bool:
     """An emitted trial with no results pending: only remembered, to drop its repeats (on
     disk, services.common.graded), never ticked."""
     return state.emitted_at is not None and not state.gates and not state.judges
+
+
+def awaiting(state: TrialState) -> Literal["gate", "judge"] | None:
+    """Which input a pending trial waits for: its gate results while any is missing, then
+    its judges' verdicts (None: emitted)."""
+    if state.emitted_at is not None:
+        return None
+    if state.gates_complete_at is None:
+        return "gate"
+    return "judge"
