@@ -22,6 +22,7 @@ pending set is then bounded by how far the writers of B are behind, as before.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ import faust
 from faust.streams import current_event
 from faust.types import TP
 
+log = logging.getLogger(__name__)
 PartitionInput = tuple[str, int]  # (topic, partition)
 
 
@@ -106,6 +108,7 @@ class JoinFlow:
             tp = TP(topic, p)
             consumer._buffered_partitions.discard(tp)
             consumer.resume_partitions({tp})
+            log.info("join flow: reading %s[%d] again", topic, p)
         for topic, p in want - self.paused:
             tp = TP(topic, p)
             # Faust's getmany yields the records it already fetched of a partition only
@@ -114,6 +117,8 @@ class JoinFlow:
             # as a gap. Marked buffered, they are handed out; no new fetch returns it.
             consumer._buffered_partitions.add(tp)
             consumer.pause_partitions({tp})
+            log.info("join flow: %s[%d] paused, %s pending trials wait for the other input",
+                     topic, p, self.waiting.get(p, {}))
         self.paused = want
 
     def pending(self) -> int:
