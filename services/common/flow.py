@@ -101,6 +101,9 @@ class JoinFlow:
         # Faust resumes every partition after a rebalance's recovery: what is paused now
         # is what its consumer says, not what this object last did.
         faust_paused = consumer._paused_partitions
+        for topic, p in self.paused:
+            if TP(topic, p) not in faust_paused:  # revoked, or resumed by Faust
+                consumer._buffered_partitions.discard(TP(topic, p))
         self.paused = {(t, p) for t, p in self.paused if TP(t, p) in faust_paused}
         want = paused_inputs(self.waiting, self.paused, self.unread, self.inputs,
                              assigned, self.bound)

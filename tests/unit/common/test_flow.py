@@ -180,3 +180,16 @@ async def test_faust_alone_drops_them_which_is_why_the_partition_is_marked_buffe
     # the first record was handed out, then the fetched records of A never were:
     # Faust's drain loop would record the skipped offsets as a gap and commit past them
     assert 0 < len(got) < 6 and (A, 2) not in got
+
+
+async def test_a_partition_faust_resumed_or_revoked_is_no_longer_marked() -> None:
+    c, _ = faust_consumer()
+    app = SimpleNamespace(consumer=c, rebalancing=False, in_recovery=False)
+    flow = JoinFlow(app, (A, B), 10, waits_on=lambda s: s, unread=lambda t, p: True)
+    flow.waiting = {0: {B: 11}}
+    flow.adjust()
+    assert TP(A, 0) in c._buffered_partitions
+    c.resume_partitions({TP(A, 0)})  # what Faust does after a rebalance's recovery
+    flow.waiting = {0: {}}
+    flow.adjust()
+    assert flow.paused == set() and TP(A, 0) not in c._buffered_partitions
