@@ -11,7 +11,8 @@ missing sessions so no trial waits on a deadline), at each scale:
               what a user would script instead of running the pipeline;
 - pipeline:   `passk worker` processes (the set given by --workers) on fresh topics, the
               replay sent as fast as it goes, timed until every trial is in the projection
-              that `passk report` reads; peak RSS (VmHWM) of every worker.
+              that `passk report` reads; peak RSS (VmHWM) of every worker and its RSS at
+              the end (VmRSS), and the largest scale's peak RSS over the one before.
 
 Then, on fresh topics: traffic offered at a fixed rate (default 200 trials/s for 60 s) and
 the p50/p99 time from a trial's conversation-finished record to its verdict record (both
