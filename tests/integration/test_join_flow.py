@@ -21,11 +21,12 @@ pytestmark = pytest.mark.integration
 def test_a_backlog_far_above_the_pending_bound_is_joined_to_the_end(
         settings: Settings, tmp_path: Path) -> None:
     publish_scenarios(settings, [scenario(judges=[])])  # gates only: no judge needed
-    trials = [f"flow-{i}" for i in range(240)]
-    orphans = [f"orphan-{i}" for i in range(40)]  # their conversation never comes
+    trials = [f"flow-{i}" for i in range(1600)]
+    orphans = [f"orphan-{i}" for i in range(200)]  # their conversation never comes
     # The whole backlog is written before the workers start, every session ahead of every
     # conversation: read in log order, each partition's pending set fills with trials
-    # waiting for conversations (30 a partition, the bound 4), then the reverse.
+    # waiting for conversations (about 200 a partition, the bound 4: more than the gate
+    # reads between two of the flow control's checks, 0.5 s apart), then the reverse.
     produce(settings, Topic.SESSION_PERSISTED,
             [(f"s-{t}", encode(session(t))) for t in orphans + trials])
     produce(settings, Topic.CONVERSATION_FINISHED,
