@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support import ROOT
+from tests.support import ROOT, free_ports
 
 KAFKA = ROOT / "infra" / "kafka"
 
@@ -73,22 +71,11 @@ class OwnKafka:
         }
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port_block(count: int) -> tuple[int, int]:
-    """A base port with `count` free ports from it, and `count` more 100 up (controllers)."""
-    for _ in range(200):
-        base = random.randrange(20_000, 60_000)
-        if all(_free(base + i) and _free(base + 100 + i) for i in range(count)):
-            return base, base + 100
-    raise RuntimeError("no free block of ports")
+    """A base port with `count` free ports from it, and `count` more 100 up (controllers),
+    in the test port range (`PASSK_TEST_PORTS`)."""
+    base = free_ports(count, stride=100, groups=2)
+    return base, base + 100
 
 
 def _script(name: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:

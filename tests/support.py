@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +24,48 @@ from services.common.topics import Topic, topic_name
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+
+# Where tests may put the ports they listen on. Unset: 20000-32000, below the kernel's
+# ephemeral range (32768 up here), so no outgoing connection (every Kafka client makes
+# many) takes a port between our check and the bind. On a machine shared by several
+# engineers, each sets their own block (e.g. PASSK_TEST_PORTS=17000-18999).
+TEST_PORTS_ENV = "PASSK_TEST_PORTS"
+
+
+def test_port_range() -> tuple[int, int]:
+    """[low, high) from PASSK_TEST_PORTS ("LOW-HIGH", both included), else 20000-32000."""
+    spec = os.environ.get(TEST_PORTS_ENV, "").strip()
+    if not spec:
+        return 20_000, 32_000
+    low, _, high = spec.partition("-")
+    if not (low.isdigit() and high.isdigit() and int(low) < int(high)):
+        raise ValueError(f"{TEST_PORTS_ENV}={spec!r}: expected LOW-HIGH, e.g. 17000-18999")
+    return int(low), int(high) + 1
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int, *, stride: int = 1, groups: int = 1) -> int:
+    """A base port such that base + g*stride + i is free for every i < count, g < groups
+    (consecutive ports for workers' /metrics; brokers and, `stride` up, their controllers),
+    drawn at random from the test port range."""
+    low, high = test_port_range()
+    span = count + (groups - 1) * stride
+    if high - low < span:
+        raise RuntimeError(f"the test port range {low}-{high - 1} is smaller than {span}")
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(low, high - span + 1)
+        if all(port_is_free(base + g * stride + i) for g in range(groups) for i in range(count)):
+            return base
+    raise RuntimeError(f"no {count} free ports (x{groups}) in {low}-{high - 1}")
 
 
 def _checked(condition: Callable[[], T], deadline: float, timeout: float, what: str) -> T:

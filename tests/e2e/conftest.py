@@ -3,12 +3,9 @@ every processor as its own `passk worker` process, and the CLI for everything el
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -24,35 +21,20 @@ from services.common.settings import Settings
 from services.common.status import processor_status
 from services.common.topics import Topic
 from services.sink.store import Store
-from tests.support import ROOT, isolated_env, read_topic, settled, stop, wait_for
+from tests.support import ROOT, free_ports, isolated_env, read_topic, settled, stop, wait_for
 
 PROCESSORS = list(WORKERS)
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port in the test port range (`PASSK_TEST_PORTS`, see tests.support)."""
+    return free_ports(1)
 
 
 def free_port_block(size: int) -> int:
     """The first of `size` consecutive free ports: workers serve /metrics on base + i, the
     rule `make up` and the rendered Prometheus config follow."""
-    # Below the kernel's ephemeral range (32768 up here): a port the kernel handed out
-    # once can be taken again by any outgoing connection (every Kafka client makes many)
-    # before the worker binds it; this one cannot.
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - size)
-        try:
-            with contextlib.ExitStack() as held:
-                for port in range(base, base + size):
-                    sock = held.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError(f"no {size} consecutive free ports")
+    return free_ports(size)
 
 
 @dataclass
