@@ -8,7 +8,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from services.common.kafka_client import kafka_client_kwargs
+from services.common.kafka_client import kafka_client_kwargs, retrying
 from services.common.settings import Settings, get_settings
 from services.common.topics import TOPIC_SPECS, partitions_for, topic_configs, topic_name
 
@@ -51,20 +51,7 @@ def create_topics_retrying(settings: Settings | None = None,
                            deadline_s: float = 120.0) -> list[TopicStatus]:
     """create_topics, retried while the failure is one a cluster recovers from by itself
     (a broker just lost and still in the metadata, a leader moving)."""
-    import time
-
-    from kafka.errors import KafkaError, KafkaTimeoutError
-
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            return create_topics(settings)
-        except KafkaTimeoutError:  # no broker answered at all (or refused our password)
-            raise
-        except KafkaError as exc:
-            if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
-                raise
-            time.sleep(2.0)
+    return retrying(lambda: create_topics(settings), deadline_s=deadline_s)
 
 
 def create_topics(settings: Settings | None = None) -> list[TopicStatus]:
@@ -95,10 +82,14 @@ def create_topics(settings: Settings | None = None) -> list[TopicStatus]:
 def partition_counts(names: list[str], settings: Settings | None = None) -> dict[str, int]:
     """How many partitions each of these topics has on the broker (absent: not listed)."""
     settings = settings or get_settings()
-    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
-    try:
-        described = admin.describe_topics(names)
-    finally:
-        admin.close()
-    return {t["name"]: len(t.get("partitions") or ()) for t in described
+
+    def describe() -> list[dict]:  # type: ignore[type-arg]
+        admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+        try:
+            return admin.describe_topics(names)  # type: ignore[no-any-return]
+        finally:
+            admin.close()
+
+    return {t["name"]: len(t.get("partitions") or ()) for t in retrying(describe)
             if not t.get("error_code")}
+

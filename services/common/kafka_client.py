@@ -8,11 +8,47 @@ from __future__ import annotations
 
 import logging
 import ssl
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from services.common.settings import Settings, get_settings
 
+log = logging.getLogger(__name__)
+
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+T = TypeVar("T")
+
+# A broker just lost stays in the cluster's metadata until the controller fences it
+# (broker.session.timeout.ms, 9 s by default), and kafka-python's admin client sends each
+# request to a node drawn at random from that metadata, without trying another: in those
+# seconds one call in three failed with KafkaConnectionError while two brokers answered
+# (a worker started then exited 4, "broker unreachable"; `passk status` said the same).
+# Such errors are retriable; a group coordinator or a partition leader moving is too.
+CLUSTER_SETTLE_S = 30.0
+
+
+def retrying(call: Callable[[], T], *, deadline_s: float = CLUSTER_SETTLE_S) -> T:
+    """call(), again while it fails with an error Kafka marks retriable, for `deadline_s`.
+
+    `call` should open its own clients, so that each try starts from fresh metadata. A
+    KafkaTimeoutError is not retried: no broker answered within the client's own timeout
+    (or it refused our credentials), and trying again would only multiply the wait."""
+    from kafka.errors import KafkaError, KafkaTimeoutError
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return call()
+        except KafkaTimeoutError:
+            raise
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
+                raise
+            log.info("retrying after a retriable Kafka error: %s", exc)
+        time.sleep(0.2)
 
 
 class KafkaConfigError(ValueError):

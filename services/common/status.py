@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError
 
-from services.common.kafka_client import kafka_client_kwargs
+from services.common.kafka_client import kafka_client_kwargs, retrying
 from services.common.settings import Settings, get_settings
 from services.common.topics import PROCESSOR_INPUTS, topic_name
 
 BROKER_UNREACHABLE = "broker unreachable"
+UNKNOWN = "Unknown"
 BOOTSTRAP_TIMEOUT_MS = 5_000
 
 
@@ -53,39 +55,78 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
     settings = settings or get_settings()
     groups = {name: f"{settings.topic_prefix}{name}" for name in names}
     supervised = supervisor_states(supervisor_socket(settings.data_dir)) or {}
-    kwargs = kafka_client_kwargs(settings)
-    try:
-        admin = KafkaAdminClient(**kwargs, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
-        consumer = KafkaConsumer(**kwargs, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
-    except KafkaError:
-        # The broker is down: the groups are unknown, but what each worker says of
-        # itself (alive, degraded, restarted) is still worth showing.
-        return [ProcessorStatus(name, group, BROKER_UNREACHABLE, 0, None,
-                                *worker_health(name, settings),
+
+    def unknown(state: str) -> list[ProcessorStatus]:
+        # The groups are unknown, but what each worker says of itself (alive, degraded,
+        # restarted) is still worth showing.
+        return [ProcessorStatus(name, group, state, 0, None, *worker_health(name, settings),
                                 down=down_reason(supervisor_state=supervised.get(name),
                                                  group_known=False, members=0))
                 for name, group in groups.items()]
+
+    try:
+        # Each try with fresh clients: right after a broker is lost, a call can be sent to
+        # it (see kafka_client.retrying), and a group's coordinator moves to a live broker.
+        described, lags = retrying(lambda: _groups_and_lags(groups, settings))
+    except KafkaTimeoutError:
+        return unknown(BROKER_UNREACHABLE)  # the broker is down
+    except KafkaError as exc:
+        # Still failing after the cluster had time to settle: say so, never guess.
+        return unknown(f"{UNKNOWN} ({type(exc).__name__})")
+    out = []
+    for name, group in groups.items():
+        info = described.get(group) or {}
+        state = info.get("group_state") or UNKNOWN
+        members = info.get("members") or []
+        restarts, degraded = worker_health(name, settings)
+        down = down_reason(supervisor_state=supervised.get(name),
+                           group_known=bool(described), members=len(members))
+        out.append(ProcessorStatus(name, group, state, len(members), lags[name], restarts,
+                                   degraded, tuple(sorted(_member_name(m) for m in members)),
+                                   down))
+    return out
+
+
+def _groups_and_lags(
+    groups: dict[str, str], settings: Settings
+) -> tuple[dict[str, dict], dict[str, int | None]]:  # type: ignore[type-arg]
+    """Each group's description and lag, in one go with one pair of clients."""
+    kwargs = kafka_client_kwargs(settings)
+    admin = KafkaAdminClient(**kwargs, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+    try:
+        consumer = KafkaConsumer(**kwargs, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+    except BaseException:
+        admin.close()
+        raise
     try:
         try:
             described = admin.describe_groups(list(groups.values()))
-        except KafkaError:  # e.g. no coordinator yet on a fresh broker: not ready, not fatal
+        except KafkaError as exc:
+            if getattr(exc, "retriable", False):
+                raise  # a coordinator moving, a broker just lost: try again
             described = {}
-        out = []
-        for name, group in groups.items():
-            info = described.get(group) or {}
-            state = info.get("group_state") or "Unknown"
-            members = info.get("members") or []
-            inputs = [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(name, ())]
-            lag = _lag(admin, consumer, group, inputs)
-            restarts, degraded = worker_health(name, settings)
-            down = down_reason(supervisor_state=supervised.get(name),
-                               group_known=bool(described), members=len(members))
-            out.append(ProcessorStatus(name, group, state, len(members), lag, restarts, degraded,
-                                       tuple(sorted(_member_name(m) for m in members)), down))
-        return out
+        for info in described.values():
+            _raise_if_moving(info)
+        lags = {name: _lag(admin, consumer, group,
+                           [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(name, ())])
+                for name, group in groups.items()}
+        return described, lags
     finally:
         consumer.close()
         admin.close()
+
+
+def _raise_if_moving(group: dict) -> None:  # type: ignore[type-arg]
+    """kafka-python returns a group's own error in its description instead of raising it
+    (no state, no members): a coordinator moving after a broker loss (NOT_COORDINATOR,
+    COORDINATOR_LOAD_IN_PROGRESS) would read as a group with no members. Raise those."""
+    from kafka.errors import for_code
+
+    found = re.match(r"\[Error (\d+)\]", str(group.get("error") or ""))
+    if found:
+        error = for_code(int(found.group(1)))
+        if error.retriable:
+            raise error(group["error"])
 
 
 def worker_health(name: str, settings: Settings) -> tuple[int | None, tuple[str, ...]]:
@@ -123,8 +164,12 @@ def input_offsets(
     offset. Topics that do not exist yet are left out."""
     try:
         committed = admin.list_group_offsets({group: None}).get(group) or {}
-    except Exception:  # the group may not exist yet
-        committed = {}
+    except KafkaError as exc:
+        if getattr(exc, "retriable", False):
+            # Unknown for now (a coordinator moving): counting every record as unread
+            # would show a lag that is not there.
+            raise
+        committed = {}  # the group does not exist yet
     partitions = []
     for topic in topics:
         for p in consumer.partitions_for_topic(topic) or ():
@@ -158,11 +203,15 @@ def input_leaders(names: list[str], settings: Settings | None = None) -> list[Pa
     """Which broker leads each partition of these processors' inputs, and the in-sync set."""
     settings = settings or get_settings()
     topics = sorted({topic_name(t, settings) for n in names for t in PROCESSOR_INPUTS.get(n, ())})
-    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
-    try:
-        described = admin.describe_topics(topics)
-    finally:
-        admin.close()
+
+    def describe() -> list[dict]:  # type: ignore[type-arg]
+        admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+        try:
+            return admin.describe_topics(topics)  # type: ignore[no-any-return]
+        finally:
+            admin.close()
+
+    described = retrying(describe)
     out = []
     for topic in described:
         for p in topic.get("partitions") or []:

@@ -21,7 +21,7 @@ from kafka.producer.future import FutureRecordMetadata
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.common.codec import encode
-from services.common.kafka_client import kafka_client_kwargs
+from services.common.kafka_client import kafka_client_kwargs, retrying
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
 
@@ -155,11 +155,14 @@ class TrafficProducer:
 
     def missing_topics(self, topics: list[str]) -> list[str]:
         """Which of these topics the broker does not have (asked once, without creating any)."""
-        admin = KafkaAdminClient(**kafka_client_kwargs(self.settings))
-        try:
-            existing = set(admin.list_topics())
-        finally:
-            admin.close()
+        def listed() -> set[str]:
+            admin = KafkaAdminClient(**kafka_client_kwargs(self.settings))
+            try:
+                return set(admin.list_topics())
+            finally:
+                admin.close()
+
+        existing = retrying(listed)  # a broker just lost can still be asked (kafka_client)
         return [t for t in topics if t not in existing]
 
     # ------------------------------------------------------------------ accounting

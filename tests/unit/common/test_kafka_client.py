@@ -81,3 +81,55 @@ def test_database_urls_are_printed_without_password(url: str, shown: str) -> Non
 def test_metrics_bind_loopback_unless_configured() -> None:
     assert settings().metrics_host == "127.0.0.1"
     assert settings(PASSK_METRICS_HOST="0.0.0.0").metrics_host == "0.0.0.0"
+
+
+# --- retrying: what a call does while a lost broker is still in the cluster's metadata
+
+
+class _Flaky:
+    """Fails with `errors` in turn, then answers."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "answer"
+
+
+def test_retrying_tries_again_after_retriable_errors() -> None:
+    from kafka.errors import KafkaConnectionError, NotCoordinatorError
+
+    from services.common.kafka_client import retrying
+
+    call = _Flaky(KafkaConnectionError("111 ECONNREFUSED"), NotCoordinatorError())
+    assert retrying(call, deadline_s=10) == "answer"
+    assert call.calls == 3
+
+
+@pytest.mark.parametrize("error", ["timeout", "not retriable"])
+def test_retrying_gives_up_at_once_on_a_timeout_or_a_non_retriable_error(error: str) -> None:
+    from kafka.errors import GroupAuthorizationFailedError, KafkaTimeoutError
+
+    from services.common.kafka_client import retrying
+
+    exc = KafkaTimeoutError("Unable to bootstrap") if error == "timeout" else (
+        GroupAuthorizationFailedError())
+    call = _Flaky(exc)
+    with pytest.raises(type(exc)):
+        retrying(call, deadline_s=10)
+    assert call.calls == 1
+
+
+def test_retrying_gives_up_after_its_deadline() -> None:
+    from kafka.errors import KafkaConnectionError
+
+    from services.common.kafka_client import retrying
+
+    call = _Flaky(*[KafkaConnectionError("refused")] * 100)
+    with pytest.raises(KafkaConnectionError):
+        retrying(call, deadline_s=0.5)
+    assert 2 <= call.calls < 100
