@@ -12,6 +12,7 @@ from aiokafka.errors import KafkaError as AIOKafkaError
 from kafka.errors import KafkaError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+import services.common.faust_controller  # noqa: F401 - asks a live broker for the controller
 import services.common.faust_fixes  # noqa: F401 - patches faust's consumer on import
 import services.common.faust_flush  # noqa: F401 - patches faust's flush before a commit
 from services.common.codec import Rejection
