@@ -42,6 +42,85 @@ TRIALS_PER_SCENARIO = 500
 LOST_BROKER = 2
 
 
+def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
+    tmp_path: Path,
+) -> None:
+    """Until the controller fences a lost broker (broker.session.timeout.ms, 9 s) it stays
+    in the cluster's metadata, and kafka-python's admin client sends a request to a node
+    drawn at random from it: a worker started then exited 4 ("broker unreachable") and
+    `passk status` said the same while two brokers answered (the cluster test's third gate
+    worker, once in four runs). Each check below is made again and again in that window."""
+    from services.cli import refuse_unless_co_partitioned
+    from services.common.admin import partition_counts
+    from services.common.settings import get_settings
+    from services.common.status import processor_status
+    from services.common.topology import CO_PARTITIONED
+
+    with own_kafka(tmp_path / "kafka", brokers=3) as kafka:
+        settings = Settings(  # type: ignore[call-arg]
+            KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap, PASSK_TOPIC_PREFIX=new_prefix(),
+            PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
+            PASSK_DATA_DIR=str(tmp_path / "data"))
+        env = isolated_env(settings, COLUMNS="200")
+        pipeline = Pipeline(settings, env, tmp_path)
+        assert pipeline.passk("topics", "create").returncode == 0
+        # one gate worker before the loss, a second one started right after it
+        pipeline.start_worker("gate", "gate-1")
+        wait_for(lambda: _members(settings, ["gate"], 1), timeout=300, interval=1.0,
+                 what="the first gate worker in its group")
+        joined = [topic_name(t, settings) for t in CO_PARTITIONED["gate"]]
+        leaders = input_leaders(["gate"], settings)
+        assert any(p.leader == LOST_BROKER for p in leaders), leaders
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # the worker's own start-up checks read the settings
+        get_settings.cache_clear()
+        try:
+            kafka.kill(LOST_BROKER)
+            lost_at = time.monotonic()
+            pipeline.start_worker("gate", "gate-2")
+            # `passk status` as an operator runs it, three times in the first seconds
+            statuses = []
+            for _ in range(3):
+                statuses.append(subprocess.Popen(
+                    [sys.executable, "-m", "services.cli", "status", "--processors", "gate"],
+                    env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True))
+                time.sleep(1.0)
+            # a worker's start-up checks and the status leader table, as often as they go
+            checks = 0
+            while time.monotonic() - lost_at < 12:
+                counts = partition_counts(joined, settings)
+                assert counts == dict.fromkeys(joined, settings.topic_partitions), counts
+                refuse_unless_co_partitioned("gate")
+                assert len(input_leaders(["gate"], settings)) == len(leaders)
+                checks += 1
+            [gate] = processor_status(["gate"], settings)
+            assert gate.state not in ("Unknown", "broker unreachable"), gate
+            for proc in statuses:
+                out, err = proc.communicate(timeout=300)
+                assert proc.returncode in (0, 1), out + err  # 4 was "broker unreachable"
+                assert "Traceback" not in err and "Unknown" not in out, out + err
+            # the worker started in the window runs and joins the group
+            wait_for(lambda: _all_running(pipeline) and _members(settings, ["gate"], 2),
+                     timeout=300, interval=1.0, what="both gate workers in the group")
+            # and once fenced, live brokers lead every partition, the lost one in no ISR
+            wait_for(lambda: all(p.leader in (1, 3) and LOST_BROKER not in p.in_sync
+                                 for p in input_leaders(["gate"], settings)),
+                     timeout=120, interval=1.0, what="leaders moved off the lost broker")
+            status = pipeline.passk("status", "--processors", "gate", "--wait", "120")
+            assert status.returncode == 0, status.stdout + status.stderr
+            assert re.search(r"Stable\s*│\s*2\s*│", status.stdout), status.stdout
+            print(f"broker loss: {checks} rounds of start-up checks in the 12 s after it")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            get_settings.cache_clear()
+            pipeline.stop_all()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnKafka]:
     with own_kafka(tmp_path_factory.mktemp("kafka-cluster"), brokers=3) as kafka:
@@ -122,12 +201,24 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
               f"every verdict {all_verdicts_s:.0f} s and every group at lag 0 "
               f"{settled_s:.0f} s after the replay started")
 
+        # every worker still running, the third gate worker too (one that exited during
+        # the broker loss would leave its group with a member less)
+        _all_running(pipeline)
         # status: the members of each group, and live brokers leading every input partition
         status = pipeline.passk("status", "--processors", ",".join(processors))
+        print(f"passk status (exit {status.returncode}):\n{status.stdout}{status.stderr}")
         assert status.returncode == 0, status.stdout + status.stderr
         _assert_status(status.stdout, settings, processors)
     finally:
         pipeline.stop_all()
+
+
+def _all_running(pipeline: Pipeline) -> bool:
+    """True, or fail with the exit code and log tail of every worker that exited."""
+    exited = {n: p.returncode for n, p in pipeline.procs.items() if p.poll() is not None}
+    assert not exited, {n: (code, (pipeline.logs / f"{n}.log").read_text()[-2000:])
+                        for n, code in exited.items()}
+    return True
 
 
 def _members(settings: Settings, processors: list[str], at_least: int) -> bool:
