@@ -537,6 +537,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="give up on one pipeline run after this many seconds")
     parser.add_argument("--label", default="")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep the run's directory (worker logs, projections) and print it")
     parser.add_argument("--profile", default="",
                         help="workers to attach py-spy to during each pipeline run, e.g. "
                              "gate,verdict (collapsed stacks in bench/results/profiles/)")
@@ -611,7 +613,10 @@ def main() -> None:
             print("rebuild...", flush=True)
             result["rebuild"] = rebuild_vs_raw(last_env, rows[-1]["trials"], work)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep_work:
+            print(f"kept (worker logs, projections): {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = datetime.now(UTC).strftime("%Y-%m-%dT%H%M") + (f"-{args.label}" if args.label else "")
