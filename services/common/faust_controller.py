@@ -21,7 +21,7 @@ from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from services.common.faust_fixes import PATCHED_VERSION
+from services.common.faust_fixes import require_patched_version
 
 
 async def _get_controller_node(
@@ -52,12 +52,8 @@ async def _get_controller_node(
 
 
 def apply() -> None:
-    import faust
 
-    if faust.__version__ != PATCHED_VERSION:
-        raise RuntimeError(
-            f"services/common/faust_controller.py patches faust-streaming {PATCHED_VERSION}, "
-            f"but {faust.__version__} is installed; install the pinned requirements.lock")
+    require_patched_version("faust_controller.py")
     faust_aiokafka.Transport._get_controller_node = _get_controller_node  # type: ignore[method-assign]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import faust
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
-from services.common.faust_fixes import PATCHED_VERSION
+from services.common.faust_fixes import require_patched_version
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,7 @@ def set_fetch(app: faust.App, min_bytes: int, max_wait_ms: int) -> None:
 
 
 def apply() -> None:
-    if faust.__version__ != PATCHED_VERSION:
-        raise RuntimeError(
-            f"services/common/faust_fetch.py patches faust-streaming {PATCHED_VERSION}, "
-            f"but {faust.__version__} is installed; install the pinned requirements.lock")
+    require_patched_version("faust_fetch.py")
     if getattr(AIOKafkaConsumerThread, "_passk_fetch", False):
         return
     original = AIOKafkaConsumerThread._create_worker_consumer

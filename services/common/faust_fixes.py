@@ -97,15 +97,20 @@ class SeekGuardedReadOffsets(defaultdict):  # type: ignore[type-arg]
 PATCHED_VERSION = "0.15.3"
 
 
-def apply() -> None:
+def require_patched_version(patch: str) -> None:
+    """Refuse to patch another faust-streaming release than the one the patch was written
+    for: it replaces internals of this exact release, and on another one it could silently
+    do the wrong thing. Re-check the upstream issues before moving the pin."""
     import faust
 
     if faust.__version__ != PATCHED_VERSION:
-        # The patch replaces internals of this exact release; on another one it could
-        # silently do the wrong thing. Re-check the upstream issues before moving the pin.
         raise RuntimeError(
-            f"services/common/faust_fixes.py patches faust-streaming {PATCHED_VERSION}, "
+            f"services/common/{patch} patches faust-streaming {PATCHED_VERSION}, "
             f"but {faust.__version__} is installed; install the pinned requirements.lock")
+
+
+def apply() -> None:
+    require_patched_version("faust_fixes.py")
     Consumer = faust_consumer.Consumer
     if getattr(Consumer, "_passk_seek_guard", False):
         return

@@ -25,18 +25,14 @@ from typing import Any
 
 from faust.transport.producer import ProducerBuffer
 
-from services.common.faust_fixes import PATCHED_VERSION
+from services.common.faust_fixes import require_patched_version
 
 PROGRESS_CHECK_S = 1.0  # how often a waiting flush looks whether the buffer still runs
 
 
 def apply() -> None:
-    import faust
 
-    if faust.__version__ != PATCHED_VERSION:
-        raise RuntimeError(
-            f"services/common/faust_flush.py patches faust-streaming {PATCHED_VERSION}, "
-            f"but {faust.__version__} is installed; install the pinned requirements.lock")
+    require_patched_version("faust_flush.py")
     if getattr(ProducerBuffer, "_passk_full_flush", False):
         return
     original_post_init = ProducerBuffer.__post_init__
