@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -11,6 +13,8 @@ from kafka.errors import TopicAlreadyExistsError
 from services.common.kafka_client import kafka_client_kwargs, retrying
 from services.common.settings import Settings, get_settings
 from services.common.topics import TOPIC_SPECS, partitions_for, topic_configs, topic_name
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,17 +83,23 @@ def create_topics(settings: Settings | None = None) -> list[TopicStatus]:
         admin.close()
 
 
-def partition_counts(names: list[str], settings: Settings | None = None) -> dict[str, int]:
-    """How many partitions each of these topics has on the broker (absent: not listed)."""
-    settings = settings or get_settings()
-
-    def describe() -> list[dict]:  # type: ignore[type-arg]
+def ask_admin(settings: Settings, question: Callable[[KafkaAdminClient], T]) -> T:
+    """question(admin) on an admin client of its own, closed after; asked again, on a
+    fresh client, while Kafka marks the failure retriable (`retrying`: a broker just lost
+    is still listed in the metadata each new client starts from)."""
+    def ask() -> T:
         admin = KafkaAdminClient(**kafka_client_kwargs(settings))
         try:
-            return admin.describe_topics(names)  # type: ignore[no-any-return]
+            return question(admin)
         finally:
             admin.close()
 
-    return {t["name"]: len(t.get("partitions") or ()) for t in retrying(describe)
+    return retrying(ask)
+
+
+def partition_counts(names: list[str], settings: Settings | None = None) -> dict[str, int]:
+    """How many partitions each of these topics has on the broker (absent: not listed)."""
+    described = ask_admin(settings or get_settings(), lambda admin: admin.describe_topics(names))
+    return {t["name"]: len(t.get("partitions") or ()) for t in described
             if not t.get("error_code")}
 

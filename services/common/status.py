@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
+from services.common.admin import ask_admin
 from services.common.kafka_client import kafka_client_kwargs, retrying
 from services.common.settings import Settings, get_settings
 from services.common.topics import PROCESSOR_INPUTS, topic_name
@@ -204,14 +205,7 @@ def input_leaders(names: list[str], settings: Settings | None = None) -> list[Pa
     settings = settings or get_settings()
     topics = sorted({topic_name(t, settings) for n in names for t in PROCESSOR_INPUTS.get(n, ())})
 
-    def describe() -> list[dict]:  # type: ignore[type-arg]
-        admin = KafkaAdminClient(**kafka_client_kwargs(settings))
-        try:
-            return admin.describe_topics(topics)  # type: ignore[no-any-return]
-        finally:
-            admin.close()
-
-    described = retrying(describe)
+    described = ask_admin(settings, lambda admin: admin.describe_topics(topics))
     out = []
     for topic in described:
         for p in topic.get("partitions") or []:

@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.future import Future
 from kafka.producer.future import FutureRecordMetadata
 
 from schemas.events import ConversationFinished, SessionPersisted
+from services.common.admin import ask_admin
 from services.common.codec import encode
-from services.common.kafka_client import kafka_client_kwargs, retrying
+from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
 from services.common.topics import Topic, topic_name
 
@@ -155,14 +156,7 @@ class TrafficProducer:
 
     def missing_topics(self, topics: list[str]) -> list[str]:
         """Which of these topics the broker does not have (asked once, without creating any)."""
-        def listed() -> set[str]:
-            admin = KafkaAdminClient(**kafka_client_kwargs(self.settings))
-            try:
-                return set(admin.list_topics())
-            finally:
-                admin.close()
-
-        existing = retrying(listed)  # a broker just lost can still be asked (kafka_client)
+        existing = set(ask_admin(self.settings, lambda admin: admin.list_topics()))
         return [t for t in topics if t not in existing]
 
     # ------------------------------------------------------------------ accounting
