@@ -88,6 +88,17 @@ class TrialMetrics(BaseModel):
     latency_ms: float | None = Field(None, ge=0)
 
 
+class ExternalCheck(BaseModel):
+    """A check result the harness or an existing evaluator already computed. It gates only
+    when the scenario names it in `external_checks`; shown as `external:<id>`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    passed: bool
+    reason: str = ""
+
+
 class ConversationFinished(InputEvent):
     type: Literal["conversation_finished"] = "conversation_finished"
     run_id: str = Field(min_length=1)
@@ -98,6 +109,11 @@ class ConversationFinished(InputEvent):
     exit_reason: str = Field(min_length=1)
     transcript: list[Message]
     metrics: TrialMetrics | None = None
+    checks: list[ExternalCheck] = Field(
+        default_factory=list,
+        description="Results an existing evaluator computed; gating only when the scenario "
+        "lists the id in external_checks.",
+    )
 
 
 class SessionPersisted(InputEvent):

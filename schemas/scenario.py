@@ -121,6 +121,24 @@ class AlertTargets(BaseModel):
     min_trials: int | None = Field(None, ge=1)
 
 
+class SimulatedUser(BaseModel):
+    """The user `passk run` plays against the agent (DESIGN.md, "Running scenarios against
+    an agent"): `script` lines in order (no model), else a model playing the persona."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    persona: str = ""
+    instructions: str = ""
+    script: list[str] | None = Field(None, min_length=1)
+    max_turns: int = Field(20, ge=1, description="user turns; then the user gives up")
+
+    @model_validator(mode="after")
+    def _someone_to_play(self) -> SimulatedUser:
+        if self.script is None and not (self.persona.strip() or self.instructions.strip()):
+            raise ValueError("a user needs a script, or a persona or instructions to play")
+        return self
+
+
 def _one_or_many(schema: dict[str, Any]) -> None:
     as_list = {k: schema.pop(k) for k in ("type", "items", "minItems") if k in schema}
     schema["anyOf"] = [{"type": "string"}, as_list]
@@ -144,6 +162,10 @@ class Scenario(BaseModel):
     outcome: list[Expectation] = Field(default_factory=list)
     judges: list[JudgeSpec] = Field(default_factory=list)
     alert: AlertTargets | None = None
+    # The simulated user `passk run` plays; scenarios graded from replays need none.
+    user: SimulatedUser | None = None
+    # ConversationFinished.checks ids that gate (each shown as external:<id>).
+    external_checks: list[str] = Field(default_factory=list)
     # Set from the content when published; not written in YAML.
     version: str | None = None
 
@@ -188,6 +210,10 @@ class Scenario(BaseModel):
         if body.get("alert") is None:
             # A scenario without alert targets keeps the version it had before they existed.
             body.pop("alert", None)
+        # Sections added later keep the versions of scenarios that do not use them.
+        for added in ("user", "external_checks"):
+            if not body.get(added):
+                body.pop(added, None)
         canon = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,3 +181,28 @@ def test_alert_targets_are_optional_and_checked() -> None:
     for bad in ({"min_pass_hat_k": 1.5}, {"min_trials": 0}, {"page": "me"}):
         with pytest.raises(ValidationError):
             build(alert=bad)
+
+
+def test_sections_for_the_harness_keep_the_versions_of_scenarios_without_them() -> None:
+    file = Path(__file__).resolve().parents[3] / "examples/scenarios/debrief-billable-repair.yaml"
+    raw = yaml.safe_load(file.read_text())
+    raw.pop("user", None)
+    raw.pop("external_checks", None)
+    # the version this file had before `user:` and `external_checks:` existed
+    assert Scenario.model_validate(raw).content_hash() == "93a9630d4989edb3"
+    with_user = Scenario.model_validate({**raw, "user": {"script": ["Job 4112."]}})
+    assert with_user.content_hash() != "93a9630d4989edb3"
+
+
+@pytest.mark.parametrize(
+    "user, problem",
+    [
+        ({}, "a user needs a script, or a persona"),
+        ({"script": []}, "at least 1 item"),
+        ({"script": ["hi"], "max_turns": 0}, "greater than or equal to 1"),
+        ({"script": ["hi"], "mood": "grumpy"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_a_user_section_that_cannot_be_played_is_refused(user: dict, problem: str) -> None:
+    with pytest.raises(ValidationError, match=problem):
+        Scenario.model_validate({"id": "s", "expected_exit": "product_closed", "user": user})
