@@ -51,6 +51,7 @@ COMMAND_MODULES = (
     "services.report.commands",
     "services.regrade.commands",
     "services.calibration.commands",
+    "services.harness.commands",
 )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from schemas.scenario import Expectation, JudgeSpec, Limits, Scenario
+from schemas.scenario import Expectation, JudgeSpec, Limits, Scenario, SimulatedUser
 from services.common.codec import nesting_depth
 from services.judge.kinds import spec_problems
 from services.scenarios.records import (
@@ -41,6 +41,7 @@ _MODEL_AT: dict[tuple[str, ...], type[BaseModel]] = {
     ("limits",): Limits,
     ("outcome",): Expectation,
     ("judges",): JudgeSpec,
+    ("user",): SimulatedUser,
 }
 # Model-level checks whose message names the one field at fault.
 _FIELD_OF_MESSAGE: tuple[tuple[str, str], ...] = (

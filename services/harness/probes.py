@@ -1,0 +1,172 @@
+"""State probes: the path into the product's store or API (the method's "state-inspection
+path"). Each polls for the session until it is there or `wait_s` has passed; absent after
+the wait means no SessionPersisted (the state gate then fails with "no persisted session").
+
+- `http`: GET the URL template -> 200 {"state": {...}, "exit_reason": str|null}; 404 not yet.
+- `sql`: a read-only SQLAlchemy connection, a parameterised query with :session_id, the
+  state (a JSON object, or its text) and the exit read from the named columns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import aiohttp
+
+from services.harness.domain import Probed
+from services.harness.target import HttpProbe, NoProbe, SqlProbe
+
+MAX_STATE_BYTES = 4 * 1024 * 1024
+
+
+class StateProbe(Protocol):
+    async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
+        """The persisted session (None: not there within the wait) and, if not, why."""
+
+    async def close(self) -> None: ...
+
+
+def as_state(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, (bytes, str)):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+async def _poll(once: Any, wait_s: float, interval_s: float
+                ) -> tuple[Probed | None, str | None]:
+    deadline = time.monotonic() + wait_s
+    why: str | None = None
+    while True:
+        found, why = await once()
+        if found is not None:
+            return found, None
+        if time.monotonic() + interval_s > deadline:
+            return None, why or f"no persisted session within {wait_s:g} s"
+        await asyncio.sleep(interval_s)
+
+
+class HttpStateProbe:
+    def __init__(self, target: HttpProbe) -> None:
+        self.target = target
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _once(self, session_id: str) -> tuple[Probed | None, str | None]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        url = self.target.url.replace("{session_id}", quote(session_id, safe=""))
+        try:
+            async with self._session.get(url, headers=self.target.headers) as response:
+                if response.status == 404:
+                    return None, f"no persisted session within {self.target.wait_s:g} s " \
+                                 f"({url} answered 404)"
+                raw = await response.content.read(MAX_STATE_BYTES + 1)
+                if response.status != 200:
+                    return None, f"{url} answered HTTP {response.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return None, f"{url} unreachable: {type(exc).__name__}: {exc}"
+        if len(raw) > MAX_STATE_BYTES:
+            return None, f"{url}: the session is larger than {MAX_STATE_BYTES} bytes"
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            return None, f"{url}: the answer is not JSON"
+        state = as_state(body.get("state")) if isinstance(body, dict) else None
+        if state is None:
+            return None, f"{url}: the answer has no `state` object"
+        exit_reason = body.get("exit_reason")
+        return Probed(state, exit_reason if isinstance(exit_reason, str) and exit_reason
+                      else None), None
+
+    async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
+        return await _poll(lambda: self._once(session_id), self.target.wait_s,
+                           self.target.interval_s)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def read_only_engine(url: str) -> Any:
+    """An engine that cannot write: SQLite opened with mode=ro, PostgreSQL sessions
+    read-only by default; for any other database each read is rolled back."""
+    import sqlite3
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database or ""
+        if not path or path == ":memory:":
+            raise ValueError("a sql probe needs the product's SQLite file, not :memory:")
+        return create_engine(
+            "sqlite://",
+            creator=lambda: sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True,
+                                            check_same_thread=False))
+    if parsed.get_backend_name() == "postgresql":
+        return create_engine(url, connect_args={"options": "-c default_transaction_read_only=on"})
+    return create_engine(url)
+
+
+class SqlStateProbe:
+    def __init__(self, target: SqlProbe) -> None:
+        from sqlalchemy import text
+
+        self.target = target
+        self._engine = read_only_engine(target.url)
+        self._query = text(target.query)
+
+    def _read(self, session_id: str) -> tuple[Probed | None, str | None]:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self._engine.connect() as connection:
+                try:
+                    row = connection.execute(self._query, {"session_id": session_id}) \
+                        .mappings().first()
+                finally:
+                    connection.rollback()
+        except SQLAlchemyError as exc:
+            return None, f"the sql probe failed: {type(exc).__name__}: " \
+                         f"{str(exc).splitlines()[0][:200]}"
+        if row is None:
+            return None, None
+        if self.target.state_column not in row:
+            return None, f"the query returned no column {self.target.state_column!r}"
+        state = as_state(row[self.target.state_column])
+        if state is None:
+            return None, f"column {self.target.state_column!r} holds no JSON object"
+        exit_reason = row.get(self.target.exit_column) if self.target.exit_column else None
+        return Probed(state, str(exit_reason) if exit_reason else None), None
+
+    async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
+        async def once() -> tuple[Probed | None, str | None]:
+            return await asyncio.to_thread(self._read, session_id)
+
+        return await _poll(once, self.target.wait_s, self.target.interval_s)
+
+    async def close(self) -> None:
+        self._engine.dispose()
+
+
+class NoStateProbe:
+    async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
+        return None, "the target has no state probe"
+
+    async def close(self) -> None:
+        pass
+
+
+def make_probe(target: HttpProbe | SqlProbe | NoProbe) -> StateProbe:
+    if isinstance(target, HttpProbe):
+        return HttpStateProbe(target)
+    if isinstance(target, SqlProbe):
+        return SqlStateProbe(target)
+    return NoStateProbe()
