@@ -58,7 +58,8 @@ def parse_plan(data: Any) -> dict[str, dict[str, list[int] | str]]:
             raise ValueError(f"{scenario}: must map faults to trial numbers")
         for fault, trials in faults.items():
             if fault not in FAULTS:
-                raise ValueError(f"{scenario}: unknown fault {fault!r} (known: {', '.join(FAULTS)})")
+                known = ", ".join(FAULTS)
+                raise ValueError(f"{scenario}: unknown fault {fault!r} (known: {known})")
             if trials != "*" and not (isinstance(trials, list)
                                       and all(isinstance(t, int) for t in trials)):
                 raise ValueError(f"{scenario}.{fault}: give a list of trial numbers or \"*\"")
@@ -130,8 +131,9 @@ class Debrief:
         follow = a.get("follow_up", "")
         if follow and not _NO.match(follow):
             on_order = codes(follow)
+            on_order_said = re.search(r"\border", follow, re.IGNORECASE)
             state["follow_up"] = {
-                "reason": "part_on_order" if re.search(r"\border", follow, re.I) else "return_visit",
+                "reason": "part_on_order" if on_order_said else "return_visit",
                 "parts_on_order": on_order,
                 "note": _clean(follow),
             }

@@ -8,6 +8,7 @@ and is registered with `@judge_kind("name")`. Its arguments are the extra fields
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -135,3 +136,40 @@ def regex(spec: JudgeSpec, transcript: Sequence[Message]) -> Decision:
     if params.must_match:
         return Decision(False, f"/{params.pattern}/ matched no {who} message")
     return Decision(True, f"/{params.pattern}/ matched no {who} message, as required")
+
+
+# ------------------------------------------------------------ repeated question
+
+
+class RepeatedQuestionParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_words: int = Field(3, ge=1, le=50)
+
+
+_QUESTION = re.compile(r"[^.?!]*\?")
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+@judge_kind("repeated_question", params=RepeatedQuestionParams)
+def repeated_question(spec: JudgeSpec, transcript: Sequence[Message]) -> Decision:
+    """Fails when the assistant asks a question it already asked: a later question holds
+    every word of an earlier one of at least `min_words` words ("What was the fault?" and
+    "Sorry, what was the fault again?"). Exact and cheap; no model judges it."""
+    params = _params(RepeatedQuestionParams, spec)
+    if not isinstance(params, RepeatedQuestionParams):
+        raise InvalidJudgeSpec(f"repeated_question judge {spec.id!r}: parameters did not parse")
+    asked: list[tuple[int, str, frozenset[str]]] = []
+    for index, message in enumerate(transcript):
+        if message.role != "assistant" or not message.content:
+            continue
+        for question in _QUESTION.findall(message.content):
+            words = frozenset(_WORD.findall(question.lower()))
+            for earlier_index, earlier, earlier_words in asked:
+                if earlier_index != index and earlier_words <= words:
+                    return Decision(False, f"assistant message {index} asks again "
+                                           f"{question.strip()!r}, already asked in assistant "
+                                           f"message {earlier_index} ({earlier!r})")
+            if len(words) >= params.min_words:
+                asked.append((index, question.strip(), words))
+    return Decision(True, f"no assistant question repeats an earlier one ({len(asked)} asked)")

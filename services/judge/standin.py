@@ -19,6 +19,12 @@ Server-wide (CLI flags or env): `--latency-ms` before every answer, `--fail-rate
 recovers: a model outage that ends), `--retry-after` seconds, and `--no-json-schema`
 (reject `response_format` with 400, like servers that only offer tool calls).
 
+User simulator (for `passk run`): a request whose system message starts with
+`passk user simulator` gets a deterministic user line instead of a verdict: the n-th
+sentence of its `<instructions>` block on the user's n-th turn, then `[[done]]` (the user
+is done). Its answers say `"model": "passk-standin"`; the harness records that the user
+was played by the stand-in.
+
 `GET /stats` returns request counters (`requests`, `completions`, per-fault counts) and
 `POST /stats/reset` zeroes them; tests use them to prove that cache hits make no call.
 It binds 127.0.0.1 only.
@@ -41,6 +47,11 @@ from aiohttp import web
 from services.judge.prompt import ANSWER_NAME, judge_id_of, transcript_of
 
 MODEL = "passk-standin"
+# The first line of the harness's user-simulator prompt (services/harness/user.py).
+USER_SIMULATOR_MARKER = "passk user simulator"
+USER_DONE = "[[done]]"
+_INSTRUCTIONS = re.compile(r"<instructions>\s*(.*?)\s*</instructions>", re.DOTALL)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 FAULT_MARKER = re.compile(r"\[\[standin:(429|500|hang|malformed)\]\]")
 STATS_KEY: web.AppKey[Counter[str]] = web.AppKey("stats", Counter)
 
@@ -73,6 +84,26 @@ def decide(judge_id: str | None, transcript: str) -> tuple[bool, str]:
         f"[stand-in] no {marker} marker in the transcript, so this judge passes "
         "(a deterministic stand-in rule, not a model's judgement)"
     )
+
+
+def simulate_user(body: dict[str, Any]) -> str:
+    """The stand-in user's whole rule: the instructions' sentences in order, one per user
+    turn (the user's own earlier turns are the request's assistant messages), then done."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    system = next((m.get("content") for m in messages if m.get("role") == "system"), "") or ""
+    found = _INSTRUCTIONS.search(system if isinstance(system, str) else "")
+    sentences = [s.strip() for s in _SENTENCE_END.split(found.group(1))] if found else []
+    sentences = [s for s in sentences if s]
+    said = sum(1 for m in messages if m.get("role") == "assistant")
+    return sentences[said] if said < len(sentences) else USER_DONE
+
+
+def _is_user_simulation(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    first = messages[0] if messages and isinstance(messages[0], dict) else {}
+    content = first.get("content")
+    return first.get("role") == "system" and isinstance(content, str) \
+        and content.startswith(USER_SIMULATOR_MARKER)
 
 
 def _error(
@@ -151,6 +182,9 @@ async def _answer(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(config.latency_ms / 1000)
 
     text = _prompt_text(body)
+    if _is_user_simulation(body):
+        stats["user_turns"] += 1
+        return web.json_response(_completion(simulate_user(body), None, len(text)))
     transcript = transcript_of(text) or ""
     fault = FAULT_MARKER.search(transcript)
     retry_after = {"Retry-After": f"{config.retry_after_s:g}"}

@@ -79,3 +79,40 @@ def test_a_new_kind_is_one_registered_function() -> None:
         assert min_turns(spec, TRANSCRIPT).passed is True
     finally:
         kinds._KINDS.pop("test_min_turns")
+
+
+# ------------------------------------------------------------ repeated_question
+
+
+def _asked(*texts: str) -> list:
+    from schemas.events import Message
+
+    out = []
+    for t in texts:
+        out += [Message(role="assistant", content=t), Message(role="user", content="ok")]
+    return out
+
+
+def test_repeated_question_fails_on_a_question_asked_again() -> None:
+    from schemas.scenario import JudgeSpec
+    from services.judge.kinds import repeated_question
+
+    spec = JudgeSpec(id="no_repeat", kind="repeated_question")
+    again = repeated_question(spec, _asked("What was the fault?", "Noted. Which parts?",
+                                           "Sorry, what was the fault again? And: tests?"))
+    assert not again.passed and "already asked in assistant message 0" in again.reason
+    fine = repeated_question(spec, _asked("What was the fault?", "What did you do to fix it?",
+                                          "Which parts did you fit?"))
+    assert fine.passed
+    # Short questions ("Anything else?") may come back; they are below min_words.
+    assert repeated_question(spec, _asked("Anything else?", "Anything else?")).passed
+    # A question repeated inside one message is one question, not a re-ask.
+    assert repeated_question(spec, _asked("What was the fault? What was the fault?")).passed
+
+
+def test_repeated_question_arguments_are_checked() -> None:
+    from schemas.scenario import JudgeSpec
+    from services.judge.kinds import spec_problems
+
+    assert spec_problems(JudgeSpec(id="r", kind="repeated_question", min_words=0))
+    assert not spec_problems(JudgeSpec(id="r", kind="repeated_question", min_words=4))

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from schemas.events import ConversationFinished, SessionPersisted
+from schemas.scenario import Scenario
+from services.harness.adapters import PythonClient
+from services.harness.domain import Probed, plan_trials
+from services.harness.probes import NoStateProbe
+from services.harness.runner import Harness, UserFactory
+from services.harness.target import PythonAgent
+from tests.unit.harness import agents
+
+Sent = list[tuple[ConversationFinished, SessionPersisted | None]]
+
+
+def scenario(sid: str = "s", k: int = 3, script: tuple[str, ...] = ("a", "b", "c", "d"),
+             **extra: object) -> Scenario:
+    return Scenario.model_validate({"id": sid, "trials": k, "expected_exit": "product_closed",
+                                    "user": {"script": list(script)}, **extra}).versioned()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_agent_sessions() -> Iterator[None]:
+    agents.SESSIONS.clear()
+    yield
+    agents.SESSIONS.clear()
+
+
+class FoundProbe:
+    async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
+        return Probed({"session": session_id}, "product_closed"), None
+
+    async def close(self) -> None:
+        pass
+
+
+def harness(fn: str, sent: Sent, *, timeout_s: float = 5.0, probe: object = None,
+            publishing: threading.Event | None = None, release: threading.Event | None = None,
+            concurrency: int = 4) -> Harness:
+    def publish(c: ConversationFinished, s: SessionPersisted | None) -> str | None:
+        if publishing is not None and release is not None:
+            publishing.set()
+            assert release.wait(5)
+        sent.append((c, s))
+        return None
+
+    return Harness(run_id="r", agent=PythonClient(PythonAgent(kind="python", callable=fn)),
+                   probe=probe or NoStateProbe(), users=UserFactory(), publish=publish,
+                   timeout_s=timeout_s, concurrency=concurrency)
+
+
+async def test_the_product_closes_and_both_events_go_out() -> None:
+    sent: Sent = []
+    h = harness("tests.unit.harness.agents:closes_on_third", sent, probe=FoundProbe())
+    summary = await h.run(plan_trials([scenario()], "r", 0))
+    assert summary.published == 3 and summary.exits == {"product_closed": 3}
+    conv, session = sent[0]
+    assert conv.exit_reason == "product_closed" and conv.metrics.turns == 6
+    assert conv.metrics.input_tokens == 6
+    assert session is not None and session.session_id == conv.session_id
+    assert session.exit_reason == "product_closed"
+
+
+async def test_a_script_that_runs_out_is_persona_exhausted_and_without_a_session() -> None:
+    sent: Sent = []
+    h = harness("tests.unit.harness.agents:closes_on_third", sent)
+    await h.run(plan_trials([scenario(script=("only", "two"))], "r", 1))
+    conv, session = sent[0]
+    assert conv.exit_reason == "persona_exhausted" and session is None
+    assert conv.model_dump()["state_probe"] == "the target has no state probe"
+
+
+async def test_a_slow_reply_times_out_and_the_others_go_on() -> None:
+    sent: Sent = []
+    h = harness("tests.unit.harness.agents:slow_for_trial_2", sent, timeout_s=0.2)
+    summary = await h.run(plan_trials([scenario()], "r", 0))
+    exits = {c.trial_id: (c.exit_reason, c.model_dump().get("harness_error")) for c, _ in sent}
+    assert exits["r:s:002"] == ("timeout", "no agent reply within 0.2 s")
+    assert exits["r:s:001"][0] == exits["r:s:003"][0] == "product_closed"
+    assert summary.exits == {"product_closed": 2, "timeout": 1}
+    assert any("r:s:002" == t and "timeout" in why for t, why in summary.errors)
+
+
+async def test_max_duration_is_a_timeout_with_that_reason() -> None:
+    sent: Sent = []
+    h = harness("tests.unit.harness.agents:slow", sent, timeout_s=5)
+    await h.run(plan_trials([scenario(k=1, limits={"max_duration_s": 0.2})], "r", 0))
+    assert sent[0][0].model_dump()["harness_error"] == \
+        "the conversation ran past max_duration_s=0.2"
+
+
+async def test_agent_failures_are_agent_errors_with_the_reason() -> None:
+    sent: Sent = []
+    await harness("tests.unit.harness.agents:raises", sent).run(
+        plan_trials([scenario(k=1)], "r", 0))
+    await harness("tests.unit.harness.agents:garbage", sent).run(
+        plan_trials([scenario("g", k=1)], "r", 0))
+    reasons = [c.model_dump()["harness_error"] for c, _ in sent]
+    assert [c.exit_reason for c, _ in sent] == ["agent_error", "agent_error"]
+    assert "RuntimeError: database is locked" in reasons[0]
+    assert "not a JSON object" in reasons[1]
+
+
+async def test_stop_cancels_conversations_but_finishes_a_trial_being_published() -> None:
+    sent: Sent = []
+    publishing, release = threading.Event(), threading.Event()
+    # Trial 1 answers at once and is held inside publish; trial 2 hangs in its reply.
+    h = harness("tests.unit.harness.agents:slow_for_trial_2", sent, publishing=publishing,
+                release=release, concurrency=2)
+    task = asyncio.create_task(h.run(plan_trials([scenario(k=2)], "r", 0)))
+    assert await asyncio.to_thread(publishing.wait, 5)
+    h.stop()
+    await asyncio.sleep(0.05)
+    assert not task.done()  # still waiting for the trial being published
+    release.set()
+    summary = await asyncio.wait_for(task, 5)
+    assert [c.trial_id for c, _ in sent] == ["r:s:001"]  # published whole, nothing else
+    assert summary.published == 1 and summary.interrupted == 1
+    assert summary.exit_code() == 130
