@@ -344,6 +344,11 @@ class ScenarioReliability(DerivedEvent):
     window: str | None = Field(None, description='Window size label, e.g. "1h"; null for a run')
     window_start: AwareDatetime | None = None
     window_end: AwareDatetime | None = None
+    # A window record's alert targets as the aggregate knew them (the scenario's `alert:`,
+    # else the defaults), so a picture can mark the windows where the drop alert's
+    # condition held without the scenario catalog.
+    alert_min_pass_hat_k: float | None = None
+    alert_min_trials: int | None = None
 
 
 class DeadLetter(DerivedEvent):

@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "services.judge.commands",
     "services.report.wait",
     "services.report.commands",
+    "services.report.windows",
     "services.regrade.commands",
     "services.calibration.commands",
     "services.harness.commands",

@@ -138,8 +138,10 @@ async def count_batch(events: list[faust.types.EventT]) -> None:
         await reject.guard(event, count_one)
     apply_group(batch)
     for bucket in batch.figures():
+        target = gauges.target(bucket.scenario_id) or (settings.alert_min_pass_hat_k,
+                                                        settings.alert_min_trials)
         await send_unawaited(reliability_name, bucket.scenario_id.encode(),
-                             encode(domain.record(bucket)))
+                             encode(domain.record(bucket, target)))
     for note, n in notes.items():
         metrics.verdicts.labels(note).inc(n)
         common.events.labels(PROCESSOR, note).inc(n)

@@ -279,7 +279,8 @@ def most_recent(items: Iterable[tuple[str, Any]], read: Read) -> list[Bucket]:
     return out
 
 
-def record(bucket: Bucket) -> ScenarioReliability:
+def record(bucket: Bucket, target: tuple[float, int] | None = None) -> ScenarioReliability:
+    """The bucket's figures; a window record carries `target` (min pass^k, min trials)."""
     tally = ReliabilityTally(k=bucket.k, passed=bucket.passed, failed=bucket.failed,
                              errors=bucket.errors)
     lower, upper = pass_hat_k_interval(tally.n, tally.passed, tally.k)
@@ -291,6 +292,8 @@ def record(bucket: Bucket) -> ScenarioReliability:
         scope = f"{bucket.window}:{rfc3339(bucket.window_start)}"
         window = {"window": bucket.window, "window_start": as_datetime(bucket.window_start),
                   "window_end": as_datetime(bucket.window_end)}
+        if target is not None:
+            window["alert_min_pass_hat_k"], window["alert_min_trials"] = target
     return ScenarioReliability(
         event_id=f"reliability:{bucket.scenario_id}:{scope}:{bucket.seq}",
         scenario_id=bucket.scenario_id,

@@ -45,6 +45,11 @@ class ReliabilityGauges(Collector):
         for bucket in buckets:
             self.set_window(bucket)
 
+    def target(self, scenario_id: str) -> tuple[float, int] | None:
+        """(min_pass_hat_k, min_trials) of the scenario's alert, once the catalog was read."""
+        with self._lock:
+            return self._targets.get(scenario_id)
+
     def set_targets(self, scenarios: Iterable[Scenario], default_min_pass_hat_k: float,
                     default_min_trials: int) -> None:
         targets = {}
@@ -74,6 +79,12 @@ class ReliabilityGauges(Collector):
                 ("pass_hat_k_upper", "95% bound of pass^k (same posterior)."),
                 ("pass_at_k", "pass@k of the scenario's most recent window of that size."),
                 ("trials", "Trials counted in the scenario's most recent window of that size."),
+                ("errors", "Trials of that window that could not be judged (outcome error); "
+                           "counted in passk_scenario_trials, never as passed."),
+                ("judged_pass_hat_k", "pass^k over the window's judged trials only (errors "
+                                      "left out; absent while fewer than k were judged): what "
+                                      "the reliability-drop alert asks about."),
+                ("judged_pass_hat_k_upper", "95% bound of pass^k over the judged trials only."),
             )
         }
         for b in sorted(windows, key=lambda b: (b.scenario_id, b.window or "")):
@@ -87,6 +98,12 @@ class ReliabilityGauges(Collector):
             families["pass_hat_k_lower"].add_metric(at, lower)
             families["pass_hat_k_upper"].add_metric(at, upper)
             families["trials"].add_metric(at, tally.n)
+            families["errors"].add_metric(at, tally.errors)
+            judged = tally.judged()
+            if judged.pass_hat_k is not None:
+                families["judged_pass_hat_k"].add_metric(at, judged.pass_hat_k)
+            families["judged_pass_hat_k_upper"].add_metric(
+                at, pass_hat_k_interval(judged.n, judged.passed, judged.k)[1])
         yield from families.values()
 
         min_hat = GaugeMetricFamily(

@@ -79,6 +79,13 @@ class ReliabilityTally:
     def pass_hat_k(self) -> float | None:
         return pass_hat_k(self.n, self.passed, self.k)
 
+    def judged(self) -> ReliabilityTally:
+        """The trials that were judged: errors (could not judge: a judge model that kept
+        failing, say) left out. Monitoring asks this tally whether the *agent* got worse, so
+        a judge outage does not read as an agent regression; the deploy gate and the run
+        records keep the strict tally, where an errored trial is one that did not pass."""
+        return ReliabilityTally(k=self.k, passed=self.passed, failed=self.failed)
+
     @property
     def insufficient(self) -> bool:
         return self.n < self.k

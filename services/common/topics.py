@@ -93,7 +93,7 @@ PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
     "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
     "judge": (Topic.CONVERSATION_FINISHED, Topic.REGRADE_REQUESTS),
     "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-             Topic.TRIAL_VERDICTS),
+             Topic.TRIAL_VERDICTS, Topic.SCENARIO_RELIABILITY),
     "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),
     "calibration": (Topic.LABELS, Topic.JUDGE_VERDICTS, Topic.LABELLED_VERDICTS,
                     Topic.JUDGE_CALIBRATIONS),

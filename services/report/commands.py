@@ -22,6 +22,8 @@ from services.common.exits import (
 if TYPE_CHECKING:
     from services.report.domain import RunReport
 
+RUN_WINDOWS = 24  # windows per scenario and size in the report page's over-time section
+
 
 def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list[str], str]:
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
@@ -71,10 +73,14 @@ def register(app: typer.Typer) -> None:
             from datetime import UTC, datetime
 
             from services.report.html import render_html
+            from services.report.over_time import run_section
+            from services.report.windows import load_windows
 
+            over_time = run_section(load_windows(
+                database_url, RUN_WINDOWS, None, [s.scenario_id for s in result.scenarios]))
             try:
-                html.write_text(render_html(result, generated_at=datetime.now(UTC)),
-                                encoding="utf-8")
+                html.write_text(render_html(result, generated_at=datetime.now(UTC),
+                                            over_time=over_time), encoding="utf-8")
             except OSError as exc:
                 raise UsageError(f"cannot write {html}: {exc}") from exc
             console(stderr=True).print(f"report page: {html.resolve()}", soft_wrap=True)

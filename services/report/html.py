@@ -217,8 +217,10 @@ def _advisory(report: RunReport) -> str:
     )
 
 
-def render_html(report: RunReport, *, generated_at: datetime) -> str:
-    """The whole page as one string."""
+def render_html(report: RunReport, *, generated_at: datetime,
+                over_time: str | None = None) -> str:
+    """The whole page as one string; `over_time`, the run's scenarios over time
+    (services/report/over_time.py), when the projection holds their windows."""
     passed = sum(1 for s in report.scenarios if s.scenario_passed)
     total = len(report.scenarios)
     gate = (
@@ -259,6 +261,7 @@ deploys; the gap to pass@k is where flakiness hides.</p>
 <th>verdict</th><th>gates</th></tr></thead>
 <tbody>{"".join(_scenario_rows(report))}</tbody></table>
 {without}
+{over_time or ""}
 <h2>Flakiness explained</h2>
 <p class="sub">For each scenario whose trials disagree: the checks whose result flips between
 its trials, by how many trials they failed.</p>

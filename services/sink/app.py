@@ -2,7 +2,7 @@
 the SQL projection. What rows an event makes lives in domain.py; how they are written, in
 store.py. Database calls run in a thread so the event loop keeps serving the consumer.
 
-One agent reads the four topics and writes what it has read in batches (at most
+One agent reads the five topics and writes what it has read in batches (at most
 PASSK_SINK_BATCH_MAX events, one transaction each); Faust's take buffer stops reading while
 a batch is being written, so a slow database slows the reading rather than filling memory,
 and a batch's offsets are acknowledged only once its transaction has committed.
@@ -19,7 +19,13 @@ import faust
 from pydantic import BaseModel
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
-from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
+from schemas.events import (
+    ConversationFinished,
+    GateResult,
+    JudgeVerdict,
+    ScenarioReliability,
+    TrialVerdict,
+)
 from services.common.app import (
     INFRASTRUCTURE_ERRORS,
     DeadLetters,
@@ -49,9 +55,11 @@ MODELS: dict[str, type[BaseModel]] = {
     topic_name(Topic.GATE_RESULTS, settings): GateResult,
     topic_name(Topic.JUDGE_VERDICTS, settings): JudgeVerdict,
     topic_name(Topic.CONVERSATION_FINISHED, settings): ConversationFinished,
+    # The aggregate's window records, for `passk windows` and the pictures over time.
+    topic_name(Topic.SCENARIO_RELIABILITY, settings): ScenarioReliability,
 }
 inputs = raw_inputs(app, Topic.TRIAL_VERDICTS, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-                    Topic.CONVERSATION_FINISHED, settings=settings)
+                    Topic.CONVERSATION_FINISHED, Topic.SCENARIO_RELIABILITY, settings=settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 run_alongside(app, settings)
 

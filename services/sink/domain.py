@@ -22,10 +22,16 @@ from typing import Any, overload
 
 from sqlmodel import JSON, Field, SQLModel
 
-from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
+from schemas.events import (
+    ConversationFinished,
+    GateResult,
+    JudgeVerdict,
+    ScenarioReliability,
+    TrialVerdict,
+)
 from services.common.estimators import ReliabilityTally
 
-SinkEvent = TrialVerdict | GateResult | JudgeVerdict | ConversationFinished
+SinkEvent = TrialVerdict | GateResult | JudgeVerdict | ConversationFinished | ScenarioReliability
 
 
 @overload
@@ -145,7 +151,35 @@ class ScenarioSummary(SQLModel):
     last_verdict_at: datetime | None = None
 
 
-Record = TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | TranscriptRecord
+class WindowRecord(SQLModel):
+    """One event-time window of a scenario as the aggregate last published it (its run
+    records are not kept: the summaries hold the runs). Versioned by the aggregate's
+    sequence number of the window's changes, so the newest figure wins whatever the order
+    in which copies arrive."""
+
+    scenario_id: str = Field(primary_key=True)
+    window: str = Field(primary_key=True)
+    window_start: datetime = Field(primary_key=True)
+    window_end: datetime
+    scenario_version: str | None = None
+    k: int
+    n: int
+    passed: int
+    failed: int
+    errors: int
+    pass_at_k: float | None = None
+    pass_hat_k: float | None = None
+    pass_hat_k_lower: float
+    pass_hat_k_upper: float
+    alert_min_pass_hat_k: float | None = None
+    alert_min_trials: int | None = None
+    seq: int
+    occurred_at: datetime
+    event_id: str
+
+
+Record = (TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | TranscriptRecord
+          | WindowRecord)
 
 
 def trial_record(verdict: TrialVerdict) -> TrialRecord:
@@ -263,6 +297,36 @@ def transcript_record(finished: ConversationFinished) -> TranscriptRecord:
     )
 
 
+def window_seq(event_id: str) -> int:
+    """The aggregate numbers each window's records (`reliability:<scenario>:<scope>:<seq>`)."""
+    tail = event_id.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def window_record(record: ScenarioReliability) -> WindowRecord | None:
+    """The row of a window record; None for a run record."""
+    if record.window is None or record.window_start is None or record.window_end is None:
+        return None
+    return WindowRecord(
+        scenario_id=record.scenario_id,
+        window=record.window,
+        window_start=as_utc(record.window_start),
+        window_end=as_utc(record.window_end),
+        scenario_version=record.scenario_version,
+        k=record.k, n=record.n, passed=record.passed, failed=record.failed,
+        errors=record.errors,
+        pass_at_k=record.pass_at_k,
+        pass_hat_k=record.pass_hat_k,
+        pass_hat_k_lower=record.pass_hat_k_lower,
+        pass_hat_k_upper=record.pass_hat_k_upper,
+        alert_min_pass_hat_k=record.alert_min_pass_hat_k,
+        alert_min_trials=record.alert_min_trials,
+        seq=window_seq(record.event_id),
+        occurred_at=as_utc(record.occurred_at),
+        event_id=record.event_id,
+    )
+
+
 def problem_with(event: SinkEvent) -> str | None:
     """Why an event that decoded cleanly still cannot be stored, or None."""
     if isinstance(event, TrialVerdict) and event.k < 1:
@@ -280,6 +344,10 @@ def record_for(event: SinkEvent) -> Record:
         return judge_record(event)
     if isinstance(event, ConversationFinished):
         return transcript_record(event)
+    if isinstance(event, ScenarioReliability):
+        row = window_record(event)
+        if row is not None:
+            return row
     raise TypeError(f"the sink does not store {type(event).__name__}")
 
 
@@ -287,6 +355,9 @@ def records_for(event: SinkEvent) -> list[Record]:
     """Every row an event produces: a trial verdict is also one attempt of its history."""
     if isinstance(event, TrialVerdict):
         return [trial_record(event), attempt_record(event)]
+    if isinstance(event, ScenarioReliability):
+        row = window_record(event)
+        return [row] if row is not None else []
     return [record_for(event)]
 
 

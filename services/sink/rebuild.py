@@ -1,6 +1,6 @@
 """`passk rebuild`: recreate the SQL projection from the log.
 
-Reads every partition of the sink's four topics from its first retained offset up to the
+Reads every partition of the sink's five topics from its first retained offset up to the
 end offsets taken at the start, applies each event with the live sink's own store code,
 into a fresh schema, and then computes every summary from scratch from the trial rows.
 Since every write is an order-tolerant upsert (see domain.py), the result equals what the
@@ -18,7 +18,13 @@ from kafka import KafkaConsumer, TopicPartition
 from pydantic import BaseModel
 from sqlalchemy.exc import DataError, IntegrityError
 
-from schemas.events import ConversationFinished, GateResult, JudgeVerdict, TrialVerdict
+from schemas.events import (
+    ConversationFinished,
+    GateResult,
+    JudgeVerdict,
+    ScenarioReliability,
+    TrialVerdict,
+)
 from services.common.codec import Rejection, decode
 from services.common.kafka_client import kafka_client_kwargs
 from services.common.settings import Settings, get_settings
@@ -31,6 +37,7 @@ SOURCES: tuple[tuple[Topic, type[BaseModel]], ...] = (
     (Topic.GATE_RESULTS, GateResult),
     (Topic.JUDGE_VERDICTS, JudgeVerdict),
     (Topic.TRIAL_VERDICTS, TrialVerdict),
+    (Topic.SCENARIO_RELIABILITY, ScenarioReliability),
 )
 
 

@@ -33,6 +33,7 @@ from services.sink.domain import (
     TranscriptRecord,
     TrialAttemptRecord,
     TrialRecord,
+    WindowRecord,
     as_utc,
     records_for,
     summary_of,
@@ -69,6 +70,10 @@ class ScenarioSummaryRow(ScenarioSummary, SinkTable, table=True):
     __tablename__ = "scenario_summaries"
 
 
+class WindowRow(WindowRecord, SinkTable, table=True):
+    __tablename__ = "scenario_windows"
+
+
 METADATA = SinkTable.metadata
 TABLES: dict[type[SQLModel], tuple[Any, str]] = {
     # record type -> (table, the column that orders versions of one key)
@@ -78,7 +83,19 @@ TABLES: dict[type[SQLModel], tuple[Any, str]] = {
     JudgeRecord: (JudgeVerdictRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
     TranscriptRecord: (TranscriptRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
     ScenarioSummary: (ScenarioSummaryRow.__table__, "last_verdict_at"),  # type: ignore[attr-defined]
+    WindowRecord: (WindowRow.__table__, "seq"),  # type: ignore[attr-defined]
 }
+
+
+def _newest_windows(rows: list[Any]) -> list[Any]:
+    """A window's records of one batch reduced to its newest (highest seq; the later in log
+    order among equals): one statement may not update a row twice in PostgreSQL."""
+    newest: dict[tuple[str, str, Any], Any] = {}
+    for row in rows:
+        key = (row.scenario_id, row.window, row.window_start)
+        if key not in newest or row.seq >= newest[key].seq:
+            newest[key] = row
+    return list(newest.values())
 
 
 class Store:
@@ -151,6 +168,8 @@ class Store:
                     if not deltas.apply(record):
                         continue  # a stale copy: the upsert would ignore it anyway
                 by_table.setdefault(type(record), []).append(record)
+            if WindowRecord in by_table:
+                by_table[WindowRecord] = _newest_windows(by_table[WindowRecord])
             for kind, rows in by_table.items():
                 self._upsert_many(conn, kind, rows)
             if deltas is not None:
@@ -292,6 +311,28 @@ class Store:
         table, _ = TABLES[TranscriptRecord]
         found = self._select(TranscriptRecord, table.c.trial_id == trial_id, order=("trial_id",))
         return found[0] if found else None
+
+    def windows(self, last: int | None = None, *, size: str | None = None,
+                scenarios: Iterable[str] | None = None) -> list[WindowRecord]:
+        """Each scenario's windows (of every size, or of `size`), oldest first; with `last`,
+        only the `last` most recent of each scenario and size."""
+        table, _ = TABLES[WindowRecord]
+        where = []
+        if size is not None:
+            where.append(table.c.window == size)
+        if scenarios is not None:
+            where.append(table.c.scenario_id.in_(sorted(set(scenarios))))
+        rows: list[WindowRecord] = self._select(
+            WindowRecord, *where, order=("scenario_id", "window", "window_start"))
+        if last is None:
+            return rows
+        kept: list[WindowRecord] = []
+        by: dict[tuple[str, str], list[WindowRecord]] = {}
+        for row in rows:
+            by.setdefault((row.scenario_id, row.window), []).append(row)
+        for group in by.values():
+            kept.extend(group[-last:] if last > 0 else [])
+        return sorted(kept, key=lambda r: (r.scenario_id, r.window, r.window_start))
 
     def runs(self) -> list[str]:
         if not self.has_schema():

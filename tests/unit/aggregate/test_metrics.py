@@ -98,3 +98,32 @@ def test_labels_are_scenario_and_window_only(registry: CollectorRegistry) -> Non
         for sample in family.samples:
             assert set(sample.labels) <= {"scenario", "window"}, sample
     assert b"passk_scenario_pass_hat_k{" in generate_latest(registry)
+
+
+def test_errors_are_exported_apart_and_left_out_of_the_judged_pass_hat_k(
+    registry: CollectorRegistry,
+) -> None:
+    # A judge outage: 12 trials, 9 could not be judged, the 3 judged ones all passed.
+    gauges = ReliabilityGauges(registry)
+    gauges.set_window(window(HOUR, passed=3, errors=9))
+    at = {"scenario": "s1", "window": "1h"}
+    assert value(registry, "passk_scenario_trials", **at) == 12
+    assert value(registry, "passk_scenario_errors", **at) == 9
+    # strict (what the deploy gate reads): 3 of 12 passed
+    assert value(registry, "passk_scenario_pass_hat_k", **at) == pytest.approx(
+        comb(3, 3) / comb(12, 3))
+    # judged: 3 of 3 passed
+    assert value(registry, "passk_scenario_judged_pass_hat_k", **at) == 1.0
+    assert value(registry, "passk_scenario_judged_pass_hat_k_upper", **at) == pytest.approx(
+        beta.ppf(0.95, 4, 1) ** 3)
+
+
+def test_fewer_than_k_judged_trials_export_no_judged_estimate(
+    registry: CollectorRegistry,
+) -> None:
+    gauges = ReliabilityGauges(registry)
+    gauges.set_window(window(HOUR, passed=1, failed=1, errors=10))
+    at = {"scenario": "s1", "window": "1h"}
+    assert value(registry, "passk_scenario_pass_hat_k", **at) == 0.0
+    assert value(registry, "passk_scenario_judged_pass_hat_k", **at) is None
+    assert value(registry, "passk_scenario_errors", **at) == 10

@@ -1,0 +1,222 @@
+"""A scenario's reliability over time: its event-time windows as the aggregate published
+them (kept in the projection's `scenario_windows` table), for `passk windows` (table,
+JSON, page) and the over-time section of `passk report --html`.
+
+Each window shows pass^k with its 90% credible band, pass@k beside it, the trials that
+could not be judged (errors) apart, and whether the reliability-drop alert's condition
+held in it. That condition is the rule's (infra/prometheus/alerts.yml,
+PasskScenarioReliabilityDrop), asked of the *judged* trials: the upper bound of pass^k over
+the judged trials is below the scenario's `alert.min_pass_hat_k`, at least
+`alert.min_trials` trials were judged, and errors are not most of the window's trials (a
+window of mostly errors is the judge's incident: PasskJudgeErrorRate). The strict figures
+(errors count as not passed) are the ones shown as pass^k, as the deploy gate reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from html import escape
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from pydantic import BaseModel
+
+from services.common.estimators import ReliabilityTally, pass_hat_k_interval
+from services.sink.domain import WindowRecord
+
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+class WindowView(BaseModel):
+    scenario_id: str
+    window: str
+    window_start: datetime
+    window_end: datetime
+    k: int
+    n: int
+    passed: int
+    failed: int
+    errors: int
+    pass_at_k: float | None
+    pass_hat_k: float | None
+    pass_hat_k_lower: float
+    pass_hat_k_upper: float
+    judged_pass_hat_k: float | None
+    judged_pass_hat_k_upper: float
+    alert_min_pass_hat_k: float | None
+    alert_min_trials: int | None
+    alert_condition: bool
+
+
+def alert_condition(tally: ReliabilityTally, min_pass_hat_k: float | None,
+                    min_trials: int | None) -> bool:
+    """Whether PasskScenarioReliabilityDrop's condition holds for a window of these counts
+    (without its `for:` duration)."""
+    if min_pass_hat_k is None or min_trials is None:
+        return False
+    judged = tally.judged()
+    if judged.pass_hat_k is None or judged.n < min_trials or 2 * tally.errors > tally.n:
+        return False
+    upper = pass_hat_k_interval(judged.n, judged.passed, judged.k)[1]
+    return upper < min_pass_hat_k
+
+
+def view(row: WindowRecord) -> WindowView:
+    tally = ReliabilityTally(k=row.k, passed=row.passed, failed=row.failed, errors=row.errors)
+    judged = tally.judged()
+    return WindowView(
+        scenario_id=row.scenario_id, window=row.window,
+        window_start=row.window_start, window_end=row.window_end,
+        k=row.k, n=row.n, passed=row.passed, failed=row.failed, errors=row.errors,
+        pass_at_k=row.pass_at_k, pass_hat_k=row.pass_hat_k,
+        pass_hat_k_lower=row.pass_hat_k_lower, pass_hat_k_upper=row.pass_hat_k_upper,
+        judged_pass_hat_k=judged.pass_hat_k,
+        judged_pass_hat_k_upper=pass_hat_k_interval(judged.n, judged.passed, judged.k)[1],
+        alert_min_pass_hat_k=row.alert_min_pass_hat_k, alert_min_trials=row.alert_min_trials,
+        alert_condition=alert_condition(tally, row.alert_min_pass_hat_k, row.alert_min_trials),
+    )
+
+
+def views(rows: Iterable[WindowRecord]) -> list[WindowView]:
+    return [view(r) for r in rows]
+
+
+def windows_json(items: Sequence[WindowView]) -> dict[str, Any]:
+    return {"windows": [w.model_dump(mode="json") for w in items]}
+
+
+def by_scenario(items: Sequence[WindowView]) -> dict[tuple[str, str], list[WindowView]]:
+    out: dict[tuple[str, str], list[WindowView]] = {}
+    for w in sorted(items, key=lambda w: (w.scenario_id, w.window, w.window_start)):
+        out.setdefault((w.scenario_id, w.window), []).append(w)
+    return out
+
+
+# ------------------------------------------------------------------------ pictures
+
+
+def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
+    """One scenario's windows of one size: the credible band, pass^k, pass@k, and the
+    windows where the alert condition held."""
+    x = [w.window_start for w in items]
+    fig = go.Figure()
+    fig.add_scatter(x=x, y=[w.pass_hat_k_upper for w in items], mode="lines",
+                    line={"width": 0}, hoverinfo="skip", showlegend=False, name="upper")
+    fig.add_scatter(x=x, y=[w.pass_hat_k_lower for w in items], mode="lines",
+                    line={"width": 0}, fill="tonexty", fillcolor="rgba(31,95,153,0.18)",
+                    name="pass^k 90% credible band")
+    fig.add_scatter(x=x, y=[w.pass_hat_k for w in items], mode="lines+markers",
+                    line={"color": "#1f5f99", "width": 2}, name="pass^k")
+    fig.add_scatter(x=x, y=[w.pass_at_k for w in items], mode="lines+markers",
+                    line={"color": "#8fb8de", "dash": "dash"}, name="pass@k")
+    alerts = [w for w in items if w.alert_condition]
+    fig.add_scatter(x=[w.window_start for w in alerts], y=[w.pass_hat_k for w in alerts],
+                    mode="markers", marker={"symbol": "x", "size": 14, "color": "#b42318"},
+                    name="alert condition held")
+    for w in alerts:
+        fig.add_vrect(x0=w.window_start, x1=w.window_end, fillcolor="#b42318", opacity=0.08,
+                      line_width=0)
+    if any(w.errors for w in items):
+        fig.add_bar(x=x, y=[w.errors / w.n if w.n else 0 for w in items], name="share errors",
+                    marker_color="#a15c07", opacity=0.35)
+    target = next((w.alert_min_pass_hat_k for w in reversed(items)
+                   if w.alert_min_pass_hat_k is not None), None)
+    if target is not None:
+        fig.add_hline(y=target, line_dash="dot", line_color="#b42318",
+                      annotation_text=f"alert target {target:g}", annotation_position="top left")
+    fig.update_layout(height=320, margin={"t": 30, "b": 40, "l": 50, "r": 20},
+                      yaxis={"range": [0, 1.05], "title": "estimate"},
+                      legend={"orientation": "h", "y": 1.15})
+    return fig
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _cell(name: str, text: str, *, num: bool = True) -> str:
+    cls = ' class="num"' if num else ""
+    return f'<td data-figure="{name}"{cls}>{escape(text)}</td>'
+
+
+def stamp(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def _rows(items: Sequence[WindowView]) -> str:
+    out = []
+    for w in items:
+        out.append(
+            f'<tr data-scenario="{escape(w.scenario_id)}" data-window="{escape(w.window)}" '
+            f'data-window-start="{escape(stamp(w.window_start))}" '
+            f'data-alert="{str(w.alert_condition).lower()}">'
+            + _cell("window_start", stamp(w.window_start), num=False)
+            + _cell("n", str(w.n)) + _cell("passed", str(w.passed))
+            + _cell("failed", str(w.failed)) + _cell("errors", str(w.errors))
+            + _cell("pass_hat_k", _num(w.pass_hat_k))
+            + _cell("pass_hat_k_interval", f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]")
+            + _cell("pass_at_k", _num(w.pass_at_k))
+            + _cell("judged_pass_hat_k", _num(w.judged_pass_hat_k))
+            + f'<td data-figure="alert_condition" class="{"fail" if w.alert_condition else ""}">'
+            + ("alert" if w.alert_condition else "") + "</td></tr>"
+        )
+    return "".join(out)
+
+
+def over_time_section(items: Sequence[WindowView], *, empty: str) -> str:
+    """The HTML of one figure and one table per (scenario, window size)."""
+    if not items:
+        return f'<p id="over-time-none">{escape(empty)}</p>'
+    parts = []
+    for i, ((scenario_id, size), group) in enumerate(by_scenario(items).items()):
+        fig = over_time_figure(group)
+        plot = str(pio.to_html(fig, include_plotlyjs=False, full_html=False,
+                               div_id=f"over-time-{i}", config=PLOT_CONFIG))
+        parts.append(
+            f'<div class="over-time" data-scenario="{escape(scenario_id)}" '
+            f'data-window="{escape(size)}"><h3>{escape(scenario_id)} · {escape(size)} windows'
+            f"</h3>{plot}"
+            f'<table class="windows"><thead><tr><th>window start</th><th>n</th>'
+            "<th>passed</th><th>failed</th><th>errors</th><th>pass^k</th>"
+            "<th>pass^k 90% interval</th><th>pass@k</th><th>pass^k judged</th>"
+            f"<th>alert</th></tr></thead><tbody>{_rows(group)}</tbody></table></div>"
+        )
+    return "".join(parts)
+
+
+SECTION_NOTE = (
+    "pass^k per event-time window with its 90% credible band, pass@k beside it; "
+    "errors (trials that could not be judged) shown apart; a red × marks a window where "
+    "the reliability-drop alert's condition held (asked of the judged trials)."
+)
+
+
+def run_section(items: Sequence[WindowView]) -> str:
+    """The over-time section of a run's report page: its scenarios' latest windows."""
+    body = over_time_section(
+        items, empty="No event-time windows of these scenarios in the projection yet.")
+    return (f'<h2>Reliability over time</h2><p class="sub">{escape(SECTION_NOTE)}</p>'
+            f'<div id="over-time">{body}</div>')
+
+
+def render_windows_page(items: Sequence[WindowView], *, generated_at: datetime) -> str:
+    """`passk windows --html`: the last windows of every scenario, one page."""
+    from plotly.offline import get_plotlyjs
+
+    from services.report.html import STYLE
+
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>passk: reliability over time</title>
+<style>{STYLE}</style>
+<script>{get_plotlyjs()}</script>
+</head><body>
+<h1>passk: reliability over time</h1>
+<p class="sub">generated {escape(generated_at.isoformat(timespec="seconds"))} ·
+{len(by_scenario(items))} scenario window series</p>
+<p class="sub">{escape(SECTION_NOTE)}</p>
+<div id="over-time">{over_time_section(items, empty="No windows in the projection yet.")}</div>
+</body></html>
+"""

@@ -1,0 +1,81 @@
+"""The windows view: judged figures, the alert condition as the drop rule asks it, and the
+projection keeping the newest record of each window."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from math import comb
+from pathlib import Path
+
+import pytest
+from scipy.stats import beta
+
+from schemas.events import ScenarioReliability
+from services.common.estimators import ReliabilityTally
+from services.report.over_time import alert_condition, view, views
+from services.sink.domain import window_record
+from services.sink.store import Store
+
+HOUR = datetime(2026, 11, 30, 10, tzinfo=UTC)
+
+
+def record(seq: int, passed: int, failed: int = 0, errors: int = 0, *, start: datetime = HOUR,
+           scenario: str = "s1", k: int = 3, target: tuple[float, int] = (0.8, 10),
+           ) -> ScenarioReliability:
+    tally = ReliabilityTally(k=k, passed=passed, failed=failed, errors=errors)
+    c, n = passed, tally.n
+    return ScenarioReliability(
+        event_id=f"reliability:{scenario}:1h:{start.isoformat()}:{seq}",
+        occurred_at=start + timedelta(minutes=seq), scenario_id=scenario, k=k, n=n,
+        passed=passed, failed=failed, errors=errors, pass_at_k=tally.pass_at_k,
+        pass_hat_k=tally.pass_hat_k, pass_hat_k_lower=beta.ppf(0.05, c + 1, n - c + 1) ** k,
+        pass_hat_k_upper=beta.ppf(0.95, c + 1, n - c + 1) ** k,
+        scenario_passed=tally.scenario_passed, window="1h", window_start=start,
+        window_end=start + timedelta(hours=1), alert_min_pass_hat_k=target[0],
+        alert_min_trials=target[1])
+
+
+@pytest.mark.parametrize(("passed", "failed", "errors", "held"), [
+    (3, 9, 0, True),     # a real drop: 3 of 12 passed (upper 0.12)
+    (12, 0, 0, False),   # healthy
+    (9, 1, 0, False),    # one miss in ten: upper 0.90
+    (1, 3, 0, False),    # confidently bad, but only 4 trials
+    (3, 0, 9, False),    # a judge outage: 9 of 12 could not be judged
+    (2, 4, 6, False),    # half errors: 6 judged, fewer than min_trials
+    (1, 11, 13, False),  # 12 judged, all but one failed, but errors are most: the judge's
+    (1, 11, 12, True),   # errors half, not most: the agent's
+])
+def test_the_alert_condition_is_asked_of_the_judged_trials(
+    passed: int, failed: int, errors: int, held: bool
+) -> None:
+    tally = ReliabilityTally(k=3, passed=passed, failed=failed, errors=errors)
+    assert alert_condition(tally, 0.8, 10) is held
+
+
+def test_a_window_view_carries_errors_apart_and_the_judged_pass_hat_k() -> None:
+    w = view(window_record(record(12, passed=3, errors=9)))  # type: ignore[arg-type]
+    assert (w.n, w.passed, w.errors) == (12, 3, 9)
+    assert w.pass_hat_k == pytest.approx(1 / comb(12, 3))
+    assert w.judged_pass_hat_k == 1.0
+    assert w.alert_condition is False
+
+
+def test_the_projection_keeps_each_windows_newest_record(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    later = HOUR + timedelta(hours=1)
+    # In one batch and out of order: seq 2 then seq 1 of the first window; a run record
+    # (not kept); then a second window.
+    run = record(5, passed=5).model_copy(update={"window": None, "window_start": None,
+                                                  "window_end": None, "run_id": "r1",
+                                                  "event_id": "reliability:s1:run:r1:5"})
+    store.apply_many([record(2, passed=2), record(1, passed=1), run])
+    store.apply_many([record(1, passed=1)])  # a stale copy arriving late changes nothing
+    store.apply_many([record(1, passed=0, failed=1, start=later),
+                      record(2, passed=0, failed=2, start=later)])
+    rows = store.windows()
+    assert [(r.window_start, r.seq, r.n) for r in rows] == [(HOUR, 2, 2), (later, 2, 2)]
+    assert [r.window_start for r in store.windows(1)] == [later]
+    assert views(store.windows(1))[0].failed == 2
+    assert store.windows(size="1d") == []
+    assert store.windows(scenarios=["other"]) == []
+    store.close()
