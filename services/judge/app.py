@@ -72,9 +72,22 @@ async def grader() -> Grader:
 @app.agent(conversations)
 async def judge_trials(stream: faust.StreamT) -> None:
     await catalog.ready()
+    known_judges_now()
     # A batch's trials are graded at once: its model calls overlap (bounded by the client).
     await outbox.run(stream, lambda event: reject.guard(event, handle), concurrently=True,
                      batch_max=settings.batch_max, within_s=settings.batch_within_s)
+
+
+def known_judges_now() -> None:
+    metrics.known_judges({j.id for s in catalog.latest().values() for j in s.judges})
+
+
+@app.timer(interval=5.0)
+async def known_judges() -> None:
+    """Every judge of the catalog has its verdict series from the start (see metrics.py),
+    and a judge of a scenario published since within seconds."""
+    if catalog.is_ready:
+        known_judges_now()
 
 
 @app.agent(regrade_requests, concurrency=settings.judge_concurrency)

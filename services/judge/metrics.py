@@ -7,10 +7,12 @@ Labels stay low-cardinality: judge id, result, token kind, cause; never trial id
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+RESULTS = ("passed", "failed", "error")
 REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -51,6 +53,14 @@ class JudgeMetrics:
             "1 while the judge model fails even the health probe; trials wait, none is lost.",
             registry=registry,
         )
+
+    def known_judges(self, judges: Iterable[str]) -> None:
+        """Create every (judge, result) series at 0: the judge-error alert reads increase(),
+        which cannot see a series first scraped at its final value (a burst of errors that
+        all land between two scrapes of a series created by its first error)."""
+        for judge in judges:
+            for result in RESULTS:
+                self.verdicts.labels(judge=judge, result=result)
 
     def verdict(self, judge: str, result: str) -> None:
         self.verdicts.labels(judge=judge, result=result).inc()

@@ -130,10 +130,18 @@ async def _emit(
     return domain.emitted(state, verdict, time.time())
 
 
+@app.timer(interval=5.0)
+async def known_scenarios() -> None:
+    """Each scenario's trial series exist from the start, at 0 (see metrics.py)."""
+    if catalog.is_ready:
+        metrics.known_scenarios(catalog.latest())
+
+
 # --------------------------------------------------------------------------- agents
 @app.agent(inputs)
 async def collect(stream: faust.StreamT) -> None:
     await catalog.ready()
+    metrics.known_scenarios(catalog.latest())
     await calibrations.ready()
     await outbox.run(stream, lambda event: reject.guard(event, handle),
                      batch_max=settings.batch_max, within_s=settings.batch_within_s)

@@ -7,6 +7,8 @@ its verdict, so every trial is observed exactly once. Tracked, never gating.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from schemas.events import TrialMetrics, TrialVerdict
@@ -65,6 +67,13 @@ class VerdictMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+
+    def known_scenarios(self, scenarios: Iterable[str]) -> None:
+        """Create every (scenario, outcome) series at 0, so an alert's increase() sees the
+        first trials of a scenario too (a series first scraped at its final value shows none)."""
+        for scenario in scenarios:
+            for outcome in ("passed", "failed", "error"):
+                self.trials.labels(scenario, outcome)
 
     def count(self, verdict: TrialVerdict) -> None:
         """A trial is counted, and its figures observed, once: with its first verdict. A

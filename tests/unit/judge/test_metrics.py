@@ -23,3 +23,21 @@ def test_names_and_labels_follow_the_design() -> None:
     assert sample("passk_judge_request_seconds_bucket", {"le": "0.25"}) == 1
     assert sample("passk_judge_request_seconds_count") == 1
     assert sample("passk_judge_model_outage") == 0
+
+
+def test_known_judges_have_every_result_series_at_zero_before_any_verdict() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from services.judge.metrics import JudgeMetrics
+
+    registry = CollectorRegistry()
+    metrics = JudgeMetrics(registry)
+    metrics.known_judges(["polite", "grounded"])
+    for judge in ("polite", "grounded"):
+        for result in ("passed", "failed", "error"):
+            assert registry.get_sample_value(
+                "passk_judge_verdicts_total", {"judge": judge, "result": result}) == 0.0
+    metrics.verdict("polite", "error")
+    metrics.known_judges(["polite"])  # again: nothing is reset
+    assert registry.get_sample_value(
+        "passk_judge_verdicts_total", {"judge": "polite", "result": "error"}) == 1.0

@@ -52,3 +52,15 @@ def test_a_trial_is_counted_once_and_its_regrade_apart() -> None:
     assert sample(registry, "passk_trial_regrades_total", scenario="checkout",
                   outcome="passed") == 1
     assert sample(registry, "passk_trial_turns_count", scenario="checkout") == 1
+
+
+def test_known_scenarios_have_every_outcome_series_at_zero() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from services.verdict.metrics import VerdictMetrics
+
+    registry = CollectorRegistry()
+    VerdictMetrics(registry).known_scenarios(["s1"])
+    for outcome in ("passed", "failed", "error"):
+        assert registry.get_sample_value(
+            "passk_trials_total", {"scenario": "s1", "outcome": outcome}) == 0.0
