@@ -100,7 +100,7 @@ def by_scenario(items: Sequence[WindowView]) -> dict[tuple[str, str], list[Windo
 def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
     """One scenario's windows of one size: the credible band, pass^k, pass@k, and the
     windows where the alert condition held."""
-    x = [w.window_start for w in items]
+    x = [middle(w) for w in items]  # a point stands for its whole window: drawn at its middle
     fig = go.Figure()
     fig.add_scatter(x=x, y=[w.pass_hat_k_upper for w in items], mode="lines",
                     line={"width": 0}, hoverinfo="skip", showlegend=False, name="upper")
@@ -111,8 +111,11 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
                     line={"color": "#1f5f99", "width": 2}, name="pass^k")
     fig.add_scatter(x=x, y=[w.pass_at_k for w in items], mode="lines+markers",
                     line={"color": "#8fb8de", "dash": "dash"}, name="pass@k")
+    if any(w.errors for w in items):
+        fig.add_scatter(x=x, y=[w.judged_pass_hat_k for w in items], mode="lines+markers",
+                        line={"color": "#16794c", "dash": "dot"}, name="pass^k judged")
     alerts = [w for w in items if w.alert_condition]
-    fig.add_scatter(x=[w.window_start for w in alerts], y=[w.pass_hat_k for w in alerts],
+    fig.add_scatter(x=[middle(w) for w in alerts], y=[w.pass_hat_k for w in alerts],
                     mode="markers", marker={"symbol": "x", "size": 14, "color": "#b42318"},
                     name="alert condition held")
     for w in alerts:
@@ -130,6 +133,10 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
                       yaxis={"range": [0, 1.05], "title": "estimate"},
                       legend={"orientation": "h", "y": 1.15})
     return fig
+
+
+def middle(w: WindowView) -> datetime:
+    return w.window_start + (w.window_end - w.window_start) / 2
 
 
 def _num(value: float | None, digits: int = 3) -> str:

@@ -8,31 +8,20 @@ from math import comb
 from pathlib import Path
 
 import pytest
-from scipy.stats import beta
 
 from schemas.events import ScenarioReliability
 from services.common.estimators import ReliabilityTally
 from services.report.over_time import alert_condition, view, views
 from services.sink.domain import window_record
 from services.sink.store import Store
+from tests.unit.sink import factories as f
 
 HOUR = datetime(2026, 11, 30, 10, tzinfo=UTC)
 
 
-def record(seq: int, passed: int, failed: int = 0, errors: int = 0, *, start: datetime = HOUR,
-           scenario: str = "s1", k: int = 3, target: tuple[float, int] = (0.8, 10),
-           ) -> ScenarioReliability:
-    tally = ReliabilityTally(k=k, passed=passed, failed=failed, errors=errors)
-    c, n = passed, tally.n
-    return ScenarioReliability(
-        event_id=f"reliability:{scenario}:1h:{start.isoformat()}:{seq}",
-        occurred_at=start + timedelta(minutes=seq), scenario_id=scenario, k=k, n=n,
-        passed=passed, failed=failed, errors=errors, pass_at_k=tally.pass_at_k,
-        pass_hat_k=tally.pass_hat_k, pass_hat_k_lower=beta.ppf(0.05, c + 1, n - c + 1) ** k,
-        pass_hat_k_upper=beta.ppf(0.95, c + 1, n - c + 1) ** k,
-        scenario_passed=tally.scenario_passed, window="1h", window_start=start,
-        window_end=start + timedelta(hours=1), alert_min_pass_hat_k=target[0],
-        alert_min_trials=target[1])
+def record(seq: int, passed: int, failed: int = 0, errors: int = 0, *,
+           start: datetime = HOUR) -> ScenarioReliability:
+    return f.window(seq, passed, failed, errors, start=start)
 
 
 @pytest.mark.parametrize(("passed", "failed", "errors", "held"), [

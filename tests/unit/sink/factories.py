@@ -12,6 +12,7 @@ from schemas.events import (
     GateResult,
     JudgeVerdict,
     Message,
+    ScenarioReliability,
     TrialMetrics,
     TrialVerdict,
 )
@@ -142,3 +143,25 @@ def run_events(run_id: str = "run-1") -> list:
         events.append(judge(trial_id, "polite", "passed", **kw))
         events.append(verdict(trial_id, outcome, **kw))
     return events
+
+
+def window(seq: int, passed: int, failed: int = 0, errors: int = 0, *, start: datetime = T0,
+           scenario: str = "s1", k: int = 3, size: str = "1h", seconds: int = 3600,
+           target: tuple[float, int] = (0.8, 10)) -> ScenarioReliability:
+    """A window record as the aggregate publishes it (figures from scipy, not passk)."""
+    from math import comb
+
+    from scipy.stats import beta
+
+    n, c = passed + failed + errors, passed
+    return ScenarioReliability(
+        event_id=f"reliability:{scenario}:{size}:{start.isoformat()}:{seq}",
+        occurred_at=start + timedelta(seconds=seq), scenario_id=scenario, k=k, n=n,
+        passed=passed, failed=failed, errors=errors,
+        pass_at_k=None if n < k else 1 - comb(n - c, k) / comb(n, k),
+        pass_hat_k=None if n < k else comb(c, k) / comb(n, k),
+        pass_hat_k_lower=float(beta.ppf(0.05, c + 1, n - c + 1)) ** k,
+        pass_hat_k_upper=float(beta.ppf(0.95, c + 1, n - c + 1)) ** k,
+        scenario_passed=n >= k and c == n, window=size, window_start=start,
+        window_end=start + timedelta(seconds=seconds), alert_min_pass_hat_k=target[0],
+        alert_min_trials=target[1])
