@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,15 @@ TOPIC_OF = {
     "gate_result": Topic.GATE_RESULTS,
     "judge_verdict": Topic.JUDGE_VERDICTS,
     "trial_verdict": Topic.TRIAL_VERDICTS,
+    "scenario_reliability": Topic.SCENARIO_RELIABILITY,
 }
 
 
 def send(settings: Settings, events: list) -> None:
     by_topic: dict[Topic, list[tuple[str, bytes]]] = {}
     for ev in events:
-        key = ev.session_id if ev.type == "conversation_finished" else ev.trial_id
+        key = (ev.session_id if ev.type == "conversation_finished"
+               else ev.scenario_id if ev.type == "scenario_reliability" else ev.trial_id)
         by_topic.setdefault(TOPIC_OF[ev.type], []).append((key, encode(ev)))
     for topic, records in by_topic.items():
         produce(settings, topic, records)
@@ -70,8 +73,19 @@ def test_sink_report_gate_and_rebuild(settings: Settings, tmp_path: Path, backen
             database(backend, tmp_path, "rebuilt") as rebuilt_url:
         run_events = f.run_events("run-1")
         ok_events = [e for e in f.run_events("run-ok") if e.scenario_id == "billing"]
+        # the aggregate's records: two windows, each published twice (the newest wins,
+        # whatever the order), and a run record (not kept: the summaries hold runs)
+        later = f.T0 + timedelta(hours=1)
+        run_record = f.window(3, passed=3, scenario="billing").model_copy(update={
+            "window": None, "window_start": None, "window_end": None, "run_id": "run-1",
+            "event_id": "reliability:billing:run:run-1:3"})
+        windows = [f.window(2, passed=2, scenario="billing"),
+                   f.window(1, passed=1, scenario="billing"),
+                   f.window(1, passed=0, failed=1, start=later, scenario="billing"),
+                   f.window(2, passed=0, failed=1, errors=1, start=later, scenario="billing"),
+                   run_record]
         # duplicates, as an at-least-once upstream delivers them
-        send(settings, run_events + run_events[:10] + ok_events)
+        send(settings, run_events + run_events[:10] + ok_events + windows)
         produce(settings, Topic.TRIAL_VERDICTS, [("bad-1", b"{not json")])
         refused = []
         if backend == "postgres":  # PostgreSQL text cannot hold NUL: the row is refused
@@ -79,7 +93,8 @@ def test_sink_report_gate_and_rebuild(settings: Settings, tmp_path: Path, backen
             send(settings, [nul])
             refused = [("sink", "unwritable", f"{settings.topic_prefix}trial-verdicts.v1")]
         expected = {"trials": 10, "trial_attempts": 10, "gate_results": 20,
-                    "judge_verdicts": 10, "transcripts": 10, "scenario_summaries": 4}
+                    "judge_verdicts": 10, "transcripts": 10, "scenario_summaries": 4,
+                    "scenario_windows": 2}
 
         live = Store(live_url)
         env = isolated_env(settings, PASSK_DATABASE_URL=live_url)
@@ -97,6 +112,12 @@ def test_sink_report_gate_and_rebuild(settings: Settings, tmp_path: Path, backen
             ("sink", "invalid_json", f"{settings.topic_prefix}trial-verdicts.v1"), *refused
         ]
         assert base64.b64decode(dead[0]["value_b64"]) == b"{not json"
+
+        shown = passk(settings, "windows", "--json", url=live_url)
+        assert shown.returncode == 0, shown.stderr
+        assert [(w["window_start"], w["n"], w["errors"]) for w in
+                json.loads(shown.stdout)["windows"]] == [
+            ("2026-11-30T12:00:00Z", 2, 0), ("2026-11-30T13:00:00Z", 2, 1)]
 
         report = passk(settings, "report", "--run-id", "run-1", "--json", url=live_url)
         assert report.returncode == 0, report.stderr
