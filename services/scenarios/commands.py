@@ -45,6 +45,13 @@ def _report_validation(result: LoadResult, outcome: str) -> None:
                 f"{len(result.errors)} problem(s): {outcome}", result.errors, "red"
             )
         )
+        if result.scenarios:
+            # A set is all or nothing (DESIGN.md); say which files were fine, so the user
+            # can fix the others or publish these alone.
+            valid = ", ".join(sorted(result.sources.values()))
+            _console(stderr=True).print(
+                f"{len(result.scenarios)} valid file(s), held back with the set: {valid}",
+                soft_wrap=True, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -33,6 +33,15 @@ MAX_FILE_BYTES = 256 * 1024
 # "billion laughs" (aliases of aliases) is refused before anything is built from it.
 MAX_EXPANDED_NODES = 20_000
 MIN_RELIABLE_TRIALS = 3
+# More trials than this is refused: pass^k over k trials needs every one of them to pass,
+# so k = 1,000,000 can never pass in practice, and the aggregate and the report hold each
+# scenario's trials; a typo (an extra 0) should not silently turn a gate off.
+MAX_TRIALS = 1000
+# YAML nesting is bounded while the document is composed: PyYAML's composer recurses once
+# per level, and 800 nested `[` overflow Python's stack (RecursionError) before any check
+# after parsing could run. A scenario needs a handful of levels; the JSON record's bound
+# (MAX_SCENARIO_DEPTH) is the same.
+MAX_YAML_DEPTH = MAX_SCENARIO_DEPTH
 FILE_LEVEL = "(file)"  # the field of a problem that belongs to no field
 
 # Which model validates the mapping at a location (list indexes dropped).
@@ -93,12 +102,30 @@ class InvalidScenarios(Exception):
 # ---------------------------------------------------------------------- YAML
 
 
+class TooDeep(yaml.composer.ComposerError):
+    pass
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys and keeps timestamps as text.
+    """SafeLoader that refuses duplicate keys, keeps timestamps as text, and refuses
+    nesting deeper than MAX_YAML_DEPTH while composing (before the stack can overflow).
 
     PyYAML silently keeps the last of two equal keys (a second `outcome:` would erase
     the first), and turns `2024-05-01` into a date, which no JSON state ever equals.
     """
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise TooDeep(None, None, f"the document nests deeper than {MAX_YAML_DEPTH} "
+                              "levels (lists and mappings inside each other)", mark)
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Node] = {}
@@ -336,6 +363,10 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
                 f"{MAX_SCENARIO_RECORD_BYTES} a record on the scenarios topic may carry", None)
         return None, result
 
+    if scenario.trials > MAX_TRIALS:
+        problem(("trials",), f"trials: {scenario.trials} is above the maximum of {MAX_TRIALS} "
+                "(pass^k needs every one of k trials to pass)", _line_of(node, ("trials",)))
+        return None, result
     if scenario.trials < MIN_RELIABLE_TRIALS:
         result.warnings.append(
             ScenarioWarning(

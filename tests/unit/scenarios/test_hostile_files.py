@@ -13,6 +13,8 @@ import pytest
 from services.scenarios.loader import (
     MAX_EXPANDED_NODES,
     MAX_FILE_BYTES,
+    MAX_TRIALS,
+    MAX_YAML_DEPTH,
     validate_file,
     validate_paths,
 )
@@ -129,3 +131,49 @@ def test_one_bad_file_among_good_ones_fails_the_whole_set(tmp_path: Path) -> Non
           "bad.yaml")
     result = validate_paths([tmp_path])
     assert not result.ok and len(result.errors) == 1
+
+
+# Issue 21, item 3: the red team's 1.6 KB file, 800 nested `[` in a flow sequence.
+@pytest.mark.parametrize("text", [
+    TOP + "outcome: " + "[" * 800 + "]" * 800 + "\n",
+    TOP + "outcome: " + "[" * 100_000 + "\n",  # unclosed too: refused before the scanner ends
+    TOP + "outcome: " + "{a: " * 800 + "}" * 800 + "\n",
+    TOP + "outcome:\n" + "".join("  " * i + "-\n" for i in range(1, 300)),  # block style
+])
+def test_yaml_nested_past_the_bound_is_refused_with_its_line_not_a_recursion_error(
+    tmp_path: Path, text: str
+) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    [(field, problem, line)] = problems(path)
+    assert field == "(file)"
+    assert f"nests deeper than {MAX_YAML_DEPTH} levels" in problem
+    assert line is not None and line >= 3
+
+
+def test_yaml_at_the_bound_is_read(tmp_path: Path) -> None:
+    # MAX_YAML_DEPTH levels in all: the mapping, `outcome`'s list, then lists inside it.
+    path = tmp_path / "s.yaml"
+    path.write_text(HEAD + "description: x\nalert: null\nuser: null\n")
+    scenario, result = validate_file(path)
+    assert scenario is not None, result.errors
+    nested = TOP + "outcome: " + "[" * (MAX_YAML_DEPTH - 1) + "]" * (MAX_YAML_DEPTH - 1) + "\n"
+    path.write_text(nested)
+    _, result = validate_file(path)
+    assert all("nests deeper" not in e.problem for e in result.errors), result.errors
+
+
+@pytest.mark.parametrize(("trials", "refused"), [
+    (MAX_TRIALS, False), (MAX_TRIALS + 1, True), (1_000_000, True)])
+def test_trials_above_the_maximum_are_refused_on_their_line(
+    tmp_path: Path, trials: int, refused: bool
+) -> None:
+    path = write(tmp_path, HEAD + f"trials: {trials}\n")
+    scenario, result = validate_file(path)
+    if not refused:
+        assert scenario is not None and scenario.trials == trials, result.errors
+        return
+    assert scenario is None
+    [error] = result.errors
+    assert (error.field, error.line) == ("trials", 5)
+    assert f"above the maximum of {MAX_TRIALS}" in error.problem
