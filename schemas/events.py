@@ -76,16 +76,25 @@ def count_turns(transcript: Sequence[Message]) -> int:
     return sum(1 for m in transcript if m.role in TURN_ROLES)
 
 
+MAX_TOKENS = 100_000_000  # per trial, input or output
+MAX_TURNS = 10_000
+MAX_DURATION_MS = 7 * 24 * 3600 * 1000  # a week
+MAX_LATENCY_MS = 3600 * 1000  # an hour for one reply
+
+
 class TrialMetrics(BaseModel):
     """Performance figures: tracked, never gating (except the declared limits)."""
 
     model_config = ConfigDict(extra="allow")
 
-    input_tokens: int | None = Field(None, ge=0)
-    output_tokens: int | None = Field(None, ge=0)
-    turns: int | None = Field(None, ge=0)
-    duration_ms: float | None = Field(None, ge=0)
-    latency_ms: float | None = Field(None, ge=0)
+    # Bounds far above any real conversation: a figure past them is a producer's bug, and
+    # one 1e30 in a histogram's sum poisons every rate on the dashboard. Non-finite values
+    # (Infinity, NaN, 1e400) are refused here and, anywhere in an event, by the decoder.
+    input_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)
+    output_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS)
+    turns: int | None = Field(None, ge=0, le=MAX_TURNS)
+    duration_ms: float | None = Field(None, ge=0, le=MAX_DURATION_MS, allow_inf_nan=False)
+    latency_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
 
 
 class ExternalCheck(BaseModel):

@@ -26,8 +26,9 @@ DEFAULT_TRIALS = 3
 class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_turns: int | None = Field(None, ge=1)
-    max_duration_s: float | None = Field(None, gt=0)
+    # The same bounds as a trial's reported metrics (schemas.events); YAML's `.inf` is no limit.
+    max_turns: int | None = Field(None, ge=1, le=10_000)
+    max_duration_s: float | None = Field(None, gt=0, le=7 * 24 * 3600, allow_inf_nan=False)
 
 
 class Expectation(BaseModel):

@@ -185,7 +185,6 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
-    (b'{"x": NaN}', float("nan")),
     (b'{"x": 1, "x": 2}', 2),
     (b'{"x": 123456789012345678901234567890}', 123456789012345678901234567890),
     (b'{"x": "\\ud83d\\ude00"}', "\U0001F600"),
@@ -209,3 +208,44 @@ def test_a_lone_surrogate_is_read_by_the_standard_parser_and_refused_by_name() -
     refused = decode(raw, CF)
     assert isinstance(refused, Rejection) and refused.reason == "invalid_field"
     assert "run_id" in refused.detail
+
+
+# Issue 21, item 4: numbers that are not numbers, as the red team sent them.
+def _with_metrics(field: str, literal: str) -> bytes:
+    raw = as_bytes(sample(CF))
+    return raw[:-1] + f', "metrics": {{"{field}": {literal}}}}}'.encode()
+
+
+@pytest.mark.parametrize(("field", "literal", "reason", "says"), [
+    ("duration_ms", "Infinity", "non_finite_number", "Infinity"),
+    ("duration_ms", "-Infinity", "non_finite_number", "-Infinity"),
+    ("latency_ms", "NaN", "non_finite_number", "NaN"),
+    ("duration_ms", "1e400", "non_finite_number", "metrics.duration_ms"),
+    ("a_field_of_its_own", "1E+400", "non_finite_number", "metrics.a_field_of_its_own"),
+    ("input_tokens", "1e30", "invalid_field", "metrics.input_tokens"),
+    ("output_tokens", "100000001", "invalid_field", "less than or equal to 100000000"),
+    ("turns", "-1", "invalid_field", "greater than or equal to 0"),
+    ("turns", "10001", "invalid_field", "less than or equal to 10000"),
+    ("duration_ms", str(7 * 24 * 3600 * 1000 + 1), "invalid_field", "metrics.duration_ms"),
+    ("latency_ms", "3600001", "invalid_field", "metrics.latency_ms"),
+])
+def test_non_finite_and_absurd_metrics_are_refused_with_a_reason(
+        field: str, literal: str, reason: str, says: str) -> None:
+    refused = decode(_with_metrics(field, literal), CF)
+    assert isinstance(refused, Rejection), refused
+    assert refused.reason == reason and says in refused.detail, refused
+
+
+@pytest.mark.parametrize(("field", "literal"), [
+    ("duration_ms", "604800000"), ("latency_ms", "3600000"), ("input_tokens", "100000000"),
+    ("turns", "10000"), ("duration_ms", "1.5e3"), ("x", "1e300"),
+])
+def test_metrics_at_their_bounds_are_accepted(field: str, literal: str) -> None:
+    decoded = decode(_with_metrics(field, literal), CF)
+    assert isinstance(decoded, ConversationFinished), decoded
+
+
+def test_a_string_that_looks_like_a_huge_number_is_only_text() -> None:
+    raw = as_bytes(sample(CF, run_id="1e400" + "9" * 300))
+    decoded = decode(raw, CF)
+    assert isinstance(decoded, ConversationFinished) and decoded.run_id.startswith("1e400")

@@ -177,3 +177,11 @@ def test_trials_above_the_maximum_are_refused_on_their_line(
     [error] = result.errors
     assert (error.field, error.line) == ("trials", 5)
     assert f"above the maximum of {MAX_TRIALS}" in error.problem
+
+
+@pytest.mark.parametrize("limits", [
+    "{max_duration_s: .inf}", "{max_duration_s: .nan}", "{max_duration_s: 1e400}",
+    "{max_turns: 10001}", "{max_duration_s: 604801}"])
+def test_limits_that_are_no_limits_are_refused(tmp_path: Path, limits: str) -> None:
+    found = problems(write(tmp_path, HEAD + f"limits: {limits}\n"))
+    assert [line for field, _, line in found if field.startswith("limits.")] == [5], found

@@ -1,0 +1,103 @@
+"""Numbers that are not numbers, through the real broker (issue 21, item 4), as the red team
+sent them: `duration_ms: Infinity` and `1e400` passed validation, and `input_tokens: 1e30`
+landed in the token histogram's sum. Now `passk replay` skips such a line with its reason,
+and every processor reading ConversationFinished dead-letters it; the stream goes on."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from services.common.codec import encode
+from services.common.settings import Settings
+from services.common.topics import Topic
+from tests.support import (
+    ROOT,
+    isolated_env,
+    produce,
+    publish_scenarios,
+    read_topic,
+    running,
+    settled,
+    wait_for,
+)
+from tests.unit.factories import conversation, scenario, session
+
+pytestmark = pytest.mark.integration
+
+# (trial, the metrics as raw JSON text, the reason its dead letter must give)
+HOSTILE = [
+    ("inf", '{"duration_ms": Infinity}', "non_finite_number"),
+    ("nan", '{"latency_ms": NaN}', "non_finite_number"),
+    ("e400", '{"duration_ms": 1e400}', "non_finite_number"),
+    ("tok30", '{"input_tokens": 1e30}', "invalid_field"),  # refused before too
+    ("tok31", '{"input_tokens": 1000000000000000000000000000000}', "invalid_field"),
+    ("neg", '{"turns": -3}', "invalid_field"),  # refused before too
+    ("slow", '{"latency_ms": 90000000}', "invalid_field"),
+]
+
+
+def with_metrics(trial: str, metrics: str) -> bytes:
+    raw = encode(conversation(trial)).decode()
+    body = json.loads(raw)
+    body.pop("metrics", None)
+    text = json.dumps(body)
+    return f'{text[:-1]}, "metrics": {metrics}}}'.encode()
+
+
+def passk(args: list[str], settings: Settings) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "services.cli", *args],
+                          env=isolated_env(settings, COLUMNS="200"), cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_replay_skips_non_finite_and_absurd_numbers_with_their_reason(
+    settings: Settings, tmp_path: Path
+) -> None:
+    lines = [with_metrics(trial, metrics).decode() for trial, metrics, _ in HOSTILE]
+    lines.append(encode(conversation("fine")).decode())
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    done = passk(["replay", str(path)], settings)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for lineno, (_, _, reason) in enumerate(HOSTILE, start=1):
+        assert f"line {lineno}: {reason}" in done.stderr, done.stderr
+    assert f"{len(HOSTILE)} invalid line(s) skipped" in done.stderr
+    sent = read_topic(settings, Topic.CONVERSATION_FINISHED, min_count=1)
+    assert [v["trial_id"] for _, v, _ in sent] == ["fine"]
+
+
+def test_every_reader_of_conversations_dead_letters_them_and_goes_on(
+    settings: Settings, tmp_path: Path
+) -> None:
+    publish_scenarios(settings, [scenario()])
+    log = tmp_path / "workers.log"
+    processors = ["gate", "judge", "sink"]
+    workers = [running(["worker", p], isolated_env(settings), log) for p in processors]
+    for w in workers:
+        w.__enter__()
+    try:
+        wait_for(lambda: settled(settings, processors), timeout=120, what="workers joined")
+        produce(settings, Topic.CONVERSATION_FINISHED,
+                [(f"s-{t}", with_metrics(t, m)) for t, m, _ in HOSTILE])
+        produce(settings, Topic.CONVERSATION_FINISHED, [("s-good", encode(conversation("good")))])
+        produce(settings, Topic.SESSION_PERSISTED, [("s-good", encode(session("good")))])
+        wanted = len(HOSTILE) * len(processors)
+        dead = read_topic(settings, Topic.DEAD_LETTERS, min_count=wanted, timeout=90)
+        gates = read_topic(settings, Topic.GATE_RESULTS, min_count=2, timeout=90)
+    finally:
+        for w in reversed(workers):
+            w.__exit__(None, None, None)
+    letters: dict[str, dict[str, str]] = defaultdict(dict)
+    for _, d, _ in dead:
+        letters[base64.b64decode(d["key_b64"]).decode()][d["processor"]] = d["reason"]
+    for trial, _, reason in HOSTILE:
+        assert letters[f"s-{trial}"] == {p: reason for p in processors}, letters
+    # the stream went on: the good trial after them was graded
+    assert {v["trial_id"] for _, v, _ in gates} == {"good"}, gates
