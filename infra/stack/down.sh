@@ -34,4 +34,5 @@ for pidfile in "$run"/*.pid; do  # from a `make up` before supervisord
   fi
   rm -f "$pidfile"
 done
+rm -f "$run/judge.json"  # the stand-in it names is stopped: the CLI must not use it
 bash "$root/infra/kafka/kafka-down.sh"

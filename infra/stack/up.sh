@@ -26,13 +26,16 @@ if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
   standin_port="${PASSK_STANDIN_PORT:-8400}"
   export OPENAI_BASE_URL="http://127.0.0.1:$standin_port/v1" OPENAI_API_KEY="stand-in"
   echo "up: no model configured; judges use the offline stand-in (not a model) on :$standin_port"
+  # The CLI (`passk calibrate`), run later in another shell, grades with the same one.
+  "$bin/python" -m services.common.runfiles judge --base-url "$OPENAI_BASE_URL" --stand-in
+else
+  "$bin/python" -m services.common.runfiles judge --base-url "${OPENAI_BASE_URL:-https://api.openai.com/v1}"
 fi
 
 # Every process gets the same configuration (supervisord passes its environment on);
-# record it so an operator can see it (never the API key).
-# (a database password is masked; Kafka passwords and API keys are not recorded at all)
-env | grep -E '^(KAFKA_BOOTSTRAP_SERVERS|PASSK_[A-Z0-9_]*|OPENAI_BASE_URL)=' | sort \
-  | sed -E 's#^(PASSK_DATABASE_URL=[^:]+://[^:/@]+):[^@]*@#\1:***@#' > "$run/env" || true
+# record it so an operator can see it: mode 0600, every password in a URL masked
+# (services/common/masking.py), Kafka passwords and API keys not recorded at all.
+"$bin/python" -m services.common.runfiles env "$run/env"
 
 if "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
   echo "up: supervisord already running (pid $("$bin/supervisorctl" -c "$conf" pid))"

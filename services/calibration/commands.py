@@ -216,10 +216,15 @@ def register(app: typer.Typer) -> None:
             require_broker(wait)
         bar = Bar(settings.calibration_bar, settings.min_labelled)
         plan = plan_judges(_scenarios(directory, scenarios, settings))
-        grader = build_grader(settings, None)
-        if grader.client is None:
-            raise _err("no judge model configured: set OPENAI_BASE_URL (and OPENAI_API_KEY), "
-                       "or run `passk judge-standin` and point OPENAI_BASE_URL at it", EXIT_USAGE)
+        from services.common.runfiles import NoJudge, cli_judge
+
+        try:  # with no OPENAI_* here: the endpoint `make up` gave the workers
+            judge_settings, note = cli_judge(settings)
+        except NoJudge as exc:
+            raise _err(str(exc), EXIT_UNREACHABLE if exc.unreachable else EXIT_USAGE) from None
+        if note:
+            Console(stderr=True).print(note, soft_wrap=True, markup=False)
+        grader = build_grader(judge_settings, None)
         results, more = asyncio.run(run(sets, plan, grader, bar=bar, prompt_hash=PROMPT_HASH,
                                         transcript_of=_transcripts(settings)))
         problems += more

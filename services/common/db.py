@@ -12,9 +12,18 @@ from sqlmodel import create_engine
 
 @lru_cache(maxsize=8)
 def engine_for(url: str) -> Engine:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(url)
+    except ValueError:  # a port that is not a number: a usage error, not a traceback
+        raise ArgumentError("the URL's port is not a number") from None
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30})
+        # hide_parameters: an error's message (logged by a worker during an outage) names
+        # the statement, never the values bound to it (transcripts, states).
+        engine = create_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
@@ -28,7 +37,7 @@ def engine_for(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, hide_parameters=True)
 
 
 def redacted(url: str) -> str:
@@ -36,7 +45,10 @@ def redacted(url: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    from services.common.masking import mask_url
+
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:  # not a URL SQLAlchemy reads: print nothing of it
+        make_url(url)
+    except (ArgumentError, ValueError):  # not a URL SQLAlchemy reads: print nothing of it
         return "(unparseable database URL)"
+    return mask_url(url)  # also a password in the query string, which SQLAlchemy shows

@@ -163,7 +163,8 @@ def classify(exc: BaseException) -> tuple[ExitCode, str] | None:
         return ExitCode.UNREACHABLE, f"the database is unreachable: {detail}"
     if isinstance(exc, ValidationError) and exc.title == "Settings":
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
         )
         return ExitCode.USAGE, f"invalid setting: {problems}"
     if isinstance(exc, ConnectionError):

@@ -107,6 +107,49 @@ class Settings(BaseSettings):
     alert_min_pass_hat_k: float = Field(0.8, alias="PASSK_ALERT_MIN_PASS_HAT_K", ge=0, le=1)
     alert_min_trials: int = Field(10, alias="PASSK_ALERT_MIN_TRIALS", ge=1)
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        # Checked here, so every command and worker start refuses it in one line (exit 2)
+        # instead of a ValueError traceback at the first connection; never echoed, as its
+        # text may hold a password.
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError) as exc:
+            port = "; its port is not a number" if "int()" in str(exc) else ""
+            raise ValueError(f"not usable as a database URL (SQLAlchemy's form, e.g. "
+                             f"postgresql://user:password@host:5432/db){port}") from None
+        return value
+
+    @field_validator("openai_base_url", "prometheus_url", "alertmanager_url",
+                     "alert_webhook_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if value is None:
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"not a usable URL ({exc}); e.g. http://127.0.0.1:8400/v1") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not a usable URL: expected http(s)://host[:port]/...")
+        return value
+
+    @field_validator("kafka_bootstrap_servers")
+    @classmethod
+    def _bootstrap(cls, value: str) -> str:
+        for part in value.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"expected host:port[,host:port...], got {value!r}")
+        return value
+
     @field_validator("windows")
     @classmethod
     def _window_sizes(cls, value: str) -> str:

@@ -197,3 +197,39 @@ def test_a_port_already_in_use_is_a_usage_error_not_a_traceback() -> None:
         done, _ = passk("judge-standin", "--port", port)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "already in use" in done.stderr and "Traceback" not in done.stderr
+
+
+# Issue 21, item 5, as the red team sent it: a non-numeric port was a ValueError traceback
+# (exit 1); every command and a worker's start now refuse it in one line, exit 2.
+@pytest.mark.parametrize("args", [["report", "--run-id", "r"], ["gate", "--run-id", "r"],
+                                  ["status"], ["worker", "sink"], ["rebuild"]],
+                         ids=lambda a: " ".join(a))
+def test_a_non_numeric_port_in_the_database_url_is_one_line_and_exit_2(args: list[str]) -> None:
+    done, took = passk(*args, PASSK_DATABASE_URL="postgresql://passk:hunter2@db:abc/passk")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "hunter2" not in done.stderr + done.stdout
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: invalid setting: PASSK_DATABASE_URL: not usable"), line
+    assert "port is not a number" in line
+    assert took < BOUND_S
+
+
+def test_a_non_numeric_port_given_as_an_option_is_exit_2() -> None:
+    done, _ = passk("report", "--run-id", "r", "--database-url", "postgresql://u:hunter2@db:x/p")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "port is not a number" in done.stderr and "hunter2" not in done.stderr
+
+
+def test_the_env_file_make_up_writes_is_0600_and_masks_every_password(tmp_path: Path) -> None:
+    """What infra/stack/up.sh runs to write var/run/env, with the red team's URLs."""
+    out = tmp_path / "env"
+    for url in ("postgresql://db/passk?user=u&password=hunter2", "postgresql://:hunter2@db/passk",
+                "postgresql+psycopg://u:hun%74er2@db/passk"):
+        env = {**os.environ, "PASSK_DATABASE_URL": url, "KAFKA_SASL_PASSWORD": "hunter2"}
+        done = subprocess.run([sys.executable, "-m", "services.common.runfiles", "env", str(out)],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        body = out.read_text()
+        assert "PASSK_DATABASE_URL=" in body and "hunter2" not in body and "hun%74er2" not in body
+        assert oct(out.stat().st_mode & 0o777) == "0o600"
+    assert "runfiles env" in (ROOT / "infra" / "stack" / "up.sh").read_text()
