@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+)
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -97,14 +104,20 @@ class TrialMetrics(BaseModel):
     latency_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
 
 
+EXTERNAL_CHECK_ID = r"^[A-Za-z0-9_.-]{1,128}$"
+# One conversation reports at most this many external checks (docs/external-checks.md).
+MAX_EXTERNAL_CHECKS = 256
+
+
 class ExternalCheck(BaseModel):
     """A check result the harness or an existing evaluator already computed. It gates only
     when the scenario names it in `external_checks`; shown as `external:<id>`."""
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")
-    passed: bool
+    id: str = Field(pattern=EXTERNAL_CHECK_ID)
+    # A JSON boolean only: "yes", 1 or "false" from an evaluator is a bug to see, not a result.
+    passed: bool = Field(strict=True)
     reason: str = ""
 
 
@@ -120,9 +133,20 @@ class ConversationFinished(InputEvent):
     metrics: TrialMetrics | None = None
     checks: list[ExternalCheck] = Field(
         default_factory=list,
+        max_length=MAX_EXTERNAL_CHECKS,
         description="Results an existing evaluator computed; gating only when the scenario "
-        "lists the id in external_checks.",
+        "lists the id in external_checks. Ids are unique within one event.",
     )
+
+    @field_validator("checks")
+    @classmethod
+    def _one_result_per_check(cls, checks: list[ExternalCheck]) -> list[ExternalCheck]:
+        # Two results under one id leave no honest way to pick one: refused, not guessed.
+        ids = [c.id for c in checks]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"external check ids must be unique; repeated: {', '.join(dupes)}")
+        return checks
 
 
 class SessionPersisted(InputEvent):
@@ -164,6 +188,19 @@ class CheckOutcome(BaseModel):
     found: Any = None
 
 
+class ExternalCheckResult(BaseModel):
+    """An external check as the gate read it against the scenario: `gating` when the
+    scenario names the id in `external_checks`, else recorded and shown, never gating."""
+
+    check: str = Field(description='"external:<id>"')
+    passed: bool
+    reason: str
+    gating: bool
+    reported: bool = Field(
+        True, description="False: the scenario names it but the conversation did not report it"
+    )
+
+
 class TrialRef(DerivedEvent):
     """What every per-trial derived event carries, so consumers need no join."""
 
@@ -192,6 +229,11 @@ class GateResult(TrialRef):
     metrics: TrialMetrics | None = None
     finished_at: AwareDatetime | None = Field(None, description="occurred_at of the conversation")
     attempt: int = Field(1, ge=1, description="The grading attempt this result belongs to.")
+    external_checks: list[ExternalCheckResult] = Field(
+        default_factory=list,
+        description="The conversation's external checks (on the exit gate's result only); "
+        "they never change this gate's `passed`: the verdict counts the gating ones.",
+    )
 
 
 class JudgeVerdict(TrialRef):
@@ -244,6 +286,8 @@ class TrialVerdict(TrialRef):
     # explainable after a calibration changes the policy.
     gating_judges: list[str] = Field(default_factory=list)
     advisory_judges: list[AdvisoryJudge] = Field(default_factory=list)
+    # External checks the scenario does not name: recorded and shown, never counted.
+    advisory_checks: list[ExternalCheckResult] = Field(default_factory=list)
     agent_version: str | None = None
     exit_reason: str | None = None
     exit_source: ExitSource | None = None

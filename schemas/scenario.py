@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from schemas.events import EXTERNAL_CHECK_ID
 from schemas.paths import parse_path
 from schemas.patterns import PatternError, compile_pattern
 
@@ -166,7 +167,9 @@ class Scenario(BaseModel):
     # The simulated user `passk run` plays; scenarios graded from replays need none.
     user: SimulatedUser | None = None
     # ConversationFinished.checks ids that gate (each shown as external:<id>).
-    external_checks: list[str] = Field(default_factory=list)
+    external_checks: list[Annotated[str, Field(pattern=EXTERNAL_CHECK_ID)]] = Field(
+        default_factory=list
+    )
     # Set from the content when published; not written in YAML.
     version: str | None = None
 
@@ -182,6 +185,14 @@ class Scenario(BaseModel):
         if dupes:
             raise ValueError(f"judge ids must be unique: {', '.join(dupes)}")
         return self
+
+    @field_validator("external_checks")
+    @classmethod
+    def _unique_external_checks(cls, ids: list[str]) -> list[str]:
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"external check ids must be unique: {', '.join(dupes)}")
+        return ids
 
     @model_validator(mode="after")
     def _outcome_needs_a_session(self) -> Scenario:

@@ -114,7 +114,7 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     for result in results:
         await outbox.send(gate_results, conv.trial_id.encode(), encode(result))
     for result in results:
-        metrics.gate_results.labels(result.gate, "passed" if result.passed else "failed").inc()
+        metrics.count(result)
     if grade.session is None and scenario.has_state_gate:
         metrics.sessions_missing.inc()
     return True

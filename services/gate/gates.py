@@ -18,6 +18,7 @@ from schemas.events import (
 )
 from schemas.scenario import Scenario
 from services.gate.expectations import check_expectation
+from services.gate.external import external_results
 
 
 class UnpublishedScenario(ValueError):
@@ -139,9 +140,10 @@ def exit_gate(
     session: SessionPersisted | None = None,
 ) -> GateResult:
     """Gate 1: the product closed the conversation as expected, within the limits. The
-    exit checked is the one the product persisted when the session recorded one."""
+    exit checked is the one the product persisted when the session recorded one. The
+    trial's external checks ride along on this result (services.gate.external)."""
     exit_reason, source = observed_exit(conversation, session)
-    return _gate_result(
+    result = _gate_result(
         "exit",
         conversation,
         scenario,
@@ -149,6 +151,10 @@ def exit_gate(
         exit_reason=exit_reason,
         exit_source=source,
     )
+    # Carried on the one gate result every trial has, so the verdict waits for nothing
+    # more; the exit gate's own `passed` stays about the exit.
+    result.external_checks = external_results(conversation, scenario)
+    return result
 
 
 def gates_for(

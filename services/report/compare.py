@@ -40,10 +40,22 @@ class ScenarioChange(BaseModel):
     regression: bool
 
 
+class CheckChange(BaseModel):
+    """How many trials one check failed in each run (gates, judges, external:<id>), to
+    say what moved; shown beside the figures, never a regression by itself."""
+
+    check: str
+    base_failures: int
+    run_failures: int
+    base_share: float  # of the base run's trials
+    run_share: float  # of the run's trials
+
+
 class Comparison(BaseModel):
     base_run: str
     run: str
     scenarios: list[ScenarioChange]
+    checks: list[CheckChange] = []
 
     @property
     def regressions(self) -> list[str]:
@@ -72,6 +84,23 @@ def compare_scenario(
     )
 
 
+def compare_checks(base: RunReport, run: RunReport) -> list[CheckChange]:
+    """Every check that failed in either run, most added failures first (ties by name)."""
+    before = {c.check: c for c in base.failing_checks}
+    after = {c.check: c for c in run.failing_checks}
+    changes = [
+        CheckChange(
+            check=check,
+            base_failures=before[check].failures if check in before else 0,
+            run_failures=after[check].failures if check in after else 0,
+            base_share=before[check].share if check in before else 0.0,
+            run_share=after[check].share if check in after else 0.0,
+        )
+        for check in before.keys() | after.keys()
+    ]
+    return sorted(changes, key=lambda c: (-(c.run_share - c.base_share), c.check))
+
+
 def compare_runs(base: RunReport, run: RunReport) -> Comparison:
     before = {s.scenario_id: s for s in base.scenarios}
     after = {s.scenario_id: s for s in run.scenarios}
@@ -82,4 +111,5 @@ def compare_runs(base: RunReport, run: RunReport) -> Comparison:
             compare_scenario(sid, before.get(sid), after.get(sid))
             for sid in sorted(before.keys() | after.keys())
         ],
+        checks=compare_checks(base, run),
     )

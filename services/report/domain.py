@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.events import FailedCheck
+from schemas.events import ExternalCheckResult, FailedCheck
 from services.common.estimators import pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
 from services.sink.domain import JudgeRecord, TrialRecord, summarize
@@ -54,6 +54,9 @@ class TrialLine(TrialChecks):
     tokens: int | None = None
     turns: int | None = None
     duration_s: float | None = None
+    checks_passed: list[str] = []
+    # External checks the scenario does not name: shown, never counted.
+    advisory_checks: list[ExternalCheckResult] = []
 
 
 class CheckFailures(BaseModel):
@@ -77,6 +80,17 @@ class AdvisoryJudge(BaseModel):
     example_reason: str | None = None  # of its first failed verdict
 
 
+class AdvisoryCheck(BaseModel):
+    """An external check reported by the run's conversations that their scenario does not
+    name in `external_checks`: recorded and shown, never failing a trial."""
+
+    check: str  # external:<id>
+    scenarios: list[str]
+    trials: int  # trials that reported it
+    failed: int  # of those, the ones in which it failed
+    example_reason: str | None = None  # of its first failure, in trial order
+
+
 class RunReport(BaseModel):
     run_id: str
     scenarios: list[ScenarioReport]
@@ -85,6 +99,7 @@ class RunReport(BaseModel):
     flakiness: list[ScenarioFlakiness] = []
     previous_run: str | None = None  # the latest earlier run of the same scenarios
     advisory_judges: list[AdvisoryJudge] = []
+    advisory_checks: list[AdvisoryCheck] = []
 
     @property
     def without_state_gate(self) -> list[str]:
@@ -113,6 +128,8 @@ def trial_line(t: TrialRecord) -> TrialLine:
         else None,
         turns=metrics.get("turns"),
         duration_s=duration_ms / 1000 if duration_ms is not None else None,
+        checks_passed=list(t.checks_passed),
+        advisory_checks=[ExternalCheckResult.model_validate(c) for c in t.advisory_checks],
     )
 
 
@@ -172,6 +189,28 @@ def advisory_text(judge: AdvisoryJudge) -> str:
             f"{judge.verdicts} trials, not counted{said}")
 
 
+def advisory_checks(trials: Sequence[TrialLine]) -> list[AdvisoryCheck]:
+    """Each advisory external check of the run, with how often it failed (by check)."""
+    seen: dict[str, list[tuple[str, ExternalCheckResult]]] = {}
+    for t in trials:
+        for c in t.advisory_checks:
+            seen.setdefault(c.check, []).append((t.scenario_id, c))
+    out = []
+    for check, found in sorted(seen.items()):
+        failed = [c.reason for _, c in found if not c.passed]
+        out.append(AdvisoryCheck(
+            check=check, scenarios=sorted({scenario for scenario, _ in found}),
+            trials=len(found), failed=len(failed), example_reason=failed[0] if failed else None,
+        ))  # fmt: skip
+    return out
+
+
+def advisory_check_text(check: AdvisoryCheck) -> str:
+    said = f"; e.g. {check.example_reason}" if check.example_reason else ""
+    return (f"advisory check {check.check} (not in the scenario's external_checks): failed "
+            f"{check.failed} of {check.trials} trials, not counted{said}")
+
+
 def build_report(
     run_id: str,
     trials: Sequence[TrialRecord],
@@ -194,6 +233,7 @@ def build_report(
         flakiness=explain_flakiness(lines),
         previous_run=previous_run,
         advisory_judges=advisory_judges(trials, [j for j in judges if j.run_id == run_id]),
+        advisory_checks=advisory_checks(lines),
     )
 
 
@@ -263,6 +303,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
             for f in report.flakiness
         ],
         "advisory_judges": [j.model_dump() for j in report.advisory_judges],
+        "advisory_checks": [c.model_dump() for c in report.advisory_checks],
     }
 
 
@@ -276,7 +317,8 @@ class GateDecision(BaseModel):
     passed: list[str]
     failures: list[ScenarioFailure]
     message: str
-    advisory: list[str] = []  # advisory judges and their failures, apart from the failures
+    # advisory judges and external checks and their failures, apart from the failures
+    advisory: list[str] = []
 
 
 def _why(scenario: ScenarioReport, trials: Sequence[TrialLine]) -> str:
@@ -318,7 +360,8 @@ def gate_decision(report: RunReport, expect_scenarios: int | None = None) -> Gat
             )
         )
     passed = [s.scenario_id for s in report.scenarios if s.scenario_passed]
-    advisory = [advisory_text(j) for j in report.advisory_judges]
+    advisory = [advisory_text(j) for j in report.advisory_judges] + [
+        advisory_check_text(c) for c in report.advisory_checks]
     if failures:
         return GateDecision(
             exit_code=EXIT_FAIL,

@@ -217,6 +217,23 @@ def _advisory(report: RunReport) -> str:
     )
 
 
+def _advisory_checks(report: RunReport) -> str:
+    """External checks the scenarios do not name (shown only when a run reported some)."""
+    if not report.advisory_checks:
+        return ""
+    rows = "".join(
+        f'<tr data-check="{escape(c.check)}"><td>{escape(c.check)}</td>'
+        f'<td>{escape(", ".join(c.scenarios))}</td><td class="num">{c.trials}</td>'
+        f'<td class="num">{c.failed}</td><td>{escape(c.example_reason or "—")}</td></tr>'
+        for c in report.advisory_checks
+    )
+    return (
+        '<table id="advisory-checks"><thead><tr><th>external check (not in the scenario\'s '
+        "external_checks)</th><th>scenarios</th><th>trials</th><th>failed</th>"
+        f"<th>example reason</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
 def render_html(report: RunReport, *, generated_at: datetime,
                 over_time: str | None = None) -> str:
     """The whole page as one string; `over_time`, the run's scenarios over time
@@ -276,7 +293,7 @@ its trials, by how many trials they failed.</p>
 <tbody>{failed_rows}</tbody></table>
 <h2>Advisory judges</h2>
 <p class="sub">Recorded and shown, never failing a trial.</p>
-{_advisory(report)}
+{_advisory(report)}{_advisory_checks(report)}
 <h2>Tokens, turns and duration</h2>
 <p class="sub">Tracked to spot regressions and cost drift; they never gate.</p>
 <table id="costs"><thead><tr><th>scenario</th><th>median tokens</th><th>median turns</th>

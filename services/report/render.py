@@ -7,7 +7,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from services.report.compare import Comparison, RunFigures, ScenarioChange
-from services.report.domain import GateDecision, RunReport, ScenarioReport, advisory_text
+from services.report.domain import (
+    GateDecision,
+    RunReport,
+    ScenarioReport,
+    advisory_check_text,
+    advisory_text,
+)
 
 WHOSE_EXIT = {"session": "persisted session", "harness": "harness"}
 
@@ -74,6 +80,8 @@ def print_report(report: RunReport, console: Console) -> None:
         console.print(f"exits checked: {shown}", soft_wrap=True)
     for judge in report.advisory_judges:  # recorded, never failing a trial: apart
         console.print(escape(advisory_text(judge)), soft_wrap=True)
+    for check in report.advisory_checks:
+        console.print(escape(advisory_check_text(check)), soft_wrap=True)
     if report.previous_run:
         console.print(
             f"previous run of these scenarios: {escape(report.previous_run)} "
@@ -133,6 +141,15 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         )
     console.print(table)
     console.print(costs)
+    if comparison.checks:
+        checks = Table(title="failed checks, trials failed: base → run")
+        checks.add_column("check", overflow="fold")
+        checks.add_column("base", justify="right", no_wrap=True)
+        checks.add_column("run", justify="right", no_wrap=True)
+        for c in comparison.checks:
+            checks.add_row(escape(c.check), f"{c.base_failures} ({c.base_share:.0%})",
+                           f"{c.run_failures} ({c.run_share:.0%})")
+        console.print(checks)
     if comparison.regressions:
         console.print(
             "[red]confidently worse (upper bound below the base's lower bound): "

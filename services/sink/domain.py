@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, overload
 
+from pydantic import field_validator
 from sqlmodel import JSON, Field, SQLModel
 
 from schemas.events import (
@@ -59,6 +60,10 @@ class TrialRecord(SQLModel):
     checks_passed: list[str] = Field(default_factory=list, sa_type=JSON)
     gating_judges: list[str] = Field(default_factory=list, sa_type=JSON)
     advisory_judges: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
+    # External checks the scenario does not name. Nullable: a projection made before the
+    # column existed gets it added (Store.create_schema), its old rows NULL, read as [].
+    advisory_checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON,
+                                                  nullable=True)
     agent_version: str | None = None
     exit_reason: str | None = None
     exit_source: str | None = None  # session | harness: whose exit the exit gate checked
@@ -67,6 +72,11 @@ class TrialRecord(SQLModel):
     finished_at: datetime | None = None
     verdict_at: datetime
     event_id: str
+
+    @field_validator("advisory_checks", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
 
 
 class TrialAttemptRecord(SQLModel):
@@ -195,6 +205,7 @@ def trial_record(verdict: TrialVerdict) -> TrialRecord:
         checks_passed=list(verdict.checks_passed),
         gating_judges=list(verdict.gating_judges),
         advisory_judges=[a.model_dump(mode="json") for a in verdict.advisory_judges],
+        advisory_checks=[c.model_dump(mode="json") for c in verdict.advisory_checks],
         agent_version=verdict.agent_version,
         exit_reason=verdict.exit_reason,
         exit_source=verdict.exit_source,

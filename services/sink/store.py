@@ -75,6 +75,8 @@ class WindowRow(WindowRecord, SinkTable, table=True):
 
 
 METADATA = SinkTable.metadata
+# Nullable columns of `trials` added after projections existed; create_schema adds them.
+ADDED_COLUMNS = ("advisory_checks",)
 TABLES: dict[type[SQLModel], tuple[Any, str]] = {
     # record type -> (table, the column that orders versions of one key)
     TrialRecord: (TrialRow.__table__, "verdict_at"),  # type: ignore[attr-defined]
@@ -107,6 +109,7 @@ class Store:
             raise ValueError(f"unsupported database {self._dialect!r} (use sqlite or postgresql)")
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+        self._present: set[str] | None = None  # the trials table's columns, once read
 
     # ------------------------------------------------------------------ schema
 
@@ -128,13 +131,45 @@ class Store:
                 latest.create(self.engine, checkfirst=True)
             except Exception:
                 latest.create(self.engine, checkfirst=True)
+            self._add_columns()
             self._schema_ready = True
+
+    def _add_columns(self) -> None:
+        """Columns added to the projection since its tables were first made (nullable, so
+        old rows need no value): create_all never alters a table that exists."""
+        table = TrialRow.__table__  # type: ignore[attr-defined]
+        for name in ADDED_COLUMNS:
+            if name in self._columns(table.name):
+                continue
+            column = table.c[name]
+            kind = column.type.compile(dialect=self.engine.dialect)
+            try:
+                with self.engine.begin() as conn:
+                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {name} {kind}")
+            except Exception:
+                # Another worker added it first; anything else is still missing and says so.
+                if name not in self._columns(table.name):
+                    raise
+        self._present = None
+
+    def _columns(self, table: str, conn: Connection | None = None) -> set[str]:
+        return {c["name"] for c in inspect(conn or self.engine).get_columns(table)}
+
+    def _trial_columns(self, conn: Connection) -> list[Any]:
+        """The trials table's columns this database has: a projection not yet given a
+        newer column (no sink has started on it since) is still read, the column's
+        default standing in."""
+        table = TrialRow.__table__  # type: ignore[attr-defined]
+        if self._present is None:
+            self._present = self._columns(table.name, conn)
+        return [c for c in table.c if c.name in self._present]
 
     def reset(self) -> None:
         """A fresh, empty projection: drop the projection's tables and create them again."""
         with self._schema_lock:
             METADATA.drop_all(self.engine)
             METADATA.create_all(self.engine)
+            self._present = None
             self._schema_ready = True
 
     def has_schema(self) -> bool:
@@ -266,7 +301,7 @@ class Store:
     def _trials(
         self, conn: Connection, run_id: str, scenario_id: str | None = None
     ) -> list[TrialRecord]:
-        query = select(TrialRow.__table__).where(  # type: ignore[attr-defined]
+        query = select(*self._trial_columns(conn)).where(
             TrialRow.__table__.c.run_id == run_id  # type: ignore[attr-defined]
         )
         if scenario_id is not None:

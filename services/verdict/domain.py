@@ -1,10 +1,11 @@
 """Assembling a trial's verdict: (state, event, now) -> state, and state -> verdict.
 
-A trial passes only when the exit gate, the state gate and every gating judge of the
-scenario version it was graded against passed: AND, never OR. Whether a judge's verdict
-gates is decided here, at verdict time, per judge version, by the calibration policy
-(`services.common.calibration.GatingPolicy`); an advisory verdict is recorded with why
-and never fails (nor errors) the trial. A check that failed
+A trial passes only when the exit gate, the state gate, every external check the scenario
+names and every gating judge of the scenario version it was graded against passed: AND,
+never OR. External checks it does not name are recorded (`advisory_checks`), never
+counted. Whether a judge's verdict gates is decided here, at verdict time, per judge
+version, by the calibration policy (`services.common.calibration.GatingPolicy`); an
+advisory verdict is recorded with why and never fails (nor errors) the trial. A check that failed
 makes the trial `failed`; one that could not be made at all (a judge past its retry
 budget, a verdict that never came) makes it `error` unless another check already
 failed it. Either way an errored check is never read as a pass.
@@ -19,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from schemas.events import (
     AdvisoryJudge,
+    ExternalCheckResult,
     FailedCheck,
     GateResult,
     JudgeVerdict,
@@ -191,6 +193,17 @@ def assemble(
             passed.append(f"gate:{name}")
         else:
             failed.append(FailedCheck(check=f"gate:{name}", reason="; ".join(gate.reasons)))
+    advisory_checks: list[ExternalCheckResult] = []
+    exit_gate = state.gates.get("exit")
+    # The gate read the conversation's external checks against this scenario version and
+    # marked the ones it names as gating; a named one not reported arrives failed.
+    for external in exit_gate.external_checks if exit_gate else []:
+        if not external.gating:
+            advisory_checks.append(external)
+        elif external.passed:
+            passed.append(external.check)
+        else:
+            failed.append(FailedCheck(check=external.check, reason=external.reason))
     version = state.scenario_version or scenario.version
     for judge in scenario.judges:
         verdict = state.judges.get(f"{judge.id}@{version}")
@@ -217,7 +230,6 @@ def assemble(
         errors.append(FailedCheck(check=check, reason=f"error: no result within {waited_s:g} s"))
 
     outcome: Outcome = "failed" if failed else "error" if errors else "passed"
-    exit_gate = state.gates.get("exit")
     facts = exit_gate or state.gates.get("state")
     return TrialVerdict(
         event_id=with_attempt(f"verdict:{state.trial_id}", state.attempt),
@@ -232,6 +244,7 @@ def assemble(
         checks_passed=passed,
         gating_judges=gating,
         advisory_judges=advisory,
+        advisory_checks=advisory_checks,
         agent_version=facts.agent_version if facts else None,
         exit_reason=facts.exit_reason if facts else None,
         exit_source=exit_gate.exit_source if exit_gate else None,

@@ -262,3 +262,35 @@ class StoreContract:
                         for sid in {r.scenario_id for r in rows}}
             assert {s.scenario_id: s.model_dump(mode="json") for s in store.summaries(run)} \
                 == expected
+
+    def test_a_projection_made_before_advisory_checks_is_read_then_given_the_column(
+        self, store: Store
+    ) -> None:
+        from schemas.events import ExternalCheckResult
+
+        store.apply(f.verdict("t-old", "failed", failed=[("external:pii_scan", "leak")]))
+        with store.engine.begin() as conn:  # as the table was before the column existed
+            conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN advisory_checks")
+        reader = Store(store.url)  # a report run before any sink started on it
+        try:
+            [old] = reader.trials("run-1")
+            assert old.advisory_checks == [] and old.failed_checks[0]["check"] == (
+                "external:pii_scan")
+        finally:
+            reader.close()
+        writer = Store(store.url)
+        try:
+            tone = ExternalCheckResult(check="external:tone", passed=False, gating=False,
+                                       reason="curt")
+            writer.apply(f.verdict("t-new", "passed", advisory_checks=[tone]))
+            writer.apply(f.verdict("t-new", "passed", advisory_checks=[tone]))  # idempotent
+            rows = {t.trial_id: t for t in writer.trials("run-1")}
+            assert rows["t-old"].advisory_checks == []
+            assert rows["t-new"].advisory_checks == [tone.model_dump(mode="json")]
+        finally:
+            writer.close()
+        again = Store(store.url)
+        try:
+            again.create_schema()  # the column is there: adding it again is a no-op
+        finally:
+            again.close()
