@@ -114,6 +114,12 @@ def test_external_checks_gate_only_when_the_scenario_names_them(
                                   ("external:pii_scan", "missing"),
                                   ("external:(unnamed)", "failed")]
         }
+        # A re-grade reads the same checks from the log and grades them alike, as attempt 2.
+        regraded = passk(settings, "regrade", "--run-id", "run-1", "--await-verdicts", "60")
+        assert regraded.returncode == 0, regraded.stdout + regraded.stderr
+        again = [v for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS,
+                                             min_count=2 * len(CASES), timeout=60)
+                 if v["attempt"] == 2]
 
     by_trial = {v["trial_id"]: v for _, v, _ in verdicts}
     assert set(by_trial) == set(CASES)
@@ -123,6 +129,9 @@ def test_external_checks_gate_only_when_the_scenario_names_them(
         assert [c["check"] for c in v["failed_checks"]] == failed, trial
         assert [c["check"] for c in v["advisory_checks"]] == advisory, trial
         assert {"gate:exit", "gate:state"} <= set(v["checks_passed"]), "only the external check"
+    assert {v["trial_id"]: (v["outcome"], v["failed_checks"], v["advisory_checks"])
+            for v in again} == {t: (v["outcome"], v["failed_checks"], v["advisory_checks"])
+                                for t, v in by_trial.items()}
     assert "external:pii_scan" in by_trial["clean"]["checks_passed"]
     assert by_trial["leaked"]["failed_checks"][0]["reason"] == LEAK
     assert "not reported" in by_trial["unreported"]["failed_checks"][0]["reason"]

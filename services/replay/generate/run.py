@@ -7,7 +7,13 @@ import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from schemas.events import ConversationFinished, SessionPersisted, TrialMetrics, count_turns
+from schemas.events import (
+    ConversationFinished,
+    ExternalCheck,
+    SessionPersisted,
+    TrialMetrics,
+    count_turns,
+)
 from schemas.scenario import Scenario
 from services.replay.generate.config import (
     Expected,
@@ -104,6 +110,10 @@ def build_trial(
         exit_reason=exit_reason,
         transcript=transcript,
         metrics=metrics,
+        # The checks a scenario names gate: synthetic traffic reports them, passing (the
+        # generator injects no external-check failures), so they fail no trial unplanned.
+        checks=[ExternalCheck(id=c, passed=True, reason="synthetic: passed")
+                for c in scenario.external_checks],
     )
     if "session_early" in plan.quirks:
         persisted_at = finished_at - timedelta(seconds=rng.uniform(0.5, 3.0))

@@ -497,3 +497,19 @@ def test_advisory_judges_are_flagged_but_never_a_failure_mode() -> None:
 def test_advisory_flags_for_unknown_judges_are_refused() -> None:
     with pytest.raises(GenerateError, match="unknown judges"):
         generate([rich_scenario()], config(advisory_flags={"nobody": 0.5}))
+
+
+def test_a_scenario_naming_external_checks_gets_them_reported_passing() -> None:
+    from services.gate.external import external_results
+
+    named = plain_scenario(external_checks=["pii_scan", "tool_budget"])
+    traffic = generate([named], config(every_mode=True))
+    conversations = [e for e in traffic.events if isinstance(e, ConversationFinished)]
+    assert conversations
+    for conv in conversations:
+        results = external_results(conv, named)
+        assert [(r.check, r.passed, r.reported) for r in results] == [
+            ("external:pii_scan", True, True), ("external:tool_budget", True, True)]
+    # a scenario naming none is generated exactly as before: no checks at all
+    assert all(not e.checks for e in generate([plain_scenario()], config()).events
+               if isinstance(e, ConversationFinished))
