@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.events import (
+    MAX_EXTERNAL_CHECKS,
     ConversationFinished,
     ExternalCheck,
     Message,
@@ -131,6 +132,26 @@ def parse_reply(payload: Any) -> AgentReply:
             from None
 
 
+def fold_checks(held: list[ExternalCheck], new: list[ExternalCheck],
+                limit: int = MAX_EXTERNAL_CHECKS) -> list[ExternalCheck]:
+    """The conversation's external checks after a reply's: one result per id (the event
+    refuses repeats), passed only while every report of it passed (AND across turns: a
+    later pass does not undo an earlier failure; the first failure's reason is kept).
+    Beyond `limit` distinct ids the new ones are left out (a named one then fails as not
+    reported), so the event stays within its bound (docs/external-checks.md)."""
+    out = list(held)
+    at = {c.id: i for i, c in enumerate(out)}
+    for check in new:
+        i = at.get(check.id)
+        if i is None:
+            if len(out) < limit:
+                at[check.id] = len(out)
+                out.append(check)
+        elif out[i].passed and not check.passed:
+            out[i] = check
+    return out
+
+
 # ------------------------------------------------------------------ the conversation
 
 
@@ -163,7 +184,7 @@ class Conversation:
                 self.input_tokens = (self.input_tokens or 0) + reply.usage.tokens_in
             if reply.usage.tokens_out is not None:
                 self.output_tokens = (self.output_tokens or 0) + reply.usage.tokens_out
-        self.checks.extend(reply.checks)
+        self.checks = fold_checks(self.checks, reply.checks)
 
     @property
     def turns(self) -> int:
