@@ -197,13 +197,24 @@ def assemble(
     exit_gate = state.gates.get("exit")
     # The gate read the conversation's external checks against this scenario version and
     # marked the ones it names as gating; a named one not reported arrives failed.
-    for external in exit_gate.external_checks if exit_gate else []:
+    carried = exit_gate.external_checks if exit_gate else []
+    for external in carried:
         if not external.gating:
             advisory_checks.append(external)
         elif external.passed:
             passed.append(external.check)
         else:
             failed.append(FailedCheck(check=external.check, reason=external.reason))
+    # A named check the exit gate's result says nothing about was never graded (a gate
+    # worker from before external checks, say): an error, never a silent pass.
+    graded = {e.check for e in carried if e.gating}
+    if exit_gate is not None:
+        for check_id in scenario.external_checks:
+            if f"external:{check_id}" not in graded:
+                errors.append(FailedCheck(
+                    check=f"external:{check_id}",
+                    reason="error: the exit gate's result carries no result for this "
+                    "external check (graded by a gate from before external checks?)"))
     version = state.scenario_version or scenario.version
     for judge in scenario.judges:
         verdict = state.judges.get(f"{judge.id}@{version}")

@@ -60,9 +60,10 @@ CASES = {
         [ext("pii_scan", False, True)], True, None, ("judge:covered_expected_topics",),
         "failed", ["external:pii_scan", "judge:covered_expected_topics"],
         ["gate:exit", "gate:state"], []),
-    "a gate result from before external checks (none carried)": (
+    "a gate result from before external checks: the named one is an error, not a pass": (
         [], True, "passed", (),
-        "passed", [], ["gate:exit", "gate:state", "judge:covered_expected_topics"], []),
+        "error", ["external:pii_scan"], ["gate:exit", "gate:state",
+                                         "judge:covered_expected_topics"], []),
 }
 
 
@@ -82,3 +83,13 @@ def test_external_checks_in_the_verdict(externals, exit_ok, judge, missing, outc
 def test_the_failed_check_keeps_the_evaluators_reason() -> None:
     verdict = verdict_for([ext("pii_scan", False, True)])
     assert verdict.failed_checks[0].reason == "pii_scan broke"
+
+
+def test_a_scenario_naming_no_checks_is_assembled_as_before() -> None:
+    bare = scenario(judges=[])
+    version = bare.version or ""
+    state = domain.on_gate_result(None, gate_result("exit", True, version=version), now=0)
+    state = domain.on_gate_result(state, gate_result("state", True, version=version), now=0)
+    verdict = domain.assemble(state, bare, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
+    assert (verdict.outcome, verdict.checks_passed, verdict.advisory_checks) == (
+        "passed", ["gate:exit", "gate:state"], [])
