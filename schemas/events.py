@@ -24,6 +24,10 @@ from pydantic import (
 SCHEMA_VERSION: Literal[1] = 1
 
 Outcome = Literal["passed", "failed", "error"]
+# A judge's result: an outcome, or `skipped` (skip_when_gates_fail: the trial's gates had
+# already failed it, so the model was not asked). A skipped judge neither passes, fails
+# nor errors a trial.
+JudgeResult = Literal["passed", "failed", "error", "skipped"]
 GateName = Literal["exit", "state"]
 # Whose exit the exit gate checked: the one the product persisted, else the harness's.
 ExitSource = Literal["session", "harness"]
@@ -242,8 +246,11 @@ class JudgeVerdict(TrialRef):
     judge_kind: str
     judge_spec: dict[str, Any] = Field(default_factory=dict)
     gating: bool = True
-    result: Outcome
+    result: JudgeResult
     reason: str
+    # The call's trace (LLM judges): the model that answered, the tokens the API's usage
+    # reported (summed over every attempt), the wall time of the whole call (retries and
+    # backoff included), how many requests it took, and whether the cache answered instead.
     model: str | None = None
     prompt_hash: str | None = None
     latency_ms: float | None = None
@@ -288,6 +295,8 @@ class TrialVerdict(TrialRef):
     advisory_judges: list[AdvisoryJudge] = Field(default_factory=list)
     # External checks the scenario does not name: recorded and shown, never counted.
     advisory_checks: list[ExternalCheckResult] = Field(default_factory=list)
+    # LLM judges not asked because the gates had already failed the trial (skip_when_gates_fail).
+    skipped_judges: list[str] = Field(default_factory=list)
     agent_version: str | None = None
     exit_reason: str | None = None
     exit_source: ExitSource | None = None
@@ -326,6 +335,20 @@ class RegradeRequest(DerivedEvent):
     session: SessionPersisted | None = Field(
         None, description="the trial's newest persisted session in the log; none if it never came"
     )
+
+
+class JudgeRequest(DerivedEvent):
+    """The gate asks the judge to grade a trial of a scenario with skip_when_gates_fail, once
+    both gates are decided: the judge calls the model only when they passed, and records its
+    LLM judges as `skipped` when they failed (the trial is failed either way)."""
+
+    type: Literal["judge_request"] = "judge_request"
+    trial_id: str = Field(min_length=1)
+    scenario_id: str = Field(min_length=1)
+    scenario_version: str = Field(min_length=1, description="the version the gates graded")
+    gates_passed: bool
+    failed_gates: list[str] = Field(default_factory=list)
+    conversation: ConversationFinished
 
 
 class JudgeCalibration(DerivedEvent):
@@ -435,4 +458,5 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     ScenarioReliability,
     DeadLetter,
     RegradeRequest,
+    JudgeRequest,
 )

@@ -123,6 +123,16 @@ class AlertTargets(BaseModel):
     min_trials: int | None = Field(None, ge=1)
 
 
+class Judging(BaseModel):
+    """How the scenario's judges are asked. `skip_when_gates_fail`: do not call the model
+    for a trial whose gates already failed (recorded as `skipped`; the trial is failed
+    either way); unset: the global PASSK_JUDGE_SKIP_WHEN_GATES_FAIL (off by default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    skip_when_gates_fail: bool | None = None
+
+
 class SimulatedUser(BaseModel):
     """The user `passk run` plays against the agent (DESIGN.md, "Running scenarios against
     an agent"): `script` lines in order (no model), else a model playing the persona."""
@@ -163,6 +173,7 @@ class Scenario(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     outcome: list[Expectation] = Field(default_factory=list)
     judges: list[JudgeSpec] = Field(default_factory=list)
+    judging: Judging | None = None
     alert: AlertTargets | None = None
     # The simulated user `passk run` plays; scenarios graded from replays need none.
     user: SimulatedUser | None = None
@@ -215,6 +226,15 @@ class Scenario(BaseModel):
     def gating_judges(self) -> list[JudgeSpec]:
         return [j for j in self.judges if j.gating]
 
+    def skips_judges_when_gates_fail(self, default: bool) -> bool:
+        """Whether its LLM judges wait for the gates and are skipped when they failed: the
+        scenario's `judging.skip_when_gates_fail`, else the global setting `default`.
+        Only scenarios with an LLM judge have anything to skip."""
+        if not any(j.kind == "llm" for j in self.judges):
+            return False
+        said = self.judging.skip_when_gates_fail if self.judging else None
+        return default if said is None else said
+
     def content_hash(self) -> str:
         body = self.model_dump(mode="json", exclude={"version"}, exclude_unset=False)
         if body["completion"] == "product":
@@ -223,7 +243,7 @@ class Scenario(BaseModel):
             # A scenario without alert targets keeps the version it had before they existed.
             body.pop("alert", None)
         # Sections added later keep the versions of scenarios that do not use them.
-        for added in ("user", "external_checks"):
+        for added in ("user", "external_checks", "judging"):
             if not body.get(added):
                 body.pop(added, None)
         canon = json.dumps(body, sort_keys=True, separators=(",", ":"))

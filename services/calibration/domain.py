@@ -42,6 +42,8 @@ class JoinState(BaseModel):
 
 def on_verdict(state: JoinState | None, verdict: JudgeVerdict) -> JoinState:
     state = state or JoinState()
+    if verdict.result == "skipped":  # never asked: nothing a label could calibrate
+        return state
     seen = SeenVerdict(result=verdict.result, reason=verdict.reason[:2000],
                        judge_version=verdict.judge_version, run_id=verdict.run_id,
                        scenario_id=verdict.scenario_id)

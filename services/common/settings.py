@@ -54,6 +54,13 @@ class Settings(BaseSettings):
     judge_timeout_s: float = Field(30.0, alias="PASSK_JUDGE_TIMEOUT_S", gt=0)
     judge_max_retries: int = Field(4, alias="PASSK_JUDGE_MAX_RETRIES", ge=0)
     judge_cache: bool = Field(True, alias="PASSK_JUDGE_CACHE")
+    # Scenarios that do not say `judging: {skip_when_gates_fail: ...}` take this; the gate
+    # and the judge workers must be given the same value (`make up` passes one environment).
+    judge_skip_when_gates_fail: bool = Field(False, alias="PASSK_JUDGE_SKIP_WHEN_GATES_FAIL")
+    # Judge model prices in money units per million tokens: unset, reports show tokens only.
+    judge_price_per_mtok_in: float | None = Field(None, alias="PASSK_JUDGE_PRICE_PER_MTOK_IN", ge=0)
+    judge_price_per_mtok_out: float | None = Field(
+        None, alias="PASSK_JUDGE_PRICE_PER_MTOK_OUT", ge=0)
     # Calibration: a judge fails trials only while its current version's latest calibration
     # has precision >= the bar on at least `min_labelled` items; uncalibrated judges are
     # advisory unless PASSK_UNCALIBRATED_JUDGES=gating.

@@ -21,6 +21,9 @@ class Topic(StrEnum):
     DEAD_LETTERS = "dead-letters.v1"
     # `passk regrade` asks the gate and the judge to grade a trial again (RegradeRequest).
     REGRADE_REQUESTS = "regrade-requests.v1"
+    # Internal: the gate asks the judge to grade a trial of a skip_when_gates_fail scenario
+    # once its gates are decided (JudgeRequest, the conversation inside).
+    JUDGE_REQUESTS = "judge-requests.v1"
     # Internal: a processor's timer asks its own agent, in stream order and on the key's
     # partition, to re-examine a key whose deadline has passed (table writes need that).
     GATE_TICKS = "gate-ticks.v1"
@@ -73,6 +76,7 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.LABELLED_VERDICTS, key="judge_id"),
     TopicSpec(Topic.DEAD_LETTERS, key="original key"),
     TopicSpec(Topic.REGRADE_REQUESTS, key="trial_id"),
+    TopicSpec(Topic.JUDGE_REQUESTS, key="trial_id"),
     TopicSpec(Topic.GATE_TICKS, key="session_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.VERDICT_TICKS, key="trial_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.AGGREGATE_BY_SCENARIO, key="scenario_id"),
@@ -91,7 +95,7 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
 PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
     "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED, Topic.REGRADE_REQUESTS),
     "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
-    "judge": (Topic.CONVERSATION_FINISHED, Topic.REGRADE_REQUESTS),
+    "judge": (Topic.CONVERSATION_FINISHED, Topic.REGRADE_REQUESTS, Topic.JUDGE_REQUESTS),
     "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
              Topic.TRIAL_VERDICTS, Topic.SCENARIO_RELIABILITY),
     "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),

@@ -12,7 +12,7 @@ PROCESSOR_INPUTS = _PROCESSOR_INPUTS
 # What each processor writes, besides its own Faust-internal topics ("<group>-...").
 PROCESSOR_OUTPUTS: dict[str, tuple[Topic, ...]] = {
     "gate": (Topic.GATE_RESULTS, Topic.GATE_TICKS, Topic.GATE_JOINS_CHANGELOG,
-             Topic.GATE_GRADED_CHANGELOG, Topic.DEAD_LETTERS),
+             Topic.GATE_GRADED_CHANGELOG, Topic.JUDGE_REQUESTS, Topic.DEAD_LETTERS),
     "verdict": (Topic.TRIAL_VERDICTS, Topic.VERDICT_TICKS, Topic.VERDICT_TRIALS_CHANGELOG,
                 Topic.VERDICT_GRADED_CHANGELOG, Topic.DEAD_LETTERS),
     "judge": (Topic.JUDGE_VERDICTS, Topic.DEAD_LETTERS),

@@ -9,7 +9,7 @@ import time
 
 import faust
 
-from schemas.events import ConversationFinished, SessionPersisted
+from schemas.events import ConversationFinished, GateResult, JudgeRequest, SessionPersisted
 from services.common.app import (
     DeadLetters,
     Delivery,
@@ -51,6 +51,7 @@ regrade_topic = topic_name(Topic.REGRADE_REQUESTS, settings)
 inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.GATE_TICKS, settings=settings)
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
+judge_requests = raw_topic(app, Topic.JUDGE_REQUESTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 deliver = Delivery(PROCESSOR)  # re-grades: each awaited (rare, and apart from the batches)
 
@@ -113,11 +114,26 @@ async def _grade(event: faust.types.EventT, grade: domain.Grade) -> bool:
     # each is re-sent with backoff through an outage.
     for result in results:
         await outbox.send(gate_results, conv.trial_id.encode(), encode(result))
+    if scenario.skips_judges_when_gates_fail(settings.judge_skip_when_gates_fail):
+        # The judge grades this trial now that its gates are decided (and asks no model
+        # when they failed): its conversation goes with the request.
+        request = judge_request(conv, results)
+        await outbox.send(judge_requests, conv.trial_id.encode(), encode(request))
     for result in results:
         metrics.count(result)
     if grade.session is None and scenario.has_state_gate:
         metrics.sessions_missing.inc()
     return True
+
+
+def judge_request(conv: ConversationFinished, results: list[GateResult]) -> JudgeRequest:
+    version = results[0].scenario_version
+    return JudgeRequest(
+        event_id=f"judge-request:{conv.trial_id}:{version}", trial_id=conv.trial_id,
+        scenario_id=conv.scenario_id, scenario_version=version,
+        gates_passed=all(r.passed for r in results),
+        failed_gates=[r.gate for r in results if not r.passed], conversation=conv,
+    )
 
 
 # --------------------------------------------------------------------------- agents

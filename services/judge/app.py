@@ -5,7 +5,9 @@ Its own Faust app and consumer group. The agent reads trials in bounded batches
 requests are bounded by the client (`PASSK_JUDGE_CONCURRENCY`), so many calls are in
 flight, never one at a time. A batch's verdicts are sent together and the batch is acked
 only after all are delivered (at-least-once; a redelivered trial yields the same event
-ids). During a model outage the calls wait in the client and the batch is not acked; the
+ids). A scenario with skip_when_gates_fail is graded from the gate's JudgeRequest instead
+of its conversation, once its gates are decided (the model is not called when they failed).
+During a model outage the calls wait in the client and the batch is not acked; the
 backlog drains when the model answers (see `client`). `PASSK_JUDGE_CACHE=0` makes every
 judge ask the model (the worker's `--no-cache`).
 """
@@ -18,7 +20,7 @@ import logging
 import faust
 from sqlalchemy.exc import SQLAlchemyError
 
-from schemas.events import ConversationFinished
+from schemas.events import ConversationFinished, JudgeRequest
 from services.common.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
 from services.common.metrics import common_metrics
@@ -39,13 +41,15 @@ settings = get_settings()
 app = make_app(PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- topics
-conversations_in, regrades_in = PROCESSOR_INPUTS[PROCESSOR]
+conversations_in, regrades_in, judge_requests_in = PROCESSOR_INPUTS[PROCESSOR]
 conversations = raw_topic(app, conversations_in, settings)
 regrade_requests = raw_topic(app, regrades_in, settings)
+judge_requests = raw_topic(app, judge_requests_in, settings)
 judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 deliver = Delivery(PROCESSOR)  # re-grades: each awaited (rare, and apart from the batches)
 outbox = Outbox(PROCESSOR)
+request_outbox = Outbox(PROCESSOR)  # its own batches: the two agents run side by side
 
 catalog = ScenarioCatalog(settings)
 run_alongside(app, settings, catalog)
@@ -90,6 +94,14 @@ async def known_judges() -> None:
         known_judges_now()
 
 
+@app.agent(judge_requests)
+async def judge_after_gates(stream: faust.StreamT) -> None:
+    await catalog.ready()
+    await request_outbox.run(stream, lambda event: reject.guard(event, handle_request),
+                             concurrently=True, batch_max=settings.batch_max,
+                             within_s=settings.batch_within_s)
+
+
 @app.agent(regrade_requests, concurrency=settings.judge_concurrency)
 async def regrade_trials(stream: faust.StreamT) -> None:
     await catalog.ready()
@@ -127,9 +139,35 @@ async def handle(event: faust.types.EventT) -> None:
                 f"scenario {trial.scenario_id!r} is not published on the scenarios topic",
             ),
         )
+    if scenario.skips_judges_when_gates_fail(settings.judge_skip_when_gates_fail):
+        # Graded when the gate's JudgeRequest says how the gates went (handle_request).
+        common.events.labels(PROCESSOR, "awaiting_gates").inc()
+        return None
     verdicts = await (await grader()).grade(trial, scenario)
     # Delivered with the batch before it is acked: a crash in between re-grades the trial
     # (the cache answers) and re-sends the same event ids, which consumers drop.
     for v in verdicts:
         await outbox.send(judge_verdicts, trial.trial_id.encode(), encode(v))
     common.events.labels(PROCESSOR, "graded").inc()
+
+
+async def handle_request(event: faust.types.EventT) -> None:
+    """A skip_when_gates_fail trial whose gates are decided: every judge when they passed;
+    when they failed, the LLM judges are recorded as skipped (no model call)."""
+    request = decode(event.value, JudgeRequest, max_bytes=2 * settings.max_event_bytes,
+                     max_depth=settings.max_json_depth + 2)
+    if isinstance(request, Rejection):
+        return await reject(event, request)
+    trial = request.conversation
+    scenario = catalog.get(trial.scenario_id) or await catalog.wait_for(
+        trial.scenario_id, timeout=SCENARIO_GRACE_S
+    )
+    if scenario is None:
+        return await reject(event, Rejection(
+            "unknown_scenario",
+            f"scenario {trial.scenario_id!r} is not published on the scenarios topic"))
+    failed = [] if request.gates_passed else (request.failed_gates or ["?"])
+    verdicts = await (await grader()).grade_after_gates(trial, scenario, failed)
+    for v in verdicts:
+        await request_outbox.send(judge_verdicts, trial.trial_id.encode(), encode(v))
+    common.events.labels(PROCESSOR, "graded" if not failed else "skipped").inc()

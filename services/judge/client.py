@@ -216,8 +216,8 @@ class JudgeClient:
     async def _attempts(
         self, judge_id: str, messages: list[dict[str, str]], budget: int
     ) -> CallResult:
-        """Up to `budget` attempts, backing off between them. Latency is the answering
-        request's duration, or for an error the time spent before giving up."""
+        """Up to `budget` attempts, backing off between them. Tokens are summed over every
+        attempt that reached the model (`judge` sets the whole call's latency)."""
         tokens = (0, 0)
         model = self.model
         started = time.perf_counter()
@@ -256,13 +256,19 @@ class JudgeClient:
         """One verdict, or its error cause once the budget is spent; never lost to an outage."""
         messages = judge_prompt.render(judge_id, assertion, transcript)
         attempts = 0
+        spent = (0, 0)  # tokens of earlier rounds (a malformed answer still spends them)
         reasked = False
+        started = time.perf_counter()
         while True:
             await self._up.wait()
             began, answered_before = time.monotonic(), self._answered
             result = await self._attempts(judge_id, messages, self.policy.max_retries + 1)
             attempts += result.attempts
             result.attempts = attempts
+            spent = (spent[0] + (result.input_tokens or 0), spent[1] + (result.output_tokens or 0))
+            result.input_tokens, result.output_tokens = spent[0] or None, spent[1] or None
+            # The verdict's latency is the whole call: every attempt, backoff and outage wait.
+            result.latency_ms = (time.perf_counter() - started) * 1000
             if result.cause is None or result.cause == "malformed_answer":
                 return result
             whose = await self._whose_failure(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.events import ConversationFinished, JudgeVerdict, Outcome, with_attempt
+from schemas.events import ConversationFinished, JudgeResult, JudgeVerdict, with_attempt
 from schemas.scenario import JudgeSpec, Scenario
 from services.judge.kinds import LLM, InvalidJudgeSpec, deterministic_kind, known_kinds
 from services.judge.prompt import PROMPT_HASH, Answer
@@ -61,7 +61,7 @@ def make_verdict(
     scenario: Scenario,
     spec: JudgeSpec,
     *,
-    result: Outcome,
+    result: JudgeResult,
     reason: str,
     **facts: object,
 ) -> JudgeVerdict:
@@ -125,7 +125,7 @@ def llm_verdict(
 ) -> JudgeVerdict:
     """The model's answer, or `error` with its cause once the retry budget is spent."""
     if call.answer is None:
-        result: Outcome = "error"
+        result: JudgeResult = "error"
         reason = error_reason(call.cause or "unknown", call.detail)
     else:
         result = "passed" if call.answer.passed else "failed"
@@ -162,6 +162,26 @@ def cached_verdict(
         attempts=0,
         cached=True,
     )
+
+
+def skipped_verdict(
+    trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec, failed_gates: list[str]
+) -> JudgeVerdict:
+    """An LLM judge not asked because the gates already failed the trial: no call, no
+    tokens; `skipped`, which neither passes, fails nor errors the trial."""
+    gates = ", ".join(f"gate:{g}" for g in failed_gates) or "a gate"
+    return make_verdict(
+        trial,
+        scenario,
+        spec,
+        result="skipped",
+        reason=f"skipped: {gates} already failed the trial (skip_when_gates_fail)",
+        prompt_hash=PROMPT_HASH,
+    )
+
+
+def judge_request_id(trial_id: str, scenario_version: str) -> str:
+    return f"judge-request:{trial_id}:{scenario_version}"
 
 
 def not_configured_verdict(

@@ -78,7 +78,29 @@ class Grader:
             for v in verdicts:
                 self.metrics.verdict(v.judge_id, v.result)
                 self.metrics.spent(v.judge_id, v.input_tokens, v.output_tokens)
+                if v.attempts and not v.cached and v.latency_ms is not None:
+                    self.metrics.called(v.judge_id, v.latency_ms / 1000)
         return list(verdicts)
+
+    async def grade_after_gates(
+        self, trial: ConversationFinished, scenario: Scenario, failed_gates: list[str]
+    ) -> list[JudgeVerdict]:
+        """skip_when_gates_fail: every judge when the gates passed; when they failed, the
+        deterministic judges (they cost nothing) and each LLM judge recorded as skipped."""
+        if not failed_gates:
+            return await self.grade(trial, scenario)
+        asked = [s for s in scenario.judges if not domain.is_llm(s)]
+        graded = {v.judge_id: v for v in await self.grade_judges(trial, scenario, asked)}
+        out = []
+        for spec in scenario.judges:
+            if spec.id in graded:
+                out.append(graded[spec.id])
+                continue
+            out.append(domain.skipped_verdict(trial, scenario, spec, failed_gates).model_copy(
+                update={"judge_version": self.version_of(spec)}))
+            if self.metrics:
+                self.metrics.skip(spec.id)
+        return out
 
     async def _one(
         self, trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec

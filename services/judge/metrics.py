@@ -42,6 +42,21 @@ class JudgeMetrics:
             ["judge"],
             registry=registry,
         )
+        self.call_seconds = Histogram(
+            "passk_judge_call_seconds",
+            "Wall time of each judge's model call for one verdict: every attempt, backoff "
+            "and outage wait (cache answers make no call and are not observed).",
+            ["judge"],
+            buckets=REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.skipped = Counter(
+            "passk_judge_skipped",
+            "LLM judge verdicts not asked of the model because the trial's gates had "
+            "already failed (skip_when_gates_fail): model calls saved.",
+            ["judge"],
+            registry=registry,
+        )
         self.errors = Counter(
             "passk_judge_errors",
             "Failed model requests by cause (each failed attempt, whether retried or not).",
@@ -61,6 +76,11 @@ class JudgeMetrics:
         for judge in judges:
             for result in RESULTS:
                 self.verdicts.labels(judge=judge, result=result)
+            # Cost panels and skip counts read these the same way.
+            for kind in ("input", "output"):
+                self.tokens.labels(judge=judge, kind=kind)
+            self.call_seconds.labels(judge=judge)
+            self.skipped.labels(judge=judge)
 
     def verdict(self, judge: str, result: str) -> None:
         self.verdicts.labels(judge=judge, result=result).inc()
@@ -70,6 +90,12 @@ class JudgeMetrics:
             self.tokens.labels(judge=judge, kind="input").inc(input_tokens)
         if output_tokens:
             self.tokens.labels(judge=judge, kind="output").inc(output_tokens)
+
+    def called(self, judge: str, seconds: float) -> None:
+        self.call_seconds.labels(judge=judge).observe(seconds)
+
+    def skip(self, judge: str) -> None:
+        self.skipped.labels(judge=judge).inc()
 
     def cache_hit(self, judge: str) -> None:
         self.cache_hits.labels(judge=judge).inc()

@@ -29,15 +29,18 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
     from services.common.settings import get_settings
     from services.report.domain import build_report, previous_run
+    from services.report.judge_cost import Prices
     from services.sink.store import Store
 
     # A store that cannot be reached escapes as OperationalError: exit 4 (services.cli).
-    store = Store(database_url or get_settings().database_url)
+    settings = get_settings()
+    store = Store(database_url or settings.database_url)
     try:
         trials = store.trials(run_id)
         before = previous_run(run_id, store.run_scenarios()) if trials else None
         judges = store.judge_verdicts(run_id) if trials else []
-        report = build_report(run_id, trials, before, judges)
+        prices = Prices(settings.judge_price_per_mtok_in, settings.judge_price_per_mtok_out)
+        report = build_report(run_id, trials, before, judges, prices)
         return report, ([] if trials else store.runs()), redacted(store.url)
     finally:
         store.close()

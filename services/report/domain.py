@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from schemas.events import ExternalCheckResult, FailedCheck
 from services.common.estimators import pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
+from services.report.judge_cost import JudgeCostSummary, Prices, summarize_costs, trial_costs
 from services.sink.domain import JudgeRecord, TrialRecord, summarize
 
 # The CLI's exit codes (services/common/exits.py): no trials is "nothing to judge".
@@ -57,6 +58,13 @@ class TrialLine(TrialChecks):
     checks_passed: list[str] = []
     # External checks the scenario does not name: shown, never counted.
     advisory_checks: list[ExternalCheckResult] = []
+    # Judging this trial: model calls, the tokens they spent, the estimated cost (None
+    # without prices), and the LLM judges skipped because the gates had failed it.
+    judge_calls: int = 0
+    judge_input_tokens: int = 0
+    judge_output_tokens: int = 0
+    judge_cost: float | None = None
+    skipped_judges: list[str] = []
 
 
 class CheckFailures(BaseModel):
@@ -100,6 +108,7 @@ class RunReport(BaseModel):
     previous_run: str | None = None  # the latest earlier run of the same scenarios
     advisory_judges: list[AdvisoryJudge] = []
     advisory_checks: list[AdvisoryCheck] = []
+    judge_cost: JudgeCostSummary | None = None
 
     @property
     def without_state_gate(self) -> list[str]:
@@ -216,11 +225,19 @@ def build_report(
     trials: Sequence[TrialRecord],
     previous_run: str | None = None,
     judges: Sequence[JudgeRecord] = (),
+    prices: Prices = Prices(),
 ) -> RunReport:
     trials = sorted(
         (t for t in trials if t.run_id == run_id), key=lambda t: (t.scenario_id, t.trial_id)
     )
     lines = [trial_line(t) for t in trials]
+    run_judges = [j for j in judges if j.run_id == run_id]
+    costs = trial_costs(run_judges, prices)
+    for line in lines:
+        c = costs.get(line.trial_id)
+        if c is not None:
+            line.judge_calls, line.judge_cost, line.skipped_judges = c.calls, c.cost, c.skipped
+            line.judge_input_tokens, line.judge_output_tokens = c.input_tokens, c.output_tokens
     scenarios = [
         scenario_report(run_id, sid, trials, lines)
         for sid in sorted({t.scenario_id for t in trials})
@@ -232,8 +249,10 @@ def build_report(
         failing_checks=rank_failing_checks(lines),
         flakiness=explain_flakiness(lines),
         previous_run=previous_run,
-        advisory_judges=advisory_judges(trials, [j for j in judges if j.run_id == run_id]),
+        advisory_judges=advisory_judges(trials, run_judges),
         advisory_checks=advisory_checks(lines),
+        judge_cost=summarize_costs([t.trial_id for t in trials], run_judges, prices)
+        if trials else None,
     )
 
 
@@ -304,6 +323,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
         ],
         "advisory_judges": [j.model_dump() for j in report.advisory_judges],
         "advisory_checks": [c.model_dump() for c in report.advisory_checks],
+        "judge_cost": report.judge_cost.model_dump() if report.judge_cost else None,
     }
 
 

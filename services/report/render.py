@@ -14,6 +14,7 @@ from services.report.domain import (
     advisory_check_text,
     advisory_text,
 )
+from services.report.judge_cost import cost_lines
 
 WHOSE_EXIT = {"session": "persisted session", "harness": "harness"}
 
@@ -82,6 +83,9 @@ def print_report(report: RunReport, console: Console) -> None:
         console.print(escape(advisory_text(judge)), soft_wrap=True)
     for check in report.advisory_checks:
         console.print(escape(advisory_check_text(check)), soft_wrap=True)
+    if report.judge_cost is not None:
+        for line in cost_lines(report.judge_cost):
+            console.print(escape(line), soft_wrap=True)
     if report.previous_run:
         console.print(
             f"previous run of these scenarios: {escape(report.previous_run)} "

@@ -8,7 +8,9 @@ version, by the calibration policy (`services.common.calibration.GatingPolicy`);
 advisory verdict is recorded with why and never fails (nor errors) the trial. A check that failed
 makes the trial `failed`; one that could not be made at all (a judge past its retry
 budget, a verdict that never came) makes it `error` unless another check already
-failed it. Either way an errored check is never read as a pass.
+failed it. Either way an errored check is never read as a pass. A judge `skipped`
+(skip_when_gates_fail: its gates had already failed the trial) is listed as skipped and
+counts as neither.
 """
 
 from __future__ import annotations
@@ -185,6 +187,7 @@ def assemble(
     passed: list[str] = []
     gating: list[str] = []
     advisory: list[AdvisoryJudge] = []
+    skipped: list[str] = []
     for name in GATES:
         gate = state.gates.get(name)
         if gate is None:
@@ -219,6 +222,9 @@ def assemble(
     for judge in scenario.judges:
         verdict = state.judges.get(f"{judge.id}@{version}")
         if verdict is None:
+            continue
+        if verdict.result == "skipped":  # not asked: the gates had failed the trial already
+            skipped.append(judge.id)
             continue
         gates, why = policy.gates(
             judge, verdict.judge_version, book.get(verdict.judge_version)
@@ -256,6 +262,7 @@ def assemble(
         gating_judges=gating,
         advisory_judges=advisory,
         advisory_checks=advisory_checks,
+        skipped_judges=skipped,
         agent_version=facts.agent_version if facts else None,
         exit_reason=facts.exit_reason if facts else None,
         exit_source=exit_gate.exit_source if exit_gate else None,

@@ -91,7 +91,7 @@ def test_json_has_exactly_the_documented_shape() -> None:
     # The documented keys first and in order; the additions after them.
     assert list(data) == [
         "run_id", "scenarios", "trials", "previous_run", "without_state_gate", "flakiness",
-        "advisory_judges", "advisory_checks",
+        "advisory_judges", "advisory_checks", "judge_cost",
     ]
     assert data["run_id"] == "r"
     assert [list(s) for s in data["scenarios"]] == [[
@@ -101,7 +101,9 @@ def test_json_has_exactly_the_documented_shape() -> None:
     ]] * 2
     assert [list(t) for t in data["trials"]] == [
         ["trial_id", "scenario_id", "outcome", "failed_checks", "exit_reason", "exit_source",
-         "completion", "tokens", "turns", "duration_s", "checks_passed", "advisory_checks"]
+         "completion", "tokens", "turns", "duration_s", "checks_passed", "advisory_checks",
+         "judge_calls", "judge_input_tokens", "judge_output_tokens", "judge_cost",
+         "skipped_judges"]
     ] * 2
     assert [s["scenario_id"] for s in data["scenarios"]] == ["a", "b"]
     failed = data["trials"][1]["failed_checks"]

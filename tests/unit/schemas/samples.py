@@ -11,6 +11,7 @@ from schemas.events import (
     DeadLetter,
     GateResult,
     JudgeCalibration,
+    JudgeRequest,
     JudgeVerdict,
     Label,
     LabelledVerdict,
@@ -229,6 +230,19 @@ SAMPLES[RegradeRequest] = {
     "reason": "passk regrade --errors-only: was error",
     "conversation": SAMPLES[ConversationFinished],
     "session": SAMPLES[SessionPersisted],
+}
+
+SAMPLES[JudgeRequest] = {
+    "event_id": "judge-request:t-1:0123456789abcdef",
+    "type": "judge_request",
+    "schema_version": 1,
+    "occurred_at": WHEN,
+    "trial_id": "t-1",
+    "scenario_id": "debrief-billable-repair",
+    "scenario_version": "0123456789abcdef",
+    "gates_passed": False,
+    "failed_gates": ["state"],
+    "conversation": SAMPLES[ConversationFinished],
 }
 
 
