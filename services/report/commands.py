@@ -21,6 +21,8 @@ from services.common.exits import (
 
 if TYPE_CHECKING:
     from services.report.domain import RunReport
+    from services.report.judge_cost import Prices
+    from services.report.trial_view import TrialView
 
 RUN_WINDOWS = 24  # windows per scenario and size in the report page's over-time section
 
@@ -29,7 +31,6 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
     from services.common.settings import get_settings
     from services.report.domain import build_report, previous_run
-    from services.report.judge_cost import Prices
     from services.sink.store import Store
 
     # A store that cannot be reached escapes as OperationalError: exit 4 (services.cli).
@@ -39,14 +40,71 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
         trials = store.trials(run_id)
         before = previous_run(run_id, store.run_scenarios()) if trials else None
         judges = store.judge_verdicts(run_id) if trials else []
-        prices = Prices(settings.judge_price_per_mtok_in, settings.judge_price_per_mtok_out)
-        report = build_report(run_id, trials, before, judges, prices)
+        report = build_report(run_id, trials, before, judges, _prices())
         return report, ([] if trials else store.runs()), redacted(store.url)
     finally:
         store.close()
 
 
+def _prices() -> Prices:
+    from services.common.settings import get_settings
+    from services.report.judge_cost import Prices
+
+    settings = get_settings()
+    return Prices(settings.judge_price_per_mtok_in, settings.judge_price_per_mtok_out)
+
+
+def _opened_trials(run_id: str, database_url: str | None) -> tuple[list[TrialView], int]:
+    """The trials the report page expands (services.report.trial_view.page_trials)."""
+    from services.common.settings import get_settings
+    from services.report.trial_view import build_view, page_trials
+    from services.sink.store import Store
+
+    store = Store(database_url or get_settings().database_url)
+    try:
+        chosen, left_out = page_trials(store.trials(run_id))
+        ids = {t.trial_id for t in chosen}
+        gates = [g for g in store.gate_results(run_id) if g.trial_id in ids]
+        judges = [j for j in store.judge_verdicts(run_id) if j.trial_id in ids]
+        kept = store.transcripts(ids)
+        prices = _prices()
+        return [build_view(t, [g for g in gates if g.trial_id == t.trial_id],
+                           [j for j in judges if j.trial_id == t.trial_id],
+                           kept.get(t.trial_id), prices) for t in chosen], left_out
+    finally:
+        store.close()
+
+
 def register(app: typer.Typer) -> None:
+    @app.command()
+    def show(
+        trial_id: str = typer.Argument(..., help="the trial to open"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
+    ) -> None:
+        """One trial from the projection: its transcript, every check with its verdict and
+        reason, and the persisted state beside each expectation (the failing paths marked).
+        Exit 3 when the projection has no such trial, 4 when the store is unreachable."""
+        from services.common.settings import get_settings
+        from services.report.trial_view import build_view, print_view, view_json
+        from services.sink.store import Store
+
+        store = Store(database_url or get_settings().database_url)
+        try:
+            trial = store.trial(trial_id)
+            if trial is None:
+                raise NothingToJudge(
+                    f"unknown trial {trial_id!r}: no trial verdict in the projection "
+                    f"({redacted(store.url)})")
+            view = build_view(trial, store.trial_gates(trial_id), store.trial_judges(trial_id),
+                              store.transcript(trial_id), _prices())
+        finally:
+            store.close()
+        if as_json:
+            typer.echo(json.dumps(view_json(view), ensure_ascii=False))
+        else:
+            print_view(view, console())
+
     @app.command()
     def report(
         run_id: str = typer.Option(..., "--run-id", help="the run to report on"),
@@ -81,9 +139,11 @@ def register(app: typer.Typer) -> None:
 
             over_time = run_section(load_windows(
                 database_url, RUN_WINDOWS, None, [s.scenario_id for s in result.scenarios]))
+            opened, not_opened = _opened_trials(run_id, database_url)
             try:
                 html.write_text(render_html(result, generated_at=datetime.now(UTC),
-                                            over_time=over_time), encoding="utf-8")
+                                            over_time=over_time, opened=opened,
+                                            not_opened=not_opened), encoding="utf-8")
             except OSError as exc:
                 raise UsageError(f"cannot write {html}: {exc}") from exc
             console(stderr=True).print(f"report page: {html.resolve()}", soft_wrap=True)

@@ -9,7 +9,7 @@ the filter in the address (`#scenario=…&check=…`) so a link shows the same r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from html import escape
 
@@ -18,6 +18,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from services.report.domain import RunReport, ScenarioReport
+from services.report.trial_view import TrialView, trial_links, trials_section
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -182,15 +183,22 @@ def _options(values: Iterable[str]) -> str:
     return "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
 
 
-def _flakiness(report: RunReport) -> str:
+def _flakiness(report: RunReport, opened_ids: Iterable[str] = ()) -> str:
+    opened = set(opened_ids)
     if not report.flakiness:
         return '<p id="flakiness-none">No scenario is flaky: every scenario\'s trials agree.</p>'
     items = []
     for f in report.flakiness:
+        def failing(check: str, scenario: str = f.scenario_id) -> str:
+            ids = [t.trial_id for t in report.trials if t.scenario_id == scenario
+                   and t.trial_id in opened and any(fc.check == check for fc in t.failed_checks)]
+            return f' <span class="trials">in {trial_links(ids)}</span>' if ids else ""
+
         checks = "".join(
             f'<li data-check="{escape(c.check)}" data-failures="{c.failures}" '
             f'data-trials="{c.trials}"><b>{escape(c.check)}</b> fails {c.failures} of '
-            f'{c.trials} <span class="sub">— e.g. {escape(c.example_reason)}</span></li>'
+            f'{c.trials}{failing(c.check)} <span class="sub">— e.g. '
+            f'{escape(c.example_reason)}</span></li>'
             for c in f.checks
         )
         items.append(
@@ -235,9 +243,11 @@ def _advisory_checks(report: RunReport) -> str:
 
 
 def render_html(report: RunReport, *, generated_at: datetime,
-                over_time: str | None = None) -> str:
+                over_time: str | None = None, opened: Sequence[TrialView] = (),
+                not_opened: int = 0) -> str:
     """The whole page as one string; `over_time`, the run's scenarios over time
-    (services/report/over_time.py), when the projection holds their windows."""
+    (services/report/over_time.py), when the projection holds their windows; `opened`, the
+    trials expanded (services/report/trial_view.py)."""
     passed = sum(1 for s in report.scenarios if s.scenario_passed)
     total = len(report.scenarios)
     gate = (
@@ -282,7 +292,7 @@ deploys; the gap to pass@k is where flakiness hides.</p>
 <h2>Flakiness explained</h2>
 <p class="sub">For each scenario whose trials disagree: the checks whose result flips between
 its trials, by how many trials they failed.</p>
-<div id="flakiness">{_flakiness(report)}</div>
+<div id="flakiness">{_flakiness(report, {v.trial_id for v in opened})}</div>
 <h2>Failed checks</h2>
 <p><label>scenario<select id="filter-scenario"><option value="">all</option>
 {_options(s.scenario_id for s in report.scenarios)}</select></label>
@@ -291,6 +301,11 @@ its trials, by how many trials they failed.</p>
 <table id="failed-checks"><thead><tr><th>trial</th><th>scenario</th><th>outcome</th>
 <th>check</th><th>reason</th><th>exit checked (whose)</th></tr></thead>
 <tbody>{failed_rows}</tbody></table>
+<h2>Trials opened</h2>
+<p class="sub">Every failed trial, and the first of each scenario: its checks, the persisted
+state against each expectation (the failing paths marked), the judge calls and the
+conversation. <code>passk show TRIAL_ID</code> prints the same.</p>
+{trials_section(opened, not_opened)}
 <h2>Advisory judges</h2>
 <p class="sub">Recorded and shown, never failing a trial.</p>
 {_advisory(report)}{_advisory_checks(report)}

@@ -342,6 +342,30 @@ class Store:
         table, _ = TABLES[JudgeRecord]
         return self._select(JudgeRecord, table.c.run_id == run_id, order=("trial_id", "judge_id"))
 
+    def trial(self, trial_id: str) -> TrialRecord | None:
+        table, _ = TABLES[TrialRecord]
+        found = self._select(TrialRecord, table.c.trial_id == trial_id, order=("trial_id",))
+        return found[0] if found else None
+
+    def trial_gates(self, trial_id: str) -> list[GateRecord]:
+        table, _ = TABLES[GateRecord]
+        return self._select(GateRecord, table.c.trial_id == trial_id, order=("gate",))
+
+    def trial_judges(self, trial_id: str) -> list[JudgeRecord]:
+        table, _ = TABLES[JudgeRecord]
+        return self._select(JudgeRecord, table.c.trial_id == trial_id, order=("judge_id",))
+
+    def transcripts(self, trial_ids: Iterable[str]) -> dict[str, TranscriptRecord]:
+        """The kept conversations of these trials (those the sink has), by trial id."""
+        table, _ = TABLES[TranscriptRecord]
+        ids = sorted(set(trial_ids))
+        out: dict[str, TranscriptRecord] = {}
+        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+            for r in self._select(TranscriptRecord, table.c.trial_id.in_(chunk),
+                                  order=("trial_id",)):
+                out[r.trial_id] = r
+        return out
+
     def transcript(self, trial_id: str) -> TranscriptRecord | None:
         table, _ = TABLES[TranscriptRecord]
         found = self._select(TranscriptRecord, table.c.trial_id == trial_id, order=("trial_id",))

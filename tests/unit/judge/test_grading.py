@@ -134,3 +134,31 @@ async def test_regrading_after_an_unrelated_change_makes_no_call(
     assert all(v.cached for v in verdicts if v.judge_kind == "llm")
     assert {v.scenario_version for v in verdicts} == {edited.version}
     assert (await standin_stats(url))["requests"] == 2  # only the first grading asked
+
+
+async def test_skip_when_gates_fail_asks_no_model_and_records_skipped(
+    standin: StartStandin, tmp_path: Path
+) -> None:
+    url = await standin()
+    registry = CollectorRegistry()
+    g = grader(url, tmp_path, registry, lookups=False)
+    skipped = await g.grade_after_gates(trial("t1", "sorry"), SCENARIO, ["state"])
+    # The regex judge costs nothing and still runs; the two LLM judges are not asked.
+    assert [(v.judge_id, v.result) for v in skipped] == [
+        ("asked_parts", "skipped"), ("asked_tests", "skipped"), ("no_apology", "failed")]
+    assert (await standin_stats(url)).get("requests", 0) == 0  # counters start at first use
+    assert all(v.input_tokens is None and v.attempts == 0 for v in skipped)
+    assert "gate:state already failed" in skipped[0].reason
+    assert registry.get_sample_value("passk_judge_skipped_total", {"judge": "asked_parts"}) == 1
+    # Gates passed: every judge asked, each call traced (tokens, latency, attempts, model).
+    asked = await g.grade_after_gates(trial("t2"), SCENARIO, [])
+    assert [v.result for v in asked] == ["passed", "passed", "passed"]
+    assert (await standin_stats(url))["requests"] == 2
+    for v in asked[:2]:
+        assert v.input_tokens and v.output_tokens and v.attempts == 1 and not v.cached
+        assert v.model == "passk-standin" and v.latency_ms and v.latency_ms > 0
+    count = registry.get_sample_value("passk_judge_call_seconds_count", {"judge": "asked_parts"})
+    assert count == 1
+    tokens = registry.get_sample_value("passk_judge_tokens_total",
+                                       {"judge": "asked_parts", "kind": "input"})
+    assert tokens == asked[0].input_tokens

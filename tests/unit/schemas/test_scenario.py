@@ -206,3 +206,21 @@ def test_sections_for_the_harness_keep_the_versions_of_scenarios_without_them() 
 def test_a_user_section_that_cannot_be_played_is_refused(user: dict, problem: str) -> None:
     with pytest.raises(ValidationError, match=problem):
         Scenario.model_validate({"id": "s", "expected_exit": "product_closed", "user": user})
+
+
+def test_judging_skip_when_gates_fail_is_optional_and_keeps_old_versions() -> None:
+    body = {"id": "s", "expected_exit": "product_closed",
+            "judges": [{"id": "j", "assertion": "holds"}]}
+    plain = Scenario.model_validate(body)
+    assert plain.skips_judges_when_gates_fail(False) is False
+    assert plain.skips_judges_when_gates_fail(True) is True  # the global setting
+    said = Scenario.model_validate({**body, "judging": {"skip_when_gates_fail": False}})
+    assert said.skips_judges_when_gates_fail(True) is False  # the scenario wins
+    assert said.content_hash() != plain.content_hash()
+    # A scenario without the section keeps the version it had before the section existed.
+    assert Scenario.model_validate({**body, "judging": None}).content_hash() == plain.content_hash()
+    no_llm = Scenario.model_validate(
+        {**body, "judges": [], "judging": {"skip_when_gates_fail": True}})
+    assert no_llm.skips_judges_when_gates_fail(True) is False  # nothing to skip
+    with pytest.raises(ValidationError, match="skip_when_gates_fial"):
+        Scenario.model_validate({**body, "judging": {"skip_when_gates_fial": True}})

@@ -212,3 +212,16 @@ def test_an_emitted_trial_is_remembered_for_the_retention_then_forgotten() -> No
     done = domain.emitted(state, verdict, now=1_000.0)
     assert domain.on_tick(done, 1_000.0 + 86_399.0, TIMING, SC).action == "wait"
     assert domain.on_tick(done, 1_000.0 + 86_400.0, TIMING, SC).action == "forget"
+
+
+def test_a_skipped_judge_is_awaited_no_longer_and_counts_as_neither_fail_nor_error() -> None:
+    events = [
+        gate_result("exit", version=V), gate_result("state", False, version=V),
+        *[judge_verdict(j, "skipped", version=V) for j in GATING],
+    ]
+    state = collect(*events)
+    assert domain.missing_checks(state, SC) == []  # nothing left to wait for
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
+    assert verdict.outcome == "failed"
+    assert [fc.check for fc in verdict.failed_checks] == ["gate:state"]
+    assert verdict.skipped_judges == GATING and verdict.gating_judges == []

@@ -1,0 +1,352 @@
+"""One trial opened: its transcript, every check with its verdict and reason, and the
+persisted state beside each expectation (expected against actual, the failing paths
+marked). `passk show TRIAL_ID` prints it (or `--json`), and the HTML report expands each
+failed trial (and one trial per scenario) to the same view in a `<details>`.
+
+Built from the projection only: the trial row, its gate rows (each state expectation's
+expected value and the value found at its path, as the gate recorded it, found values
+bounded to 2000 characters of JSON by the gate), its judge rows (with the call's model,
+tokens, latency, attempts, cache) and the kept transcript. Every piece of text here came
+from a producer or a model: the text and HTML renderings escape all of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Any
+
+from pydantic import BaseModel
+
+from services.report.judge_cost import Prices, money, trial_costs
+from services.sink.domain import GateRecord, JudgeRecord, TranscriptRecord, TrialRecord
+
+# The report page shows at most this many trials opened, and of each transcript at most
+# this many messages of at most this many characters (`passk show` prints them whole).
+MAX_PAGE_TRIALS = 200
+MAX_PAGE_MESSAGES = 60
+MAX_PAGE_CHARS = 4000
+
+
+class ShownCheck(BaseModel):
+    check: str  # gate:exit, exit:max_turns, state:<path> <op>, judge:<id>, ...
+    verdict: str  # passed | failed | error | skipped | advisory-failed | advisory-passed ...
+    reason: str
+    gating: bool = True
+
+
+class ShownExpectation(BaseModel):
+    """One elementary check of a gate, with what it expected and what it found."""
+
+    gate: str
+    check: str
+    path: str | None  # the state path an expectation reads (None for exit checks)
+    passed: bool
+    expected: Any = None
+    actual: Any = None
+    reason: str
+
+
+class ShownJudge(BaseModel):
+    judge_id: str
+    kind: str
+    result: str
+    reason: str
+    gating: bool
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    latency_ms: float | None = None
+    attempts: int = 0
+    cached: bool = False
+
+
+class TrialView(BaseModel):
+    trial_id: str
+    run_id: str
+    scenario_id: str
+    scenario_version: str
+    session_id: str
+    outcome: str
+    exit_reason: str | None
+    exit_source: str | None
+    agent_version: str | None
+    checks: list[ShownCheck]
+    expectations: list[ShownExpectation]
+    judges: list[ShownJudge]
+    transcript: list[dict[str, Any]] | None  # None: the projection kept no conversation
+    judge_calls: int = 0
+    judge_input_tokens: int = 0
+    judge_output_tokens: int = 0
+    judge_cost: float | None = None
+
+    @property
+    def failing_paths(self) -> list[str]:
+        return [e.path for e in self.expectations if not e.passed and e.path]
+
+
+def _path_of(check: str) -> str | None:
+    """`state:report.fault present` -> `report.fault`; exit checks read no path."""
+    if not check.startswith("state:") or check == "state:persisted":
+        return None
+    return check[len("state:"):].rsplit(" ", 1)[0]
+
+
+def build_view(
+    trial: TrialRecord,
+    gates: Sequence[GateRecord],
+    judges: Sequence[JudgeRecord],
+    transcript: TranscriptRecord | None,
+    prices: Prices = Prices(),
+) -> TrialView:
+    failed = {fc["check"]: fc["reason"] for fc in trial.failed_checks}
+    advisory = {a["judge_id"]: a for a in trial.advisory_judges}
+    recorded = bool(trial.gating_judges or trial.advisory_judges)  # older verdicts did not
+    checks: list[ShownCheck] = []
+    for name in trial.checks_passed:
+        checks.append(ShownCheck(check=name, verdict="passed", reason=""))
+    for name, reason in failed.items():
+        verdict = "error" if reason.startswith("error:") else "failed"
+        checks.append(ShownCheck(check=name, verdict=verdict, reason=reason))
+    shown_judges = [
+        ShownJudge(judge_id=j.judge_id, kind=j.judge_kind, result=j.result, reason=j.reason,
+                   gating=j.judge_id in trial.gating_judges if recorded else j.gating,
+                   model=j.model, input_tokens=j.input_tokens, output_tokens=j.output_tokens,
+                   latency_ms=j.latency_ms, attempts=j.attempts, cached=j.cached)
+        for j in judges
+    ]
+    listed = {c.check for c in checks}
+    for j in shown_judges:  # advisory and skipped judges: shown, never counted
+        name = f"judge:{j.judge_id}"
+        if name in listed:
+            continue
+        if j.result == "skipped":
+            checks.append(ShownCheck(check=name, verdict="skipped", reason=j.reason,
+                                     gating=False))
+        elif j.judge_id in advisory:
+            why = advisory[j.judge_id]["why"]
+            checks.append(ShownCheck(check=name, verdict=f"advisory {j.result}",
+                                     reason=f"{j.reason} (advisory: {why})", gating=False))
+    order = {"gate:exit": 0, "gate:state": 1}
+    checks.sort(key=lambda c: (order.get(c.check, 2), c.check))
+    expectations = [
+        ShownExpectation(gate=g.gate, check=c["check"], path=_path_of(c["check"]),
+                         passed=bool(c["passed"]), expected=c.get("expected"),
+                         actual=c.get("found"), reason=c.get("reason", ""))
+        for g in gates for c in g.checks
+    ]
+    cost = trial_costs(judges, prices).get(trial.trial_id)
+    return TrialView(
+        trial_id=trial.trial_id, run_id=trial.run_id, scenario_id=trial.scenario_id,
+        scenario_version=trial.scenario_version, session_id=trial.session_id,
+        outcome=trial.outcome, exit_reason=trial.exit_reason, exit_source=trial.exit_source,
+        agent_version=trial.agent_version, checks=checks, expectations=expectations,
+        judges=shown_judges, transcript=list(transcript.messages) if transcript else None,
+        judge_calls=cost.calls if cost else 0,
+        judge_input_tokens=cost.input_tokens if cost else 0,
+        judge_output_tokens=cost.output_tokens if cost else 0,
+        judge_cost=cost.cost if cost else None,
+    )
+
+
+def view_json(view: TrialView) -> dict[str, Any]:
+    data = view.model_dump(mode="json")
+    data["failing_paths"] = view.failing_paths
+    return data
+
+
+def page_trials(trials: Sequence[TrialRecord]) -> tuple[list[TrialRecord], int]:
+    """The trials the report page opens: the first trial of each scenario (so every
+    scenario shows a conversation being graded) and every failed or errored one, at most
+    MAX_PAGE_TRIALS (the first of each scenario kept first); and how many were left out."""
+    ordered = sorted(trials, key=lambda t: (t.scenario_id, t.trial_id))
+    firsts = {t.scenario_id: t for t in reversed(ordered)}
+    wanted = [*firsts.values(), *(t for t in ordered if t.outcome != "passed")]
+    unique = list({t.trial_id: t for t in wanted}.values())
+    keep = unique[:MAX_PAGE_TRIALS]
+    return sorted(keep, key=lambda t: (t.scenario_id, t.trial_id)), len(unique) - len(keep)
+
+
+# ------------------------------------------------------------------------- text
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def message_text(message: dict[str, Any]) -> str:
+    parts = [str(message.get("content") or "")]
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        parts.append(f"[tool call {fn.get('name', call.get('name'))}({fn.get('arguments', '')})]")
+    return " ".join(p for p in parts if p)
+
+
+def print_view(view: TrialView, console: Any) -> None:
+    from rich.markup import escape as rich_escape
+    from rich.table import Table
+
+    e = rich_escape
+    colour = {"passed": "green", "failed": "red", "error": "yellow"}.get(view.outcome, "white")
+    console.print(f"trial [bold]{e(view.trial_id)}[/bold] of scenario {e(view.scenario_id)} "
+                  f"(run {e(view.run_id)}): [{colour}]{e(view.outcome)}[/{colour}]; exit "
+                  f"{e(view.exit_reason or '—')} ({e(view.exit_source or 'unknown')})",
+                  soft_wrap=True)
+    checks = Table(title="checks")
+    for col in ("check", "verdict", "reason"):
+        checks.add_column(col, overflow="fold")
+    for c in view.checks:
+        mark = {"passed": "green", "failed": "red", "error": "yellow"}.get(c.verdict, "dim")
+        checks.add_row(e(c.check), f"[{mark}]{e(c.verdict)}[/{mark}]", e(c.reason))
+    console.print(checks)
+    if view.expectations:
+        state = Table(title="persisted state against the expectations (✘: the failing path)")
+        for col in ("", "check", "expected", "actual", "reason"):
+            state.add_column(col, overflow="fold")
+        for x in view.expectations:
+            mark = "[green]✔[/green]" if x.passed else "[bold red]✘[/bold red]"
+            name = e(x.check) if x.passed else f"[bold red]{e(x.check)}[/bold red]"
+            state.add_row(mark, name, e(_json(x.expected)), e(_json(x.actual)), e(x.reason))
+        console.print(state)
+    if view.judges:
+        judges = Table(title="judge calls")
+        for col in ("judge", "result", "model", "prompt tok", "completion tok", "latency ms",
+                    "attempts", "cache"):
+            judges.add_column(col, overflow="fold")
+        for j in view.judges:
+            judges.add_row(e(j.judge_id), e(j.result), e(j.model or "—"),
+                           str(j.input_tokens or 0), str(j.output_tokens or 0),
+                           "—" if j.latency_ms is None else f"{j.latency_ms:.0f}",
+                           str(j.attempts), "hit" if j.cached else "—")
+        console.print(judges)
+    cost = f", estimated cost {money(view.judge_cost)}" if view.judge_cost is not None else ""
+    console.print(f"judging: {view.judge_calls} model calls, {view.judge_input_tokens} prompt + "
+                  f"{view.judge_output_tokens} completion tokens{cost}", soft_wrap=True)
+    if view.transcript is None:
+        console.print("transcript: not kept in the projection (the sink never stored it)")
+        return
+    console.print(f"transcript ({len(view.transcript)} messages):")
+    for m in view.transcript:
+        console.print(f"  [bold]{e(str(m.get('role', '?')))}[/bold]: {e(message_text(m))}",
+                      soft_wrap=True)
+
+
+# ------------------------------------------------------------------------- HTML
+
+STYLE = """
+details.trial { border: 1px solid #e3e7ec; border-radius: 4px; margin: 6px 0; padding: 4px 10px; }
+details.trial > summary { cursor: pointer; }
+details.trial:target { border-color: #1f5f99; }
+.trial .failing-path td { background: #fdecea; }
+.trial .failing-path td.path { font-weight: 700; color: #b42318; }
+.transcript { list-style: none; padding-left: 0; }
+.transcript li { margin: 4px 0; } .transcript .role { font-weight: 600; margin-right: 6px; }
+.transcript .text { white-space: pre-wrap; overflow-wrap: anywhere; }
+.transcript .role-user .role { color: #1f5f99; }
+.transcript .role-assistant .role { color: #16794c; }
+code.json { white-space: pre-wrap; overflow-wrap: anywhere; }
+"""
+
+# Opens the trial a link points at (#trial-...), on load and when the address changes.
+OPEN_SCRIPT = """
+(function () {
+  function openTarget() {
+    if (!location.hash || location.hash.indexOf('#trial-') !== 0) { return; }
+    var el = document.getElementById(location.hash.slice(1));
+    if (el && el.tagName === 'DETAILS') { el.open = true; }
+  }
+  window.addEventListener('hashchange', openTarget);
+  openTarget();
+})();
+"""
+
+
+def anchor(trial_id: str) -> str:
+    """A fragment id for a trial, safe in an attribute and a URL whatever the id holds."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "_", trial_id)[:80]
+    return f"trial-{slug}-{hashlib.sha1(trial_id.encode()).hexdigest()[:8]}"
+
+
+def _short(text: str, limit: int = MAX_PAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more characters)"
+
+
+def _transcript_html(view: TrialView) -> str:
+    if view.transcript is None:
+        return '<p class="sub">Transcript not kept in the projection.</p>'
+    shown = view.transcript[:MAX_PAGE_MESSAGES]
+    items = "".join(
+        f'<li class="msg role-{escape(str(m.get("role", "")))}">'
+        f'<span class="role">{escape(str(m.get("role", "?")))}</span>'
+        f'<span class="text">{escape(_short(message_text(m)))}</span></li>'
+        for m in shown
+    )
+    more = len(view.transcript) - len(shown)
+    rest = (f'<p class="sub">{more} more messages: <code>passk show '
+            f'{escape(view.trial_id)}</code></p>') if more > 0 else ""
+    return f'<ol class="transcript">{items}</ol>{rest}'
+
+
+def view_html(view: TrialView, *, open_: bool = False) -> str:
+    checks = "".join(
+        f'<tr class="check-{escape(c.verdict.replace(" ", "-"))}" data-check-name="'
+        f'{escape(c.check)}"><td>{escape(c.check)}</td><td>{escape(c.verdict)}</td>'
+        f'<td class="reason">{escape(c.reason)}</td></tr>'
+        for c in view.checks
+    )
+    state = "".join(
+        f'<tr class="{"passing-path" if x.passed else "failing-path"}" '
+        f'data-path="{escape(x.path or "")}"><td>{"✔" if x.passed else "✘"}</td>'
+        f'<td class="path">{escape(x.check)}</td>'
+        f'<td><code class="json">{escape(_short(_json(x.expected)))}</code></td>'
+        f'<td><code class="json">{escape(_short(_json(x.actual)))}</code></td>'
+        f'<td class="reason">{escape(x.reason)}</td></tr>'
+        for x in view.expectations
+    )
+    judges = "".join(
+        f"<tr><td>{escape(j.judge_id)}</td><td>{escape(j.result)}</td>"
+        f"<td>{escape(j.model or '—')}</td><td class=\"num\">{j.input_tokens or 0}</td>"
+        f"<td class=\"num\">{j.output_tokens or 0}</td>"
+        f"<td class=\"num\">{'—' if j.latency_ms is None else f'{j.latency_ms:.0f}'}</td>"
+        f"<td class=\"num\">{j.attempts}</td><td>{'hit' if j.cached else '—'}</td></tr>"
+        for j in view.judges
+    )
+    failed = ", ".join(c.check for c in view.checks if c.verdict in ("failed", "error"))
+    cost = f", estimated cost {money(view.judge_cost)}" if view.judge_cost is not None else ""
+    return (
+        f'<details class="trial" id="{anchor(view.trial_id)}" data-trial="'
+        f'{escape(view.trial_id)}" data-outcome="{escape(view.outcome)}"'
+        f'{" open" if open_ else ""}><summary><b>{escape(view.trial_id)}</b> · '
+        f"{escape(view.scenario_id)} · {escape(view.outcome)}"
+        f"{' · ' + escape(failed) if failed else ''}</summary>"
+        f'<p class="sub">exit {escape(view.exit_reason or "—")} '
+        f"({escape(view.exit_source or 'unknown')}) · judging: {view.judge_calls} calls, "
+        f"{view.judge_input_tokens} + {view.judge_output_tokens} tokens{escape(cost)}</p>"
+        '<table class="trial-checks"><thead><tr><th>check</th><th>verdict</th><th>reason'
+        f"</th></tr></thead><tbody>{checks}</tbody></table>"
+        + ('<table class="trial-state"><thead><tr><th></th><th>expectation</th><th>expected'
+           "</th><th>actual (persisted)</th><th>reason</th></tr></thead>"
+           f"<tbody>{state}</tbody></table>" if state else "")
+        + ('<table class="trial-judges"><thead><tr><th>judge</th><th>result</th><th>model'
+           "</th><th>prompt tokens</th><th>completion tokens</th><th>latency (ms)</th>"
+           f"<th>attempts</th><th>cache</th></tr></thead><tbody>{judges}</tbody></table>"
+           if judges else "")
+        + _transcript_html(view) + "</details>"
+    )
+
+
+def trials_section(views: Iterable[TrialView], more: int = 0) -> str:
+    """The report page's opened trials (failed ones, and one per scenario)."""
+    body = "".join(view_html(v) for v in views)
+    rest = (f'<p class="sub">{more} more failed trials are not opened here: '
+            "<code>passk show TRIAL_ID</code></p>") if more > 0 else ""
+    return (f"<style>{STYLE}</style><div id=\"trials\">{body or '<p>No trials.</p>'}</div>"
+            f"{rest}<script>{OPEN_SCRIPT}</script>")
+
+
+def trial_links(trial_ids: Iterable[str]) -> str:
+    return ", ".join(f'<a class="trial-link" href="#{anchor(t)}">{escape(t)}</a>'
+                     for t in trial_ids)
