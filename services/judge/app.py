@@ -54,6 +54,7 @@ request_outbox = Outbox(PROCESSOR)  # its own batches: the two agents run side b
 catalog = ScenarioCatalog(settings)
 run_alongside(app, settings, catalog)
 metrics = default_metrics()
+metrics.set_prices(settings.judge_price_per_mtok_in, settings.judge_price_per_mtok_out)
 common = common_metrics()
 
 

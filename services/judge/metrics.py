@@ -7,6 +7,7 @@ Labels stay low-cardinality: judge id, result, token kind, cause; never trial id
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -63,6 +64,14 @@ class JudgeMetrics:
             ["judge", "cause"],
             registry=registry,
         )
+        self.price = Gauge(
+            "passk_judge_price_per_mtok",
+            "The judge model's price per million tokens by kind (input, output), from "
+            "PASSK_JUDGE_PRICE_PER_MTOK_IN/_OUT; NaN when unset (the cost is unknown, not 0).",
+            ["kind"],
+            registry=registry,
+        )
+        self.set_prices(None, None)
         self.outage = Gauge(
             "passk_judge_model_outage",
             "1 while the judge model fails even the health probe; trials wait, none is lost.",
@@ -90,6 +99,10 @@ class JudgeMetrics:
             self.tokens.labels(judge=judge, kind="input").inc(input_tokens)
         if output_tokens:
             self.tokens.labels(judge=judge, kind="output").inc(output_tokens)
+
+    def set_prices(self, per_mtok_in: float | None, per_mtok_out: float | None) -> None:
+        for kind, value in (("input", per_mtok_in), ("output", per_mtok_out)):
+            self.price.labels(kind=kind).set(math.nan if value is None else value)
 
     def called(self, judge: str, seconds: float) -> None:
         self.call_seconds.labels(judge=judge).observe(seconds)

@@ -124,6 +124,37 @@ PANELS: tuple[PanelSpec, ...] = (
         unit="s",
     ),
     PanelSpec(
+        "Judge tokens per trial",
+        "Prompt (input) and completion (output) tokens the judge model's API reported, per "
+        "trial verdict. Cache answers and skipped judges (skip_when_gates_fail) spend none.",
+        (Query("sum by (kind) (increase(passk_judge_tokens_total[$__rate_interval])) / "
+               "scalar(sum(increase(passk_trials_total[$__rate_interval])))",
+               "{{kind}} tokens per trial"),),
+        width=8,
+    ),
+    PanelSpec(
+        "Judge cost per trial (estimated)",
+        "Judge tokens per trial priced by PASSK_JUDGE_PRICE_PER_MTOK_IN/_OUT (money units); "
+        "empty while no price is set: the cost is unknown, never shown as 0.",
+        (Query("sum(increase(passk_judge_tokens_total[$__rate_interval]) * on (kind) "
+               "group_left () max by (kind) (passk_judge_price_per_mtok)) / 1e6 / "
+               "scalar(sum(increase(passk_trials_total[$__rate_interval])))",
+               "estimated cost per trial"),),
+        width=8,
+    ),
+    PanelSpec(
+        "Judge call duration by judge",
+        "Wall time of each judge's model call for one verdict (retries, backoff and outage "
+        "waits included); cache answers make no call.",
+        tuple(
+            Query(f"histogram_quantile({q}, sum by (le, judge) "
+                  "(rate(passk_judge_call_seconds_bucket[$__rate_interval])))",
+                  f"{{{{judge}}}} p{int(q * 100)}")
+            for q in (0.5, 0.95)
+        ),
+        unit="s", width=8,
+    ),
+    PanelSpec(
         "Tokens per trial",
         "Agent tokens per trial, as the producer reported them. Tracked, never gating.",
         quantiles("passk_trial_tokens", "scenario", ""), width=8,
