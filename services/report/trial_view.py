@@ -130,6 +130,9 @@ def build_view(
             why = advisory[j.judge_id]["why"]
             checks.append(ShownCheck(check=name, verdict=f"advisory {j.result}",
                                      reason=f"{j.reason} (advisory: {why})", gating=False))
+    for a in trial.advisory_checks:  # external checks the scenario does not name
+        checks.append(ShownCheck(check=a["check"], verdict="advisory " + (
+            "passed" if a["passed"] else "failed"), reason=a.get("reason", ""), gating=False))
     order = {"gate:exit": 0, "gate:state": 1}
     checks.sort(key=lambda c: (order.get(c.check, 2), c.check))
     expectations = [
