@@ -40,6 +40,9 @@ def _options(
 
 # Stream processors runnable with `passk worker NAME`; each has services/NAME/app.py.
 WORKERS = ("gate", "verdict", "judge", "sink", "aggregate", "calibration")
+# Workers that are not Faust stream processors (services/NAME/app.py has `app.main()` too):
+# supervised by `make up` and scraped after WORKERS (/metrics on base + len(WORKERS) + i).
+SERVERS = ("otlp",)
 
 # Modules that add commands: each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES = (
@@ -53,19 +56,21 @@ COMMAND_MODULES = (
     "services.regrade.commands",
     "services.calibration.commands",
     "services.harness.commands",
+    "services.otlp.commands",
 )
 
 
 @app.command()
 def worker(
-    service: str = typer.Argument(..., help=f"one of: {', '.join(WORKERS)}"),
+    service: str = typer.Argument(..., help=f"one of: {', '.join(WORKERS + SERVERS)}"),
     loglevel: str = typer.Option(None, "--loglevel", "-l", help="crit|error|warn|info|debug"),
 ) -> None:
     """Run one stream processor (a Faust worker in its own consumer group)."""
     from services.common.settings import get_settings
 
-    if service not in WORKERS:
-        raise typer.BadParameter(f"unknown service {service!r}; choose from {', '.join(WORKERS)}")
+    if service not in WORKERS + SERVERS:
+        raise typer.BadParameter(
+            f"unknown service {service!r}; choose from {', '.join(WORKERS + SERVERS)}")
     from services.common.admin import create_topics_retrying
 
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before

@@ -41,8 +41,12 @@ def register(app: typer.Typer) -> None:
                        "worker connects as its own user, passk-<worker>"),
     ) -> None:
         """Write supervisord's configuration for every worker in services.cli.WORKERS
-        (readable by its owner only: with --kafka-secrets it holds the workers' passwords)."""
-        from services.cli import WORKERS
+        and SERVERS (readable by its owner only: with --kafka-secrets it holds the workers'
+        passwords)."""
+        from services.cli import SERVERS
+        from services.cli import WORKERS as PROCESSORS
+
+        WORKERS = PROCESSORS + SERVERS
         from services.common.kafka_users import UnknownKafkaUser
         from services.common.supervise import (
             Program,

@@ -101,6 +101,9 @@ PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
     "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),
     "calibration": (Topic.LABELS, Topic.JUDGE_VERDICTS, Topic.LABELLED_VERDICTS,
                     Topic.JUDGE_CALIBRATIONS),
+    # the evaluation exporter (services/otlp/export.py): trace ids, then every result
+    "otlp": (Topic.CONVERSATION_FINISHED, Topic.JUDGE_VERDICTS, Topic.GATE_RESULTS,
+             Topic.TRIAL_VERDICTS),
 }
 
 

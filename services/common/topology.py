@@ -22,6 +22,7 @@ PROCESSOR_OUTPUTS: dict[str, tuple[Topic, ...]] = {
     "calibration": (Topic.LABELLED_VERDICTS, Topic.JUDGE_CALIBRATIONS,
                     Topic.CALIBRATION_JOINS_CHANGELOG, Topic.CALIBRATION_MATRICES_CHANGELOG,
                     Topic.DEAD_LETTERS),
+    "otlp": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
 }
 
 # What each processor reads besides its inputs: every one keeps the scenario catalog, and
@@ -36,6 +37,7 @@ PROCESSOR_READS_BACK: dict[str, tuple[Topic, ...]] = {
     "aggregate": (Topic.SCENARIOS, Topic.AGGREGATE_STATE_CHANGELOG),
     "calibration": (Topic.SCENARIOS, Topic.CALIBRATION_JOINS_CHANGELOG,
                     Topic.CALIBRATION_MATRICES_CHANGELOG),
+    "otlp": (),
 }
 
 # Topics one agent reads as one stream, joined by key: a key must land on the same

@@ -128,7 +128,10 @@ def wait_ready(urls: list[str], timeout: float = 60.0) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from services.cli import WORKERS
+    from services.cli import SERVERS
+    from services.cli import WORKERS as PROCESSORS
+
+    WORKERS = PROCESSORS + SERVERS  # scraped on base + index, as supervise config serves them
 
     settings = get_settings()
     if argv[:1] == ["render"]:

@@ -1,0 +1,59 @@
+"""`passk worker otlp`: the OTLP/HTTP trace receiver, and (with PASSK_OTLP_EXPORT_ENDPOINT)
+the exporter of evaluations, in one supervised process with its own /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+from prometheus_client import REGISTRY
+
+from services.common.metrics import serve_metrics
+from services.common.settings import Settings, get_settings
+from services.otlp.metrics import OtlpMetrics
+from services.otlp.publish import KafkaPublisher
+from services.otlp.receiver import Receiver, make_app
+from services.otlp.settings import OtlpSettings
+from services.replay.producer import TrafficProducer
+
+log = logging.getLogger("passk.otlp")
+
+
+async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> None:
+    producer = TrafficProducer(settings, max_block_ms=int(otlp.publish_timeout_s * 1000))
+    receiver = Receiver(otlp, KafkaPublisher(producer, otlp.publish_timeout_s), metrics)
+    runner = web.AppRunner(make_app(receiver), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, otlp.host, otlp.port).start()
+    log.warning("otlp: receiving traces on http://%s:%s/v1/traces", otlp.host, otlp.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    exporter = None
+    if otlp.export_endpoint:
+        from services.otlp.export import run_exporter
+
+        exporter = asyncio.create_task(run_exporter(settings, otlp, metrics, stop))
+    await stop.wait()
+    await runner.cleanup()
+    if exporter is not None:
+        await exporter
+    await asyncio.to_thread(producer.close, 10)
+
+
+class OtlpWorker:
+    """What `passk worker otlp` runs (the Faust workers' `app.main()` shape)."""
+
+    def main(self) -> None:
+        settings = get_settings()
+        logging.basicConfig(level=settings.log_level.upper()
+                            if settings.log_level.upper() in logging._nameToLevel else "WARNING")
+        if settings.metrics_port:
+            serve_metrics(settings.metrics_port, REGISTRY)
+        asyncio.run(run(settings, OtlpSettings(), OtlpMetrics(REGISTRY)))
+
+
+app = OtlpWorker()

@@ -1,0 +1,105 @@
+"""`passk import otel FILE... [--dry-run]`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import typer
+
+from services.common.exits import BROKER_WAIT
+
+SHOWN = 10
+
+
+def register(app: typer.Typer) -> None:
+    importer = typer.Typer(help="Import trials from other formats.", no_args_is_help=True)
+
+    @importer.command("otel")
+    def import_otel(
+        files: list[Path] = typer.Argument(..., exists=True, dir_okay=False, readable=True,
+                                           help="OTLP JSON lines (Collector file exporter) "
+                                                "or OTLP protobuf files"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="map every trace, send nothing"),
+        state_probe: Path = typer.Option(
+            None, "--state-probe", help="a target file whose state probe reads each trial's "
+                                        "persisted session (NOT BUILT: see docs/otel.md)"),
+        wait: float | None = BROKER_WAIT,
+    ) -> None:
+        """Publish one ConversationFinished (and a SessionPersisted when the trace carries
+        passk.session.state) per complete agent trace: root span
+        gen_ai.operation.name=invoke_agent. Event ids come from the trace id, so importing
+        a file again grades nothing twice. Exit 1 when a send failed, 3 when no trace was
+        taken, 4 when the broker is down."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.table import Table
+
+        from services.common.exits import Unreachable, UsageError, require_broker
+        from services.common.exits import console as make_console
+        from services.common.settings import get_settings
+        from services.common.topics import Topic, topic_name
+        from services.otlp.importer import plan_import
+        from services.replay.producer import TrafficProducer
+
+        if state_probe is not None:
+            raise UsageError("--state-probe is not built yet (it needs the harness's target "
+                             "file and state probe); carry passk.session.state on the root span")
+        settings = get_settings()
+        out, err = make_console(), make_console(stderr=True)
+        if not dry_run:
+            require_broker(wait)
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn())
+        sent: Counter[str] = Counter()
+        failures: list[str] = []
+        with Progress(*columns, console=err) as progress:
+            task = progress.add_task("mapping traces", total=None)
+            plan = plan_import(files, lambda i, n: progress.update(task, completed=i, total=n))
+            if not dry_run and plan.taken:
+                events = [e for t in plan.taken
+                          for e in (t.conversation, t.session) if e is not None]
+                send = progress.add_task("publishing", total=len(events))
+                with TrafficProducer(settings) as producer:
+                    missing = producer.missing_topics(
+                        [topic_name(t, settings) for t in (Topic.CONVERSATION_FINISHED,
+                                                          Topic.SESSION_PERSISTED)])
+                    if missing:
+                        raise Unreachable(f"missing topics: {', '.join(missing)}; nothing "
+                                          "sent (create them with `passk topics create`)")
+                    for event in events:
+                        producer.send(event)
+                        progress.advance(send)
+                    producer.flush()
+                    sent.update({"acked": sum(producer.acked.values())})
+                    failures = [f"{f.ref}: {f.error}" for f in producer.failures]
+        table = Table(title="import otel" + (" (dry run)" if dry_run else ""))
+        table.add_column("")
+        table.add_column("traces", justify="right")
+        table.add_row("spans read", str(plan.spans))
+        table.add_row("taken (trials)" if not dry_run else "would take (trials)",
+                      str(len(plan.taken)))
+        with_state = sum(1 for t in plan.taken if t.session is not None)
+        table.add_row("  with a persisted session", str(with_state))
+        for reason, n in sorted(Counter(s.reason for s in plan.skipped).items()):
+            table.add_row(f"skipped: {reason}", str(n))
+        if plan.bad_lines:
+            table.add_row("unreadable lines / files", str(len(plan.bad_lines)))
+        if not dry_run:
+            table.add_row("events acknowledged", str(sent["acked"]))
+            table.add_row("send failures", str(len(failures)))
+        out.print(table)
+        for s in plan.skipped[:SHOWN]:
+            err.print(f"skipped trace {s.trace_id}: {s.reason}: {s.detail}", markup=False,
+                      soft_wrap=True, highlight=False)
+        for where, why in plan.bad_lines[:SHOWN]:
+            err.print(f"unreadable {where}: {why}", markup=False, soft_wrap=True,
+                      highlight=False)
+        for f in failures[:SHOWN]:
+            err.print(f"send failed: {f}", markup=False, soft_wrap=True, highlight=False)
+        if failures:
+            raise typer.Exit(1)
+        if not plan.taken:
+            err.print("error: no complete agent trace with passk ids: nothing to send",
+                      markup=False)
+            raise typer.Exit(3)
+
+    app.add_typer(importer, name="import")

@@ -1,0 +1,27 @@
+"""The OTLP receiver's and evaluation exporter's settings, from the environment; read once
+by the worker and passed in."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OtlpSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    host: str = Field("127.0.0.1", alias="PASSK_OTLP_HOST")
+    port: int = Field(4318, alias="PASSK_OTLP_PORT", ge=0)
+    token: SecretStr | None = Field(None, alias="PASSK_OTLP_TOKEN")
+    # Bodies above this (compressed or inflated) are refused with 413.
+    max_body_bytes: int = Field(8_000_000, alias="PASSK_OTLP_MAX_BODY_BYTES", gt=0)
+    max_pending_traces: int = Field(10_000, alias="PASSK_OTLP_MAX_PENDING_TRACES", gt=0)
+    idle_s: float = Field(300.0, alias="PASSK_OTLP_IDLE_S", gt=0)
+    max_spans_per_trace: int = Field(2_000, alias="PASSK_OTLP_MAX_SPANS_PER_TRACE", gt=0)
+    seen_traces: int = Field(100_000, alias="PASSK_OTLP_SEEN_TRACES", gt=0)
+    publish_timeout_s: float = Field(30.0, alias="PASSK_OTLP_PUBLISH_TIMEOUT_S", gt=0)
+    # Evaluations out: unset, nothing is exported.
+    export_endpoint: str | None = Field(None, alias="PASSK_OTLP_EXPORT_ENDPOINT")
+    export_headers: str = Field("", alias="PASSK_OTLP_EXPORT_HEADERS")  # k=v,k2=v2
+    export_timeout_s: float = Field(10.0, alias="PASSK_OTLP_EXPORT_TIMEOUT_S", gt=0)
+    export_batch: int = Field(256, alias="PASSK_OTLP_EXPORT_BATCH", gt=0)
