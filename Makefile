@@ -70,10 +70,11 @@ schemas: install ## regenerate the JSON Schema files in schemas/json from the mo
 dashboard: install ## regenerate infra/grafana/dashboards/passk.json from its code
 	$(BIN)/python -m services.monitoring.dashboard
 
-bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in-process loop; judge throughput; the aggregate's overhead
+bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in-process loop; judge throughput; the aggregate's overhead; the OTLP receiver vs a decode loop
 	$(BIN)/python bench/pipeline.py $(BENCH_ARGS)
 	$(BIN)/python bench/judge_throughput.py
 	$(BIN)/python bench/aggregate_overhead.py --trials $${PASSK_BENCH_TRIALS:-10000}
+	$(BIN)/python bench/otlp_receiver.py
 
 clean: ## remove local state (var/), keeping the venv and the jar cache
 	rm -rf var

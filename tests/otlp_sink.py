@@ -57,11 +57,19 @@ def log_sink(port: int, fail_first: int = 0) -> Iterator[LogSink]:
     loop = asyncio.new_event_loop()
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/logs", logs)
-    runner = web.AppRunner(app, access_log=None)
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    ready = threading.Event()
+
+    def serve() -> None:  # its own loop in its own thread: usable from async tests too
+        asyncio.set_event_loop(loop)
+        runner = web.AppRunner(app, access_log=None)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
+    ready.wait(10)
     try:
         yield sink
     finally:

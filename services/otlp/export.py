@@ -145,7 +145,8 @@ async def run_exporter(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetr
             except Exception as exc:
                 if stop.is_set():
                     break
-                log.warning("otlp export: %s; retrying", exc)
+                log.warning("otlp export: %s; retrying", exc,
+                            exc_info=log.isEnabledFor(logging.DEBUG))
                 await _sleep(stop, 2.0)
     finally:
         await consumer.stop()
@@ -205,7 +206,7 @@ async def _catch_up(consumer: AIOKafkaConsumer, conversations: str, index: Trace
     others = [tp for tp in consumer.assignment() if tp.topic != conversations]
     consumer.pause(*others)
     try:
-        while any(await consumer.position(tp) < ends[tp] for tp in mine):
+        while [tp for tp in mine if await consumer.position(tp) < ends[tp]]:
             batch = await consumer.getmany(*mine, timeout_ms=1000)
             index.add([row for records in batch.values() for r in records
                        if (row := _trace_row(r.value)) is not None])
