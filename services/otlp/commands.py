@@ -22,8 +22,9 @@ def register(app: typer.Typer) -> None:
                                                 "or OTLP protobuf files"),
         dry_run: bool = typer.Option(False, "--dry-run", help="map every trace, send nothing"),
         state_probe: Path = typer.Option(
-            None, "--state-probe", help="a target file whose state probe reads each trial's "
-                                        "persisted session (NOT BUILT: see docs/otel.md)"),
+            None, "--state-probe", exists=True, dir_okay=False,
+            help="a target file (passk run --target) whose `state:` probe reads the "
+                 "persisted session of each trial whose trace has no passk.session.state"),
         wait: float | None = BROKER_WAIT,
     ) -> None:
         """Publish one ConversationFinished (and a SessionPersisted when the trace carries
@@ -41,9 +42,18 @@ def register(app: typer.Typer) -> None:
         from services.otlp.importer import plan_import
         from services.replay.producer import TrafficProducer
 
+        probe = None
         if state_probe is not None:
-            raise UsageError("--state-probe is not built yet (it needs the harness's target "
-                             "file and state probe); carry passk.session.state on the root span")
+            from services.harness.target import InvalidTarget, NoProbe, load_target
+
+            try:
+                target = load_target(state_probe)
+            except InvalidTarget as exc:
+                raise UsageError(str(exc)) from None
+            if isinstance(target.state, NoProbe):
+                raise UsageError(f"{state_probe}: state: the target has no state probe "
+                                 "(kind: none)")
+            probe = target.state
         settings = get_settings()
         out, err = make_console(), make_console(stderr=True)
         if not dry_run:
@@ -54,6 +64,24 @@ def register(app: typer.Typer) -> None:
         with Progress(*columns, console=err) as progress:
             task = progress.add_task("mapping traces", total=None)
             plan = plan_import(files, lambda i, n: progress.update(task, completed=i, total=n))
+            if probe is not None:
+                import asyncio
+
+                from services.harness.probes import make_probe
+                from services.otlp.importer import probe_sessions
+
+                asking = progress.add_task("state probe", total=sum(
+                    1 for t in plan.taken if t.session is None))
+
+                async def ask() -> None:
+                    reader = make_probe(probe)
+                    try:
+                        await probe_sessions(plan, reader,
+                                             on_trial=lambda: progress.advance(asking))
+                    finally:
+                        await reader.close()
+
+                asyncio.run(ask())
             if not dry_run and plan.taken:
                 events = [e for t in plan.taken
                           for e in (t.conversation, t.session) if e is not None]
@@ -79,6 +107,9 @@ def register(app: typer.Typer) -> None:
                       str(len(plan.taken)))
         with_state = sum(1 for t in plan.taken if t.session is not None)
         table.add_row("  with a persisted session", str(with_state))
+        if probe is not None:
+            table.add_row("  of which read by the state probe", str(plan.probed))
+            table.add_row("  no session from the state probe", str(len(plan.not_probed)))
         for reason, n in sorted(Counter(s.reason for s in plan.skipped).items()):
             table.add_row(f"skipped: {reason}", str(n))
         if plan.bad_lines:
@@ -93,6 +124,9 @@ def register(app: typer.Typer) -> None:
         for where, why in plan.bad_lines[:SHOWN]:
             err.print(f"unreadable {where}: {why}", markup=False, soft_wrap=True,
                       highlight=False)
+        for trial, why in plan.not_probed[:SHOWN]:
+            err.print(f"no persisted session for {trial}: {why}", markup=False,
+                      soft_wrap=True, highlight=False)
         for f in failures[:SHOWN]:
             err.print(f"send failed: {f}", markup=False, soft_wrap=True, highlight=False)
         if failures:

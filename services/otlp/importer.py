@@ -3,12 +3,22 @@ span lines and files), then each trace is assembled once."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from services.otlp.decode import PayloadError, read_file
-from services.otlp.mapping import Skipped, Span, Taken, assemble, by_trace, spans_of
+from services.otlp.mapping import (
+    Skipped,
+    Span,
+    Taken,
+    assemble,
+    by_trace,
+    spans_of,
+    with_probed_session,
+)
 
 
 @dataclass
@@ -17,6 +27,8 @@ class ImportPlan:
     skipped: list[Skipped] = field(default_factory=list)
     bad_lines: list[tuple[str, str]] = field(default_factory=list)  # where, why
     spans: int = 0
+    probed: int = 0  # sessions a state probe found
+    not_probed: list[tuple[str, str]] = field(default_factory=list)  # trial, why
 
 
 def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | None = None
@@ -37,3 +49,27 @@ def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | No
         if on_trace:
             on_trace(i, len(traces))
     return plan
+
+
+class Probe(Protocol):
+    async def find(self, session_id: str) -> tuple[Any, str | None]: ...
+
+
+async def probe_sessions(plan: ImportPlan, probe: Probe, concurrency: int = 8,
+                         on_trial: Callable[[], None] | None = None) -> None:
+    """Ask the product's state probe for the session of every taken trial whose trace
+    carried none (the harness's probe: found -> `.state`, `.exit_reason`)."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int, taken: Taken) -> None:
+        async with gate:
+            found, why = await probe.find(taken.conversation.session_id)
+        if found is None:
+            plan.not_probed.append((taken.conversation.trial_id, why or "not found"))
+        else:
+            plan.taken[i] = with_probed_session(taken, found.state, found.exit_reason)
+            plan.probed += 1
+        if on_trial:
+            on_trial()
+
+    await asyncio.gather(*(one(i, t) for i, t in enumerate(plan.taken) if t.session is None))

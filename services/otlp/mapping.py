@@ -322,6 +322,19 @@ def assemble(spans: list[Span]) -> Taken | Skipped:
     return Taken(trace_id, conversation, session)
 
 
+def with_probed_session(taken: Taken, state: dict[str, Any], exit_reason: str | None) -> Taken:
+    """A trial whose trace had no passk.session.state, with the session a state probe read
+    from the product (its recorded exit, when it has one)."""
+    cf = taken.conversation
+    extra = cf.model_extra or {}
+    session = SessionPersisted(
+        event_id=event_id_for(taken.trace_id, "session"), occurred_at=cf.occurred_at,
+        session_id=cf.session_id, state=state, exit_reason=exit_reason,
+        trial_id=cf.trial_id, run_id=cf.run_id, scenario_id=cf.scenario_id,
+        otel_trace_id=extra.get("otel_trace_id"), otel_span_id=extra.get("otel_span_id"))
+    return Taken(taken.trace_id, cf, session)
+
+
 def by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:
     traces: dict[str, list[Span]] = {}
     for s in spans:

@@ -41,3 +41,60 @@ def test_the_otlp_worker_is_supervised_after_the_processors(tmp_path: Path) -> N
     assert SERVERS == ("otlp",)
     block = text.split("[program:otlp]")[1]
     assert f'PASSK_METRICS_PORT="{9464 + len(WORKERS)}"' in block
+
+
+def test_a_target_files_state_probe_reads_the_sessions_a_trace_lacks(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "product.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE sessions (id TEXT, state TEXT, exit TEXT)")
+        conn.execute("INSERT INTO sessions VALUES ('sess-1', ?, 'product_closed')",
+                     (json.dumps({"report": {"fault": "pump"}}),))
+    target = tmp_path / "target.yaml"
+    target.write_text(
+        "agent: {kind: http, url: 'http://127.0.0.1:1/chat'}\n"
+        f"state: {{kind: sql, url: 'sqlite:///{db}', wait_s: 0.3, exit_column: exit,\n"
+        "        query: 'SELECT state, exit FROM sessions WHERE id = :session_id'}\n")
+    other = agent_trace(2)
+    for kv in other[-1].attributes:
+        if kv.key == "session.id":
+            kv.value.string_value = "sess-unknown"
+        elif kv.key == "passk.trial_id":
+            kv.value.string_value = "t-2"
+    pb = tmp_path / "t.binpb"
+    pb.write_bytes(request(*agent_trace(1), *other).SerializeToString())
+    result = CliRunner().invoke(app, ["import", "otel", str(pb), "--dry-run",
+                                      "--state-probe", str(target)])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in result.output.splitlines() if line.count("│") == 3}
+    assert rows["of which read by the state probe"] == "1"
+    assert rows["no session from the state probe"] == "1"
+    assert "no persisted session for t-2" in result.output
+    import asyncio
+
+    from services.harness.probes import make_probe
+    from services.harness.target import load_target
+    from services.otlp.importer import plan_import, probe_sessions
+
+    plan = plan_import([pb])
+    reader = make_probe(load_target(target).state)
+    asyncio.run(probe_sessions(plan, reader))
+    sessions = {t.conversation.session_id: t.session for t in plan.taken}
+    assert sessions["sess-1"] is not None and sessions["sess-1"].state == {
+        "report": {"fault": "pump"}}
+    assert sessions["sess-1"].exit_reason == "product_closed"
+    assert sessions["sess-1"].event_id == f"otel:{1:032x}:session"
+    assert sessions["sess-unknown"] is None
+    assert [trial for trial, _ in plan.not_probed] == ["t-2"]
+
+
+def test_a_target_without_a_probe_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "target.yaml"
+    target.write_text("agent: {kind: http, url: 'http://127.0.0.1:1/chat'}\n")
+    pb = tmp_path / "t.binpb"
+    pb.write_bytes(request(*agent_trace(1)).SerializeToString())
+    result = CliRunner().invoke(app, ["import", "otel", str(pb), "--dry-run",
+                                      "--state-probe", str(target)])
+    assert result.exit_code == 2
