@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 
 import faust
@@ -33,7 +34,8 @@ settings = get_settings()
 # with a fetch of its own (half its CPU while verdicts trickled in, bench/README.md).
 app = make_app(PROCESSOR, settings, linger_ms=10, fetch_min_bytes=100_000, fetch_max_wait_ms=500)
 config = domain.Config(sizes=parse_windows(settings.windows),
-                       retention_s=settings.dedup_retention_s)
+                       retention_s=settings.dedup_retention_s,
+                       max_skew_s=settings.max_clock_skew_s)
 
 # --------------------------------------------------------------------------- topics
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
@@ -78,7 +80,7 @@ async def restore_gauges() -> None:
     # After a restart or a rebalance, the gauges show what the recovered table holds.
     # The memory store keeps what revoked partitions held: show only the assigned ones.
     mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == by_scenario_name}
-    gauges.reset_windows(b for b in domain.most_recent(list(state.items()), _read)
+    gauges.reset_windows(b for b in domain.most_recent(list(state.items()), _read, config)
                          if b.partition in mine)
 
 
@@ -124,7 +126,7 @@ async def count_batch(events: list[faust.types.EventT]) -> None:
         if batch.starts_group(verdict):
             apply_group(batch)
         partition = event.message.partition
-        step = domain.apply(batch.read, verdict, partition, config)
+        step = domain.apply(batch.read, verdict, partition, config, now=time.time())
         batch.hold(verdict, step, event)
         for bucket in step.latest:
             gauges.set_window(bucket)
@@ -160,15 +162,17 @@ def apply_group(batch: Batch[faust.types.EventT]) -> None:
 
 def sweep(partition: int) -> None:
     """Drop this partition's windows and trial memories past retention (event time)."""
-    clock = state.get(domain.clock_key(partition))
+    now = time.time()
+    clock = domain.partition_clock(state.get(domain.clock_key(partition)),
+                                   domain.ceiling(config, now))
     if clock is None:
         return
-    keys, gone = domain.expired(list(state.items()), partition, clock["watermark"], config)
+    keys, gone = domain.expired(list(state.items()), partition, clock.watermark, config, now)
     for key in keys:
         state.pop(key, None)
     for scenario_id, window in gone:
         gauges.remove_window(scenario_id, window)
-    state[domain.clock_key(partition)] = domain.swept(clock["watermark"])
+    state[domain.clock_key(partition)] = domain.swept(clock.watermark)
     if keys:
         log.info("aggregate: partition %d dropped %d expired entries", partition, len(keys))
 

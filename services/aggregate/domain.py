@@ -9,6 +9,12 @@ scenario), under these keys:
     l|<scenario>|<size>             the scenario's most recent window of that size
     p|<partition>                   the partition's event-time watermark (PartitionClock)
 
+Event time is bounded, not believed (issue 21): the watermark never runs past the wall
+clock plus the skew (PASSK_MAX_CLOCK_SKEW_S), even read back from a table that holds one
+in 2099; a verdict dated past that bound, or older than the retention, counts in its run
+only (no window keeps it), so a run's figures always hold every trial `passk report`
+shows.
+
 A trial is counted once per bucket: a repeat of its verdict changes nothing, and a
 re-grade (a higher `attempt`) with a new outcome moves its count from the old outcome
 to the new one. A crash can cut the table's changelog after any write, so the writes
@@ -22,6 +28,7 @@ were made, when the verdict that made it is read again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +46,7 @@ Read = Callable[[str], dict[str, Any] | None]
 class Config:
     sizes: tuple[WindowSize, ...]
     retention_s: float  # how far behind the watermark a window (and a trial) is kept
+    max_skew_s: float = 300.0  # how far ahead of the wall clock event time is believed
 
     @property
     def sweep_every_s(self) -> int:
@@ -53,6 +61,9 @@ class TrialMemory(BaseModel):
     k: int
     scenario_version: str | None = None
     finished_at: float | None = None
+    # Set for a trial counted in its run only (older than the retention, or dated in the
+    # future): the watermark then, from which its memory is kept a retention.
+    kept_from: float | None = None
     seqs: dict[str, int] = Field(default_factory=dict)  # bucket key -> its seq after this trial
     partition: int
 
@@ -82,6 +93,26 @@ class Bucket(BaseModel):
 class PartitionClock(BaseModel):
     watermark: float  # newest finished_at read on the partition
     swept_at: float  # watermark at the last sweep of expired state
+
+
+def ceiling(config: Config, now: float | None) -> float:
+    """The furthest event time believed: the wall clock plus the skew."""
+    return (time.time() if now is None else now) + config.max_skew_s
+
+
+def partition_clock(raw: dict[str, Any] | None, limit: float) -> PartitionClock | None:
+    """The clock as stored, never past `limit`: a watermark a bad date put in 2099 (in a
+    changelogged table, so a restart brought it back) heals on read."""
+    if not raw:
+        return None
+    clock = PartitionClock.model_validate(raw)
+    watermark = min(clock.watermark, limit)
+    return PartitionClock(watermark=watermark, swept_at=min(clock.swept_at, watermark))
+
+
+def memory_expires_from(memory: dict[str, Any]) -> float | None:
+    kept_from = memory.get("kept_from")
+    return kept_from if kept_from is not None else memory.get("finished_at")
 
 
 def _field(outcome: Outcome) -> str:
@@ -116,7 +147,10 @@ def clock_key(partition: int) -> str:
 
 @dataclass
 class Step:
-    note: str  # counted | regraded | duplicate | superseded | late
+    # counted | regraded | duplicate | superseded | late | future: late and future are
+    # trials counted (for the first time) in their run only, older than the retention or
+    # dated past the wall clock plus the skew
+    note: str
     writes: list[tuple[str, dict[str, Any] | None]] = field(default_factory=list)
     figures: list[Bucket] = field(default_factory=list)  # to publish (see `record`)
     latest: list[Bucket] = field(default_factory=list)  # buckets now their size's most recent
@@ -127,10 +161,11 @@ class Step:
         return [record(b) for b in self.figures]
 
 
-def _empty_buckets(verdict: TrialVerdict, config: Config, partition: int) -> dict[str, Bucket]:
+def _empty_buckets(verdict: TrialVerdict, config: Config, partition: int,
+                   windowed: bool) -> dict[str, Bucket]:
     base = {"scenario_id": verdict.scenario_id, "k": verdict.k, "partition": partition}
     out = {run_key(verdict.scenario_id, verdict.run_id): Bucket(**base, run_id=verdict.run_id)}
-    if verdict.finished_at is not None:
+    if verdict.finished_at is not None and windowed:
         at = verdict.finished_at.timestamp()
         for size in config.sizes:
             start = size.start(at)
@@ -139,16 +174,26 @@ def _empty_buckets(verdict: TrialVerdict, config: Config, partition: int) -> dic
     return out
 
 
-def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config) -> Step:
-    """What one verdict (new, repeated, re-graded or read again after a crash) changes."""
+def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
+          now: float | None = None) -> Step:
+    """What one verdict (new, repeated, re-graded or read again after a crash) changes.
+    `now`: the wall clock (None: read it), which bounds event time."""
+    limit = ceiling(config, now)
     raw_clock = read(clock_key(partition))
-    clock = PartitionClock.model_validate(raw_clock) if raw_clock else None
+    clock = partition_clock(raw_clock, limit)
+    healed = raw_clock is not None and clock is not None and (
+        raw_clock["watermark"] != clock.watermark or raw_clock["swept_at"] != clock.swept_at)
     finished = verdict.finished_at.timestamp() if verdict.finished_at else None
     cutoff = clock.watermark - config.retention_s if clock else None
-    if cutoff is not None and finished is not None and finished < cutoff:
-        return Step("late")  # its windows are gone, and so is the memory that could dedupe it
+    # A trial whose windows are gone (older than the retention) or cannot exist yet (dated
+    # past the bound) still counts in its run: run scope equals `passk report`.
+    untimed: str | None = None
+    if finished is not None and finished > limit:
+        untimed = "future"
+    elif cutoff is not None and finished is not None and finished < cutoff:
+        untimed = "late"
 
-    empty = _empty_buckets(verdict, config, partition)
+    empty = _empty_buckets(verdict, config, partition, windowed=untimed is None)
     buckets: dict[str, Bucket] = {}
     stored: set[str] = set()
     for key, blank in empty.items():
@@ -179,14 +224,15 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config) -> 
 
     before: Outcome | None
     if memory is None:
-        note, before = "counted", None
+        note, before = untimed or "counted", None
     elif verdict.attempt > memory.attempt:
         note, before = "regraded", memory.outcome
     else:
         note, before = ("duplicate" if verdict.attempt == memory.attempt else "superseded"), None
 
     writes: list[tuple[str, dict[str, Any] | None]] = []
-    moves = note == "counted" or (note == "regraded" and before != verdict.outcome)
+    moves = note in ("counted", "late", "future") or (
+        note == "regraded" and before != verdict.outcome)
     if moves:
         seqs = dict(memory.seqs) if memory else {}
         for key, bucket in buckets.items():
@@ -201,7 +247,9 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config) -> 
         memory = TrialMemory(
             attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
             run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
-            finished_at=finished, seqs=seqs, partition=partition)
+            finished_at=finished, seqs=seqs, partition=partition,
+            kept_from=(memory.kept_from if memory else None) if untimed is None else (
+                clock.watermark if clock else min(finished or limit, limit)))
         writes.append((mkey, memory.model_dump()))
     elif note == "regraded" and memory is not None:  # same outcome: only the attempt moves
         writes.append((mkey, memory.model_copy(update={"attempt": verdict.attempt}).model_dump()))
@@ -224,38 +272,51 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config) -> 
             continue
         lkey = latest_key(bucket.scenario_id, bucket.window)
         current = read(lkey)
+        if current is not None and current["window_start"] > limit:
+            current = None  # a window a bad date opened before event time was bounded
         if current is None or bucket.window_start > current["window_start"]:
             writes.append((lkey, {"window_start": bucket.window_start, "partition": partition}))
         if current is None or bucket.window_start >= current["window_start"]:
             step.latest.append(bucket)
 
-    if finished is not None and (clock is None or finished > clock.watermark):
+    if untimed is None and finished is not None and (clock is None or finished > clock.watermark):
         swept_at = clock.swept_at if clock else finished
         writes.append((clock_key(partition), PartitionClock(
             watermark=finished, swept_at=swept_at).model_dump()))
         step.sweep = finished - swept_at >= config.sweep_every_s
+    elif healed and clock is not None:
+        # Written back bounded, and swept: the windows past the bound go (see `expired`).
+        writes.append((clock_key(partition), clock.model_dump()))
+        step.sweep = True
     return step
 
 
 def expired(
-    items: Iterable[tuple[str, Any]], partition: int, watermark: float, config: Config
+    items: Iterable[tuple[str, Any]], partition: int, watermark: float, config: Config,
+    now: float | None = None,
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """Keys of this partition's state past retention, and the (scenario, size) whose most
+    """Keys of this partition's state past retention, or windows past the event-time bound
+    (opened by a bad date before it was bounded), and the (scenario, size) whose most
     recent window went with them (their gauges must go too). Runs are kept."""
-    cutoff = watermark - config.retention_s
+    limit = ceiling(config, now)
+    cutoff = min(watermark, limit) - config.retention_s
     keys: list[str] = []
     gone: list[tuple[str, str]] = []
     for key, value in items:
         if not isinstance(value, dict) or value.get("partition") != partition:
             continue
         kind = key[:2]
-        if kind == "t|" and value.get("finished_at") is not None and value["finished_at"] < cutoff:
-            keys.append(key)
-        elif kind == "b|" and value.get("window_end") is not None and value["window_end"] < cutoff:
+        if kind == "t|":
+            since = memory_expires_from(value)
+            if since is not None and since < cutoff:
+                keys.append(key)
+        elif kind == "b|" and value.get("window_end") is not None and (
+                value["window_end"] < cutoff or value["window_start"] > limit):
             keys.append(key)
         elif kind == "l|":
             size = next((s for s in config.sizes if key.endswith(f"|{s.label}")), None)
-            if size is None or size.end(value["window_start"]) < cutoff:
+            if (size is None or size.end(value["window_start"]) < cutoff
+                    or value["window_start"] > limit):
                 keys.append(key)
                 _, scenario_id, label = key.split("|", 2)
                 gone.append((scenario_id, label))
@@ -266,12 +327,14 @@ def swept(watermark: float) -> dict[str, Any]:
     return PartitionClock(watermark=watermark, swept_at=watermark).model_dump()
 
 
-def most_recent(items: Iterable[tuple[str, Any]], read: Read) -> list[Bucket]:
+def most_recent(items: Iterable[tuple[str, Any]], read: Read, config: Config,
+                now: float | None = None) -> list[Bucket]:
     """Each scenario's most recent window of each size, as the table holds them (to set
-    the gauges again after a restart)."""
+    the gauges again after a restart); never one past the event-time bound."""
+    limit = ceiling(config, now)
     out = []
     for key, value in items:
-        if key.startswith("l|") and isinstance(value, dict):
+        if key.startswith("l|") and isinstance(value, dict) and value["window_start"] <= limit:
             _, scenario_id, label = key.split("|", 2)
             raw = read(window_key(scenario_id, label, value["window_start"]))
             if raw is not None:

@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     judge_wait_s: float = Field(300.0, alias="PASSK_JUDGE_WAIT_S", gt=0)
     # How long the gate and verdict remember a graded trial, to drop a late repeat of it.
     dedup_retention_s: float = Field(7 * 24 * 3600.0, alias="PASSK_DEDUP_RETENTION_S", gt=0)
+    # Event time is bounded, not believed: an input event dated more than this ahead of
+    # the broker's arrival time (and of the wall clock) is a dead letter
+    # ("occurred_at_in_future"), and no stream clock or watermark runs further ahead than
+    # this (services/common/eventtime.py).
+    max_clock_skew_s: float = Field(300.0, alias="PASSK_MAX_CLOCK_SKEW_S", gt=0)
     # Messages larger than this go to the dead-letter topic instead of being parsed.
     max_event_bytes: int = Field(1_000_000, alias="PASSK_MAX_EVENT_BYTES", gt=0)
     # Deeper JSON goes to the dead-letter topic ("too_deep"): recursive code (the parser,

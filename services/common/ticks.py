@@ -19,6 +19,7 @@ import faust
 from faust.streams import current_event
 from faust.types import TP
 
+from services.common.eventtime import bounded
 from services.common.faust_fixes import SeekGuardedReadOffsets
 from services.common.kafka_client import kafka_client_kwargs
 from services.common.outage import BROKER, Dependency
@@ -158,8 +159,12 @@ class StreamClock:
     def __init__(self, highwater: Callable[[str, int], int | None],
                  wall: Callable[[], float] = time.time,
                  awaiting_seek: Callable[[str, int], bool] = lambda t, p: False,
-                 trusted_for_s: float = 2 * PROBE_INTERVAL_S) -> None:
+                 trusted_for_s: float = 2 * PROBE_INTERVAL_S,
+                 max_skew_s: float = 300.0) -> None:
         self._highwater = highwater
+        # A record's timestamp is the broker's (LogAppendTime), but a topic made by hand
+        # may carry the producer's: a record dated 2099 must not fire every deadline.
+        self._max_skew_s = max_skew_s
         self._wall = wall
         self._awaiting_seek = awaiting_seek
         self._trusted_for_s = trusted_for_s
@@ -171,7 +176,8 @@ class StreamClock:
         if self._awaiting_seek(topic, partition):
             return
         _, newest = self._read.get((topic, partition), (-1, 0.0))
-        self._read[(topic, partition)] = (offset, max(newest, timestamp or 0.0))
+        seen = bounded(timestamp or 0.0, self._wall(), self._max_skew_s)
+        self._read[(topic, partition)] = (offset, max(newest, seen))
 
     def set_committed(self, committed: dict[tuple[str, int], int], at: float | None = None) -> None:
         """The group's committed offsets, read from the broker at wall time `at`."""
@@ -269,7 +275,8 @@ class Deadlines:
                  settings: Settings, inputs: tuple[str, ...] = ()) -> None:
         """`inputs`: the topics whose stream clock the deadlines run on (no tick is sent
         for a key until its partition of them has been read up to its due time)."""
-        self.clock = StreamClock(faust_highwater(app), awaiting_seek=faust_awaiting_seek(app))
+        self.clock = StreamClock(faust_highwater(app), awaiting_seek=faust_awaiting_seek(app),
+                                 max_skew_s=settings.max_clock_skew_s)
         self.ticker = DeadlineTicker(
             table, ticks,
             stream_now=(lambda p: self.clock.now_for(inputs, p)) if inputs else None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import datetime
 
 import faust
 
@@ -19,6 +20,7 @@ from services.common.app import (
     run_alongside,
 )
 from services.common.codec import Rejection, decode, encode
+from services.common.eventtime import in_future, reference_time
 from services.common.flow import join_flow
 from services.common.graded import KeyedStates, graded_table
 from services.common.metrics import common_metrics
@@ -136,6 +138,10 @@ def judge_request(conv: ConversationFinished, results: list[GateResult]) -> Judg
     )
 
 
+def _in_future(occurred_at: datetime, broker_ts: float | None, now: float) -> Rejection | None:
+    return in_future(occurred_at, reference_time(broker_ts, now), settings.max_clock_skew_s)
+
+
 # --------------------------------------------------------------------------- agents
 @app.agent(inputs)
 async def join(stream: faust.StreamT) -> None:
@@ -178,6 +184,9 @@ async def handle(event: faust.types.EventT) -> None:
                    max_depth=settings.max_json_depth)
         if isinstance(conv, Rejection):
             return await reject(event, conv)
+        # No trial then: the judge refuses the same record (same reference time).
+        if future := _in_future(conv.occurred_at, message.timestamp, now):
+            return await reject(event, future)
         # A scenario published moments before its traffic may not have been read yet.
         scenario = catalog.get(conv.scenario_id) or await catalog.wait_for(
             conv.scenario_id, timeout=SCENARIO_GRACE_S)
@@ -196,6 +205,9 @@ async def handle(event: faust.types.EventT) -> None:
                    max_depth=settings.max_json_depth)
         if isinstance(sess, Rejection):
             return await reject(event, sess)
+        # Its conversation, if any, then waits for a session as if none came.
+        if future := _in_future(sess.occurred_at, message.timestamp, now):
+            return await reject(event, future)
         key = sess.session_id
         decision = domain.on_session(_load(key), sess, now)
 

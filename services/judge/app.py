@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import faust
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from schemas.events import ConversationFinished, JudgeRequest
 from services.common.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
 from services.common.codec import Rejection, decode, encode
+from services.common.eventtime import in_future, reference_time
 from services.common.metrics import common_metrics
 from services.common.outage import STORE, Dependency
 from services.common.outbox import Outbox
@@ -128,6 +130,10 @@ async def handle(event: faust.types.EventT) -> None:
                    max_depth=settings.max_json_depth)
     if isinstance(trial, Rejection):
         return await reject(event, trial)
+    # The gate refuses the same record (same reference time): no trial, nothing to judge.
+    reference = reference_time(event.message.timestamp, time.time())
+    if future := in_future(trial.occurred_at, reference, settings.max_clock_skew_s):
+        return await reject(event, future)
     # A scenario published moments before its traffic may not have been read yet.
     scenario = catalog.get(trial.scenario_id) or await catalog.wait_for(
         trial.scenario_id, timeout=SCENARIO_GRACE_S

@@ -18,6 +18,7 @@ from services.aggregate import domain
 from services.aggregate.batch import Batch
 from tests.unit.aggregate.test_domain import (
     CONFIG,
+    NOW,
     T0,
     Table,
     figures,
@@ -52,12 +53,12 @@ class Worker:
         for i, v in enumerate(verdicts, start=offset):
             if batch.starts_group(v):
                 self.apply_group(batch)
-            step = domain.apply(batch.read, v, 0, CONFIG)
+            step = domain.apply(batch.read, v, 0, CONFIG, now=NOW)
             batch.hold(v, step, i)
             if step.sweep:
                 self.apply_group(batch)
                 keys, _ = domain.expired(list(self.table.items()), 0,
-                                         self.table["p|0"]["watermark"], CONFIG)
+                                         self.table["p|0"]["watermark"], CONFIG, NOW)
                 for key in keys:
                     self.write(i, key, None)
                 self.write(i, "p|0", domain.swept(self.table["p|0"]["watermark"]))

@@ -19,6 +19,7 @@ from services.aggregate.windows import parse_windows
 
 CONFIG = domain.Config(sizes=parse_windows("1h,1d"), retention_s=7 * 86400)
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp()  # 10:00 UTC
+NOW = T0 + 60 * 86400  # the wall clock, which bounds event time: after all of it here
 
 
 def verdict(trial: str, outcome: Outcome = "passed", *, at: float = T0, attempt: int = 1,
@@ -37,9 +38,10 @@ class Table(dict[str, Any]):
     def __init__(self) -> None:
         super().__init__()
         self.published = {}
+        self.now = NOW
 
     def feed(self, v: TrialVerdict, partition: int = 0, cut: int | None = None) -> domain.Step:
-        step = domain.apply(self.get, v, partition, CONFIG)
+        step = domain.apply(self.get, v, partition, CONFIG, now=self.now)
         for record in step.records:  # the last record per scope is the current figure
             self.published[scope(record)] = record
         for key, value in step.writes[:cut]:
@@ -204,7 +206,7 @@ def test_a_crash_after_any_write_is_finished_when_the_verdict_is_read_again() ->
         undisturbed.feed(v)
     crashes = 0
     for i, v in enumerate(traffic):
-        writes = len(domain.apply(Table().get, v, 0, CONFIG).writes) + 2
+        writes = len(domain.apply(Table().get, v, 0, CONFIG, now=NOW).writes) + 2
         for cut in range(writes):
             t = Table()
             for earlier in traffic[:i]:
@@ -236,7 +238,7 @@ def test_a_crash_across_several_verdicts_recovers_from_any_offset_faust_may_comm
     records: list[tuple[int, ScenarioReliability]] = []  # sent before that verdict's writes
     first = Table()
     for i, v in enumerate(traffic):
-        step = domain.apply(first.get, v, 0, CONFIG)
+        step = domain.apply(first.get, v, 0, CONFIG, now=NOW)
         records.extend((i, r) for r in step.records)
         for key, value in step.writes:
             log.append((i, key, value))
@@ -279,30 +281,38 @@ def test_the_most_recent_window_is_the_one_shown() -> None:
     assert t["l|s1|1h"]["window_start"] == int(T0) + 7200
 
 
-def test_state_past_retention_expires_and_late_trials_are_not_counted() -> None:
+def test_state_past_retention_expires_and_late_trials_count_in_their_run_only() -> None:
     t = Table()
     t.feed(verdict("old", at=T0))
     now = T0 + CONFIG.retention_s + 2 * 86400
     step = t.feed(verdict("new", at=now))
     assert step.sweep
-    keys, gone = domain.expired(list(t.items()), 0, now, CONFIG)
+    keys, gone = domain.expired(list(t.items()), 0, now, CONFIG, NOW)
     assert "t|s1|old" in keys and "t|s1|new" not in keys
     assert f"b|s1|w|1h|{int(T0)}" in keys and "b|s1|run|run-1" not in keys  # runs are kept
     assert not any(k.startswith("l|") for k in keys)  # the latest windows are recent ones
     assert gone == []
     for key in keys:
         del t[key]
-    late = t.feed(verdict("old", at=T0))
-    assert late.note == "late" and late.writes == [] and late.records == []
+    # A trial that finished before the retention: no window keeps it, its run counts it
+    # (run scope equals `passk report`), and its memory is kept from now, so a repeat
+    # read moments later is dropped.
+    late = t.feed(verdict("older", at=T0 - 3600))
+    assert late.note == "late"
+    assert [(r.run_id, r.window, r.n) for r in late.records] == [("run-1", None, 3)]
+    assert t["t|s1|older"]["kept_from"] == now
+    again = t.feed(verdict("older", at=T0 - 3600))
+    assert again.note == "duplicate" and t["b|s1|run|run-1"]["passed"] == 3
+    assert "t|s1|older" not in domain.expired(list(t.items()), 0, now, CONFIG, NOW)[0]
     # on another partition nothing is this partition's to drop
-    assert domain.expired(list(t.items()), 1, now, CONFIG) == ([], [])
+    assert domain.expired(list(t.items()), 1, now, CONFIG, NOW) == ([], [])
 
 
 def test_a_scenarios_latest_window_past_retention_takes_its_gauge_with_it() -> None:
     t = Table()
     t.feed(verdict("a", scenario="quiet", at=T0))
     t.feed(verdict("b", scenario="busy", at=T0 + CONFIG.retention_s + 86400 * 2))
-    keys, gone = domain.expired(list(t.items()), 0, t["p|0"]["watermark"], CONFIG)
+    keys, gone = domain.expired(list(t.items()), 0, t["p|0"]["watermark"], CONFIG, NOW)
     assert sorted(gone) == [("quiet", "1d"), ("quiet", "1h")]
     assert "l|quiet|1h" in keys
 
@@ -312,6 +322,69 @@ def test_most_recent_reads_the_latest_windows_back() -> None:
     t.feed(verdict("a", at=T0))
     t.feed(verdict("b", "failed", at=T0 + 3600))
     shown = {(b.scenario_id, b.window): (b.window_start, b.passed, b.failed)
-             for b in domain.most_recent(list(t.items()), t.get)}
+             for b in domain.most_recent(list(t.items()), t.get, CONFIG, NOW)}
     assert shown == {("s1", "1h"): (int(T0) + 3600, 0, 1),
                      ("s1", "1d"): (int(T0) - int(T0) % 86400, 1, 1)}
+
+
+# ------------------------------------------------- event time bounded (issue 21, item 1)
+FUTURE = datetime(2099, 1, 1, tzinfo=UTC).timestamp()
+
+
+def test_a_verdict_dated_past_the_wall_counts_in_its_run_only_and_moves_no_clock() -> None:
+    t = Table()
+    for i in range(6):
+        t.feed(verdict(f"a{i}", at=T0 + i, run="run-a"))
+    bad = t.feed(verdict("x", at=FUTURE, run="run-a"))
+    assert bad.note == "future" and bad.latest == []
+    assert [(r.run_id, r.n) for r in bad.records] == [("run-a", 7)]
+    assert not any(k.startswith("b|s1|w|") and str(int(FUTURE) // 3600 * 3600) in k for k in t)
+    assert t["p|0"]["watermark"] == T0 + 5
+    for i in range(6):
+        step = t.feed(verdict(f"b{i}", at=T0 + 10 + i, run="run-b"))
+        assert step.note == "counted"
+    assert t["b|s1|run|run-b"]["passed"] == 6
+    assert t[f"b|s1|w|1h|{int(T0)}"]["passed"] == 12
+    assert t["l|s1|1h"]["window_start"] == int(T0)
+    assert t.feed(verdict("x", at=FUTURE, run="run-a")).note == "duplicate"
+    # its memory is kept from the watermark, not from 2099: it expires like the others
+    keys, _ = domain.expired(list(t.items()), 0, T0 + CONFIG.retention_s + 86400, CONFIG, NOW)
+    assert "t|s1|x" in keys
+
+
+def test_a_1970_trial_counts_in_its_run() -> None:
+    t = Table()
+    t.feed(verdict("now", at=T0, run="r"))
+    step = t.feed(verdict("epoch", at=0.0, run="r"))
+    assert step.note == "late" and t["b|s1|run|r"]["passed"] == 2
+    assert not any(k.startswith("b|s1|w|") and k.endswith("|0") for k in t)
+
+
+def test_a_watermark_already_in_2099_heals_on_read() -> None:
+    """State written before the bound: a 2099 watermark, latest windows and windows, in
+    the changelogged table (so restored after a restart)."""
+    t = Table()
+    t.now = wall = T0 + 60
+    hour, day = int(FUTURE) // 3600 * 3600, int(FUTURE) // 86400 * 86400
+    bogus = {"scenario_id": "s1", "k": 3, "passed": 1, "seq": 1, "partition": 0}
+    t[f"b|s1|w|1h|{hour}"] = {**bogus, "window": "1h", "window_start": hour,
+                              "window_end": hour + 3600}
+    t[f"b|s1|w|1d|{day}"] = {**bogus, "window": "1d", "window_start": day,
+                             "window_end": day + 86400}
+    t["l|s1|1h"] = {"window_start": hour, "partition": 0}
+    t["l|s1|1d"] = {"window_start": day, "partition": 0}
+    t["p|0"] = {"watermark": FUTURE, "swept_at": FUTURE}
+    # the gauges after a restart do not show 2099
+    assert domain.most_recent(list(t.items()), t.get, CONFIG, wall) == []
+    step = t.feed(verdict("a", at=T0))
+    assert step.note == "counted"  # not late against 2099
+    assert sorted(b.window_start for b in step.latest) == [
+        int(T0) - int(T0) % 86400, int(T0)]
+    assert t["l|s1|1h"]["window_start"] == int(T0)
+    assert t["p|0"]["watermark"] == wall + CONFIG.max_skew_s and step.sweep
+    keys, gone = domain.expired(list(t.items()), 0, t["p|0"]["watermark"], CONFIG, wall)
+    assert sorted(keys) == sorted([f"b|s1|w|1h|{hour}", f"b|s1|w|1d|{day}"])
+    assert gone == []
+    shown = domain.most_recent(list(t.items()), t.get, CONFIG, wall)
+    assert sorted((b.window, b.window_start, b.passed) for b in shown) == [
+        ("1d", int(T0) - int(T0) % 86400, 1), ("1h", int(T0), 1)]
