@@ -193,9 +193,16 @@ async def handle(event: faust.types.EventT) -> None:
         if scenario is None:
             return await reject(event, _unknown_scenario(conv.scenario_id))
         key = conv.session_id
+        joined = _load(key)
         decision = domain.on_conversation(
-            _load(key), conv, now, wait_for_session=scenario.has_state_gate
+            joined, conv, now, wait_for_session=scenario.has_state_gate
         )
+        if decision.note == "session_conflict":
+            common.events.labels(PROCESSOR, decision.note).inc()
+            return await reject(event, Rejection("session_conflict", (
+                f"trial {conv.trial_id!r} (run {conv.run_id!r}) claims session {key!r}, "
+                f"already joined to trial {domain.joined_trial(joined)!r}; the first is "
+                "graded, this one is not")))
     else:
         if len(event.value or b"") > settings.max_session_bytes:
             return await reject(event, Rejection("session_too_large", (
@@ -212,9 +219,6 @@ async def handle(event: faust.types.EventT) -> None:
         decision = domain.on_session(_load(key), sess, now)
 
     common.events.labels(PROCESSOR, decision.note).inc()
-    if decision.note == "session_conflict":
-        return await reject(event, Rejection(
-            "session_conflict", f"session {key!r} is already joined to another trial"))
     if decision.note == "orphan_expired":
         metrics.orphan_sessions.inc()
     if decision.grade is not None and not await _grade(event, decision.grade):

@@ -92,6 +92,10 @@ def on_conversation(
         if state.conversation.trial_id == event.trial_id:
             return Decision(state, "duplicate")
         return Decision(state, "session_conflict")
+    if state.graded_trial_ids:
+        # A session already joined to a graded trial: a second trial claiming it would be
+        # graded against the first's session (or none), so it is refused, as while pending.
+        return Decision(state, "session_conflict")
     state = state.model_copy(update={"conversation": event, "conversation_seen_at": now})
     if state.session is not None:
         seen = state.session_seen_at if state.session_seen_at is not None else now
@@ -99,6 +103,15 @@ def on_conversation(
     if not wait_for_session:
         return _graded(state, Grade(event, None, 0.0), now)
     return Decision(state, "waiting")
+
+
+def joined_trial(state: JoinState | None) -> str | None:
+    """The trial a session is joined to (pending or graded), if any."""
+    if state is None:
+        return None
+    if state.conversation is not None:
+        return state.conversation.trial_id
+    return state.graded_trial_ids[-1] if state.graded_trial_ids else None
 
 
 def on_session(state: JoinState | None, event: SessionPersisted, now: float) -> Decision:

@@ -187,6 +187,9 @@ async def handle(event: faust.types.EventT) -> None:
             f"scenario {result.scenario_id!r} version {result.scenario_version!r} is unknown"))
     key = result.trial_id
     state = _load(key)
+    # Before the repeat check: a reused id with the first trial's attempt is no repeat.
+    if conflict := domain.identity_conflict(state, result):
+        return await reject(event, Rejection("trial_id_conflict", conflict))
     if domain.is_duplicate(state, result):
         metrics.duplicates.inc()
         common.events.labels(PROCESSOR, "duplicate").inc()

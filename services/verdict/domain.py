@@ -114,6 +114,23 @@ def on_judge_verdict(state: TrialState | None, verdict: JudgeVerdict, now: float
     return state.model_copy(update={"judges": {**state.judges, key: verdict}})
 
 
+def identity_conflict(state: TrialState | None, ref: GateResult | JudgeVerdict) -> str | None:
+    """Why `ref` cannot count in this trial (None: it can). A trial id names one trial:
+    its run, scenario and session are those of the first result read for it (pending or
+    remembered as emitted). A result naming others is a second trial reusing the id
+    (a producer's mistake): counted in the first, it would mix two trials' checks."""
+    if state is None:
+        return None
+    mine = (state.run_id, state.scenario_id, state.session_id)
+    theirs = (ref.run_id, ref.scenario_id, ref.session_id)
+    if mine == theirs:
+        return None
+    return (f"trial {ref.trial_id!r} of run {ref.run_id!r}, scenario {ref.scenario_id!r}, "
+            f"session {ref.session_id!r} reuses the id of trial {state.trial_id!r} of run "
+            f"{state.run_id!r}, scenario {state.scenario_id!r}, session {state.session_id!r}"
+            "; the first is graded, this one is not")
+
+
 def is_duplicate(state: TrialState | None, ref: GateResult | JudgeVerdict | None = None) -> bool:
     """Nothing to do with this result: its attempt was emitted already, or a later attempt
     superseded it."""

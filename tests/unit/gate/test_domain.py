@@ -85,3 +85,22 @@ def test_only_a_graded_trial_with_nothing_pending_is_a_marker() -> None:
 
     assert is_marker(JoinState(session_id="s", graded_trial_ids=["t"], graded_at=5.0))
     assert not is_marker(JoinState(session_id="s"))
+
+
+def test_a_second_trial_on_a_session_already_graded_is_a_conflict() -> None:
+    graded = domain.on_session(domain.on_conversation(None, conversation(), 0).state,
+                               session(), 1).state
+    assert graded is not None and graded.graded_at is not None
+    other = conversation(trial="t2", session_id="s-t1", event_id="cf-t2")
+    d = domain.on_conversation(graded, other, now=2)
+    assert d.note == "session_conflict" and d.grade is None and d.state == graded
+    assert domain.joined_trial(graded) == "t1"
+    # a repeat of the first trial is still only a repeat
+    assert domain.on_conversation(graded, conversation(), now=3).note == "duplicate"
+
+
+def test_the_trial_a_pending_session_is_joined_to() -> None:
+    d1 = domain.on_conversation(None, conversation(), now=0)
+    assert domain.joined_trial(d1.state) == "t1"
+    assert domain.joined_trial(None) is None
+    assert domain.joined_trial(domain.on_session(None, session(), 0).state) is None

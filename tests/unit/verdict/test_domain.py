@@ -225,3 +225,42 @@ def test_a_skipped_judge_is_awaited_no_longer_and_counts_as_neither_fail_nor_err
     assert verdict.outcome == "failed"
     assert [fc.check for fc in verdict.failed_checks] == ["gate:state"]
     assert verdict.skipped_judges == GATING and verdict.gating_judges == []
+# ------------------------------------------- trial identity conflicts (issue 21, item 2)
+def test_a_trial_id_reused_by_another_run_scenario_or_session_is_a_conflict() -> None:
+    first = collect(gate_result("exit", version=V))
+    same = judge_verdict(GATING[0], version=V)
+    assert domain.identity_conflict(None, same) is None
+    assert domain.identity_conflict(first, same) is None
+    for change in ({"run_id": "run-B"}, {"scenario_id": "S2"}, {"session_id": "other"}):
+        second = same.model_copy(update=change)
+        why = domain.identity_conflict(first, second)
+        assert why is not None and "'t1'" in why
+        assert "'run-1'" in why and "'s-t1'" in why  # the first trial's ids
+        assert next(iter(change.values())) in why  # and the second's
+
+
+def test_the_first_trial_is_graded_as_if_the_second_never_came() -> None:
+    """The processor drops every result with a conflict before it touches the state: the
+    verdict assembled from what is left is the first trial's own."""
+    run_b = [e.model_copy(update={"run_id": "run-B", "session_id": "s-B",
+                                  "event_id": e.event_id + ":B"})
+             for e in all_checks(judges=("failed", "failed"))]
+    mixed: list = []
+    state = None
+    for ours, theirs in zip(all_checks(), run_b, strict=True):
+        for ev in (theirs, ours) if len(mixed) % 2 else (ours, theirs):
+            mixed.append(ev)
+            if domain.identity_conflict(state, ev):
+                continue
+            state = (domain.on_gate_result(state, ev, now=0) if ev.type == "gate_result"
+                     else domain.on_judge_verdict(state, ev, now=0))
+    assert state is not None and state.run_id == "run-1"
+    assert domain.missing_checks(state, SC) == []
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
+    alone = domain.assemble(collect(*all_checks()), SC, missing=[], waited_s=0,
+                            **EVERY_JUDGE_GATES)
+    assert verdict.model_dump(exclude={"occurred_at"}) == alone.model_dump(
+        exclude={"occurred_at"})
+    assert verdict.outcome == "passed"
+    emitted = domain.emitted(state, verdict, now=5)  # remembered as emitted: still known
+    assert domain.identity_conflict(emitted, run_b[0]) is not None
