@@ -1,0 +1,109 @@
+"""Trial identity conflicts through the real broker (issue 21, item 2), the hostile input
+as the red team sent it: one trial id in run A (scenario S1) and run B (scenario S2),
+and two trials of one run sharing a session id.
+
+Before: the verdict mixed the two trials' results under one id (one verdict came out,
+run B's, `error`, although its judge passed; run A lost the trial), and the gate took
+the second trial on a graded session as a new join; neither left a dead letter."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from services.common.codec import encode
+from services.common.settings import Settings
+from services.common.topics import Topic
+from tests.support import (
+    isolated_env,
+    produce,
+    publish_scenarios,
+    read_topic,
+    running,
+    settled,
+    wait_for,
+)
+from tests.unit.factories import conversation, scenario, session
+
+pytestmark = pytest.mark.integration
+
+PROCESSORS = ["gate", "judge", "verdict"]
+JUDGES = [{"id": "said_goodbye", "kind": "regex", "pattern": "Goodbye", "must_match": True}]
+JUDGES_2 = [{"id": "asked_fault", "kind": "regex", "pattern": "fault", "must_match": True}]
+
+
+
+
+def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
+    settings: Settings, tmp_path: Path
+) -> None:
+    s1, s2 = scenario(id="S1", judges=JUDGES), scenario(id="S2", judges=JUDGES_2)
+    publish_scenarios(settings, [s1, s2])
+    env = isolated_env(settings, PASSK_JUDGE_WAIT_S="6")
+    log = tmp_path / "workers.log"
+    workers = [running(["worker", p], env, log) for p in PROCESSORS]
+    for w in workers:
+        w.__enter__()
+    try:
+        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="workers joined")
+        # run A's trial, then run B's with the same trial id (its own session)
+        a = conversation("reused", event_id="cf-A", run_id="run-A", scenario_id="S1",
+                         session_id="sess-A")
+        b = conversation("reused", event_id="cf-B", run_id="run-B", scenario_id="S2",
+                         session_id="sess-B")
+        # two trials of run C on one session: the first graded, then the second
+        x = conversation("x", run_id="run-C", scenario_id="S1", session_id="sess-shared")
+        y = conversation("y", run_id="run-C", scenario_id="S1", session_id="sess-shared")
+        # both trials in flight at once, as the red team sent them
+        produce(settings, Topic.CONVERSATION_FINISHED, [
+            ("sess-A", encode(a)), ("sess-B", encode(b)), ("sess-shared", encode(x))])
+        produce(settings, Topic.SESSION_PERSISTED, [
+            ("sess-A", encode(session("A", session_id="sess-A"))),
+            ("sess-B", encode(session("B", session_id="sess-B"))),
+            ("sess-shared", encode(session("shared", session_id="sess-shared")))])
+        first = read_topic(settings, Topic.TRIAL_VERDICTS, min_count=2, timeout=90)
+        produce(settings, Topic.CONVERSATION_FINISHED, [("sess-shared", encode(y))])
+        # y's judge verdict still comes (the judge does not join): the verdict gives up on
+        # its gates after the waits (5 s + 6 s) and says so
+        read_topic(settings, Topic.TRIAL_VERDICTS, min_count=3, timeout=90)
+        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="inputs consumed")
+        verdicts = read_topic(settings, Topic.TRIAL_VERDICTS)
+        dead = read_topic(settings, Topic.DEAD_LETTERS)
+    finally:
+        for w in reversed(workers):
+            w.__exit__(None, None, None)
+
+    by_trial: dict[str, list[dict]] = {}
+    for _, v, _ in verdicts:
+        by_trial.setdefault(v["trial_id"], []).append(v)
+    # The first trial whose result the verdict read is graded exactly as if the second
+    # never came: one verdict, its own, passed (its judge passed, both gates passed).
+    assert len(by_trial["reused"]) == 1, by_trial["reused"]
+    winner = by_trial["reused"][0]
+    assert (winner["outcome"], winner["failed_checks"]) == ("passed", [])
+    first_run, first_sc = winner["run_id"], winner["scenario_id"]
+    assert (first_run, first_sc) in {("run-A", "S1"), ("run-B", "S2")}
+    second_run = "run-B" if first_run == "run-A" else "run-A"
+    assert {(v["trial_id"], v["outcome"]) for _, v, _ in first} == {
+        ("reused", "passed"), ("x", "passed")}
+    assert [(v["run_id"], v["outcome"]) for v in by_trial["x"]] == [("run-C", "passed")]
+    assert [(v["outcome"], [c["check"] for c in v["failed_checks"]]) for v in by_trial["y"]] == [
+        ("error", ["gate:exit", "gate:state"])]
+
+    letters = [(base64.b64decode(d["key_b64"]).decode(), d["processor"], d["reason"], d["detail"])
+               for _, d, _ in dead]
+    conflicts = [x for x in letters if x[2] == "trial_id_conflict"]
+    # run B's two gate results and its judge verdict, each refused by the verdict
+    assert {(key, proc) for key, proc, _, _ in conflicts} == {("reused", "verdict")}
+    assert len(conflicts) == 3
+    for _, _, _, detail in conflicts:  # naming both: the second first, then the first
+        assert detail.startswith(f"trial 'reused' of run '{second_run}'"), detail
+        assert f"reuses the id of trial 'reused' of run '{first_run}', scenario '{first_sc}'" \
+            in detail
+    sessions = [x for x in letters if x[2] == "session_conflict"]
+    assert len(sessions) == 1
+    key, proc, _, detail = sessions[0]
+    assert (key, proc) == ("sess-shared", "gate")
+    assert "'y'" in detail and "'x'" in detail and "'sess-shared'" in detail
