@@ -41,3 +41,25 @@ def test_known_judges_have_every_result_series_at_zero_before_any_verdict() -> N
     metrics.known_judges(["polite"])  # again: nothing is reset
     assert registry.get_sample_value(
         "passk_judge_verdicts_total", {"judge": "polite", "result": "error"}) == 1.0
+
+
+def test_known_judges_have_their_cost_series_and_prices_are_nan_until_set() -> None:
+    import math
+
+    from prometheus_client import CollectorRegistry
+
+    from services.judge.metrics import JudgeMetrics
+
+    registry = CollectorRegistry()
+    metrics = JudgeMetrics(registry)
+    price = {k: registry.get_sample_value("passk_judge_price_per_mtok", {"kind": k})
+             for k in ("input", "output")}
+    assert all(v is not None and math.isnan(v) for v in price.values())  # unknown, not 0
+    metrics.known_judges(["polite"])
+    for kind in ("input", "output"):
+        assert registry.get_sample_value(
+            "passk_judge_tokens_total", {"judge": "polite", "kind": kind}) == 0.0
+    assert registry.get_sample_value("passk_judge_call_seconds_count", {"judge": "polite"}) == 0
+    assert registry.get_sample_value("passk_judge_skipped_total", {"judge": "polite"}) == 0.0
+    metrics.set_prices(0.15, 0.6)
+    assert registry.get_sample_value("passk_judge_price_per_mtok", {"kind": "output"}) == 0.6
