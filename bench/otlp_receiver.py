@@ -91,7 +91,7 @@ async def through_receiver(bodies: list[bytes], settings: Settings, concurrency:
     otlp = OtlpSettings(PASSK_OTLP_MAX_PENDING_TRACES=len(bodies) + 1)
     producer = TrafficProducer(settings)
     metrics = OtlpMetrics(CollectorRegistry())
-    receiver = Receiver(otlp, KafkaPublisher(producer, 60), metrics)
+    receiver = Receiver(otlp, KafkaPublisher(lambda: producer, 60), metrics)
     runner = web.AppRunner(make_app(receiver), access_log=None)
     await runner.setup()
     port = _port()

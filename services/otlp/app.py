@@ -22,8 +22,10 @@ log = logging.getLogger("passk.otlp")
 
 
 async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> None:
-    producer = TrafficProducer(settings, max_block_ms=int(otlp.publish_timeout_s * 1000))
-    receiver = Receiver(otlp, KafkaPublisher(producer, otlp.publish_timeout_s), metrics)
+    publisher = KafkaPublisher(
+        lambda: TrafficProducer(settings, max_block_ms=int(otlp.publish_timeout_s * 1000)),
+        otlp.publish_timeout_s)
+    receiver = Receiver(otlp, publisher, metrics)
     runner = web.AppRunner(make_app(receiver), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, otlp.host, otlp.port).start()
@@ -41,7 +43,7 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> N
     await runner.cleanup()
     if exporter is not None:
         await exporter
-    await asyncio.to_thread(producer.close, 10)
+    await publisher.close()
 
 
 class OtlpWorker:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from services.otlp.mapping import Taken
 from services.replay.producer import TrafficProducer
+
+log = logging.getLogger("passk.otlp")
 
 
 def _acked(future: Any) -> asyncio.Future[None]:
@@ -26,14 +30,31 @@ def _acked(future: Any) -> asyncio.Future[None]:
 
 
 class KafkaPublisher:
-    """Sends a trial's events and returns once the broker acknowledged them all."""
+    """Sends a trial's events and returns once the broker acknowledged them all. After a
+    failure the producer is replaced: the SDK's producer remembers a topic it could not
+    reach and fails fast on it from then on, which suits a CLI run, not a long-lived
+    receiver that must resume by itself when the broker is back."""
 
-    def __init__(self, producer: TrafficProducer, timeout_s: float) -> None:
-        self.producer = producer
+    def __init__(self, make_producer: Callable[[], TrafficProducer], timeout_s: float) -> None:
+        self.make_producer = make_producer
         self.timeout_s = timeout_s
+        self.producer: TrafficProducer | None = None
 
     async def publish(self, taken: Taken) -> None:
         events = [taken.conversation] + ([taken.session] if taken.session else [])
-        # send() may block on metadata while the broker is away: off the event loop.
-        futures = [await asyncio.to_thread(self.producer.send, e) for e in events]
-        await asyncio.wait_for(asyncio.gather(*map(_acked, futures)), self.timeout_s)
+        try:
+            if self.producer is None:
+                self.producer = await asyncio.to_thread(self.make_producer)
+            producer = self.producer
+            # send() may block on metadata while the broker is away: off the event loop.
+            futures = [await asyncio.to_thread(producer.send, e) for e in events]
+            await asyncio.wait_for(asyncio.gather(*map(_acked, futures)), self.timeout_s)
+        except Exception:
+            broken, self.producer = self.producer, None
+            if broken is not None:
+                asyncio.get_running_loop().run_in_executor(None, broken.close, 0)
+            raise
+
+    async def close(self) -> None:
+        if self.producer is not None:
+            await asyncio.to_thread(self.producer.close, 10)
