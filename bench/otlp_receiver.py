@@ -44,8 +44,9 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def agent_payloads(traces: int) -> tuple[list[bytes], int]:
-    """One request per trace (as a BatchSpanProcessor flushing per trace would send it)."""
+def agent_payloads(traces: int, per_request: int) -> tuple[list[bytes], int]:
+    """`per_request` traces in each request (1: a SimpleSpanProcessor-like client flushing
+    per trace; 64: a BatchSpanProcessor's batch)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -59,6 +60,7 @@ def agent_payloads(traces: int) -> tuple[list[bytes], int]:
     template = encode_spans(memory.get_finished_spans())
     spans_per_trace = len(list(spans_of(template)))
     bodies = []
+    batch = ExportTraceServiceRequest()
     for i in range(traces):
         copy = ExportTraceServiceRequest()
         copy.CopyFrom(template)
@@ -72,7 +74,10 @@ def agent_payloads(traces: int) -> tuple[list[bytes], int]:
                             kv.value.string_value = f"bench:otel-bench:{i:06d}"
                         elif kv.key == "session.id":
                             kv.value.string_value = f"bench-s-{i}"
-        bodies.append(copy.SerializeToString())
+        batch.resource_spans.extend(copy.resource_spans)
+        if (i + 1) % per_request == 0 or i + 1 == traces:
+            bodies.append(batch.SerializeToString())
+            batch = ExportTraceServiceRequest()
     return bodies, spans_per_trace
 
 
@@ -84,11 +89,12 @@ def plain_loop(bodies: list[bytes]) -> float:
     return time.perf_counter() - start
 
 
-async def through_receiver(bodies: list[bytes], settings: Settings, concurrency: int) -> float:
+async def through_receiver(bodies: list[bytes], traces: int, settings: Settings,
+                           concurrency: int) -> float:
     import aiohttp
     from aiohttp import web
 
-    otlp = OtlpSettings(PASSK_OTLP_MAX_PENDING_TRACES=len(bodies) + 1)
+    otlp = OtlpSettings(PASSK_OTLP_MAX_PENDING_TRACES=traces + 1)
     producer = TrafficProducer(settings)
     metrics = OtlpMetrics(CollectorRegistry())
     receiver = Receiver(otlp, KafkaPublisher(lambda: producer, 60), metrics)
@@ -113,8 +119,8 @@ async def through_receiver(bodies: list[bytes], settings: Settings, concurrency:
     await runner.cleanup()
     producer.close(30)
     completed = metrics.traces_completed._value.get()  # noqa: SLF001 - the bench's own registry
-    assert completed == len(bodies), f"{completed} of {len(bodies)} traces published"
-    assert sum(producer.acked.values()) == 2 * len(bodies) and not producer.failures
+    assert completed == traces, f"{completed} of {traces} traces published"
+    assert sum(producer.acked.values()) == 2 * traces and not producer.failures
     return elapsed
 
 
@@ -124,24 +130,26 @@ def main() -> int:
         "PASSK_BENCH_OTLP_TRACES", "3000")))
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    bodies, per_trace = agent_payloads(args.traces)
     settings = Settings(PASSK_TOPIC_PREFIX=f"bench-otlp-{uuid.uuid4().hex[:8]}.")  # type: ignore[call-arg]
     create_topics(settings)
+    print(f"\notlp receiver: {args.traces} agent traces, {args.concurrency} concurrent HTTP "
+          "clients, real broker (acks=all), against a loop decoding the same payloads")
     try:
-        plain = min(plain_loop(bodies) for _ in range(3))
-        receiver = asyncio.run(through_receiver(bodies, settings, args.concurrency))
+        for per_request in (1, 64):
+            bodies, per_trace = agent_payloads(args.traces, per_request)
+            plain = min(plain_loop(bodies) for _ in range(3))
+            receiver = asyncio.run(through_receiver(bodies, args.traces, settings,
+                                                    args.concurrency))
+            spans = args.traces * per_trace
+            print(f"  {per_request:3d} trace(s)/request ({per_trace} spans each): receiver -> "
+                  f"published {spans / receiver:8.0f} spans/s {args.traces / receiver:7.0f} "
+                  f"traces/s | plain decode {spans / plain:9.0f} spans/s "
+                  f"{args.traces / plain:8.0f} traces/s | receiver/plain time "
+                  f"{receiver / plain:6.1f}x")
     finally:
         from tests.support import delete_topics_with_prefix
 
         delete_topics_with_prefix(settings)
-    spans = args.traces * per_trace
-    print(f"\notlp receiver: {args.traces} agent traces ({per_trace} spans each), "
-          f"{args.concurrency} concurrent HTTP clients, real broker (acks=all)")
-    print(f"  receiver -> published  {spans / receiver:10.0f} spans/s  "
-          f"{args.traces / receiver:8.0f} traces/s")
-    print(f"  plain decode loop      {spans / plain:10.0f} spans/s  "
-          f"{args.traces / plain:8.0f} traces/s")
-    print(f"  receiver / plain (time) {receiver / plain:8.1f}x")
     return 0
 
 

@@ -73,16 +73,20 @@ class Receiver:
         outcome = self.pending.add(spans, self.clock())
         rejected = self._count_drops(outcome)
         failure: BaseException | None = None
+        ready: list[tuple[list[Span], Taken]] = []
         for trace in outcome.complete:
             result = assemble(trace)
             if isinstance(result, Skipped):
                 self.metrics.traces_skipped.labels(result.reason).inc()
                 rejected[f"{result.reason} ({result.detail})"] += len(trace)
-                continue
-            try:
-                await self.publisher.publish(result)
-            except Exception as exc:  # the broker is down: keep the spans, the client retries
-                failure = exc
+            else:
+                ready.append((trace, result))
+        # A batch's trials wait for the broker together, not one after the other.
+        published = await asyncio.gather(*(self.publisher.publish(t) for _, t in ready),
+                                          return_exceptions=True)
+        for (trace, result), error in zip(ready, published, strict=True):
+            if isinstance(error, BaseException):  # the broker is down: keep the spans
+                failure = error
                 self.pending.forget(result.trace_id)
                 # The root comes again with the client's retry; what came before it waits.
                 self.pending.add([s for s in trace if not s.is_root], self.clock())
