@@ -9,14 +9,17 @@ the second trial on a graded session as a new join; neither left a dead letter."
 from __future__ import annotations
 
 import base64
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.common.codec import encode
 from services.common.settings import Settings
 from services.common.topics import Topic
 from tests.support import (
+    free_ports,
     isolated_env,
     produce,
     publish_scenarios,
@@ -36,6 +39,14 @@ JUDGES_2 = [{"id": "asked_fault", "kind": "regex", "pattern": "fault", "must_mat
 
 
 
+def dead_letters_counted(port: int) -> dict[tuple[str, str], float]:
+    """passk_dead_letters_total on a worker's /metrics: (topic suffix, reason) -> count."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    return {(s.labels["topic"].rsplit(".", 2)[-2], s.labels["reason"]): s.value
+            for family in text_string_to_metric_families(body.decode())
+            for s in family.samples if s.name == "passk_dead_letters_total"}
+
+
 def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -43,7 +54,10 @@ def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
     publish_scenarios(settings, [s1, s2])
     env = isolated_env(settings, PASSK_JUDGE_WAIT_S="6")
     log = tmp_path / "workers.log"
-    workers = [running(["worker", p], env, log) for p in PROCESSORS]
+    base = free_ports(len(PROCESSORS))
+    port = {p: base + i for i, p in enumerate(PROCESSORS)}
+    workers = [running(["worker", p], {**env, "PASSK_METRICS_PORT": str(port[p])}, log)
+               for p in PROCESSORS]
     for w in workers:
         w.__enter__()
     try:
@@ -71,6 +85,7 @@ def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
         wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="inputs consumed")
         verdicts = read_topic(settings, Topic.TRIAL_VERDICTS)
         dead = read_topic(settings, Topic.DEAD_LETTERS)
+        counted = {p: dead_letters_counted(port[p]) for p in ("gate", "verdict")}
     finally:
         for w in reversed(workers):
             w.__exit__(None, None, None)
@@ -107,3 +122,7 @@ def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
     key, proc, _, detail = sessions[0]
     assert (key, proc) == ("sess-shared", "gate")
     assert "'y'" in detail and "'x'" in detail and "'sess-shared'" in detail
+    # one counter per reason (and source topic): the gate results and the judge verdict
+    assert counted["verdict"] == {("gate-results", "trial_id_conflict"): 2,
+                                  ("judge-verdicts", "trial_id_conflict"): 1}
+    assert counted["gate"] == {("conversation-finished", "session_conflict"): 1}
