@@ -204,6 +204,11 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
     mkey = trial_key(verdict.scenario_id, verdict.trial_id)
     raw_memory = read(mkey)
     memory = TrialMemory.model_validate(raw_memory) if raw_memory else None
+    if memory is None and untimed == "late" and verdict.attempt > 1:
+        # A re-grade of a trial forgotten past the retention: its first attempt was
+        # counted then, with an outcome no longer known, so nothing can be moved, and
+        # counting it again would count the trial twice.
+        return Step("late")
 
     changed: dict[str, Bucket] = {}
     # A crash may have cut this trial's last change short: finish it before anything else.

@@ -304,6 +304,10 @@ def test_state_past_retention_expires_and_late_trials_count_in_their_run_only() 
     again = t.feed(verdict("older", at=T0 - 3600))
     assert again.note == "duplicate" and t["b|s1|run|run-1"]["passed"] == 3
     assert "t|s1|older" not in domain.expired(list(t.items()), 0, now, CONFIG, NOW)[0]
+    # A re-grade of a trial forgotten with its windows moves nothing (it was counted once,
+    # with an outcome no longer known): its run is not counted twice.
+    regrade = t.feed(verdict("old", "failed", at=T0, attempt=2))
+    assert regrade.note == "late" and regrade.writes == [] and regrade.records == []
     # on another partition nothing is this partition's to drop
     assert domain.expired(list(t.items()), 1, now, CONFIG, NOW) == ([], [])
 
