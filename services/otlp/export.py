@@ -76,7 +76,8 @@ def _trace_row(value: bytes) -> tuple[str, str, str] | None:
         return None
     trial, trace = event.get("trial_id"), event.get("otel_trace_id")
     span = event.get("otel_span_id")
-    if all(isinstance(v, str) and v for v in (trial, trace, span)):
+    if isinstance(trial, str) and isinstance(trace, str) and isinstance(span, str) and all(
+            (trial, trace, span)):
         return trial, trace, span
     return None
 

@@ -136,7 +136,8 @@ def messages_from_parts(items: Any) -> list[Message]:
         if not isinstance(item, dict):
             continue
         role = item.get("role") or "assistant"
-        parts = item.get("parts") if isinstance(item.get("parts"), list) else []
+        raw_parts = item.get("parts")
+        parts: list[Any] = raw_parts if isinstance(raw_parts, list) else []
         texts = [p["content"] for p in parts
                  if isinstance(p, dict) and p.get("type") == "text"
                  and isinstance(p.get("content"), str)]

@@ -18,11 +18,19 @@ def _acked(future: Any) -> asyncio.Future[None]:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
 
+    def settle(exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
     def ok(_metadata: Any) -> None:
-        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+        loop.call_soon_threadsafe(settle, None)
 
     def failed(exc: BaseException) -> None:
-        loop.call_soon_threadsafe(lambda: done.done() or done.set_exception(exc))
+        loop.call_soon_threadsafe(settle, exc)
 
     future.add_callback(ok)
     future.add_errback(failed)
