@@ -18,7 +18,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from services.report.domain import RunReport, ScenarioReport
-from services.report.trial_view import TrialView, trial_links, trials_section
+from services.report.trial_view import TrialView, judge_cost_html, trial_links, trials_section
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -314,6 +314,7 @@ conversation. <code>passk show TRIAL_ID</code> prints the same.</p>
 <table id="costs"><thead><tr><th>scenario</th><th>median tokens</th><th>median turns</th>
 <th>median duration (s)</th></tr></thead><tbody>{"".join(_cost_rows(report))}</tbody></table>
 {_plot(cost_figure(report), "duration-chart")}
+{judge_cost_html(report.judge_cost)}
 <script>{FILTER_SCRIPT}</script>
 </body></html>
 """

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from services.report.judge_cost import Prices, money, trial_costs
+from services.report.judge_cost import JudgeCostSummary, Prices, cost_lines, money, trial_costs
 from services.sink.domain import GateRecord, JudgeRecord, TranscriptRecord, TrialRecord
 
 # The report page shows at most this many trials opened, and of each transcript at most
@@ -353,3 +353,13 @@ def trials_section(views: Iterable[TrialView], more: int = 0) -> str:
 def trial_links(trial_ids: Iterable[str]) -> str:
     return ", ".join(f'<a class="trial-link" href="#{anchor(t)}">{escape(t)}</a>'
                      for t in trial_ids)
+
+
+def judge_cost_html(summary: JudgeCostSummary | None) -> str:
+    """The run's judging for the report page: the same lines `passk report` prints."""
+    if summary is None:
+        return ""
+    items = "".join(f"<li>{escape(line)}</li>" for line in cost_lines(summary))
+    return (f'<h3>Judge cost</h3><ul id="judge-cost" data-calls="{summary.calls}" '
+            f'data-skipped="{summary.skipped}" data-tokens="'
+            f'{summary.input_tokens + summary.output_tokens}">{items}</ul>')

@@ -60,7 +60,10 @@ class Dom(HTMLParser):
         self.scripts_in_trials = 0
         self.imgs = 0
         self.text: list[str] = []
+        self.judge_cost: dict[str, str | None] = {}
+        self.judge_cost_text: list[str] = []
         self._in_trials = 0
+        self._in_cost = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
@@ -73,14 +76,20 @@ class Dom(HTMLParser):
             self.scripts_in_trials += 1
         if tag == "img":
             self.imgs += 1
+        if tag == "ul" and a.get("id") == "judge-cost":
+            self.judge_cost, self._in_cost = a, True
         if tag == "a" and "trial-link" in (a.get("class") or ""):
             self.links.append(a.get("href") or "")
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "ul":
+            self._in_cost = False
         if tag == "details":
             self._in_trials -= 1
 
     def handle_data(self, data: str) -> None:
+        if self._in_cost:
+            self.judge_cost_text.append(data)
         if self._in_trials:
             self.text.append(data)
 
@@ -107,6 +116,10 @@ def test_hostile_text_renders_as_text_and_no_script_runs(page: Path, tmp_path: P
     # and the state value beside its expectation.
     assert shown.count(SCRIPT) >= 3 and shown.count(HANDLER) >= 3
     assert f"my answer: {PAYLOAD}" in shown and f"rude {PAYLOAD}" in shown
+    # The run's judging is on the page too: three judge calls (one per hostile trial),
+    # priced by nothing, so in tokens only.
+    assert dom.judge_cost["data-calls"] == "3" and dom.judge_cost["data-skipped"] == "0"
+    assert "no cost: set PASSK_JUDGE_PRICE_PER_MTOK_IN" in "".join(dom.judge_cost_text)
 
 
 def test_failed_trials_and_one_per_scenario_open_and_flakiness_links_to_them(
