@@ -58,10 +58,10 @@ def log_sink(port: int, fail_first: int = 0) -> Iterator[LogSink]:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/logs", logs)
     ready = threading.Event()
+    runner = web.AppRunner(app, access_log=None)
 
     def serve() -> None:  # its own loop in its own thread: usable from async tests too
         asyncio.set_event_loop(loop)
-        runner = web.AppRunner(app, access_log=None)
         loop.run_until_complete(runner.setup())
         loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
         ready.set()
@@ -73,5 +73,6 @@ def log_sink(port: int, fail_first: int = 0) -> Iterator[LogSink]:
     try:
         yield sink
     finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
