@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The main job, end to end, as an operator runs it: start the stack, publish the example
-# scenarios, generate production-like traffic (three reliable scenarios and one flaky one,
-# with late, early and duplicated events), replay it, wait for every verdict, print the
-# report and the deploy gate's answer (which fails the build on the flaky scenario).
+# The main job, end to end, as an operator runs it: start the stack (with the reference
+# product, examples/agent/, on :8600), publish the example scenarios, run them against the
+# product with `passk run` (five trials each, a simulated user, the persisted session read
+# through the product's API), wait for every verdict, print the report and the deploy
+# gate's answer. The product's demo fault plan (examples/agent/faults.demo.json) loses the
+# billing lines on two of the five follow-up trials, so the gate fails the build on that
+# one unreliable scenario. (`passk generate` stays for synthetic load and benchmarks.)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -14,35 +17,35 @@ run_id="${PASSK_DEMO_RUN_ID:-demo-$(date -u +%Y%m%dT%H%M%SZ)}"
 out="$root/var/demo/$run_id"
 mkdir -p "$out"
 
-echo "== 1/7 stack: Kafka, processors, judge"
+echo "== 1/6 stack: Kafka, processors, judge, reference product"
 bash infra/stack/up.sh
 
-echo "== 2/7 scenarios"
+echo "== 2/6 scenarios"
 "$passk" scenarios publish examples/scenarios
 
 # Judges earn the right to fail a deploy: each example judge runs over its labelled set.
 # Five calibrate above the bar (gating); no_customer_charge_stated does not (advisory).
-echo "== 3/7 judge calibration"
+echo "== 3/6 judge calibration"
 if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
   # the same stand-in up.sh started for the judge worker, so the same judge versions
   export OPENAI_BASE_URL="http://127.0.0.1:${PASSK_STANDIN_PORT:-8400}/v1" OPENAI_API_KEY="stand-in"
 fi
 "$passk" calibrate examples/calibration
 
-echo "== 4/7 production-like traffic for run $run_id"
-# The stand-in fails the advisory judge on some trials: they must still pass.
-"$passk" generate --scenarios examples/scenarios --run-id "$run_id" \
-  --out "$out/traffic.jsonl" --expected "$out/expected.json" \
-  --trials 5 --default-pass-prob 1.0 --pass-prob debrief-follow-up-required=0.6 \
-  --advisory no_customer_charge_stated=0.4 --seed "${PASSK_DEMO_SEED:-7}"
+echo "== 4/6 passk run: every scenario five times against the reference product"
+# Exit 130 (stopped) or 1 (a trial not published) ends the demo; re-running with the same
+# run id would run only the trials missing from the log.
+"$passk" run --scenarios examples/scenarios --target examples/agent/target-http.yaml \
+  --run-id "$run_id" --trials 5 --concurrency 4 --agent-version "demo-agent"
 
-echo "== 5/7 replay"
-"$passk" replay "$out/traffic.jsonl"
-
-echo "== 6/7 waiting for every verdict"
+echo "== 5/6 waiting for every verdict"
+# What each trial must get, from the product's own fault switches (not from passk).
+"$root/.venv/bin/python" -m examples.agent.expected --scenarios examples/scenarios \
+  --run-id "$run_id" --trials 5 \
+  --faults "${PASSK_AGENT_FAULTS:-@$root/examples/agent/faults.demo.json}" > "$out/expected.json"
 "$passk" wait --run-id "$run_id" --expected "$out/expected.json" --timeout 600
 
-echo "== 7/7 report and deploy gate"
+echo "== 6/6 report and deploy gate"
 "$passk" report --run-id "$run_id" --html "$out/report.html"
 set +e
 "$passk" gate --run-id "$run_id"

@@ -32,6 +32,12 @@ else
   "$bin/python" -m services.common.runfiles judge --base-url "${OPENAI_BASE_URL:-https://api.openai.com/v1}"
 fi
 
+# The reference product (examples/agent/, the debrief assistant `make demo` runs scenarios
+# against) on :8600, with the demo's fault plan unless PASSK_AGENT_FAULTS says otherwise
+# ('{}': no fault). PASSK_AGENT_PORT=0: not started.
+agent_port="${PASSK_AGENT_PORT:-8600}"
+export PASSK_AGENT_FAULTS="${PASSK_AGENT_FAULTS:-@$root/examples/agent/faults.demo.json}"
+
 # Every process gets the same configuration (supervisord passes its environment on);
 # record it so an operator can see it: mode 0600, every password in a URL masked
 # (services/common/masking.py), Kafka passwords and API keys not recorded at all.
@@ -41,7 +47,8 @@ if "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
   echo "up: supervisord already running (pid $("$bin/supervisorctl" -c "$conf" pid))"
 else
   "$passk" supervise config --out "$conf" --log-dir "$logs" --metrics-base "$base" \
-      --standin-port "$standin_port" ${secrets:+--kafka-secrets "$secrets"} >/dev/null
+      --standin-port "$standin_port" --agent-port "$agent_port" \
+      ${secrets:+--kafka-secrets "$secrets"} >/dev/null
   rm -f "$run"/*.health.json  # restarts are counted from this `make up` on
   # The CLI user's name and password stay out of supervisord's environment: a worker
   # connects only as the user its program sets.
@@ -57,3 +64,18 @@ for hook in "$root"/infra/stack/up.d/*.sh; do
 done
 
 "$passk" status --wait 120 --processors "$("$passk" supervise workers)"
+if [ "$agent_port" != 0 ]; then
+  "$bin/python" - "$agent_port" <<'PY'
+import sys, time, urllib.request
+url, deadline = f"http://127.0.0.1:{sys.argv[1]}/healthz", time.monotonic() + 60
+while True:
+    try:
+        urllib.request.urlopen(url, timeout=1)
+        print(f"up: reference product (examples/agent) on {url.removesuffix('/healthz')}")
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.exit(f"up: the reference product did not answer at {url} (var/log/example-agent.log)")
+        time.sleep(0.3)
+PY
+fi

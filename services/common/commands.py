@@ -35,6 +35,8 @@ def register(app: typer.Typer) -> None:
         log_dir: Path = typer.Option(..., help="the workers' and supervisord's logs"),
         metrics_base: int = typer.Option(9464, help="worker i serves /metrics on base+i"),
         standin_port: int = typer.Option(0, help="also supervise the judge stand-in on this port"),
+        agent_port: int = typer.Option(0, help="also supervise the reference product "
+                                                "(examples/agent) on this port"),
         only: str = typer.Option("", help="comma-separated workers (default: every worker)"),
         kafka_secrets: Path | None = typer.Option(
             None, help="a secured broker's secrets directory (var/kafka/secrets): each "
@@ -73,6 +75,14 @@ def register(app: typer.Typer) -> None:
         if standin_port:
             programs.insert(0, Program("judge-standin", f"{passk} judge-standin --host "
                                        f"127.0.0.1 --port {standin_port}", {}))
+        if agent_port:
+            import sys
+
+            # The fault plan comes from PASSK_AGENT_FAULTS, which supervisord passes on.
+            db = (out.parent.parent / "agent" / "agent.db").resolve()
+            programs.insert(0, Program("example-agent", f"{sys.executable} -m "
+                                       f"examples.agent.server --host 127.0.0.1 --port "
+                                       f"{agent_port} --db {db}", {"PYTHONUNBUFFERED": "1"}))
         out.parent.mkdir(parents=True, exist_ok=True)
         log_dir.mkdir(parents=True, exist_ok=True)
         write_private(out, supervisord_conf(programs, run_dir=out.parent.resolve(),

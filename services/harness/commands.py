@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import typer
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
         if not loaded.scenarios:
             raise UsageError(f"no scenario in {scenarios}")
         try:
-            chosen = load_target(target)
+            chosen = load_target(target, os.environ)
         except InvalidTarget as exc:
             raise UsageError(f"invalid target file {exc.file}: field {exc.field}: "
                              f"{exc.problem}") from None
@@ -83,8 +84,6 @@ def register(app: typer.Typer) -> None:
             stand_in = not settings.openai_api_key and not settings.openai_base_url
             base_url = settings.openai_base_url or None
             if stand_in:
-                import os
-
                 base_url = f"http://127.0.0.1:{os.environ.get('PASSK_STANDIN_PORT', '8400')}/v1"
             users = UserFactory(
                 AsyncOpenAI(base_url=base_url, api_key=settings.openai_api_key or "stand-in",

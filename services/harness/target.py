@@ -5,6 +5,7 @@ validation only; a bad file is refused naming the file, the field and the proble
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -12,6 +13,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MAX_TARGET_BYTES = 64 * 1024
+# ${NAME} or ${NAME:-default}: ports, hosts and paths that differ per machine.
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -134,7 +137,22 @@ def parse_target(data: Any, file: str = "<target>") -> Target:
         raise InvalidTarget(file, _field(tuple(first["loc"])), msg) from None
 
 
-def load_target(path: Path) -> Target:
+def expand(text: str, env: Mapping[str, str], file: str) -> str:
+    """Replace ${NAME} and ${NAME:-default} from `env`; an unset one without a default is
+    an error (a URL with a hole in it would fail later, further from the cause)."""
+
+    def value(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env and env[name] != "":
+            return env[name]
+        if default is not None:
+            return default
+        raise InvalidTarget(file, "(file)", f"${{{name}}} is not set and has no default")
+
+    return _VARIABLE.sub(value, text)
+
+
+def load_target(path: Path, env: Mapping[str, str] | None = None) -> Target:
     file = str(path)
     try:
         if path.stat().st_size > MAX_TARGET_BYTES:
@@ -142,6 +160,7 @@ def load_target(path: Path) -> Target:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidTarget(file, "(file)", f"cannot read it: {exc}") from None
+    text = expand(text, env or {}, file)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -40,13 +40,14 @@ def our_processes(folder: Path) -> list[str]:
 def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
     clone = tmp_path / "passk"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    standin, metrics_base = free_port(), free_port_block(len(WORKERS))
+    standin, metrics_base, agent = free_port(), free_port_block(len(WORKERS)), free_port()
     prometheus, alertmanager = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PASSK_", "OPENAI_",
                                                                      "VIRTUAL_ENV"))}
     env.update(
         PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
         PASSK_STANDIN_PORT=str(standin),
+        PASSK_AGENT_PORT=str(agent),
         PASSK_METRICS_PORT_BASE=str(metrics_base),
         PASSK_PROMETHEUS_URL=f"http://127.0.0.1:{prometheus}",
         PASSK_ALERTMANAGER_URL=f"http://127.0.0.1:{alertmanager}",
@@ -60,8 +61,8 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         assert demo.returncode == 0, out[-5000:]
         assert "pass^k" in out and "pass@k" in out, out[-3000:]
         assert "trials got exactly their expected outcome" in out, out[-3000:]
-        # The seeded demo injects failures into the flaky scenario (the generator's plan
-        # says which), so the deploy gate must refuse the build.
+        # The reference product's demo fault plan fails two follow-up trials (the
+        # expected outcomes come from its switches), so the deploy gate must refuse the build.
         plan = json.loads((clone / "var/demo/demo-e2e/expected.json").read_text())
         flaky = [s for s in plan["scenarios"] if s["passed"] < s["n"]]
         assert [s["scenario_id"] for s in flaky] == ["debrief-follow-up-required"], plan
@@ -70,6 +71,9 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         page = clone / "var/demo/demo-e2e/report.html"
         assert f"The report page (one self-contained file; open it in a browser): {page}" in out
         assert "debrief-follow-up-required" in page.read_text()
+        # a real conversation happened: `passk run` talked to the product on its port
+        assert "passk run demo-e2e" in out and "exit handed_off" in out, out[-5000:]
+        assert listening(agent), "the reference product should be up while the stack runs"
         # calibration decided who may fail a trial: five judges gate, one is advisory
         assert out.count("gating") >= 5 and "advisory" in out, out[-5000:]
         assert "no_customer_charge_stated" in out and \
@@ -84,6 +88,6 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
                               text=True, timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     assert our_processes(clone) == []
-    for port in (standin, prometheus, alertmanager,
+    for port in (standin, agent, prometheus, alertmanager,
                  *range(metrics_base, metrics_base + len(WORKERS))):
         assert not listening(port), f"port {port} still open after make down"

@@ -59,3 +59,13 @@ def test_unreadable_yaml_is_named(tmp_path: Path) -> None:
     with pytest.raises(InvalidTarget) as caught:
         load_target(bad)
     assert caught.value.file == str(bad) and "YAML" in caught.value.problem
+
+
+def test_variables_are_expanded_with_defaults(tmp_path: Path) -> None:
+    file = tmp_path / "t.yaml"
+    file.write_text("agent: {kind: http, url: 'http://127.0.0.1:${PORT:-8600}/chat'}\n")
+    assert load_target(file, {}).agent.url == "http://127.0.0.1:8600/chat"  # type: ignore[union-attr]
+    assert load_target(file, {"PORT": "9"}).agent.url == "http://127.0.0.1:9/chat"  # type: ignore[union-attr]
+    file.write_text("agent: {kind: http, url: 'http://${HOST}/chat'}\n")
+    with pytest.raises(InvalidTarget, match=r"\$\{HOST\} is not set"):
+        load_target(file, {})
