@@ -177,6 +177,13 @@ class Conversation:
         if reply.tool_calls:
             message.tool_calls = reply.tool_calls
         self.transcript.append(message)
+        if reply.tool_calls and not reply.exit_reason:
+            # The harness runs none of the product's tools; chat APIs refuse a history
+            # whose tool calls have no results, so each gets one saying so.
+            for call in reply.tool_calls:
+                self.transcript.append(Message(
+                    role="tool", tool_call_id=str(call.get("id", "")),
+                    content="(not run: passk run records tool calls, it does not execute them)"))
         if reply.session_id:
             self.session_id = reply.session_id
         if reply.usage is not None:
