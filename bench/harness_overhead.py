@@ -100,8 +100,13 @@ def main() -> None:
         stderr=subprocess.STDOUT)
     settings = Settings(PASSK_TOPIC_PREFIX=f"passk.bh{uuid.uuid4().hex[:8]}.")  # type: ignore[call-arg]
     try:
-        wait_until(lambda: urllib.request.urlopen(f"{base}/healthz", timeout=1).status == 200,
-                   30, "the reference product")
+        def up() -> bool:
+            try:
+                return urllib.request.urlopen(f"{base}/healthz", timeout=1).status == 200
+            except OSError:
+                return False
+
+        wait_until(up, 30, "the reference product")
         create_topics(settings)
         script = next(s for s in load_scenarios(ROOT / "examples" / "scenarios").scenarios
                       if s.id == SCENARIO).user.script  # type: ignore[union-attr]
