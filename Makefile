@@ -43,7 +43,7 @@ up: kafka-up ## start Kafka, every processor, and Prometheus + Alertmanager when
 down: ## stop every process that `make up` started, and the broker it started
 	@bash infra/stack/down.sh
 
-demo: install ## the main job, end to end: scenarios, traffic, verdicts, report, deploy gate
+demo: install ## the main job, end to end: scenarios, traffic, verdicts, report, deploy gate; then hours of windows, the drop alert and its notification
 	@bash infra/stack/demo.sh
 
 test: kafka-up ## the whole suite: unit, integration (real Kafka), e2e

@@ -65,3 +65,9 @@ if command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/
   echo "Alertmanager: ${PASSK_ALERTMANAGER_URL:-http://127.0.0.1:9095}"
 fi
 echo "The stack is still running: 'passk report --run-id $run_id --json', 'passk status'; 'make down' stops it."
+
+# The continuous half: hours of event time, the windows, Prometheus, the drop alert and its
+# notification (infra/stack/demo-continuous.sh; PASSK_DEMO_CONTINUOUS=0 skips it).
+if [ "${PASSK_DEMO_CONTINUOUS:-1}" != 0 ]; then
+  bash infra/stack/demo-continuous.sh
+fi

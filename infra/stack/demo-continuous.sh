@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The continuous half of `make demo` (run after the CI part, on the stack it started):
+# replay several hours of production-like event time in which one scenario degrades in its
+# last (the current) hour, then show the latest windows (`passk windows`), Prometheus's
+# passk_scenario_pass_hat_k for that scenario, the reliability-drop alert firing, and the
+# notification Alertmanager delivered to a loopback webhook receiver this script runs.
+# Expected figures come from the generator's plan. `make down` stops all of it.
+#
+# Demo-sized monitoring: Prometheus scrapes every 5 s and every alert's `for:` is 10 s
+# (PASSK_ALERT_FOR, rendered into var/monitoring; infra/prometheus/alerts.yml keeps the
+# operator's 5m), Alertmanager groups for 1 s.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+bin="$root/.venv/bin"; passk="$bin/passk"; python="$bin/python"
+hours="${PASSK_DEMO_HOURS:-4}"
+per_hour="${PASSK_DEMO_WINDOW_TRIALS:-12}"
+degrading="${PASSK_DEMO_DEGRADING:-debrief-billable-repair}"
+degraded_prob="${PASSK_DEMO_DEGRADED_PASS_PROB:-0.2}"
+run_id="${PASSK_DEMO_LIVE_RUN_ID:-live-$(date -u +%Y%m%dT%H%M%SZ)}"
+out="$root/var/demo/$run_id"
+mkdir -p "$out" "$root/var/run"
+
+echo
+echo "== continuous 1/5 Prometheus, Alertmanager and a loopback webhook receiver"
+monitoring=1
+if ! command -v prometheus >/dev/null || ! { command -v prometheus-alertmanager >/dev/null \
+    || command -v alertmanager >/dev/null; }; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "demo: installing Debian's prometheus and prometheus-alertmanager (as .ci/run does)"
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+      prometheus prometheus-alertmanager >/dev/null || monitoring=0
+  else
+    monitoring=0
+  fi
+  if [ "$monitoring" = 0 ]; then
+    echo "demo: Prometheus/Alertmanager are not installed, so no alert is shown. To see it:"
+    echo "        sudo apt-get install prometheus prometheus-alertmanager"
+  fi
+fi
+webhook_port="${PASSK_DEMO_WEBHOOK_PORT:-9097}"
+webhook_file="$out/notifications.jsonl"
+pidfile="$root/var/run/demo-webhook.pid"
+if [ "$monitoring" = 1 ]; then
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill -TERM -- "-$(cat "$pidfile")" 2>/dev/null || true  # an earlier demo's receiver
+  fi
+  : > "$webhook_file"
+  setsid nohup "$python" -m services.monitoring.webhook --port "$webhook_port" \
+    --out "$webhook_file" >>"$root/var/log/demo-webhook.log" 2>&1 < /dev/null &
+  echo $! > "$pidfile"
+  echo "demo: webhook receiver on http://127.0.0.1:$webhook_port/alerts (pid $!)"
+  export PASSK_ALERT_WEBHOOK_URL="http://127.0.0.1:$webhook_port/alerts"
+  export PASSK_SCRAPE_INTERVAL="${PASSK_DEMO_SCRAPE_INTERVAL:-5s}"
+  export PASSK_ALERT_FOR="${PASSK_DEMO_ALERT_FOR:-10s}"
+  export PASSK_ALERT_GROUP_WAIT=1s PASSK_ALERT_GROUP_INTERVAL=5s
+  # Started afresh with the demo's settings and empty data (the demo's own Prometheus):
+  # alerts restored from an earlier run's data reached no webhook.
+  bash infra/prometheus/down.sh >/dev/null
+  rm -rf "${PASSK_MONITORING_DIR:-$root/var/monitoring}/prometheus-data" \
+         "${PASSK_MONITORING_DIR:-$root/var/monitoring}/alertmanager-data"
+  bash infra/prometheus/up.sh
+  prom="${PASSK_PROMETHEUS_URL:-http://127.0.0.1:9090}"
+fi
+
+echo
+echo "== continuous 2/5 $hours hours of production-like traffic; $degrading degrades in the last"
+hour_epoch=$(( $(date -u +%s) / 3600 * 3600 ))
+hour_now="$(date -u -d "@$hour_epoch" +%Y-%m-%dT%H:%M:%SZ)"
+read -r base_n base_passed < <("$python" infra/stack/demo_continuous.py baseline "$degrading" "$hour_now")
+: > "$out/traffic.jsonl"
+for i in $(seq 0 $((hours - 1))); do
+  back=$((hours - 1 - i))
+  start="$(date -u -d "@$((hour_epoch - back * 3600 + 60))" +%Y-%m-%dT%H:%M:%SZ)"
+  degrade=()
+  [ "$i" -eq $((hours - 1)) ] && degrade=(--pass-prob "$degrading=$degraded_prob")
+  "$passk" generate --scenarios examples/scenarios --run-id "$run_id-$i" \
+    --out "$out/traffic-$i.jsonl" --expected "$out/expected-$i.json" --trials "$per_hour" \
+    --default-pass-prob 1.0 "${degrade[@]}" --quirk-rate session_missing=0 \
+    --seed "$((${PASSK_DEMO_SEED:-7} + 100 + i))" --start "$start" >/dev/null
+  cat "$out/traffic-$i.jsonl" >> "$out/traffic.jsonl"
+  echo "  hour $start: $per_hour trials per scenario (run $run_id-$i)"
+done
+"$passk" replay "$out/traffic.jsonl"
+for i in $(seq 0 $((hours - 1))); do
+  "$passk" wait --run-id "$run_id-$i" --expected "$out/expected-$i.json" --timeout 600 >/dev/null
+done
+
+echo
+echo "== continuous 3/5 the latest windows per scenario (passk windows)"
+"$python" infra/stack/demo_continuous.py show --scenario "$degrading" --hour "$hour_now" \
+  --expected "$out/expected-$((hours - 1)).json" --base-n "$base_n" --base-passed "$base_passed" \
+  >"$out/plan.txt" || { cat "$out/plan.txt"; exit 1; }
+cat "$out/plan.txt"
+"$passk" windows --window 1h --last "$hours" --html "$out/windows.html"
+
+if [ "$monitoring" = 1 ]; then
+  echo
+  echo "== continuous 4/5 Prometheus and the drop alert; 5/5 the webhook's notification"
+  "$python" infra/stack/demo_continuous.py show --scenario "$degrading" --hour "$hour_now" \
+    --expected "$out/expected-$((hours - 1)).json" --base-n "$base_n" \
+    --base-passed "$base_passed" --prometheus "$prom" --webhook-file "$webhook_file" \
+    | sed -n '/^== Prometheus/,$p'
+fi
+echo
+echo "Reliability over time (one page): $out/windows.html"
