@@ -155,7 +155,15 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
         if handlers and handlers[0].level > logging.DEBUG:
             logging.root.setLevel(handlers[0].level)
 
-    from services.common.outage import BROKER, Dependency
+    from services.common.outage import BROKER, HEARTBEAT_S, Dependency, health, outage_metrics
+
+    outage_metrics()  # every worker exports the heartbeat gauge from its first scrape on
+
+    @app.timer(interval=HEARTBEAT_S)
+    async def heartbeat() -> None:
+        # Run by the event loop, so a stopped process or a blocked loop goes quiet, and
+        # `passk status` (and an alert on the gauge) calls it stalled.
+        health().beat(outage_metrics())
 
     # Faust's own clients reconnect by themselves; this only makes an outage visible
     # (passk_degraded, the health file) in every worker, not only those with timers.

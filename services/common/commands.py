@@ -107,10 +107,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show each processor's consumer group (state, members, lag), its restarts,
         whether it is degraded (cannot reach the broker or the store) or down (its
-        supervisor says it is not running, or its group has no member), and which broker
-        leads each partition of its inputs. --wait also waits that long for every
-        processor to be ready. Exit 1 when any is not ready, 4 when the broker does not
-        answer within --wait (default PASSK_BROKER_WAIT_S)."""
+        supervisor says it is not running, or its group has no member), stalled (its live
+        process has written no heartbeat for 30 s), and which broker leads each partition
+        of its inputs. --wait also waits that long for every processor to be healthy.
+        Exit 1 when any is not ready, down, stalled or degraded; 4 when the broker does
+        not answer within --wait (default PASSK_BROKER_WAIT_S)."""
         import time
 
         from services.cli import WORKERS
@@ -121,7 +122,7 @@ def register(app: typer.Typer) -> None:
         require_broker(wait)
         while True:
             statuses = processor_status(names)
-            if all(s.ready for s in statuses) or time.monotonic() >= deadline:
+            if all(s.healthy for s in statuses) or time.monotonic() >= deadline:
                 break
             time.sleep(1.0)
         table = Table("processor", "consumer group", "state", "members", "lag", "restarts",
@@ -138,5 +139,5 @@ def register(app: typer.Typer) -> None:
             leaders.add_row(p.topic, str(p.partition), "none" if p.leader is None else
                             str(p.leader), ",".join(map(str, p.in_sync)))
         out.print(leaders)
-        if not all(s.ready for s in statuses):
+        if not all(s.healthy for s in statuses):  # not ready, down, stalled or degraded
             raise typer.Exit(1)

@@ -4,8 +4,10 @@ group has a member. A worker that is down is shown as down, not only as a restar
 
 from __future__ import annotations
 
+import os
 import socket
 import xmlrpc.client
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +43,52 @@ def supervisor_states(sock: Path) -> dict[str, str] | None:
     return {str(i["name"]): str(i["statename"]) for i in infos}
 
 
+# A worker that runs but has had no member in its group this long after its start is not
+# joining any more: Faust's start-up and a rebalance take seconds to a minute here.
+JOIN_GRACE_S = 120.0
+
+
 def down_reason(
-    *, supervisor_state: str | None, group_known: bool, members: int
+    *, supervisor_state: str | None, group_known: bool, members: int,
+    up_s: float | None = None,
 ) -> str | None:
     """Why the processor is down, or None when nothing says so. `group_known`: the broker
-    answered, so an empty group means no worker is consuming."""
+    answered, so an empty group means no worker is consuming. `up_s`: how long ago its
+    worker here started (its health file), None when unknown."""
     if supervisor_state in NOT_RUNNING:
         return f"supervisor says {supervisor_state}"
-    if group_known and members == 0 and supervisor_state is None:
-        return "no member in its consumer group"
-    # Running (or starting) under its supervisor but not in its group: joining, or
+    if group_known and members == 0:
+        if supervisor_state is None:
+            return "no member in its consumer group"
+        if up_s is not None and up_s > JOIN_GRACE_S and supervisor_state == "RUNNING":
+            return (f"no member in its consumer group {up_s:.0f} s after its start "
+                    "(its process runs: hung, or it cannot join)")
+    # Running (or starting) under its supervisor but not in its group yet: joining, or
     # rebalancing; `status` shows it not ready, not down.
     return None
+
+
+def stall_reason(health: dict[str, Any] | None, now: float, stall_after_s: float,
+                 alive: Callable[[int], bool]) -> str | None:
+    """Why a worker whose process is alive does nothing: its event loop has not written
+    its heartbeat for `stall_after_s` (kill -STOP, a blocked loop). A dead process's file
+    says nothing (its supervisor and its group tell); nor does one without a heartbeat."""
+    if not health or not isinstance(health.get("beat_at"), int | float):
+        return None
+    silent = now - float(health["beat_at"])
+    pid = health.get("pid")
+    if silent <= stall_after_s or not isinstance(pid, int) or not alive(pid):
+        return None
+    return (f"no heartbeat for {silent:.0f} s from pid {pid}, which is alive "
+            "(stopped or hung)")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of that id exists on this host (a stopped one does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -28,6 +28,14 @@ T = TypeVar("T")
 
 BROKER = "broker"
 STORE = "store"
+# A call that has not returned after this long counts as an outage while it waits: a
+# locked SQLite file holds a write for its 30 s busy timeout before failing, and a store
+# that hangs never fails at all; `passk status` must say degraded meanwhile, not ok.
+SLOW_AFTER_S = 10.0
+# Every worker rewrites its health file this often (`beat_at`); a live process whose file
+# is older than STALL_AFTER_S (kill -STOP, a blocked event loop) is shown as stalled.
+HEARTBEAT_S = 5.0
+STALL_AFTER_S = 30.0
 
 
 class OutageMetrics:
@@ -43,6 +51,10 @@ class OutageMetrics:
         self.degraded = Gauge("passk_degraded",
                               "1 while the worker cannot reach a dependency (broker or store).",
                               ["dependency"], registry=registry)
+        self.heartbeat = Gauge("passk_worker_heartbeat_timestamp_seconds",
+                               "When the worker's event loop last ran its heartbeat (Unix "
+                               "time); far behind time() means it is stopped or hung.",
+                               registry=registry)
 
 
 _metrics: OutageMetrics | None = None
@@ -80,6 +92,13 @@ class Health:
         else:
             callers[caller] = since
         metrics.degraded.labels(kind).set(1 if callers else 0)
+        self._write()
+
+    def beat(self, metrics: OutageMetrics, now: float | None = None) -> None:
+        """The event loop is alive: say so in the file and on /metrics."""
+        now = time.time() if now is None else now
+        self.state["beat_at"] = now
+        metrics.heartbeat.set(now)
         self._write()
 
     def degraded(self) -> dict[str, str]:
@@ -123,8 +142,10 @@ class Dependency:
 
     def __init__(self, kind: str, what: str, *, first_backoff_s: float = 0.5,
                  max_backoff_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 metrics: OutageMetrics | None = None, logger: logging.Logger = log) -> None:
+                 metrics: OutageMetrics | None = None, logger: logging.Logger = log,
+                 slow_after_s: float | None = SLOW_AFTER_S) -> None:
         self.kind, self.what = kind, what
+        self.slow_after_s = slow_after_s
         self.first_backoff_s, self.max_backoff_s = first_backoff_s, max_backoff_s
         self._clock = clock
         self._metrics = metrics
@@ -157,11 +178,21 @@ class Dependency:
         if self.down_since is None:
             self.down_since = time.time()
             health().mark(self.kind, self.what, self.down_since, self.metrics)
+        if self.failures == 1:  # the first failure of an outage (a slow call may have begun it)
             self._log.warning("%s unreachable (%s: %s: %s); retrying with backoff until it "
                               "returns", self.kind, self.what, type(exc).__name__, exc)
         delay = self.backoff_s()
         self._next_try = self._clock() + delay
         return delay
+
+    def slow(self, operation: str) -> None:
+        """A call has not returned for `slow_after_s`: degraded from when it began."""
+        if self.down_since is not None:
+            return
+        self.down_since = time.time() - (self.slow_after_s or 0.0)
+        health().mark(self.kind, self.what, self.down_since, self.metrics)
+        self._log.warning("%s not answering (%s: %s waiting for %.0f s); degraded until it "
+                          "returns", self.kind, self.what, operation, self.slow_after_s or 0.0)
 
     def succeeded(self) -> None:
         if self.down_since is not None:
@@ -176,11 +207,20 @@ class Dependency:
                    retry_on: tuple[type[BaseException], ...] = (Exception,)) -> T:
         """Await fn() until it succeeds, backing off between tries (for agents, which must
         not skip the record they hold)."""
+        loop = asyncio.get_running_loop()
         while True:
+            watch = (loop.call_later(self.slow_after_s, self.slow, operation)
+                     if self.slow_after_s else None)
             try:
                 result = await fn()
             except retry_on as exc:
-                await asyncio.sleep(self.failed(operation, exc))
+                delay = self.failed(operation, exc)
+                if watch is not None:
+                    watch.cancel()
+                await asyncio.sleep(delay)
                 continue
+            finally:
+                if watch is not None:
+                    watch.cancel()
             self.succeeded()
             return result

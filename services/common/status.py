@@ -31,14 +31,23 @@ class ProcessorStatus:
     member_names: tuple[str, ...] = ()  # "client_id@host" of each member
     # Why its worker is not running (services.common.liveness), None when nothing says so.
     down: str | None = None
+    # Why its worker runs but does nothing (no heartbeat), None when nothing says so.
+    stalled: str | None = None
 
     @property
     def health(self) -> str:
         if self.down:
             return f"DOWN: {self.down}"
+        if self.stalled:
+            return f"stalled: {self.stalled}"
         if self.degraded:
             return f"degraded: {', '.join(self.degraded)} down"
         return "ok"
+
+    @property
+    def healthy(self) -> bool:
+        """Ready, and nothing says otherwise: what `passk status` exits 0 on."""
+        return self.ready and not (self.down or self.stalled or self.degraded)
 
     @property
     def ready(self) -> bool:
@@ -57,12 +66,16 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
     groups = {name: f"{settings.topic_prefix}{name}" for name in names}
     supervised = supervisor_states(supervisor_socket(settings.data_dir)) or {}
 
+    healths = {name: worker_health(name, settings) for name in names}
+
     def unknown(state: str) -> list[ProcessorStatus]:
         # The groups are unknown, but what each worker says of itself (alive, degraded,
-        # restarted) is still worth showing.
-        return [ProcessorStatus(name, group, state, 0, None, *worker_health(name, settings),
+        # restarted, stalled) is still worth showing.
+        return [ProcessorStatus(name, group, state, 0, None, healths[name].restarts,
+                                healths[name].degraded,
                                 down=down_reason(supervisor_state=supervised.get(name),
-                                                 group_known=False, members=0))
+                                                 group_known=False, members=0),
+                                stalled=healths[name].stalled)
                 for name, group in groups.items()]
 
     try:
@@ -79,12 +92,13 @@ def processor_status(names: list[str], settings: Settings | None = None) -> list
         info = described.get(group) or {}
         state = info.get("group_state") or UNKNOWN
         members = info.get("members") or []
-        restarts, degraded = worker_health(name, settings)
+        seen = healths[name]
         down = down_reason(supervisor_state=supervised.get(name),
-                           group_known=bool(described), members=len(members))
-        out.append(ProcessorStatus(name, group, state, len(members), lags[name], restarts,
-                                   degraded, tuple(sorted(_member_name(m) for m in members)),
-                                   down))
+                           group_known=bool(described), members=len(members), up_s=seen.up_s)
+        out.append(ProcessorStatus(name, group, state, len(members), lags[name], seen.restarts,
+                                   seen.degraded,
+                                   tuple(sorted(_member_name(m) for m in members)),
+                                   down, seen.stalled))
     return out
 
 
@@ -130,15 +144,35 @@ def _raise_if_moving(group: dict) -> None:  # type: ignore[type-arg]
             raise error(group["error"])
 
 
-def worker_health(name: str, settings: Settings) -> tuple[int | None, tuple[str, ...]]:
-    """(restarts, degraded dependencies) from the worker's health file, if it ran here."""
-    from services.common.outage import health_path, read_health
+@dataclass(frozen=True)
+class WorkerHealth:
+    restarts: int | None = None
+    degraded: tuple[str, ...] = ()
+    stalled: str | None = None
+    up_s: float | None = None  # since its start
+
+
+def worker_health(name: str, settings: Settings, now: float | None = None) -> WorkerHealth:
+    """What the worker's health file says, if it ran here: restarts, degraded dependencies,
+    and whether its live process has stopped writing its heartbeat."""
+    import time
+    from datetime import datetime
+
+    from services.common.liveness import pid_alive, stall_reason
+    from services.common.outage import STALL_AFTER_S, health_path, read_health
 
     data = read_health(health_path(settings.data_dir, name))
     if data is None:
-        return None, ()
+        return WorkerHealth()
+    now = time.time() if now is None else now
     restarts = max(int(data.get("starts", 1)) - 1, 0)
-    return restarts, tuple(sorted(data.get("degraded") or {}))
+    try:
+        up_s: float | None = now - datetime.fromisoformat(str(data["started_at"])).timestamp()
+    except (KeyError, ValueError):
+        up_s = None
+    # beat_at is written from the first heartbeat on: a worker still starting has none.
+    return WorkerHealth(restarts, tuple(sorted(data.get("degraded") or {})),
+                        stall_reason(data, now, STALL_AFTER_S, pid_alive), up_s)
 
 
 def _lag(

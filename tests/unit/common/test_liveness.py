@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.liveness import down_reason, supervisor_states
+from services.common.liveness import (
+    JOIN_GRACE_S,
+    down_reason,
+    pid_alive,
+    stall_reason,
+    supervisor_states,
+)
 from services.common.status import ProcessorStatus
 
 
@@ -37,3 +43,48 @@ def test_no_supervisord_listening_is_no_answer(tmp_path) -> None:  # type: ignor
     assert supervisor_states(tmp_path / "supervisor.sock") is None
     (tmp_path / "stale.sock").write_text("")  # a socket file left behind, nobody listening
     assert supervisor_states(tmp_path / "stale.sock") is None
+
+
+# Issue 21, item 6: a hung worker must not look healthy.
+@pytest.mark.parametrize(("supervisor", "up_s", "down"), [
+    ("RUNNING", 5.0, None),  # just started: joining
+    ("RUNNING", None, None),  # no health file here: it may run elsewhere
+    ("RUNNING", JOIN_GRACE_S + 1, "no member in its consumer group 121 s after its start "
+                                  "(its process runs: hung, or it cannot join)"),
+    ("STARTING", JOIN_GRACE_S + 1, None),
+])
+def test_a_running_worker_long_absent_from_its_group_is_down(
+        supervisor: str, up_s: float | None, down: str | None) -> None:
+    assert down_reason(supervisor_state=supervisor, group_known=True, members=0,
+                       up_s=up_s) == down
+    # with a member, the start time says nothing
+    assert down_reason(supervisor_state=supervisor, group_known=True, members=1,
+                       up_s=up_s) is None
+
+
+@pytest.mark.parametrize(("health", "alive", "stalled"), [
+    ({"pid": 7, "beat_at": 1000.0}, True, None),  # 20 s: within the bound
+    ({"pid": 7, "beat_at": 960.0}, True, "no heartbeat for 60 s from pid 7, which is alive "
+                                         "(stopped or hung)"),
+    ({"pid": 7, "beat_at": 960.0}, False, None),  # gone: its supervisor and group tell
+    ({"pid": 7}, True, None),  # starting: no heartbeat yet
+    (None, True, None),
+])
+def test_a_live_process_without_a_heartbeat_is_stalled(
+        health: dict | None, alive: bool, stalled: str | None) -> None:  # type: ignore[type-arg]
+    assert stall_reason(health, 1020.0, 30.0, lambda pid: alive) == stalled
+
+
+def test_pid_alive_knows_this_process_and_not_a_free_pid() -> None:
+    import os
+
+    assert pid_alive(os.getpid())
+    assert not pid_alive(2**22 + 12345)  # above pid_max on Linux
+
+
+def test_only_a_ready_worker_with_nothing_wrong_is_healthy() -> None:
+    assert ProcessorStatus("gate", "g", "Stable", 1, 0).healthy
+    assert not ProcessorStatus("gate", "g", "Stable", 1, 0, degraded=("store",)).healthy
+    stalled = ProcessorStatus("judge", "g", "Stable", 1, 40, stalled="no heartbeat for 60 s")
+    assert not stalled.healthy and stalled.health == "stalled: no heartbeat for 60 s"
+    assert not ProcessorStatus("gate", "g", "Empty", 0, 0).healthy

@@ -89,3 +89,60 @@ async def test_call_retries_an_agent_s_write_until_it_succeeds(
     assert await dep.call("write", write) == "stored"
     assert len(attempts) == 4 and dep.up
     assert registry.get_sample_value("passk_store_errors_total", {"operation": "write"}) == 3
+
+
+# Issue 21, item 6: a store that holds a write (a lock) is degraded while it does.
+async def test_a_call_that_does_not_return_is_degraded_until_it_does(
+        registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    metrics = OutageMetrics(registry)
+    health().path = tmp_path / "run" / "sink.health.json"
+    release = asyncio.Event()
+    try:
+        health().started("sink")
+        dep = Dependency("store", "sink: writing", metrics=metrics, slow_after_s=0.05)
+
+        async def locked() -> str:
+            await release.wait()
+            return "written"
+
+        with caplog.at_level(logging.WARNING):
+            task = asyncio.create_task(dep.call("write", locked))
+            for _ in range(200):
+                if registry.get_sample_value("passk_degraded", {"dependency": "store"}) == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert "store" in read_health(health().path)["degraded"]  # type: ignore[index]
+            release.set()
+            assert await task == "written"
+        assert registry.get_sample_value("passk_degraded", {"dependency": "store"}) == 0
+        assert read_health(health().path)["degraded"] == {}  # type: ignore[index]
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("store not answering" in m for m in messages), messages
+        assert registry.get_sample_value("passk_store_errors_total", {"operation": "write"}) is None
+
+        quick = Dependency("store", "quick", metrics=metrics, slow_after_s=5.0)
+
+        async def fast() -> int:
+            return 1
+
+        assert await quick.call("write", fast) == 1
+        await asyncio.sleep(0)
+        assert quick.up
+    finally:
+        health().path = None
+
+
+def test_the_heartbeat_is_in_the_file_and_on_metrics(registry: CollectorRegistry,
+                                                     tmp_path) -> None:  # type: ignore[no-untyped-def]
+    metrics = OutageMetrics(registry)
+    health().path = tmp_path / "run" / "judge.health.json"
+    try:
+        health().started("judge")
+        assert "beat_at" not in read_health(health().path)  # type: ignore[operator]
+        health().beat(metrics, now=1234.5)
+        assert read_health(health().path)["beat_at"] == 1234.5  # type: ignore[index]
+        assert registry.get_sample_value("passk_worker_heartbeat_timestamp_seconds") == 1234.5
+    finally:
+        health().path = None
