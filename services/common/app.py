@@ -159,6 +159,10 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
 
     outage_metrics()  # every worker exports the heartbeat gauge from its first scrape on
 
+    @app.task
+    async def first_heartbeat() -> None:  # a timer's first call is an interval late
+        health().beat(outage_metrics())
+
     @app.timer(interval=HEARTBEAT_S)
     async def heartbeat() -> None:
         # Run by the event loop, so a stopped process or a blocked loop goes quiet, and

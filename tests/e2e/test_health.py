@@ -17,7 +17,6 @@ import pytest
 
 from schemas.events import Message
 from services.common.codec import encode
-from services.common.outage import health_path, read_health
 from services.common.settings import Settings
 from services.common.topics import Topic
 from tests.support import (
@@ -25,6 +24,7 @@ from tests.support import (
     isolated_env,
     produce,
     publish_scenarios,
+    read_topic,
     running,
     settled,
     wait_for,
@@ -32,6 +32,7 @@ from tests.support import (
 from tests.unit.factories import conversation, scenario, session
 
 pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
 SECRET = "hunter2-in-the-transcript"
 
 
@@ -43,37 +44,75 @@ def status(settings: Settings, processor: str) -> subprocess.CompletedProcess[st
 
 
 def row(done: subprocess.CompletedProcess[str], processor: str) -> str:
-    return next(line for line in done.stdout.splitlines() if line.strip("│ ").startswith(processor))
+    return next((line for line in done.stdout.splitlines()
+                 if line.strip("│ ").startswith(processor)), done.stderr.strip()[-300:])
 
 
-def shows(settings: Settings, processor: str, health: str, code: int) -> bool | str:
+SAID: dict[str, str] = {}  # the last status row of each processor, for a failure's message
+
+
+def shows(settings: Settings, processor: str, health: tuple[str, ...], code: int) -> bool:
     done = status(settings, processor)
     line = row(done, processor)
-    return (health in line and done.returncode == code) or f"exit {done.returncode}: {line}"
+    SAID[processor] = f"exit {done.returncode}: {line}"
+    return any(h in line for h in health) and done.returncode == code
 
 
-def beating(settings: Settings, processor: str) -> bool:
-    return "beat_at" in (read_health(health_path(settings.data_dir, processor)) or {})
+def until_status(settings: Settings, processor: str, health: tuple[str, ...], code: int,
+                 timeout: float) -> None:
+    try:
+        wait_for(lambda: shows(settings, processor, health, code), timeout=timeout,
+                 what=f"status of {processor}: {health!r}, exit {code}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; it said {SAID.get(processor)}") from None
 
 
-def test_a_stopped_judge_worker_is_stalled_not_ok_and_ok_again_when_continued(
+def supervised_pid(conf: Path, program: str) -> int | None:
+    out = subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "status", program],
+                         capture_output=True, text=True, timeout=30).stdout
+    return int(out.split("pid ")[1].split(",")[0]) if "RUNNING" in out else None
+
+
+def test_a_stopped_judge_worker_is_not_ok_and_is_ok_again_when_continued(
         settings: Settings, tmp_path: Path) -> None:
-    log = tmp_path / "judge.log"
-    with running(["worker", "judge"], isolated_env(settings), log) as judge:
-        wait_for(lambda: settled(settings, ["judge"]) and beating(settings, "judge"),
-                 timeout=120, what="judge joined and beating")
-        wait_for(lambda: shows(settings, "judge", "ok", 0), timeout=30, what="judge ok")
-        os.kill(judge.pid, signal.SIGSTOP)
+    """Under supervisord, as `make up` runs it: supervisord keeps saying RUNNING."""
+    publish_scenarios(settings, [scenario()])
+    env = isolated_env(settings)
+    conf = settings.data_dir / "run" / "supervisord.conf"  # where status asks supervisord
+    made = subprocess.run(
+        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
+         "--log-dir", str(tmp_path / "log"), "--metrics-base", "0", "--only", "judge"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    daemon = subprocess.Popen([str(BIN / "supervisord"), "-n", "-c", str(conf)], env=env,
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        pid = wait_for(lambda: supervised_pid(conf, "judge"), timeout=120, what="judge RUNNING")
+        wait_for(lambda: settled(settings, ["judge"]), timeout=120, what="judge joined")
+        # at work: it grades a trial (no model here: its llm judges answer `error`)
+        produce(settings, Topic.CONVERSATION_FINISHED, [("s-first", encode(conversation("first")))])
+        read_topic(settings, Topic.JUDGE_VERDICTS, min_count=1, timeout=60)
+        until_status(settings, "judge", ("ok",), 0, timeout=60)
+        os.kill(pid, signal.SIGSTOP)
         try:
-            # lag grows while it is stopped
+            # its lag grows while it is stopped
             produce(settings, Topic.CONVERSATION_FINISHED,
                     [(f"s-{i}", encode(conversation(f"t{i}"))) for i in range(5)])
-            wait_for(lambda: shows(settings, "judge", "stalled: no heartbeat", 1), timeout=90,
-                     what="status says the stopped judge is stalled, exit 1")
+            # stalled (no heartbeat), or DOWN once it has been out of its group long enough
+            until_status(settings, "judge", ("stalled: no heartbeat", "DOWN: no member"), 1,
+                         timeout=90)
+            assert supervised_pid(conf, "judge") == pid  # supervisord still says RUNNING
         finally:
-            os.kill(judge.pid, signal.SIGCONT)
-        wait_for(lambda: shows(settings, "judge", "ok", 0), timeout=180,
-                 what="ok again once it runs")
+            os.kill(pid, signal.SIGCONT)
+        until_status(settings, "judge", ("ok",), 0, timeout=180)  # ok again once it runs
+    finally:
+        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "shutdown"],
+                       capture_output=True, timeout=120)
+        try:
+            daemon.wait(60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(10)
 
 
 def test_a_locked_store_makes_the_sink_degraded_and_its_log_keeps_no_parameters(
@@ -82,9 +121,9 @@ def test_a_locked_store_makes_the_sink_degraded_and_its_log_keeps_no_parameters(
     db = Path(settings.database_url.removeprefix("sqlite:///"))
     log = tmp_path / "sink.log"
     with running(["worker", "sink"], isolated_env(settings), log):
-        wait_for(lambda: settled(settings, ["sink"]) and beating(settings, "sink") and db.exists(),
-                 timeout=120, what="sink joined, beating, tables made")
-        wait_for(lambda: shows(settings, "sink", "ok", 0), timeout=30, what="sink ok")
+        wait_for(lambda: settled(settings, ["sink"]) and db.exists(), timeout=120,
+                 what="sink joined, tables made")
+        until_status(settings, "sink", ("ok",), 0, timeout=30)
         lock = sqlite3.connect(db, isolation_level=None, timeout=5)
         try:
             lock.execute("BEGIN EXCLUSIVE")
@@ -93,15 +132,16 @@ def test_a_locked_store_makes_the_sink_degraded_and_its_log_keeps_no_parameters(
                 Message(role="assistant", content="noted")])
             produce(settings, Topic.CONVERSATION_FINISHED, [("s-locked", encode(secret))])
             produce(settings, Topic.SESSION_PERSISTED, [("s-locked", encode(session("locked")))])
-            wait_for(lambda: shows(settings, "sink", "degraded: store down", 1), timeout=60,
-                     what="status says the sink is degraded, exit 1")
+            # within SQLite's 30 s busy timeout: before the sink's first failed write, when
+            # it used to say `ok` (a call not returned in 10 s is an outage as status shows)
+            until_status(settings, "sink", ("degraded: store down",), 1, timeout=25)
             # SQLite gives up after its 30 s busy timeout: the outage's one warning
             wait_for(lambda: "database is locked" in log.read_text(errors="replace"),
                      timeout=90, what="the sink's outage warning")
         finally:
             lock.execute("ROLLBACK")
             lock.close()
-        wait_for(lambda: shows(settings, "sink", "ok", 0), timeout=120, what="ok again")
+        until_status(settings, "sink", ("ok",), 0, timeout=120)
         wait_for(lambda: settled(settings, ["sink"]), timeout=60, what="caught up")
     text = log.read_text(errors="replace")
     assert "store unreachable" in text and "INSERT" in text, text[-3000:]
