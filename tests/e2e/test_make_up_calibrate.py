@@ -1,0 +1,80 @@
+"""One configuration for the CLI and the workers (issue 21, item 7), as the red team found
+it: after `make up` ("no model configured; judges use the offline stand-in"), `passk
+calibrate examples/calibration` run in another shell exited 2 with "no judge model
+configured", although the README says it uses the stand-in and the judge worker grades
+with it. Now `make up` records the endpoint it gave the workers (var/run/judge.json) and
+the CLI uses it, saying so. Also checks what `make up` writes down (issue 21, item 5):
+var/run/env is 0600 and holds no password of a database URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.cli import WORKERS
+from tests.e2e.conftest import free_port, free_port_block
+from tests.support import ROOT, new_prefix
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+RUN = ROOT / "var" / "run"
+
+
+def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Path) -> None:
+    pid = RUN / "supervisord.pid"
+    if pid.exists() and Path(f"/proc/{pid.read_text().strip()}").exists():
+        pytest.fail(f"a `make up` already runs in {ROOT}; `make down` first")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PASSK_", "OPENAI_", "VIRTUAL_ENV"))}
+    env.update(
+        PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
+        PASSK_STANDIN_PORT=str(free_port()),
+        PASSK_METRICS_PORT_BASE=str(free_port_block(len(WORKERS))),
+        PASSK_PROMETHEUS_URL=f"http://127.0.0.1:{free_port()}",
+        PASSK_ALERTMANAGER_URL=f"http://127.0.0.1:{free_port()}",
+        PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
+        PASSK_CACHE_DIR=os.environ.get("PASSK_CACHE_DIR", str(Path.home() / ".cache/passk")),
+        # a query-string password, which the old sed mask wrote out whole
+        PASSK_WITNESS_URL="postgresql://db/passk?user=u&password=hunter2",
+    )
+    try:
+        up = subprocess.run(["bash", "infra/stack/up.sh"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        assert "judges use the offline stand-in" in up.stdout
+
+        written = RUN / "env"
+        assert stat.S_IMODE(written.stat().st_mode) == 0o600
+        body = written.read_text()
+        assert "PASSK_WITNESS_URL=postgresql://db/passk?user=u&password=***" in body, body
+        assert "hunter2" not in body and "OPENAI_API_KEY" not in body
+
+        # Another shell: none of `make up`'s OPENAI_* exports.
+        calibrate = subprocess.run(
+            [sys.executable, "-m", "services.cli", "calibrate", "examples/calibration",
+             "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert calibrate.returncode == 0, calibrate.stdout + calibrate.stderr
+        assert "the offline stand-in `make up` started" in calibrate.stderr, calibrate.stderr
+        judges = {j["judge_id"]: j for j in json.loads(calibrate.stdout)["judges"]}
+        # examples/calibration/README.md's matrices, which the stand-in is built to give
+        assert [judges["covered_expected_topics"][k] for k in ("tp", "fp", "fn", "tn")] == [
+            5, 0, 1, 6]
+        assert [judges["no_customer_charge_stated"][k] for k in ("tp", "fp", "fn", "tn")] == [
+            3, 3, 1, 5]
+    finally:
+        down = subprocess.run(["bash", "infra/stack/down.sh"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not (RUN / "judge.json").exists()  # the stand-in it named is stopped
+
+    # After `make down`: the CLI says exactly what to export, not "use the stand-in".
+    after = subprocess.run(
+        [sys.executable, "-m", "services.cli", "calibrate", "examples/calibration",
+         "--no-publish"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert after.returncode == 2, after.stdout + after.stderr
+    assert "export OPENAI_API_KEY" in after.stderr and "Traceback" not in after.stderr
