@@ -86,7 +86,7 @@ def show(args: argparse.Namespace) -> int:
     start = args.hour
     print(f"plan: {args.scenario} in the window {start} (1h): "
           f"{c - base_c} of {len(trials)} generated trials pass"
-          + (f", plus {base_c} of {base_n} the window already held (the CI part's)"
+          + (f", plus {base_c} of {base_n} the window already held (the CI part's, any earlier demo's)"
              if base_n else "")
           + f" -> n={n}, c={c}, k={k}, expected pass^k = C({c},{k})/C({n},{k}) = {expected:.4f}")
 
