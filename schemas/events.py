@@ -107,6 +107,15 @@ class TrialMetrics(BaseModel):
     duration_ms: float | None = Field(None, ge=0, le=MAX_DURATION_MS, allow_inf_nan=False)
     latency_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
 
+    @field_validator("input_tokens", "output_tokens", "turns", "duration_ms", "latency_ms",
+                     mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        # JSON `true` is not a count; pydantic's lax mode would read it as 1.
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not a number")
+        return value
+
 
 EXTERNAL_CHECK_ID = r"^[A-Za-z0-9_.-]{1,128}$"
 # One conversation reports at most this many external checks (docs/external-checks.md).

@@ -22,11 +22,12 @@ UNPARSEABLE = "(unparseable URL, not shown)"
 
 
 def _mask_query(query: str) -> str:
+    # `;` separates parameters as well as `&` (libpq and older HTML forms accept both).
     out = []
-    for part in query.split("&"):
+    for part in re.split(r"([&;])", query):
         key, eq, _ = part.partition("=")
         out.append(f"{key}={MASK}" if eq and _SECRET_KEY.search(unquote_plus(key)) else part)
-    return "&".join(out)
+    return "".join(out)
 
 
 def mask_url(url: str) -> str:

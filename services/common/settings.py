@@ -129,11 +129,22 @@ class Settings(BaseSettings):
         from sqlalchemy.exc import ArgumentError
 
         try:
-            make_url(value)
+            url = make_url(value)
         except (ArgumentError, ValueError) as exc:
             port = "; its port is not a number" if "int()" in str(exc) else ""
             raise ValueError(f"not usable as a database URL (SQLAlchemy's form, e.g. "
                              f"postgresql://user:password@host:5432/db){port}") from None
+        # The projection runs on SQLite or PostgreSQL only: another dialect would fail at
+        # its first connection with an import traceback for a driver passk does not ship.
+        if url.get_backend_name() not in ("sqlite", "postgresql"):
+            raise ValueError(f"passk's store runs on sqlite:// or postgresql://, not "
+                             f"{url.get_backend_name()}://")
+        if url.port is not None and not 0 < url.port < 65536:
+            raise ValueError(f"its port {url.port} is outside 1-65535")
+        if url.host and "@" in url.host:
+            # An unencoded @ in the password leaves its tail in the host, which a failed
+            # connection would print: refused before any connection, and not echoed.
+            raise ValueError("the user or password holds an unencoded '@': write it as %40")
         return value
 
     @field_validator("openai_base_url", "prometheus_url", "alertmanager_url",

@@ -146,3 +146,30 @@ def test_a_real_model_the_workers_use_is_named_with_what_to_export(tmp_path: Pat
     with pytest.raises(NoJudge, match="OPENAI_BASE_URL=https://llm.example/v1: export the same"):
         cli_judge(settings)
     assert "OPENAI_BASE_URL=http://127.0.0.1:8400/v1 OPENAI_API_KEY=stand-in" in NO_MODEL
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    # red-team re-run: `;` separates query parameters too
+    ("postgresql://db/passk?user=u;password=hunter2", "postgresql://db/passk?user=u;password=***"),
+    ("sqlite:////tmp/p.db?user=u;password=hunter2&x=1",
+     "sqlite:////tmp/p.db?user=u;password=***&x=1"),
+])
+def test_a_password_after_a_semicolon_is_masked(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+    assert SECRET not in mask_text(f"error: unknown run ({url})")
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("mysql://u:hunter2@127.0.0.1/db", "sqlite:// or postgresql://, not mysql://"),
+    ("postgresql://u:hunter2@127.0.0.1:99999/db", "port 99999 is outside 1-65535"),
+    ("postgresql://u:hunt@er2@dbhost/db", "unencoded '@'"),
+])
+def test_a_database_url_passk_cannot_use_is_refused_before_any_connection(
+    value: str, problem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PASSK_DATABASE_URL", value)
+    with pytest.raises(ValidationError) as refused:
+        Settings()  # type: ignore[call-arg]
+    messages = " ".join(str(e["msg"]) for e in refused.value.errors())
+    assert problem in messages
+    assert "hunt" not in messages and "er2@dbhost" not in messages

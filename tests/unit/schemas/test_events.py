@@ -194,3 +194,13 @@ def test_other_times_are_written_in_utc_too() -> None:
         sample(TrialVerdict, finished_at="2026-11-30T13:59:58+02:00")
     )
     assert json.loads(verdict.model_dump_json())["finished_at"] == "2026-11-30T11:59:58Z"
+
+
+@pytest.mark.parametrize("field", ["input_tokens", "output_tokens", "turns", "duration_ms",
+                                   "latency_ms"])
+def test_a_boolean_is_not_a_trial_metric(field: str) -> None:
+    from schemas.events import TrialMetrics
+
+    with pytest.raises(ValidationError, match="a boolean is not a number"):
+        TrialMetrics.model_validate({field: True})
+    assert getattr(TrialMetrics.model_validate({field: 1}), field) == 1
