@@ -20,6 +20,7 @@ from services.common.app import (
     run_alongside,
 )
 from services.common.codec import Rejection, decode, encode
+from services.common.deadletter import dead_letter
 from services.common.eventtime import in_future, reference_time
 from services.common.flow import join_flow
 from services.common.graded import KeyedStates, graded_table
@@ -142,6 +143,26 @@ def _in_future(occurred_at: datetime, broker_ts: float | None, now: float) -> Re
     return in_future(occurred_at, reference_time(broker_ts, now), settings.max_clock_skew_s)
 
 
+def _session_conflict(sess: SessionPersisted, owner: str | None) -> Rejection:
+    return Rejection("session_conflict", (
+        f"the persisted session {sess.session_id!r} names trial {sess.trial_id!r} "
+        f"(run {sess.run_id!r}), but the session is joined to trial {owner!r}; it is not "
+        "used for that trial"))
+
+
+async def _refuse_held(event: faust.types.EventT, held: SessionPersisted, owner: str) -> None:
+    """A SessionPersisted held before any conversation, naming another trial than the one
+    whose conversation then claimed the session: dead-lettered as itself (its topic, its
+    bytes), though the record being handled is the conversation."""
+    record = dead_letter(processor=PROCESSOR, source_topic=session_topic,
+                         partition=event.message.partition, offset=None,
+                         key=held.session_id.encode(), value=encode(held),
+                         rejection=_session_conflict(held, owner))
+    await deliver(reject.topic, held.session_id.encode(), encode(record))
+    common.dead_letters.labels(session_topic, "session_conflict").inc()
+    common.events.labels(PROCESSOR, "session_conflict").inc()
+
+
 # --------------------------------------------------------------------------- agents
 @app.agent(inputs)
 async def join(stream: faust.StreamT) -> None:
@@ -203,6 +224,8 @@ async def handle(event: faust.types.EventT) -> None:
                 f"trial {conv.trial_id!r} (run {conv.run_id!r}) claims session {key!r}, "
                 f"already joined to trial {domain.joined_trial(joined)!r}; the first is "
                 "graded, this one is not")))
+        if decision.refused_session is not None:
+            await _refuse_held(event, decision.refused_session, conv.trial_id)
     else:
         if len(event.value or b"") > settings.max_session_bytes:
             return await reject(event, Rejection("session_too_large", (
@@ -216,7 +239,11 @@ async def handle(event: faust.types.EventT) -> None:
         if future := _in_future(sess.occurred_at, message.timestamp, now):
             return await reject(event, future)
         key = sess.session_id
-        decision = domain.on_session(_load(key), sess, now)
+        joined = _load(key)
+        decision = domain.on_session(joined, sess, now)
+        if decision.note == "session_conflict":
+            common.events.labels(PROCESSOR, decision.note).inc()
+            return await reject(event, _session_conflict(sess, domain.claimed_by(joined)))
 
     common.events.labels(PROCESSOR, decision.note).inc()
     if decision.note == "orphan_expired":

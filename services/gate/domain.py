@@ -8,7 +8,7 @@ It never grades itself (see gates.py) and never touches Kafka.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -57,6 +57,9 @@ class Decision:
     state: JoinState | None  # None: forget the key
     note: Note
     grade: Grade | None = None
+    # A held SessionPersisted naming another trial, dropped from the join when this
+    # trial's conversation claimed the session: to the dead letters (session_conflict).
+    refused_session: SessionPersisted | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,17 @@ def on_conversation(
         # A session already joined to a graded trial: a second trial claiming it would be
         # graded against the first's session (or none), so it is refused, as while pending.
         return Decision(state, "session_conflict")
+    refused = None
+    if state.session is not None and not _belongs(state.session, event.trial_id):
+        # The session held names another trial: this trial is not graded on it (the first
+        # conversation owns the session); it waits for its own.
+        refused = state.session
+        state = state.model_copy(update={"session": None, "session_seen_at": None})
     state = state.model_copy(update={"conversation": event, "conversation_seen_at": now})
+    if refused is not None:
+        if not wait_for_session:
+            return replace(_graded(state, Grade(event, None, 0.0), now), refused_session=refused)
+        return Decision(state, "waiting", refused_session=refused)
     if state.session is not None:
         seen = state.session_seen_at if state.session_seen_at is not None else now
         return _graded(state, Grade(event, state.session, max(now - seen, 0.0)), now)
@@ -114,8 +127,29 @@ def joined_trial(state: JoinState | None) -> str | None:
     return state.graded_trial_ids[-1] if state.graded_trial_ids else None
 
 
+def _belongs(session: SessionPersisted, trial_id: str) -> bool:
+    """A SessionPersisted without trial_id belongs to whichever trial the session joins."""
+    return session.trial_id is None or session.trial_id == trial_id
+
+
+def claimed_by(state: JoinState | None) -> str | None:
+    """The trial a session is joined to, or will be: the pending or graded conversation's,
+    else the trial named by the session already held."""
+    joined = joined_trial(state)
+    if joined is None and state is not None and state.session is not None:
+        return state.session.trial_id
+    return joined
+
+
 def on_session(state: JoinState | None, event: SessionPersisted, now: float) -> Decision:
+    """A SessionPersisted naming another trial than the one the session is joined to (or,
+    before any conversation, than the one a held session names) is a conflict: never used
+    for that trial. Without trial_id it is joined by session id alone."""
     state = state or JoinState(session_id=event.session_id)
+    owner = claimed_by(state)
+    if (event.trial_id is not None and owner is not None and owner != event.trial_id
+            and event.trial_id not in state.graded_trial_ids):
+        return Decision(state, "session_conflict")
     if state.graded_at is not None:
         if state.graded_without_session:
             return Decision(state, "late_session")

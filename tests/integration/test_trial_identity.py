@@ -126,3 +126,59 @@ def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
     assert counted["verdict"] == {("gate-results", "trial_id_conflict"): 2,
                                   ("judge-verdicts", "trial_id_conflict"): 1}
     assert counted["gate"] == {("conversation-finished", "session_conflict"): 1}
+
+
+def test_a_second_trials_session_never_grades_the_first(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The red team's exact order on one session S: CF(A), SP(B) naming trial B with an
+    empty state, CF(B), then A's own SP. Before: A was graded on B's empty state and
+    failed gate:state; SP(B) left no dead letter."""
+    publish_scenarios(settings, [scenario(id="S1", judges=JUDGES)])
+    env = isolated_env(settings, PASSK_JUDGE_WAIT_S="6")
+    log = tmp_path / "workers.log"
+    base = free_ports(len(PROCESSORS))
+    port = {p: base + i for i, p in enumerate(PROCESSORS)}
+    workers = [running(["worker", p], {**env, "PASSK_METRICS_PORT": str(port[p])}, log)
+               for p in PROCESSORS]
+    for w in workers:
+        w.__enter__()
+    try:
+        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="workers joined")
+        a = conversation("A", run_id="run-S", scenario_id="S1", session_id="S")
+        b = conversation("B", run_id="run-S", scenario_id="S1", session_id="S")
+        produce(settings, Topic.CONVERSATION_FINISHED, [("S", encode(a))])
+        produce(settings, Topic.SESSION_PERSISTED, [("S", encode(session(
+            "B", session_id="S", trial_id="B", run_id="run-S", state={})))])
+        produce(settings, Topic.CONVERSATION_FINISHED, [("S", encode(b))])
+
+        def conflicts() -> list[dict]:
+            return [d for _, d, _ in read_topic(settings, Topic.DEAD_LETTERS, timeout=2)
+                    if d["reason"] == "session_conflict"]
+        # A's own session only once both of B's events were refused, as the red team sent it
+        wait_for(lambda: len(conflicts()) >= 2, timeout=60, what="B's events refused")
+        produce(settings, Topic.SESSION_PERSISTED, [("S", encode(session(
+            "A", session_id="S", trial_id="A", run_id="run-S")))])
+        wait_for(lambda: any(v["trial_id"] == "A" for _, v, _ in read_topic(
+            settings, Topic.TRIAL_VERDICTS, timeout=2)), timeout=90, what="A's verdict")
+        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="inputs consumed")
+        verdicts = read_topic(settings, Topic.TRIAL_VERDICTS)
+        gates = [g for _, g, _ in read_topic(settings, Topic.GATE_RESULTS)]
+        letters = conflicts()
+    finally:
+        for w in reversed(workers):
+            w.__exit__(None, None, None)
+
+    of_a = [v for _, v, _ in verdicts if v["trial_id"] == "A"]
+    assert [(v["outcome"], v["failed_checks"]) for v in of_a] == [("passed", [])], of_a
+    # graded on its own session, not on B's empty one; B never graded
+    assert {(g["trial_id"], g["gate"], g["passed"]) for g in gates} == {
+        ("A", "exit", True), ("A", "state", True)}
+    assert len(letters) == 2, letters
+    by_source = {d["source_topic"].rsplit(".", 2)[-2]: d for d in letters}
+    assert set(by_source) == {"session-persisted", "conversation-finished"}
+    for d in letters:
+        assert d["processor"] == "gate"
+        assert "'A'" in d["detail"] and "'B'" in d["detail"] and "'S'" in d["detail"], d
+    held = by_source["session-persisted"]
+    assert base64.b64decode(held["value_b64"]).decode().count('"trial_id":"B"') == 1

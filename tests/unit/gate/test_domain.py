@@ -104,3 +104,74 @@ def test_the_trial_a_pending_session_is_joined_to() -> None:
     assert domain.joined_trial(d1.state) == "t1"
     assert domain.joined_trial(None) is None
     assert domain.joined_trial(domain.on_session(None, session(), 0).state) is None
+
+
+# --- a SessionPersisted naming another trial than the session's (red team, issue 21) ---
+import pytest  # noqa: E402
+
+A = dict(trial="A", session_id="S", event_id="cf-A")
+B = dict(trial="B", session_id="S", event_id="cf-B")
+SP_A = dict(trial="A", session_id="S", event_id="sp-A", trial_id="A")
+SP_B = dict(trial="B", session_id="S", event_id="sp-B", trial_id="B", state={})
+
+
+def _feed(order: list[str]) -> tuple[list[domain.Decision], list[str]]:
+    """Feed the events named in `order` (CF:A, SP:B, ...) through the join, as the gate does."""
+    events = {"CF:A": conversation(**A), "CF:B": conversation(**B),
+              "SP:A": session(**SP_A), "SP:B": session(**SP_B),
+              "SP:-": session(trial="x", session_id="S", event_id="sp-none")}
+    state, decisions, notes = None, [], []
+    for now, name in enumerate(order):
+        event = events[name]
+        if name.startswith("CF"):
+            d = domain.on_conversation(state, event, float(now))
+        else:
+            d = domain.on_session(state, event, float(now))
+        decisions.append(d)
+        notes.append(d.note + ("+refused" if d.refused_session is not None else ""))
+        if d.note in domain.STATE_CHANGES:
+            state = d.state
+    return decisions, notes
+
+
+@pytest.mark.parametrize("order, notes", [
+    # the red team's order: A is joined, B's session comes, B's conversation, then A's session
+    (["CF:A", "SP:B", "CF:B", "SP:A"],
+     ["waiting", "session_conflict", "session_conflict", "graded"]),
+    # B's session before any conversation: held, then dropped when A claims the session
+    (["SP:B", "CF:A", "CF:B", "SP:A"],
+     ["waiting", "waiting+refused", "session_conflict", "graded"]),
+    (["SP:B", "CF:A", "SP:A"], ["waiting", "waiting+refused", "graded"]),
+    # A's own session first: B's is refused, A graded on its own
+    (["SP:A", "SP:B", "CF:A"], ["waiting", "session_conflict", "graded"]),
+    (["CF:A", "SP:A", "SP:B"], ["waiting", "graded", "session_conflict"]),
+    (["CF:A", "SP:A", "CF:B", "SP:B"], ["waiting", "graded", "session_conflict",
+                                        "session_conflict"]),
+])
+def test_a_session_naming_another_trial_is_never_used_for_the_first(
+    order: list[str], notes: list[str]
+) -> None:
+    decisions, seen = _feed(order)
+    assert seen == notes
+    grades = [d.grade for d in decisions if d.grade is not None]
+    assert len(grades) == 1
+    assert grades[0].conversation.trial_id == "A"
+    assert grades[0].session is not None and grades[0].session.event_id == "sp-A"
+    refused = [d.refused_session for d in decisions if d.refused_session is not None]
+    assert [s.event_id for s in refused] == (["sp-B"] if "waiting+refused" in notes else [])
+
+
+@pytest.mark.parametrize("order", [["CF:A", "SP:-"], ["SP:-", "CF:A"]])
+def test_a_session_without_trial_id_joins_by_session_id_as_before(order: list[str]) -> None:
+    decisions, seen = _feed(order)
+    assert seen[-1] == "graded"
+    grade = decisions[-1].grade
+    assert grade is not None and grade.session is not None
+    assert grade.session.event_id == "sp-none" and grade.conversation.trial_id == "A"
+
+
+def test_the_trial_a_session_is_claimed_by() -> None:
+    assert domain.claimed_by(None) is None
+    held = domain.on_session(None, session(**SP_B), 0).state
+    assert domain.claimed_by(held) == "B" and domain.joined_trial(held) is None
+    assert domain.claimed_by(domain.on_session(None, session(), 0).state) is None
