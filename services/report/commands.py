@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from services.report.domain import RunReport
     from services.report.judge_cost import Prices
     from services.report.trial_view import TrialView
+    from services.sink.domain import TranscriptRecord, TrialRecord
 
 RUN_WINDOWS = 24  # windows per scenario and size in the report page's over-time section
 
@@ -54,10 +55,18 @@ def _prices() -> Prices:
     return Prices(settings.judge_price_per_mtok_in, settings.judge_price_per_mtok_out)
 
 
+def _own(trial: TrialRecord, kept: TranscriptRecord | None) -> TranscriptRecord | None:
+    """The kept transcript if it is this trial's (not another's that reused the id)."""
+    from services.sink.domain import of_trial
+
+    return kept if kept is not None and of_trial(trial, kept) else None
+
+
 def _opened_trials(run_id: str, database_url: str | None) -> tuple[list[TrialView], int]:
     """The trials the report page expands (services.report.trial_view.page_trials)."""
     from services.common.settings import get_settings
     from services.report.trial_view import build_view, page_trials
+    from services.sink.domain import of_trial
     from services.sink.store import Store
 
     store = Store(database_url or get_settings().database_url)
@@ -68,9 +77,9 @@ def _opened_trials(run_id: str, database_url: str | None) -> tuple[list[TrialVie
         judges = [j for j in store.judge_verdicts(run_id) if j.trial_id in ids]
         kept = store.transcripts(ids)
         prices = _prices()
-        return [build_view(t, [g for g in gates if g.trial_id == t.trial_id],
-                           [j for j in judges if j.trial_id == t.trial_id],
-                           kept.get(t.trial_id), prices) for t in chosen], left_out
+        return [build_view(t, [g for g in gates if g.trial_id == t.trial_id and of_trial(t, g)],
+                           [j for j in judges if j.trial_id == t.trial_id and of_trial(t, j)],
+                           _own(t, kept.get(t.trial_id)), prices) for t in chosen], left_out
     finally:
         store.close()
 
@@ -87,6 +96,7 @@ def register(app: typer.Typer) -> None:
         Exit 3 when the projection has no such trial, 4 when the store is unreachable."""
         from services.common.settings import get_settings
         from services.report.trial_view import build_view, print_view, view_json
+        from services.sink.domain import of_trial
         from services.sink.store import Store
 
         store = Store(database_url or get_settings().database_url)
@@ -96,8 +106,10 @@ def register(app: typer.Typer) -> None:
                 raise NothingToJudge(
                     f"unknown trial {trial_id!r}: no trial verdict in the projection "
                     f"({redacted(store.url)})")
-            view = build_view(trial, store.trial_gates(trial_id), store.trial_judges(trial_id),
-                              store.transcript(trial_id), _prices())
+            view = build_view(trial,
+                              [g for g in store.trial_gates(trial_id) if of_trial(trial, g)],
+                              [j for j in store.trial_judges(trial_id) if of_trial(trial, j)],
+                              _own(trial, store.transcript(trial_id)), _prices())
         finally:
             store.close()
         if as_json:

@@ -338,6 +338,15 @@ def window_record(record: ScenarioReliability) -> WindowRecord | None:
     )
 
 
+def of_trial(trial: TrialRecord, row: GateRecord | JudgeRecord | TranscriptRecord) -> bool:
+    """Whether a row kept under a trial's id is that trial's: the same run and scenario and,
+    where the row has one, session. Another trial reusing the id (dead-lettered upstream as
+    trial_id_conflict) may have reached the projection first; its rows are not this
+    trial's and are never shown as if they were."""
+    same = (row.run_id, row.scenario_id) == (trial.run_id, trial.scenario_id)
+    return same and getattr(row, "session_id", trial.session_id) == trial.session_id
+
+
 def problem_with(event: SinkEvent) -> str | None:
     """Why an event that decoded cleanly still cannot be stored, or None."""
     if isinstance(event, TrialVerdict) and event.k < 1:

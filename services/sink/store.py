@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Index, case, func, inspect, select
+from sqlalchemy import Index, and_, case, func, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import registry
@@ -86,6 +86,17 @@ TABLES: dict[type[SQLModel], tuple[Any, str]] = {
     TranscriptRecord: (TranscriptRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
     ScenarioSummary: (ScenarioSummaryRow.__table__, "last_verdict_at"),  # type: ignore[attr-defined]
     WindowRecord: (WindowRow.__table__, "seq"),  # type: ignore[attr-defined]
+}
+
+
+# The columns naming which trial a row of a trial id belongs to. A row whose identity differs
+# from the stored one is another trial reusing the id (the verdict dead-letters it as
+# trial_id_conflict): it never replaces what the graded trial was computed from. Judge rows
+# carry no session, so only run and scenario are compared there.
+IDENTITY: dict[type[SQLModel], tuple[str, ...]] = {
+    GateRecord: ("run_id", "scenario_id", "session_id"),
+    JudgeRecord: ("run_id", "scenario_id"),
+    TranscriptRecord: ("run_id", "scenario_id", "session_id"),
 }
 
 
@@ -221,10 +232,11 @@ class Store:
         table, version = TABLES[kind]
         keys = [c.name for c in table.primary_key.columns]
         stmt = self._insert(table)
+        same = [table.c[c] == stmt.excluded[c] for c in IDENTITY.get(kind, ())]
         stmt = stmt.on_conflict_do_update(
             index_elements=keys,
             set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys},
-            where=table.c[version] <= stmt.excluded[version],
+            where=and_(table.c[version] <= stmt.excluded[version], *same),
         )
         conn.execute(stmt, [r.model_dump() for r in records])
 

@@ -55,6 +55,22 @@ class StoreContract:
         assert len(dump["judge_verdicts"]) == 1
         assert dump["scenario_summaries"][0]["n"] == 1
 
+    def test_another_trial_reusing_the_id_replaces_no_row(self, store: Store) -> None:
+        # Newer in time, same trial id, another run/scenario or session (issue 21): the
+        # rows the graded trial's verdict was computed from stay; a re-grade still replaces.
+        kept = [f.conversation("t"), f.gate("t", "state", True), f.judge("t", "polite", "passed")]
+        store.apply_many(kept)
+        first = store.dump()
+        other = dict(run_id="run-2", scenario_id="followup", when=30)
+        store.apply_many([f.conversation("t", **other), f.gate("t", "state", False, **other),
+                          f.judge("t", "polite", "failed", **other)])
+        store.apply_many([f.conversation("t", when=40).model_copy(update={"session_id": "s2"}),
+                          f.gate("t", "state", False, when=40).model_copy(
+                              update={"session_id": "s2"})])
+        assert store.dump() == first
+        store.apply(f.gate("t", "state", False, version="v2", when=50))
+        assert [g.scenario_version for g in store.trial_gates("t")] == ["v2"]
+
     def test_arrival_order_does_not_change_the_rows(self, store: Store) -> None:
         regrade = f.verdict("run-1-f2", "passed", scenario_id="followup", version="v2", when=50)
         events = f.run_events() + [regrade]

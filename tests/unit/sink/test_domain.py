@@ -138,3 +138,18 @@ def test_a_regrade_into_another_scenario_moves_the_count_across() -> None:
     assert deltas.counts[("run-1", "typo")]["passed"] == 0
     assert deltas.counts[("run-1", "billing")]["passed"] == 1
     assert deltas.homes() == [("run-1", "billing"), ("run-1", "typo")]
+
+
+def test_a_row_is_the_trials_only_with_its_run_scenario_and_session() -> None:
+    from services.sink.domain import gate_record, judge_record, of_trial, trial_record
+    from services.sink.domain import transcript_record as tr
+
+    trial = trial_record(f.verdict("t", "passed"))
+    assert of_trial(trial, tr(f.conversation("t")))
+    assert of_trial(trial, gate_record(f.gate("t", "exit", True)))
+    assert of_trial(trial, judge_record(f.judge("t", "polite", "passed")))
+    other_run = tr(f.conversation("t", run_id="run-2"))
+    other_scenario = gate_record(f.gate("t", "exit", True, scenario_id="followup"))
+    other_session = tr(f.conversation("t").model_copy(update={"session_id": "s-retry"}))
+    assert not any(of_trial(trial, r) for r in (other_run, other_scenario, other_session))
+    assert not of_trial(trial, judge_record(f.judge("t", "polite", "passed", run_id="run-2")))
