@@ -42,6 +42,12 @@ class ProcessorStatus:
             return f"stalled: {self.stalled}"
         if self.degraded:
             return f"degraded: {', '.join(self.degraded)} down"
+        # Not down by any rule yet (a worker still joining, a rebalance, a stopped worker
+        # inside its grace), but never "ok": an operator reads this column alone.
+        if self.members == 0:
+            return "not ready: no member in its group"
+        if self.state != "Stable":
+            return f"not ready: group {self.state}"
         return "ok"
 
     @property

@@ -22,6 +22,13 @@ from services.judge.prompt import PROMPT_HASH, transcript_hash
 log = logging.getLogger(__name__)
 
 
+# How long a judgement waits for the verdict cache: a locked or slow store (SQLite holds a
+# write for its 30 s busy timeout) turns a lookup into a miss and an answer unremembered,
+# instead of holding the verdict past PASSK_JUDGE_WAIT_S (red-team re-run: a 60 s lock
+# turned good trials into `error` with a 45 s wait).
+CACHE_WAIT_S = 2.0
+
+
 class Grader:
     def __init__(
         self,
@@ -36,11 +43,18 @@ class Grader:
         # down makes a lookup a miss and an answer unremembered (counted, logged once).
         self.store = Dependency(STORE, "judge: verdict cache")
 
+    def _skip_cache(self) -> bool:
+        # While the store is down, only the retry that is due touches it: every other call
+        # would park a thread on a locked file for the driver's busy timeout.
+        return not self.store.up and not self.store.due()
+
     async def _cached(self, key: str) -> CachedAnswer | None:
         assert self.cache is not None
+        if self._skip_cache():
+            return None
         try:
-            hit = await self.cache.aget(key)
-        except SQLAlchemyError as exc:
+            hit = await asyncio.wait_for(self.cache.aget(key), CACHE_WAIT_S)
+        except (SQLAlchemyError, TimeoutError) as exc:
             self.store.failed("cache_get", exc)
             return None
         self.store.succeeded()
@@ -48,9 +62,11 @@ class Grader:
 
     async def _remember(self, entry: JudgeCacheEntry) -> None:
         assert self.cache is not None
+        if self._skip_cache():
+            return
         try:
-            await self.cache.aput(entry)
-        except SQLAlchemyError as exc:
+            await asyncio.wait_for(self.cache.aput(entry), CACHE_WAIT_S)
+        except (SQLAlchemyError, TimeoutError) as exc:
             self.store.failed("cache_put", exc)
         else:
             self.store.succeeded()

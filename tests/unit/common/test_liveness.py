@@ -37,6 +37,11 @@ def test_down_outranks_degraded_and_restarts_in_what_status_shows() -> None:
     assert ProcessorStatus("gate", "g", "Stable", 1, 0, degraded=("store",)).health == (
         "degraded: store down")
     assert ProcessorStatus("gate", "g", "Stable", 1, 0).health == "ok"
+    # red-team re-run: a group already empty, inside the join grace, read "ok"
+    assert ProcessorStatus("gate", "g", "Empty", 0, 3).health == (
+        "not ready: no member in its group")
+    assert ProcessorStatus("gate", "g", "PreparingRebalance", 1, 0).health == (
+        "not ready: group PreparingRebalance")
 
 
 def test_no_supervisord_listening_is_no_answer(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -162,3 +162,34 @@ async def test_skip_when_gates_fail_asks_no_model_and_records_skipped(
     tokens = registry.get_sample_value("passk_judge_tokens_total",
                                        {"judge": "asked_parts", "kind": "input"})
     assert tokens == asked[0].input_tokens
+
+
+async def test_a_locked_store_never_holds_a_judgement_for_its_busy_timeout(
+    standin: StartStandin, tmp_path: Path
+) -> None:
+    """Red-team re-run: another process held the SQLite file's write lock for 60 s; every
+    cache lookup and write waited for the 30 s busy timeout, so a verdict took a minute and
+    the verdict processor (PASSK_JUDGE_WAIT_S=45) made good trials `error`."""
+    import asyncio
+    import sqlite3
+    import time
+
+    from services.judge.grading import CACHE_WAIT_S
+
+    g = grader(await standin(), tmp_path, CollectorRegistry())
+    locker = sqlite3.connect(tmp_path / "judge.db", isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        began = time.monotonic()
+        verdicts = await asyncio.wait_for(
+            asyncio.gather(*(g.grade(trial(f"t{i}"), SCENARIO) for i in range(4))), timeout=20
+        )
+        took = time.monotonic() - began
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert all(v.result == "passed" for vs in verdicts for v in vs)
+    assert all(not v.cached for vs in verdicts for v in vs)
+    # one bounded wait for the lookup and one for the write at most, never the 30 s timeout
+    assert took < 4 * CACHE_WAIT_S + 5
+    assert not g.store.up  # the outage is seen (degraded), not hidden
