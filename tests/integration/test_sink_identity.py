@@ -56,8 +56,11 @@ def test_a_trial_reusing_an_id_never_replaces_the_graded_trial_in_the_projection
         env = isolated_env(settings, PASSK_DATABASE_URL=url)
         with running(["worker", "sink"], env, tmp_path / "sink.log"):
             send(settings, first)
+            # every row of the first trials (they come on four topics) before the second
             wait_for(lambda: store.has_schema() and len(store.transcripts(
-                ["shared", "retried"])) == 2 and len(store.trials("run-A")) == 2,
+                ["shared", "retried"])) == 2 and len(store.trials("run-A")) == 2
+                and len(store.gate_results("run-A")) == 4
+                and len(store.judge_verdicts("run-A")) == 2,
                 timeout=120, what="the first trials projected")
             send(settings, second)
             wait_for(lambda: settled(settings, ["sink"]), timeout=60, what="sink caught up")
