@@ -167,7 +167,8 @@ def register(app: typer.Typer) -> None:
             [], "--quirk-rate", help="QUIRK=R, e.g. session_late=0.2 (defaults: 0.1, missing 0.05)"
         ),
         start: str = typer.Option(
-            None, "--start", help="occurred_at of the first event, ISO 8601 (default: now)"
+            None, "--start",
+            help="occurred_at of the first event, ISO 8601 (default: the run ends now)",
         ),
         advisory: list[str] = typer.Option(
             [], "--advisory", help="JUDGE=SHARE: an advisory judge the stand-in fails on this "
@@ -180,6 +181,7 @@ def register(app: typer.Typer) -> None:
             DEFAULT_QUIRK_RATES,
             GenerateConfig,
             GenerateError,
+            generate_ending_by,
         )
         from services.replay.generate import generate as build
         from services.scenarios.loader import InvalidScenarios, load_scenarios
@@ -210,7 +212,10 @@ def register(app: typer.Typer) -> None:
             advisory_flags=_parse_assignments(advisory, "--advisory"),
         )
         try:
-            traffic = build(loaded.scenarios, config)
+            # Without --start the run ends now, so replaying it sends no event dated ahead
+            # of the clock; with --start the times are the caller's, as given.
+            traffic = (build(loaded.scenarios, config) if start is not None else
+                       generate_ending_by(loaded.scenarios, config, datetime.now(UTC)))
         except GenerateError as exc:
             _plain(err, f"error: no traffic written: {exc}", "bold red")
             raise typer.Exit(2) from None

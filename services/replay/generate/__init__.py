@@ -23,11 +23,12 @@ from services.replay.generate.config import (
     Traffic,
 )
 from services.replay.generate.planning import TrialPlan, applicable_modes, failed_checks
-from services.replay.generate.run import build_trial, generate
+from services.replay.generate.run import build_trial, generate, generate_ending_by
 from services.replay.generate.transcripts import build_transcript, fail_marker
 from services.replay.generate.values import holds, matching_string, passing_state, realistic_value
 
 __all__ = [
+    "generate_ending_by",
     "DEFAULT_QUIRK_RATES",
     "FAILURE_MODES",
     "QUIRKS",

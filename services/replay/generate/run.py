@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Sequence
@@ -232,3 +233,21 @@ def generate(scenarios: Sequence[Scenario], config: GenerateConfig) -> Traffic:
         events=[event for _, _, event in placed],
         expected=Expected(run_id=config.run_id, trials=expected_trials, scenarios=scenario_rows),
     )
+
+
+def generate_ending_by(
+    scenarios: Sequence[Scenario], config: GenerateConfig, now: datetime
+) -> Traffic:
+    """The same traffic, moved back in time so that no event is dated after `now`.
+
+    A run spreads its trials over minutes to hours of event time from `started_at`;
+    started at the wall clock, most of a large run is dated ahead of the moment it is
+    replayed, and passk refuses events dated past PASSK_MAX_CLOCK_SKEW_S ahead of their
+    arrival (occurred_at_in_future). The times are start + seeded increments, so moving
+    the start moves every event by the same amount and nothing else changes."""
+    traffic = generate(scenarios, config)
+    latest = max((e.occurred_at for e in traffic.events), default=config.started_at)
+    if latest <= now:
+        return traffic
+    earlier = dataclasses.replace(config, started_at=config.started_at - (latest - now))
+    return generate(scenarios, earlier)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -513,3 +513,24 @@ def test_a_scenario_naming_external_checks_gets_them_reported_passing() -> None:
     # a scenario naming none is generated exactly as before: no checks at all
     assert all(not e.checks for e in generate([plain_scenario()], config()).events
                if isinstance(e, ConversationFinished))
+
+
+def test_a_run_generated_to_end_by_now_dates_no_event_after_now() -> None:
+    """CI found it: 2,000 trials started at the wall clock spread 40 min of event time
+    ahead, and the pipeline (rightly) dead-lettered most of them as occurred_at_in_future."""
+    from services.replay.generate import generate_ending_by
+
+    scenarios = [plain_scenario()]
+    cfg = config(trials=300)
+    ahead = generate(scenarios, cfg)
+    assert max(e.occurred_at for e in ahead.events) > START + timedelta(minutes=10)
+    moved = generate_ending_by(scenarios, cfg, now=START)
+    times = [e.occurred_at for e in moved.events]
+    assert max(times) == START  # ends exactly at now, nothing after it
+    shift = ahead.events[0].occurred_at - moved.events[0].occurred_at
+    # the same run, every event moved back by the same amount
+    assert [e.occurred_at for e in ahead.events] == [t + shift for t in times]
+    assert [(t.trial_id, t.expected_outcome) for t in moved.expected.trials] == [
+        (t.trial_id, t.expected_outcome) for t in ahead.expected.trials]
+    # a run that already ends in the past is left as it is
+    assert generate_ending_by(scenarios, cfg, now=START + timedelta(days=1)).events == ahead.events
