@@ -5,16 +5,16 @@ OpenAI-compatible server. Shared by the OTLP tests and bench/otlp_receiver.py.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.support import serve_in_thread
 
 # Read when the instrumentation starts: set before it is imported. `span_only` with the
 # latest conventions: with the pinned openai-v2 2.4b0 the value `true` captures nothing.
@@ -48,28 +48,10 @@ def chat_server(port: int) -> Iterator[str]:
             "usage": {"prompt_tokens": 10 * len(messages), "completion_tokens": 7,
                       "total_tokens": 10 * len(messages) + 7}})
 
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
-    ready = threading.Event()
-    runner = web.AppRunner(app, access_log=None)
-
-    def serve() -> None:  # its own loop in its own thread: usable from async tests too
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
+    with serve_in_thread(app, port):
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
 
 
 @dataclass

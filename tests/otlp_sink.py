@@ -3,7 +3,6 @@ play an outage (503 for its first N requests)."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
+
+from tests.support import serve_in_thread
 
 
 @dataclass
@@ -54,25 +55,7 @@ def log_sink(port: int, fail_first: int = 0) -> Iterator[LogSink]:
         return web.Response(body=ExportLogsServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")
 
-    loop = asyncio.new_event_loop()
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/logs", logs)
-    ready = threading.Event()
-    runner = web.AppRunner(app, access_log=None)
-
-    def serve() -> None:  # its own loop in its own thread: usable from async tests too
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
+    with serve_in_thread(app, port):
         yield sink
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)

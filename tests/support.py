@@ -258,3 +258,35 @@ def settled(settings: Settings, processors: list[str]) -> bool:
     from services.common.status import processor_status
 
     return all(s.settled for s in processor_status(processors, settings))
+
+
+@contextmanager
+def serve_in_thread(app: Any, port: int) -> Iterator[None]:
+    """Serve an aiohttp `app` on 127.0.0.1:port from its own event loop in its own thread,
+    so that sync and async tests alike can talk to it; stopped on exit."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    runner = web.AppRunner(app, access_log=None)
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    if not ready.wait(10):
+        raise RuntimeError(f"test server on 127.0.0.1:{port} did not start within 10 s")
+    try:
+        yield
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
