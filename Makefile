@@ -37,10 +37,10 @@ pg-down: ## stop that PostgreSQL
 topics: kafka-up ## create passk's topics (idempotent)
 	@$(PASSK) topics create
 
-up: kafka-up ## start Kafka, every processor, and Prometheus + Alertmanager when installed
+up: install ## start Kafka (or reuse a running one), every processor, and Prometheus + Alertmanager when installed
 	@bash infra/stack/up.sh
 
-down: ## stop every process that `make up` started, and the broker it started
+down: ## stop every process that `make up` started, and the broker if `make up` started it
 	@bash infra/stack/down.sh
 
 demo: install ## the main job, end to end: scenarios, traffic, verdicts, report, deploy gate; then hours of windows, the drop alert and its notification

@@ -4,6 +4,8 @@
 # consecutive ports from PASSK_KAFKA_PORT. PASSK_KAFKA_SECURITY=sasl_ssl puts the client
 # listener on TLS with SCRAM-SHA-512 users and ACLs (see secure.py).
 # Idempotent: fetches once, formats once, and reuses a broker that already answers.
+# PASSK_KAFKA_STARTED_MARK=FILE: touched only when this run started the node(s) itself, so
+# a caller (`make up`) knows whether stopping the broker later is its business.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -128,5 +130,6 @@ done
 if [ "$security" = sasl_ssl ]; then
   KAFKA_BOOTSTRAP_SERVERS="$bootstrap" "$python" "$here/secure.py" acls "$secrets"
 fi
+if [ -n "${PASSK_KAFKA_STARTED_MARK:-}" ]; then touch "$PASSK_KAFKA_STARTED_MARK"; fi
 echo "kafka: Apache Kafka $version up on $bootstrap ($brokers node(s), $security," \
      "replication $replication, min.insync.replicas $min_isr)"

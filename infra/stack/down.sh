@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop what `make up` started: the hooks' services, supervisord and every worker under it
 # (whole process groups), anything an older `make up` left by pid file, then the broker
-# if kafka-up started it. Leaves nothing of ours running.
+# if `make up` started it (one it reused, e.g. `make kafka-up`'s, is left running). Leaves nothing of ours running.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 run="$root/var/run"; bin="$root/.venv/bin"
@@ -35,4 +35,9 @@ for pidfile in "$run"/*.pid; do  # from a `make up` before supervisord
   rm -f "$pidfile"
 done
 rm -f "$run/judge.json"  # the stand-in it names is stopped: the CLI must not use it
-bash "$root/infra/kafka/kafka-down.sh"
+if [ -f "$run/kafka.started-by-up" ]; then
+  bash "$root/infra/kafka/kafka-down.sh"
+  rm -f "$run/kafka.started-by-up"
+else
+  echo "down: the broker was not started by make up; left running (make kafka-down stops it)"
+fi

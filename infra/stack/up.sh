@@ -11,7 +11,9 @@ bin="$root/.venv/bin"; passk="$bin/passk"
 conf="$run/supervisord.conf"
 base="${PASSK_METRICS_PORT_BASE:-9464}"  # worker i of WORKERS serves /metrics on base + i
 
-bash infra/kafka/kafka-up.sh
+# The mark says this `make up` started the broker, so `make down` stops it; a broker that
+# already ran (`make kafka-up`, CI, another clone's) is reused and left running.
+PASSK_KAFKA_STARTED_MARK="$run/kafka.started-by-up" bash infra/kafka/kafka-up.sh
 secrets=""
 if [ "${PASSK_KAFKA_SECURITY:-plaintext}" = sasl_ssl ]; then
   # This script's own commands (topics, status) run as the CLI user; each supervised

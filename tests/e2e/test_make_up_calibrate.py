@@ -21,6 +21,14 @@ from services.cli import WORKERS
 from tests.e2e.conftest import free_port, free_port_block
 from tests.support import ROOT, new_prefix
 
+
+def broker_answers(env: dict[str, str]) -> bool:
+    probe = subprocess.run(
+        [sys.executable, "-c", "import os; from kafka import KafkaAdminClient as A; A(bootstrap_"
+         "servers=os.environ.get('KAFKA_BOOTSTRAP_SERVERS', '127.0.0.1:9092')).list_topics()"],
+        env=env, capture_output=True, timeout=60)
+    return probe.returncode == 0
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 RUN = ROOT / "var" / "run"
 
@@ -71,6 +79,10 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
                               capture_output=True, text=True, timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not (RUN / "judge.json").exists()  # the stand-in it named is stopped
+    # `make up` reused the broker that already ran (CI's `make kafka-up`), so `make down`
+    # leaves it running: it once stopped it, and every later test lost its broker.
+    assert "the broker was not started by make up; left running" in down.stdout, down.stdout
+    assert broker_answers(env), "make down stopped a broker that make up did not start"
 
     # After `make down`: the CLI says exactly what to export, not "use the stand-in".
     after = subprocess.run(
