@@ -139,11 +139,38 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
         wait_for(lambda: processor_status(["aggregate"], settings)[0].settled, timeout=600,
                  interval=1.0, what=f"the restarted aggregate drained its backlog ({log})")
 
-        records = read_topic(settings, Topic.SCENARIO_RELIABILITY)
-        last: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for key, record, _ in records:
-            assert key == record["scenario_id"].encode()
-            last[scope_of(record)] = record  # one scenario, one partition: log order
+        def figures() -> dict[tuple[Any, ...], dict[str, Any]]:
+            last: dict[tuple[Any, ...], dict[str, Any]] = {}
+            for key, record, _ in read_topic(settings, Topic.SCENARIO_RELIABILITY):
+                assert key == record["scenario_id"].encode()
+                last[scope_of(record)] = record  # one scenario, one partition: log order
+            return last
+
+        def off(last: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
+            wrong = []
+            for scope, (k, c, f, e) in expected.items():
+                r = last.get(scope)
+                got = r and (r["k"], r["n"], r["passed"], r["failed"], r["errors"])
+                if got != (k, c + f + e, c, f, e):
+                    wrong.append(f"{scope}: got {got}, want {(k, c + f + e, c, f, e)}")
+            return wrong + [f"{scope}: not expected" for scope in set(last) - set(expected)]
+
+        # Settled means every verdict was read and committed; the last figures are then
+        # on the topic. Read until they agree, for a while: a count lost for good never
+        # does, and the failure names every scope that is off and how each verdict counted.
+        last = figures()
+        deadline = time.monotonic() + 60
+        while off(last) and time.monotonic() < deadline:
+            time.sleep(1.0)
+            last = figures()
+        if off(last):
+            notes = {s.labels["note"]: s.value for f in text_string_to_metric_families(
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                .read().decode()) for s in f.samples
+                if s.name == "passk_aggregate_verdicts_total"}
+            pytest.fail(f"figures off after the restart: {off(last)}; verdicts counted "
+                        f"by note since the restart: {notes}; sent {len(inputs)} verdicts "
+                        f"of {TRIALS} trials (log: {log})")
         assert set(last) == set(expected)
         for scope, (k, c, failed, errors) in expected.items():
             r = last[scope]
