@@ -14,7 +14,7 @@ wrong does not pass for a faster one.
 
     .venv/bin/python bench/aggregate_cpu.py --capture var/bench/verdicts.jsonl [--trials 10000]
     .venv/bin/python bench/aggregate_cpu.py var/bench/verdicts.jsonl [--rate 100]
-        [--profile bench/results/profiles/aggregate.txt]
+        [--profile var/bench/profiles/aggregate.txt]
 
 `--capture` runs gate, verdict, judge and sink on generated traffic (as
 `aggregate_overhead.py` does) and writes their trial verdicts, one JSON per line.

@@ -9,7 +9,7 @@ aggregate has also consumed and committed every verdict. The target: with / with
 the two runs share nothing but the machine.
 
     .venv/bin/python bench/aggregate_overhead.py [--trials 10000] [--rounds 1]
-        [--profile aggregate,judge --profile-dir bench/results/profiles]
+        [--profile aggregate,judge --profile-dir var/bench/profiles]
 
 `--profile` attaches py-spy (`record -r 50 -f raw --nonblocking`) to the named workers of
 the run *with* the aggregate, from the start of the replay to the end of the run;
@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="each round runs both, in turn")
     parser.add_argument("--profile", default="",
                         help="comma-separated workers to profile with py-spy (run with aggregate)")
-    parser.add_argument("--profile-dir", type=Path, default=ROOT / "bench" / "results" / "profiles")
+    parser.add_argument("--profile-dir", type=Path, default=ROOT / "var" / "bench" / "profiles")
     args = parser.parse_args()
     # Stopped with SIGTERM, still stop every worker it started (the finally blocks).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -165,8 +165,8 @@ def main() -> None:
     rest = [sum(v for p, v in c.items() if p != "aggregate") for c in cpu["with"]]
     cpu_share = min(a / r for a, r in zip(agg, rest, strict=True))
     print(f"  aggregate CPU / other workers' CPU (same run)  {cpu_share:7.3f}")
-    results = ROOT / "bench" / "results"
-    results.mkdir(exist_ok=True)
+    results = ROOT / "var" / "bench"
+    results.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     (results / f"aggregate-overhead-{stamp}.json").write_text(json.dumps({
         "trials": trials, "rounds": args.rounds, "seconds": times, "cpu_seconds": cpu,

@@ -1,6 +1,7 @@
 """The whole pipeline against its ceiling: does the cost of a trial stay flat as the log grows?
 
-Not a test: it prints a table and writes bench/results/<date>.json. In one run, on the same
+Not a test: it prints a table and writes var/bench/<date>.json (not committed: the
+latest figures, with the command that made each, are in bench/README.md). In one run, on the same
 generated traffic (bench/scenarios: deterministic regex judges, ~3 KB transcripts, no
 missing sessions so no trial waits on a deadline), at each scale:
 
@@ -67,7 +68,7 @@ from services.common.status import processor_status  # noqa: E402
 from services.common.topics import Topic, topic_name  # noqa: E402
 
 SCENARIOS = ROOT / "bench" / "scenarios"
-RESULTS = ROOT / "bench" / "results"
+RESULTS = ROOT / "var" / "bench"
 PROFILES = RESULTS / "profiles"
 DEFAULT_WORKERS = "gate,verdict,judge,sink"
 # No missing sessions: a trial that waits out PASSK_SESSION_WAIT_S measures the timeout.
@@ -541,7 +542,7 @@ def main() -> None:
                         help="keep the run's directory (worker logs, projections) and print it")
     parser.add_argument("--profile", default="",
                         help="workers to attach py-spy to during each pipeline run, e.g. "
-                             "gate,verdict (collapsed stacks in bench/results/profiles/)")
+                             "gate,verdict (collapsed stacks in var/bench/profiles/)")
     args = parser.parse_args()
     # A bench stopped with SIGTERM still stops the workers it started (the finally blocks).
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -622,7 +623,7 @@ def main() -> None:
     name = datetime.now(UTC).strftime("%Y-%m-%dT%H%M") + (f"-{args.label}" if args.label else "")
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print_table(result)
-    print(f"\nwritten: bench/results/{name}.json")
+    print(f"\nwritten: {(RESULTS / f'{name}.json').relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
