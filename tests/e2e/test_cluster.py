@@ -29,7 +29,7 @@ from tests.own_kafka import OwnKafka, own_kafka
 from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 
 # Eight workers and three brokers on two shared cores take 20-25 minutes: opt-in, not in
-# every `make test` (PASSK_CLUSTER_TEST=1 runs it; see README "More brokers, more workers").
+# every `make test` (PASSK_CLUSTER_TEST=1 runs it; see docs/testing.md).
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(3000),
@@ -37,7 +37,7 @@ pytestmark = [
                        reason="heavy: set PASSK_CLUSTER_TEST=1 to run the three-broker test"),
 ]
 SCENARIOS = ROOT / "examples" / "scenarios"
-# 5 example scenarios x 500: 2,500 trials (figures in the README).
+# 5 example scenarios x 500: 2,500 trials (figures in docs/faust-notes.md).
 TRIALS_PER_SCENARIO = 500
 LOST_BROKER = 2
 
@@ -196,7 +196,7 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
         # every group, the survivors and the third gate worker, consumed and committed all
         pipeline.wait_settled(timeout=600, processors=processors)
         settled_s = time.monotonic() - started
-        # the figures README quotes (run with -s to see them)
+        # the figures docs/faust-notes.md quotes (run with -s to see them)
         print(f"cluster figures: {total} trials, outcomes {dict(Counter(outcome.values()))}, "
               f"every verdict {all_verdicts_s:.0f} s and every group at lag 0 "
               f"{settled_s:.0f} s after the replay started")
