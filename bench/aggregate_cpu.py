@@ -41,11 +41,11 @@ sys.path.insert(0, str(ROOT))
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
 from bench.launch import cpu_seconds, spawn, stop, wait_until  # noqa: E402
-from services.common.admin import create_topics  # noqa: E402
-from services.common.kafka_client import kafka_client_kwargs  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
-from services.common.status import processor_status  # noqa: E402
-from services.common.topics import Topic, topic_name  # noqa: E402
+from services.cli.status import processor_status  # noqa: E402
+from services.contract.settings import Settings  # noqa: E402
+from services.contract.topics import Topic, topic_name  # noqa: E402
+from services.kafka.admin import create_topics  # noqa: E402
+from services.kafka.kafka_client import kafka_client_kwargs  # noqa: E402
 
 WINDOWS = {"1h": 3600, "1d": 86400}  # PASSK_WINDOWS as this bench sets it
 

@@ -42,9 +42,9 @@ from bench.launch import (  # noqa: E402
     wait_until,
 )
 from bench.launch import spawn as passk  # noqa: E402
-from services.common.admin import create_topics  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
-from services.common.status import processor_status  # noqa: E402
+from services.cli.status import processor_status  # noqa: E402
+from services.contract.settings import Settings  # noqa: E402
+from services.kafka.admin import create_topics  # noqa: E402
 from services.sink.store import Store  # noqa: E402
 
 SCENARIOS = ROOT / "examples" / "scenarios"

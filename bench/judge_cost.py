@@ -30,15 +30,15 @@ sys.path.insert(0, str(ROOT))
 from bench.judge_throughput import start_standin  # noqa: E402
 from schemas.events import ConversationFinished, JudgeVerdict, SessionPersisted  # noqa: E402
 from schemas.scenario import Scenario  # noqa: E402
-from services.common.calibration import CalibrationBook, GatingPolicy  # noqa: E402
-from services.common.db import engine_for  # noqa: E402
 from services.gate.gates import gates_for  # noqa: E402
+from services.grading.calibration import CalibrationBook, GatingPolicy  # noqa: E402
 from services.judge.cache import VerdictCache  # noqa: E402
 from services.judge.client import JudgeClient, RetryPolicy  # noqa: E402
 from services.judge.grading import Grader  # noqa: E402
 from services.replay.generate.config import GenerateConfig  # noqa: E402
 from services.replay.generate.run import generate  # noqa: E402
 from services.scenarios.loader import load_scenarios  # noqa: E402
+from services.storage.db import engine_for  # noqa: E402
 from services.verdict import domain as verdict_domain  # noqa: E402
 
 DEMO = {"trials": 5, "default_pass_prob": 1.0,

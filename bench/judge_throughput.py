@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from schemas.events import Message  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
+from services.contract.settings import Settings  # noqa: E402
 from services.judge.client import JudgeClient, RetryPolicy  # noqa: E402
 
 TRANSCRIPT = [

@@ -28,8 +28,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from services.common.admin import create_topics  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
+from services.contract.settings import Settings  # noqa: E402
+from services.kafka.admin import create_topics  # noqa: E402
 from services.otlp.mapping import spans_of  # noqa: E402
 from services.otlp.metrics import OtlpMetrics  # noqa: E402
 from services.otlp.publish import KafkaPublisher  # noqa: E402

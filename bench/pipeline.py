@@ -63,9 +63,9 @@ from bench.launch import (  # noqa: E402
     stop_profilers,
     wait_until,
 )
-from services.common.settings import Settings  # noqa: E402
-from services.common.status import processor_status  # noqa: E402
-from services.common.topics import Topic, topic_name  # noqa: E402
+from services.cli.status import processor_status  # noqa: E402
+from services.contract.settings import Settings  # noqa: E402
+from services.contract.topics import Topic, topic_name  # noqa: E402
 
 SCENARIOS = ROOT / "bench" / "scenarios"
 RESULTS = ROOT / "var" / "bench"
@@ -220,9 +220,9 @@ def raw_round_trip(traffic: Path, trials: int, bootstrap: str, work: Path) -> fl
 def in_process(traffic: Path, trials: int, work: Path) -> float:
     """One loop over the JSONL through the processors' domain functions, into SQLite."""
     from schemas.events import ConversationFinished, SessionPersisted
-    from services.common.calibration import CalibrationBook, GatingPolicy
     from services.gate import domain as gate
     from services.gate.gates import gates_for
+    from services.grading.calibration import CalibrationBook, GatingPolicy
     from services.judge import domain as judge
     from services.replay.replay import parse_line, read_lines
     from services.scenarios.loader import load_scenarios

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient
 
-from services.common.admin import create_topics
-from services.common.settings import Settings
+from services.contract.settings import Settings
+from services.kafka.admin import create_topics
 from tests.support import delete_topics_with_prefix, new_prefix
 
 logging.getLogger("kafka").setLevel(logging.WARNING)

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 from kafka import KafkaConsumer, TopicPartition
 
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.kafka_client import kafka_client_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -255,7 +255,7 @@ def publish_scenarios(settings: Settings, scenarios: list[Any]) -> None:
 
 def settled(settings: Settings, processors: list[str]) -> bool:
     """Every processor's group is stable and has consumed everything on its inputs."""
-    from services.common.status import processor_status
+    from services.cli.status import processor_status
 
     return all(s.settled for s in processor_status(processors, settings))
 

@@ -23,10 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from services.common.kafka_users import MECHANISM, client_env, processor_user
-from services.common.kafka_users import passwords as _load
-from services.common.topics import Topic
-from services.common.topology import PROCESSOR_INPUTS, PROCESSOR_OUTPUTS, PROCESSOR_READS_BACK
+from services.contract.topics import Topic
+from services.contract.topology import PROCESSOR_INPUTS, PROCESSOR_OUTPUTS, PROCESSOR_READS_BACK
+from services.kafka.kafka_users import MECHANISM, client_env, processor_user
+from services.kafka.kafka_users import passwords as _load
 
 ADMIN = "admin"  # super user: the brokers between themselves, topic and ACL set-up
 CONTROLLER = "controller"  # PLAIN on the controller listener (SCRAM cannot serve there)
@@ -179,9 +179,9 @@ def apply_acls(secrets_dir: Path) -> None:
         ResourceType,
     )
 
-    from services.common.admin import create_topics
-    from services.common.kafka_client import kafka_client_kwargs
-    from services.common.settings import Settings
+    from services.contract.settings import Settings
+    from services.kafka.admin import create_topics
+    from services.kafka.kafka_client import kafka_client_kwargs
 
     settings = Settings(**client_env(secrets_dir, ADMIN))  # type: ignore[arg-type]
     create_topics(settings)
@@ -230,9 +230,9 @@ def _wait_enforced(secrets_dir: Path, *, timeout: float) -> None:
 
     from kafka import KafkaAdminClient
 
-    from services.common.kafka_client import kafka_client_kwargs
-    from services.common.settings import Settings
-    from services.common.topics import TOPIC_SPECS, topic_name
+    from services.contract.settings import Settings
+    from services.contract.topics import TOPIC_SPECS, topic_name
+    from services.kafka.kafka_client import kafka_client_kwargs
 
     settings = Settings(**client_env(secrets_dir, REPLAY))  # type: ignore[arg-type]
     wanted = {topic_name(spec.topic, settings) for spec in TOPIC_SPECS}

@@ -7,8 +7,8 @@ import time
 
 from kafka import KafkaAdminClient
 
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings
+from services.contract.settings import Settings
+from services.kafka.kafka_client import kafka_client_kwargs
 
 logging.disable(logging.CRITICAL)
 bootstrap, deadline_s = sys.argv[1], float(sys.argv[2])

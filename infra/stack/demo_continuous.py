@@ -46,8 +46,8 @@ def baseline(scenario: str, hour: str) -> tuple[int, int]:
     """(n, passed) of the scenario's window starting `hour` as the aggregate counted it
     before the replay (the CI part's trials, an earlier demo's), once the aggregate and the
     sink have read everything: the expected figure adds the plan's trials to these."""
-    from services.common.settings import get_settings
-    from services.common.status import processor_status
+    from services.cli.status import processor_status
+    from services.contract.settings import get_settings
     from services.sink.store import Store
 
     wait("the aggregate and the sink to catch up",

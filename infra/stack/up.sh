@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start Kafka (or reuse one that runs) and every worker of services.cli.WORKERS (plus the
+# Start Kafka (or reuse one that runs) and every worker of services.contract.processors.WORKERS (plus the
 # judge stand-in when no model is configured) under supervisord, which restarts a worker
 # that exits. Idempotent: a running supervisord is reused.
 set -euo pipefail
@@ -29,9 +29,9 @@ if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
   export OPENAI_BASE_URL="http://127.0.0.1:$standin_port/v1" OPENAI_API_KEY="stand-in"
   echo "up: no model configured; judges use the offline stand-in (not a model) on :$standin_port"
   # The CLI (`passk calibrate`), run later in another shell, grades with the same one.
-  "$bin/python" -m services.common.runfiles judge --base-url "$OPENAI_BASE_URL" --stand-in
+  "$bin/python" -m services.contract.runfiles judge --base-url "$OPENAI_BASE_URL" --stand-in
 else
-  "$bin/python" -m services.common.runfiles judge --base-url "${OPENAI_BASE_URL:-https://api.openai.com/v1}"
+  "$bin/python" -m services.contract.runfiles judge --base-url "${OPENAI_BASE_URL:-https://api.openai.com/v1}"
 fi
 
 # The reference product (examples/agent/, the debrief assistant `make demo` runs scenarios
@@ -42,8 +42,8 @@ export PASSK_AGENT_FAULTS="${PASSK_AGENT_FAULTS:-@$root/examples/agent/faults.de
 
 # Every process gets the same configuration (supervisord passes its environment on);
 # record it so an operator can see it: mode 0600, every password in a URL masked
-# (services/common/masking.py), Kafka passwords and API keys not recorded at all.
-"$bin/python" -m services.common.runfiles env "$run/env"
+# (services/contract/masking.py), Kafka passwords and API keys not recorded at all.
+"$bin/python" -m services.contract.runfiles env "$run/env"
 
 if "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
   echo "up: supervisord already running (pid $("$bin/supervisorctl" -c "$conf" pid))"

@@ -16,13 +16,13 @@ from services.aggregate import domain
 from services.aggregate.batch import Batch
 from services.aggregate.metrics import AggregateMetrics, ReliabilityGauges
 from services.aggregate.windows import parse_windows
-from services.common.app import DeadLetters, make_app, raw_topic, run_alongside
-from services.common.codec import Rejection, decode, encode
-from services.common.metrics import common_metrics
-from services.common.outbox import handling
-from services.common.settings import get_settings
-from services.common.topics import Topic, topic_name
-from services.scenarios.catalog import CatalogUnavailable, ScenarioCatalog
+from services.contract.codec import Rejection, decode, encode
+from services.contract.settings import get_settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.catalog import CatalogUnavailable, ScenarioCatalog
+from services.runtime.app import DeadLetters, make_app, raw_topic, run_alongside
+from services.runtime.metrics import common_metrics
+from services.runtime.outbox import handling
 
 PROCESSOR = "aggregate"
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field
 
 from schemas.events import Outcome, ScenarioReliability, TrialVerdict
 from services.aggregate.windows import WindowSize, as_datetime, rfc3339
-from services.common.estimators import ReliabilityTally, pass_hat_k_interval
+from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 
 Read = Callable[[str], dict[str, Any] | None]
 

@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 
 from schemas.scenario import Scenario
 from services.aggregate.domain import Bucket
-from services.common.estimators import ReliabilityTally, pass_hat_k_interval
+from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 
 
 class ReliabilityGauges(Collector):

@@ -21,12 +21,12 @@ from schemas.events import JudgeCalibration, JudgeVerdict, Label, LabelledVerdic
 from services.calibration import domain
 from services.calibration.metrics import CalibrationMetrics
 from services.calibration.store import CalibrationStore, LabelledItemRow, now
-from services.common.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
-from services.common.calibration import Bar
-from services.common.codec import Rejection, decode, encode
-from services.common.metrics import common_metrics
-from services.common.settings import get_settings
-from services.common.topics import Topic, topic_name
+from services.contract.codec import Rejection, decode, encode
+from services.contract.settings import get_settings
+from services.contract.topics import Topic, topic_name
+from services.grading.calibration import Bar
+from services.runtime.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
+from services.runtime.metrics import common_metrics
 
 PROCESSOR = "calibration"
 log = logging.getLogger(__name__)

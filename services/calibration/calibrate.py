@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from schemas.events import ConversationFinished, JudgeCalibration, Message
 from schemas.scenario import JudgeSpec, Scenario
 from services.calibration.sets import LabelledItem, LabelledSet, SetProblem
-from services.common.calibration import Bar, Matrix, calibration_event
+from services.grading.calibration import Bar, Matrix, calibration_event
 
 MissKind = Literal["false positive", "false negative", "error"]
 

@@ -13,14 +13,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from services.common.exits import BROKER_WAIT, require_broker
-from services.common.kafka_client import kafka_client_kwargs
+from services.contract.exits import BROKER_WAIT, require_broker
+from services.kafka.kafka_client import kafka_client_kwargs
 
 if TYPE_CHECKING:
     from schemas.scenario import Scenario
     from services.calibration.calibrate import JudgeCalibrationResult
-    from services.common.calibration import Bar, Matrix
-    from services.common.settings import Settings
+    from services.contract.settings import Settings
+    from services.grading.calibration import Bar, Matrix
 
 EXIT_USAGE, EXIT_UNREACHABLE = 2, 4
 
@@ -35,7 +35,7 @@ def _figure(value: float | None) -> str:
 
 
 def _scenarios(sets_dir: Path, scenarios_dir: Path | None, settings: Settings) -> list[Scenario]:
-    from services.scenarios.catalog import CatalogUnavailable, load_catalog
+    from services.kafka.catalog import CatalogUnavailable, load_catalog
     from services.scenarios.loader import load_scenarios
 
     folder = scenarios_dir or (sets_dir.parent / "scenarios")
@@ -75,8 +75,8 @@ def _transcripts(settings: Settings) -> Any:
 def _publish(settings: Settings, calibrations: list[Any]) -> None:
     from kafka import KafkaProducer
 
-    from services.common.codec import encode
-    from services.common.topics import Topic, topic_name
+    from services.contract.codec import encode
+    from services.contract.topics import Topic, topic_name
 
     producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
                              request_timeout_ms=15000, max_block_ms=15000)
@@ -193,8 +193,8 @@ def register(app: typer.Typer) -> None:
         from services.calibration.calibrate import by_dimension, calibrate_json, plan_judges, run
         from services.calibration.sets import load_sets
         from services.calibration.store import CalibrationStore
-        from services.common.calibration import Bar
-        from services.common.settings import get_settings
+        from services.contract.settings import get_settings
+        from services.grading.calibration import Bar
         from services.judge.grading import build_grader
         from services.judge.prompt import PROMPT_HASH
 
@@ -216,7 +216,7 @@ def register(app: typer.Typer) -> None:
             require_broker(wait)
         bar = Bar(settings.calibration_bar, settings.min_labelled)
         plan = plan_judges(_scenarios(directory, scenarios, settings))
-        from services.common.runfiles import NoJudge, cli_judge
+        from services.contract.runfiles import NoJudge, cli_judge
 
         try:  # with no OPENAI_* here: the endpoint `make up` gave the workers
             judge_settings, note = cli_judge(settings)
@@ -271,9 +271,9 @@ def register(app: typer.Typer) -> None:
         from kafka import KafkaProducer
 
         from schemas.events import Label
-        from services.common.codec import encode
-        from services.common.settings import get_settings
-        from services.common.topics import Topic, topic_name
+        from services.contract.codec import encode
+        from services.contract.settings import get_settings
+        from services.contract.topics import Topic, topic_name
 
         if passed is None:
             raise _err("say --pass or --fail", EXIT_USAGE)

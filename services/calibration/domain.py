@@ -15,7 +15,7 @@ import json
 from pydantic import BaseModel, Field
 
 from schemas.events import JudgeCalibration, JudgeVerdict, Label, LabelledVerdict, Outcome
-from services.common.calibration import Bar, Matrix, calibration_event, matrix_of
+from services.grading.calibration import Bar, Matrix, calibration_event, matrix_of
 
 # ------------------------------------------------------------------------- join
 

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas.events import Message
-from services.common.calibration import HumanLabel
+from services.grading.calibration import HumanLabel
 
 
 class LabelledItem(BaseModel):

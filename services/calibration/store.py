@@ -15,7 +15,7 @@ from sqlalchemy.orm import registry
 from sqlmodel import JSON, Field, SQLModel
 
 from schemas.events import JudgeCalibration
-from services.common.db import engine_for
+from services.storage.db import engine_for
 
 
 class CalibrationTable(SQLModel, registry=registry()):

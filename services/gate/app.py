@@ -11,7 +11,16 @@ from datetime import datetime
 import faust
 
 from schemas.events import ConversationFinished, GateResult, JudgeRequest, SessionPersisted
-from services.common.app import (
+from services.contract.codec import Rejection, decode, encode
+from services.contract.deadletter import dead_letter
+from services.contract.eventtime import in_future, reference_time
+from services.contract.settings import get_settings
+from services.contract.topics import PROCESSOR_INPUTS, Topic, topic_name
+from services.gate import domain
+from services.gate.gates import gates_for, regrade_gates
+from services.gate.metrics import GateMetrics
+from services.kafka.catalog import ScenarioCatalog
+from services.runtime.app import (
     DeadLetters,
     Delivery,
     make_app,
@@ -19,21 +28,12 @@ from services.common.app import (
     raw_topic,
     run_alongside,
 )
-from services.common.codec import Rejection, decode, encode
-from services.common.deadletter import dead_letter
-from services.common.eventtime import in_future, reference_time
-from services.common.flow import join_flow
-from services.common.graded import KeyedStates, graded_table
-from services.common.metrics import common_metrics
-from services.common.outbox import Outbox
-from services.common.regrades import read_regrade
-from services.common.settings import get_settings
-from services.common.ticks import Deadlines
-from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
-from services.gate import domain
-from services.gate.gates import gates_for, regrade_gates
-from services.gate.metrics import GateMetrics
-from services.scenarios.catalog import ScenarioCatalog
+from services.runtime.flow import join_flow
+from services.runtime.graded import KeyedStates, graded_table
+from services.runtime.metrics import common_metrics
+from services.runtime.outbox import Outbox
+from services.runtime.regrades import read_regrade
+from services.runtime.ticks import Deadlines
 
 PROCESSOR = "gate"
 SCENARIO_GRACE_S = 3.0
@@ -61,7 +61,7 @@ deliver = Delivery(PROCESSOR)  # re-grades: each awaited (rare, and apart from t
 # --------------------------------------------------------------------------- tables
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
 # Only trials still pending live in RAM; graded ones are remembered on disk until the
-# retention ends (services.common.graded), never ticked.
+# retention ends (services.runtime.graded), never ticked.
 joins = app.Table("gate-joins", default=None, partitions=settings.topic_partitions)
 graded = graded_table(app, "gate-graded", settings)
 catalog = ScenarioCatalog(settings)
@@ -72,7 +72,7 @@ metrics = GateMetrics()
 common = common_metrics()
 
 
-# A backlog's pending joins wait in the log, not in RAM (services.common.flow).
+# A backlog's pending joins wait in the log, not in RAM (services.runtime.flow).
 INPUT_OF = {"conversation": conversation_topic, "session": session_topic}
 flow = join_flow(app, joins, (conversation_topic, session_topic), settings.join_max_pending,
                  waits_on=lambda state: INPUT_OF.get(domain.awaiting(state) or ""),

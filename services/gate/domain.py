@@ -197,7 +197,7 @@ def due_at(state: JoinState, timing: Timing) -> float | None:
 
 def is_marker(state: JoinState) -> bool:
     """A graded trial with nothing pending: only remembered, to drop its repeats (on disk,
-    services.common.graded), never ticked."""
+    services.runtime.graded), never ticked."""
     return state.graded_at is not None and state.conversation is None and state.session is None
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from services.common.exits import BROKER_WAIT, ExitCode, UsageError
+from services.contract.exits import BROKER_WAIT, ExitCode, UsageError
 
 SHOWN = 10
 
@@ -42,10 +42,10 @@ def register(app: typer.Typer) -> None:
         this run already in the log are skipped, so a re-run publishes nothing twice).
         Exit 1 when a trial could not be published, 2 for invalid scenarios or target,
         4 when the broker is down, 130 when stopped (finished trials are published)."""
-        from services.common.exits import Unreachable, require_broker
-        from services.common.exits import console as make_console
-        from services.common.settings import get_settings
-        from services.common.topics import Topic, topic_name
+        from services.contract.exits import Unreachable, require_broker
+        from services.contract.exits import console as make_console
+        from services.contract.settings import get_settings
+        from services.contract.topics import Topic, topic_name
         from services.harness.adapters import make_client
         from services.harness.domain import AgentError, plan_trials
         from services.harness.log import published_trials, publisher

@@ -6,10 +6,10 @@ from __future__ import annotations
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.common.codec import Rejection, decode
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
+from services.contract.codec import Rejection, decode
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.kafka_client import kafka_client_kwargs
 from services.replay.producer import TrafficProducer
 
 SEND_TIMEOUT_S = 60.0

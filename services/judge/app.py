@@ -22,19 +22,19 @@ import faust
 from sqlalchemy.exc import SQLAlchemyError
 
 from schemas.events import ConversationFinished, JudgeRequest
-from services.common.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
-from services.common.codec import Rejection, decode, encode
-from services.common.eventtime import in_future, reference_time
-from services.common.metrics import common_metrics
-from services.common.outage import STORE, Dependency
-from services.common.outbox import Outbox
-from services.common.regrades import read_regrade
-from services.common.settings import get_settings
-from services.common.topics import PROCESSOR_INPUTS, Topic
+from services.contract.codec import Rejection, decode, encode
+from services.contract.eventtime import in_future, reference_time
+from services.contract.settings import get_settings
+from services.contract.topics import PROCESSOR_INPUTS, Topic
 from services.judge import domain
 from services.judge.grading import Grader, build_grader
 from services.judge.metrics import default_metrics
-from services.scenarios.catalog import ScenarioCatalog
+from services.kafka.catalog import ScenarioCatalog
+from services.runtime.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
+from services.runtime.metrics import common_metrics
+from services.runtime.outage import STORE, Dependency
+from services.runtime.outbox import Outbox
+from services.runtime.regrades import read_regrade
 
 PROCESSOR = "judge"
 SCENARIO_GRACE_S = 3.0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from schemas.events import ConversationFinished, JudgeResult, JudgeVerdict, with_attempt
 from schemas.scenario import JudgeSpec, Scenario
-from services.judge.kinds import LLM, InvalidJudgeSpec, deterministic_kind, known_kinds
+from services.grading.kinds import LLM, InvalidJudgeSpec, deterministic_kind, known_kinds
 from services.judge.prompt import PROMPT_HASH, Answer
 
 

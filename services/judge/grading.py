@@ -9,15 +9,15 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from schemas.events import ConversationFinished, JudgeVerdict
 from schemas.scenario import JudgeSpec, Scenario
-from services.common.calibration import judge_version
-from services.common.db import engine_for
-from services.common.outage import STORE, Dependency
-from services.common.settings import Settings
+from services.contract.settings import Settings
+from services.grading.calibration import judge_version
 from services.judge import domain
 from services.judge.cache import CachedAnswer, JudgeCacheEntry, VerdictCache, cache_key
 from services.judge.client import JudgeClient, RetryPolicy
 from services.judge.metrics import JudgeMetrics
 from services.judge.prompt import PROMPT_HASH, transcript_hash
+from services.runtime.outage import STORE, Dependency
+from services.storage.db import engine_for
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Render the Prometheus and Alertmanager configuration for the workers `make up` starts.
 
 The scrape targets come from the same worker list and port rule as up.sh (worker i of
-services.cli.WORKERS on PASSK_METRICS_PORT_BASE + i), so a new worker is scraped without
-editing a file. The rules are infra/prometheus/alerts.yml, copied whole except that
+services.contract.processors.WORKERS on PASSK_METRICS_PORT_BASE + i), so a new worker is
+scraped without editing a file. The rules are infra/prometheus/alerts.yml, copied whole except that
 PASSK_ALERT_FOR, when set, replaces every `for:` (tests cannot wait five minutes).
 
 `python -m services.monitoring.config render` writes prometheus.yml, alerts.yml and
@@ -22,7 +22,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from services.common.settings import PROJECT_ROOT, Settings, get_settings
+from services.contract.processors import SERVERS
+from services.contract.processors import WORKERS as PROCESSORS
+from services.contract.settings import PROJECT_ROOT, Settings, get_settings
 
 ALERTS = PROJECT_ROOT / "infra" / "prometheus" / "alerts.yml"
 
@@ -128,9 +130,6 @@ def wait_ready(urls: list[str], timeout: float = 60.0) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from services.cli import SERVERS
-    from services.cli import WORKERS as PROCESSORS
-
     WORKERS = PROCESSORS + SERVERS  # scraped on base + index, as supervise config serves them
 
     settings = get_settings()

@@ -22,7 +22,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 
-from services.common.settings import PROJECT_ROOT
+from services.contract.settings import PROJECT_ROOT
 
 OUT = PROJECT_ROOT / "infra" / "grafana" / "dashboards" / "passk.json"
 # The datasource uid infra/grafana/provisioning/datasources/prometheus.yml declares.

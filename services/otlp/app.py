@@ -10,13 +10,13 @@ import signal
 from aiohttp import web
 from prometheus_client import REGISTRY
 
-from services.common.metrics import serve_metrics
-from services.common.settings import Settings, get_settings
+from services.contract.settings import Settings, get_settings
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.publish import KafkaPublisher
 from services.otlp.receiver import Receiver, make_app
 from services.otlp.settings import OtlpSettings
 from services.replay.producer import TrafficProducer
+from services.runtime.metrics import serve_metrics
 
 log = logging.getLogger("passk.otlp")
 

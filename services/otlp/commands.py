@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from services.common.exits import BROKER_WAIT
+from services.contract.exits import BROKER_WAIT
 
 SHOWN = 10
 
@@ -35,10 +35,10 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Table
 
-        from services.common.exits import Unreachable, UsageError, require_broker
-        from services.common.exits import console as make_console
-        from services.common.settings import get_settings
-        from services.common.topics import Topic, topic_name
+        from services.contract.exits import Unreachable, UsageError, require_broker
+        from services.contract.exits import console as make_console
+        from services.contract.settings import get_settings
+        from services.contract.topics import Topic, topic_name
         from services.otlp.importer import plan_import
         from services.replay.producer import TrafficProducer
 

@@ -26,9 +26,9 @@ from aiokafka import AIOKafkaConsumer
 from pydantic import ValidationError
 
 from schemas.events import GateResult, JudgeVerdict, TrialVerdict
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.kafka_client import kafka_client_kwargs
 from services.otlp import semconv as sc
 from services.otlp.evaluations import Evaluation, Graded, TraceRef, evaluation_of
 from services.otlp.metrics import OtlpMetrics

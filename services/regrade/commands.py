@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from services.common.exits import BROKER_WAIT, CliError, ExitCode, NothingToJudge
+from services.contract.exits import BROKER_WAIT, CliError, ExitCode, NothingToJudge
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,11 +37,11 @@ def register(app: typer.Typer) -> None:
         a new verdict did not come within --await-verdicts."""
         from kafka import KafkaProducer
 
-        from services.common.exits import console as make_console
-        from services.common.exits import require_broker
-        from services.common.kafka_client import kafka_client_kwargs
-        from services.common.settings import get_settings
-        from services.common.topics import Topic, topic_name
+        from services.contract.exits import console as make_console
+        from services.contract.exits import require_broker
+        from services.contract.settings import get_settings
+        from services.contract.topics import Topic, topic_name
+        from services.kafka.kafka_client import kafka_client_kwargs
         from services.regrade.log import find_inputs
         from services.regrade.plan import prepare, targets
         from services.sink.store import Store

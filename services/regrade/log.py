@@ -10,10 +10,10 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.partitioner.default import murmur2
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.common.codec import Rejection, decode
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
+from services.contract.codec import Rejection, decode
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.kafka_client import kafka_client_kwargs
 from services.regrade.plan import FoundInputs, Target
 
 Progress = Callable[[int, int], None]  # (records read so far, records to read)

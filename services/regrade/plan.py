@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted
-from services.common.codec import encode
+from services.contract.codec import encode
 from services.sink.domain import TrialAttemptRecord, TrialRecord
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from services.common.exits import BROKER_WAIT
+from services.contract.exits import BROKER_WAIT
 
 SHOWN = 10  # skipped lines / failures listed one by one; the rest are counted
 
@@ -72,10 +72,10 @@ def register(app: typer.Typer) -> None:
         whole) are reported on stderr with their line number and skipped, never sent.
         Exit 1 when any send failed, 3 when no line was valid, 4 when the broker is down.
         """
-        from services.common.exits import Unreachable, require_broker
-        from services.common.exits import console as make_console
-        from services.common.settings import get_settings
-        from services.common.topics import topic_name
+        from services.contract.exits import Unreachable, require_broker
+        from services.contract.exits import console as make_console
+        from services.contract.settings import get_settings
+        from services.contract.topics import topic_name
         from services.replay.producer import TrafficProducer
         from services.replay.replay import REPLAYED_TOPICS, count_lines, replay_file
 
@@ -176,7 +176,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Synthetic production-like traffic with per-scenario flakiness, and expected verdicts."""
-        from services.common.exits import console as make_console
+        from services.contract.exits import console as make_console
         from services.replay.generate import (
             DEFAULT_QUIRK_RATES,
             GenerateConfig,

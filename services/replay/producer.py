@@ -20,11 +20,11 @@ from kafka.future import Future
 from kafka.producer.future import FutureRecordMetadata
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.common.admin import ask_admin
-from services.common.codec import encode
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings, get_settings
-from services.common.topics import Topic, topic_name
+from services.contract.codec import encode
+from services.contract.settings import Settings, get_settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.admin import ask_admin
+from services.kafka.kafka_client import kafka_client_kwargs
 
 TOPIC_FOR_TYPE: dict[type, Topic] = {
     ConversationFinished: Topic.CONVERSATION_FINISHED,

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.common.codec import Rejection, decode
-from services.common.settings import Settings, get_settings
-from services.common.topics import Topic, topic_name
+from services.contract.codec import Rejection, decode
+from services.contract.settings import Settings, get_settings
+from services.contract.topics import Topic, topic_name
 from services.replay.producer import SendFailure
 
 # What replay sends, by the `type` a line declares.

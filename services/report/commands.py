@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from services.common.db import redacted
-from services.common.exits import (
+from services.contract.exits import (
     BROKER_WAIT,
     CliError,
     ExitCode,
@@ -18,6 +17,7 @@ from services.common.exits import (
     console,
     require_broker,
 )
+from services.storage.db import redacted
 
 if TYPE_CHECKING:
     from services.report.domain import RunReport
@@ -30,7 +30,7 @@ RUN_WINDOWS = 24  # windows per scenario and size in the report page's over-time
 
 def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list[str], str]:
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
-    from services.common.settings import get_settings
+    from services.contract.settings import get_settings
     from services.report.domain import build_report, previous_run
     from services.sink.store import Store
 
@@ -48,7 +48,7 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
 
 
 def _prices() -> Prices:
-    from services.common.settings import get_settings
+    from services.contract.settings import get_settings
     from services.report.judge_cost import Prices
 
     settings = get_settings()
@@ -64,7 +64,7 @@ def _own(trial: TrialRecord, kept: TranscriptRecord | None) -> TranscriptRecord 
 
 def _opened_trials(run_id: str, database_url: str | None) -> tuple[list[TrialView], int]:
     """The trials the report page expands (services.report.trial_view.page_trials)."""
-    from services.common.settings import get_settings
+    from services.contract.settings import get_settings
     from services.report.trial_view import build_view, page_trials
     from services.sink.domain import of_trial
     from services.sink.store import Store
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         """One trial from the projection: its transcript, every check with its verdict and
         reason, and the persisted state beside each expectation (the failing paths marked).
         Exit 3 when the projection has no such trial, 4 when the store is unreachable."""
-        from services.common.settings import get_settings
+        from services.contract.settings import get_settings
         from services.report.trial_view import build_view, print_view, view_json
         from services.sink.domain import of_trial
         from services.sink.store import Store
@@ -225,7 +225,7 @@ def register(app: typer.Typer) -> None:
         Stop the sink first, or rebuild into another database."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        from services.common.settings import get_settings
+        from services.contract.settings import get_settings
         from services.sink.rebuild import rebuild as run_rebuild
 
         url = database_url or get_settings().database_url

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from pydantic import BaseModel
 
-from services.common.estimators import ReliabilityTally, pass_hat_k_interval
+from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 from services.sink.domain import WindowRecord
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}

@@ -33,8 +33,8 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(600, help="give up after this many seconds"),
     ) -> None:
         """Wait until every trial of a run has its verdict in the projection."""
-        from services.common.exits import console as make_console
-        from services.common.settings import get_settings
+        from services.contract.exits import console as make_console
+        from services.contract.settings import get_settings
         from services.sink.store import Store
 
         console = make_console()

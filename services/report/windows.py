@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from services.common.exits import NothingToJudge, UsageError, console
+from services.contract.exits import NothingToJudge, UsageError, console
 
 if TYPE_CHECKING:  # plotly loads with over_time: only when the command runs
     from rich.console import Console
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # plotly loads with over_time: only when the command runs
 
 def load_windows(database_url: str | None, last: int, size: str | None,
                  scenarios: list[str] | None = None) -> list[WindowView]:
-    from services.common.settings import get_settings
+    from services.contract.settings import get_settings
     from services.report.over_time import views
     from services.sink.store import Store
 

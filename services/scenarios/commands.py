@@ -8,7 +8,7 @@ import typer
 from kafka.errors import KafkaError
 from rich.table import Table
 
-from services.common.exits import (
+from services.contract.exits import (
     BROKER_WAIT,
     CliError,
     ExitCode,
@@ -16,7 +16,7 @@ from services.common.exits import (
     classify,
     require_broker,
 )
-from services.common.exits import console as _console
+from services.contract.exits import console as _console
 from services.scenarios.loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
 
 EXIT_INVALID = ExitCode.USAGE
@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate every file, then publish them all; any problem publishes nothing (exit 2;
         exit 4 when the broker does not answer)."""
-        from services.scenarios.catalog import CatalogUnavailable
+        from services.kafka.catalog import CatalogUnavailable
         from services.scenarios.publish import publish_scenarios
 
         result = validate_paths(paths)
@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
     @scenarios.command("list")
     def list_(wait: float | None = BROKER_WAIT) -> None:
         """The latest published version of every scenario on the scenarios topic."""
-        from services.scenarios.catalog import CatalogUnavailable, read_catalog
+        from services.kafka.catalog import CatalogUnavailable, read_catalog
 
         require_broker(wait)
         try:

@@ -18,13 +18,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from schemas.scenario import Expectation, JudgeSpec, Limits, Scenario, SimulatedUser
-from services.common.codec import nesting_depth
-from services.judge.kinds import spec_problems
-from services.scenarios.records import (
+from services.contract.codec import nesting_depth
+from services.contract.scenario_records import (
     MAX_SCENARIO_DEPTH,
     MAX_SCENARIO_RECORD_BYTES,
     encode_scenario,
 )
+from services.grading.kinds import spec_problems
 
 SUFFIXES = (".yaml", ".yml")
 # A scenario is a page of YAML; a file past this is refused unread.

@@ -20,12 +20,12 @@ from kafka.errors import KafkaTimeoutError
 from kafka.producer.future import RecordMetadata
 
 from schemas.scenario import Scenario
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings, get_settings
-from services.common.topics import Topic, topic_name
-from services.scenarios.catalog import load_catalog
+from services.contract.scenario_records import encode_scenario
+from services.contract.settings import Settings, get_settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.catalog import load_catalog
+from services.kafka.kafka_client import kafka_client_kwargs
 from services.scenarios.loader import InvalidScenarios, LoadResult, validate_paths
-from services.scenarios.records import encode_scenario
 
 Status = Literal["new", "updated", "unchanged"]
 

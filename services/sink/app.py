@@ -26,18 +26,18 @@ from schemas.events import (
     ScenarioReliability,
     TrialVerdict,
 )
-from services.common.app import (
+from services.contract.codec import Rejection, decode
+from services.contract.settings import get_settings
+from services.contract.topics import Topic, topic_name
+from services.runtime.app import (
     INFRASTRUCTURE_ERRORS,
     DeadLetters,
     make_app,
     raw_inputs,
     run_alongside,
 )
-from services.common.codec import Rejection, decode
-from services.common.metrics import common_metrics
-from services.common.outage import STORE, Dependency
-from services.common.settings import get_settings
-from services.common.topics import Topic, topic_name
+from services.runtime.metrics import common_metrics
+from services.runtime.outage import STORE, Dependency
 from services.sink import domain
 from services.sink.store import Store
 

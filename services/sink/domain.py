@@ -30,7 +30,7 @@ from schemas.events import (
     ScenarioReliability,
     TrialVerdict,
 )
-from services.common.estimators import ReliabilityTally
+from services.grading.estimators import ReliabilityTally
 
 SinkEvent = TrialVerdict | GateResult | JudgeVerdict | ConversationFinished | ScenarioReliability
 

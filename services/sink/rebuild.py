@@ -25,10 +25,10 @@ from schemas.events import (
     ScenarioReliability,
     TrialVerdict,
 )
-from services.common.codec import Rejection, decode
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings, get_settings
-from services.common.topics import Topic, topic_name
+from services.contract.codec import Rejection, decode
+from services.contract.settings import Settings, get_settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.kafka_client import kafka_client_kwargs
 from services.sink import domain
 from services.sink.store import Store
 

@@ -18,8 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import registry
 from sqlmodel import SQLModel
 
-from services.common.db import engine_for
-from services.common.estimators import ReliabilityTally
+from services.grading.estimators import ReliabilityTally
 from services.sink.domain import (
     OUTCOMES,
     Counted,
@@ -38,6 +37,7 @@ from services.sink.domain import (
     records_for,
     summary_of,
 )
+from services.storage.db import engine_for
 
 
 class SinkTable(SQLModel, registry=registry()):

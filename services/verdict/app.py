@@ -11,24 +11,24 @@ import faust
 
 from schemas.events import GateResult, JudgeVerdict
 from schemas.scenario import Scenario
-from services.common.app import (
+from services.contract.codec import Rejection, decode, encode
+from services.contract.settings import get_settings
+from services.contract.topics import PROCESSOR_INPUTS, Topic, topic_name
+from services.grading.calibration import Bar, GatingPolicy
+from services.kafka.calibrations import CalibrationFollower
+from services.kafka.catalog import ScenarioCatalog
+from services.runtime.app import (
     DeadLetters,
     make_app,
     raw_inputs,
     raw_topic,
     run_alongside,
 )
-from services.common.calibration import Bar, GatingPolicy
-from services.common.calibrations import CalibrationFollower
-from services.common.codec import Rejection, decode, encode
-from services.common.flow import join_flow
-from services.common.graded import KeyedStates, graded_table
-from services.common.metrics import common_metrics
-from services.common.outbox import Outbox
-from services.common.settings import get_settings
-from services.common.ticks import Deadlines
-from services.common.topics import PROCESSOR_INPUTS, Topic, topic_name
-from services.scenarios.catalog import ScenarioCatalog
+from services.runtime.flow import join_flow
+from services.runtime.graded import KeyedStates, graded_table
+from services.runtime.metrics import common_metrics
+from services.runtime.outbox import Outbox
+from services.runtime.ticks import Deadlines
 from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
 
@@ -54,7 +54,7 @@ reject = DeadLetters(app, PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- tables
 # Only trials still pending live in RAM; emitted ones are remembered on disk until the
-# retention ends (services.common.graded), never ticked.
+# retention ends (services.runtime.graded), never ticked.
 trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
 graded = graded_table(app, "verdict-graded", settings)
 catalog = ScenarioCatalog(settings)
@@ -70,7 +70,7 @@ metrics = VerdictMetrics()
 common = common_metrics()
 
 
-# A backlog's pending trials wait in the log, not in RAM (services.common.flow).
+# A backlog's pending trials wait in the log, not in RAM (services.runtime.flow).
 INPUT_OF = {"gate": gate_topic, "judge": judge_topic}
 flow = join_flow(app, trials, (gate_topic, judge_topic), settings.join_max_pending,
                  waits_on=lambda state: INPUT_OF.get(domain.awaiting(state) or ""),

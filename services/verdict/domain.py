@@ -4,7 +4,7 @@ A trial passes only when the exit gate, the state gate, every external check the
 names and every gating judge of the scenario version it was graded against passed: AND,
 never OR. External checks it does not name are recorded (`advisory_checks`), never
 counted. Whether a judge's verdict gates is decided here, at verdict time, per judge
-version, by the calibration policy (`services.common.calibration.GatingPolicy`); an
+version, by the calibration policy (`services.grading.calibration.GatingPolicy`); an
 advisory verdict is recorded with why and never fails (nor errors) the trial. A check that failed
 makes the trial `failed`; one that could not be made at all (a judge past its retry
 budget, a verdict that never came) makes it `error` unless another check already
@@ -31,7 +31,7 @@ from schemas.events import (
     with_attempt,
 )
 from schemas.scenario import Scenario
-from services.common.calibration import CalibrationBook, GatingPolicy
+from services.grading.calibration import CalibrationBook, GatingPolicy
 
 GATES = ("exit", "state")
 
@@ -306,7 +306,7 @@ def emitted(state: TrialState, verdict: TrialVerdict, now: float) -> TrialState:
 
 def is_marker(state: TrialState) -> bool:
     """An emitted trial with no results pending: only remembered, to drop its repeats (on
-    disk, services.common.graded), never ticked."""
+    disk, services.runtime.graded), never ticked."""
     return state.emitted_at is not None and not state.gates and not state.judges
 
 

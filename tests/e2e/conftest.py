@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from services.cli import WORKERS
-from services.common.settings import Settings
-from services.common.status import processor_status
-from services.common.topics import Topic
+from services.cli.status import processor_status
+from services.contract.processors import WORKERS
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from services.sink.store import Store
 from tests.support import ROOT, free_ports, isolated_env, read_topic, settled, stop, wait_for
 

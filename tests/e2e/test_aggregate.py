@@ -22,9 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from scipy.stats import beta
 
 from schemas.events import Outcome, TrialVerdict
-from services.common.settings import Settings
-from services.common.status import processor_status
-from services.common.topics import Topic
+from services.cli.status import processor_status
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from tests.e2e.conftest import free_port
 from tests.support import ROOT, isolated_env, produce, publish_scenarios, read_topic, stop, wait_for
 from tests.unit.factories import scenario

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from services.common.admin import create_topics
-from services.common.outage import health_path, read_health
-from services.common.settings import Settings
+from services.contract.settings import Settings
+from services.kafka.admin import create_topics
+from services.runtime.outage import health_path, read_health
 from services.sink.store import Store
 from tests.e2e.conftest import PROCESSORS, Pipeline, free_port
 from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for

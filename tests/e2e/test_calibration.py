@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from schemas.events import ConversationFinished, Message, SessionPersisted
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from tests.calibration_sets import items, scenario_yaml, write_set
 from tests.e2e.conftest import PROCESSORS, Pipeline, running_pipeline
 from tests.support import produce, read_topic, wait_for

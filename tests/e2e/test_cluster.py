@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient
 
-from services.cli import WORKERS
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings
-from services.common.status import input_leaders
-from services.common.topics import Topic, topic_name
+from services.cli.status import input_leaders
+from services.contract.processors import WORKERS
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.kafka_client import kafka_client_kwargs
 from services.sink.store import Store
 from tests.e2e.conftest import Pipeline, assert_each_trial_once_as_expected, free_port
 from tests.own_kafka import OwnKafka, own_kafka
@@ -50,11 +50,11 @@ def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
     drawn at random from it: a worker started then exited 4 ("broker unreachable") and
     `passk status` said the same while two brokers answered (the cluster test's third gate
     worker, once in four runs). Each check below is made again and again in that window."""
-    from services.cli import refuse_unless_co_partitioned
-    from services.common.admin import partition_counts
-    from services.common.settings import get_settings
-    from services.common.status import processor_status
-    from services.common.topology import CO_PARTITIONED
+    from services.cli.main import refuse_unless_co_partitioned
+    from services.cli.status import processor_status
+    from services.contract.settings import get_settings
+    from services.contract.topology import CO_PARTITIONED
+    from services.kafka.admin import partition_counts
 
     with own_kafka(tmp_path / "kafka", brokers=3) as kafka:
         settings = Settings(  # type: ignore[call-arg]
@@ -222,7 +222,7 @@ def _all_running(pipeline: Pipeline) -> bool:
 
 
 def _members(settings: Settings, processors: list[str], at_least: int) -> bool:
-    from services.common.status import processor_status
+    from services.cli.status import processor_status
 
     return all(s.members >= at_least for s in processor_status(processors, settings))
 

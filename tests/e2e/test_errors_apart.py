@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from scipy.stats import beta
 
-from services.common.settings import Settings
+from services.contract.settings import Settings
 from tests.e2e.conftest import Pipeline, free_port, running_pipeline
 from tests.e2e.test_monitoring import Monitoring, Webhook, webhook  # noqa: F401 - fixture
 from tests.support import ROOT, wait_for

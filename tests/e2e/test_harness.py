@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from examples.agent.debrief import faults_for
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from services.harness.domain import trial_number
 from tests.e2e.conftest import Pipeline, free_port
 from tests.support import ROOT, isolated_env, read_topic, stop, wait_for

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli import WORKERS
+from services.contract.processors import WORKERS
 from tests.e2e.conftest import free_port, free_port_block
 from tests.support import ROOT, new_prefix
 

@@ -26,7 +26,7 @@ import yaml
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.topics import Topic, topic_name
+from services.contract.topics import Topic, topic_name
 from services.monitoring.dashboard import build as build_dashboard
 from services.monitoring.dashboard import queries as dashboard_queries
 from tests.e2e.conftest import PROCESSORS, Pipeline, free_port

@@ -20,8 +20,8 @@ import requests
 from google.protobuf import json_format
 
 from schemas.events import ConversationFinished, Message, SessionPersisted
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from services.replay.producer import TrafficProducer
 from tests.e2e.conftest import free_port, running_pipeline
 from tests.otel_agent import Agent, Trial, chat_server

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.topics import Topic
+from services.contract.topics import Topic
 from services.scenarios.loader import load_scenarios
 from tests.e2e.conftest import Pipeline
 from tests.e2e.figures import brute_force

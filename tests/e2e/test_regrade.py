@@ -13,8 +13,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from services.sink.store import Store
 from tests.e2e.conftest import running_pipeline
 from tests.support import ROOT, read_topic, wait_for

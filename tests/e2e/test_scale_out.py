@@ -5,9 +5,9 @@ its outcome, once, and the groups drain to zero lag.
 
 The three-broker test (`test_cluster.py`, opt-in, 20+ minutes) found survivors stalling on
 the partitions they took over: Faust recorded a rebalance's seek after the drain loop had
-already read from it (services/common/faust_fixes.py). That race needs a slow offset read
+already read from it (services/runtime/faust_fixes.py). That race needs a slow offset read
 during the rebalance, which a lost broker gave there and an idle one seldom gives here, so
-`tests/unit/common/test_faust_fixes_real.py` shows it deterministically; this is the same
+`tests/unit/runtime/test_faust_fixes_real.py` shows it deterministically; this is the same
 take-over through real processes, cheap enough for `make test` (about 2 minutes)."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-from services.common.kafka_client import kafka_client_kwargs
-from services.common.settings import Settings
-from services.common.status import processor_status
-from services.common.topics import PROCESSOR_INPUTS, topic_name
+from services.cli.status import processor_status
+from services.contract.settings import Settings
+from services.contract.topics import PROCESSOR_INPUTS, topic_name
+from services.kafka.kafka_client import kafka_client_kwargs
 from services.sink.store import Store
 from tests.e2e.conftest import PROCESSORS, assert_each_trial_once_as_expected, running_pipeline
 from tests.support import ROOT, wait_for

@@ -20,10 +20,10 @@ import pytest
 from kafka import KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
 
-from services.cli import WORKERS
-from services.common.kafka_client import EXIT_KAFKA_REFUSED, kafka_client_kwargs
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
+from services.contract.processors import WORKERS
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.kafka_client import EXIT_KAFKA_REFUSED, kafka_client_kwargs
 from tests.e2e.conftest import Pipeline, free_port, free_port_block
 from tests.own_kafka import OwnKafka, own_kafka
 from tests.support import ROOT, isolated_env, new_prefix, settled, stop, wait_for

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from services.cli import WORKERS
-from services.common.outage import health_path, read_health
-from services.common.settings import Settings
-from services.common.status import processor_status
+from services.cli.status import processor_status
+from services.contract.processors import WORKERS
+from services.contract.settings import Settings
+from services.runtime.outage import health_path, read_health
 from tests.support import ROOT, isolated_env, wait_for
 
 pytestmark = pytest.mark.e2e

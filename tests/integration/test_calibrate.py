@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from tests.calibration_sets import items, scenario_yaml, write_set
 from tests.e2e.conftest import free_port
 from tests.support import ROOT, isolated_env, read_topic, running

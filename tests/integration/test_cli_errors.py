@@ -155,7 +155,7 @@ def test_output_to_a_pipe_is_not_cut_at_80_columns() -> None:
 
 MEASURE_RSS = """
 import sys
-from services.cli import main
+from services.cli.main import main
 sys.argv = ["passk", *sys.argv[1:]]
 try:
     main()
@@ -226,7 +226,7 @@ def test_the_env_file_make_up_writes_is_0600_and_masks_every_password(tmp_path: 
     for url in ("postgresql://db/passk?user=u&password=hunter2", "postgresql://:hunter2@db/passk",
                 "postgresql+psycopg://u:hun%74er2@db/passk"):
         env = {**os.environ, "PASSK_DATABASE_URL": url, "KAFKA_SASL_PASSWORD": "hunter2"}
-        done = subprocess.run([sys.executable, "-m", "services.common.runfiles", "env", str(out)],
+        done = subprocess.run([sys.executable, "-m", "services.contract.runfiles", "env", str(out)],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         body = out.read_text()

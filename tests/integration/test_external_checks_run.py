@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.settings import Settings
+from services.contract.settings import Settings
 from services.sink.store import Store
 from tests.support import ROOT, isolated_env, running, settled, wait_for
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from services.common.codec import encode
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.codec import encode
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from tests.support import (
     ROOT,
     isolated_env,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from services.common.codec import encode
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.codec import encode
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from tests.support import isolated_env, produce, publish_scenarios, read_topic, running, wait_for
 from tests.unit.factories import conversation, scenario, session
 

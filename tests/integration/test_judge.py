@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from schemas.events import Message
-from services.common.codec import encode
-from services.common.settings import Settings
-from services.common.status import processor_status
-from services.common.topics import Topic
+from services.cli.status import processor_status
+from services.contract.codec import encode
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from services.judge.prompt import PROMPT_HASH
 from tests.support import (
     isolated_env,

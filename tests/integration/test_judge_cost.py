@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from schemas.events import Message
-from services.common.codec import encode
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.codec import encode
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from tests.integration.test_judge import answering, http_json, metric
 from tests.support import (
     ROOT,

@@ -8,9 +8,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 from prometheus_client import CollectorRegistry
 
-from services.common.lag import LagMetrics, LagMonitor
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.lag import LagMetrics, LagMonitor
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def test_a_processor_with_no_worker_running_is_shown_down(settings: Settings) ->
     import subprocess
     import sys
 
-    from services.common.status import processor_status
+    from services.cli.status import processor_status
     from tests.support import ROOT, isolated_env
 
     [gate] = processor_status(["gate"], settings)

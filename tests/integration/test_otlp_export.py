@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from schemas.events import ConversationFinished, GateResult, JudgeVerdict, Message, TrialVerdict
-from services.common.codec import encode
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.codec import encode
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from services.otlp.export import run_exporter
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.settings import OtlpSettings

@@ -10,12 +10,12 @@ import pytest
 from kafka import KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
-from services.scenarios.catalog import ScenarioCatalog, load_catalog, read_catalog
+from services.contract.scenario_records import decode_scenario
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.catalog import ScenarioCatalog, load_catalog, read_catalog
 from services.scenarios.loader import load_scenarios
 from services.scenarios.publish import publish_paths, publish_scenarios
-from services.scenarios.records import decode_scenario
 from tests.support import ROOT, isolated_env, read_topic
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from services.common.codec import encode
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.codec import encode
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from services.sink.store import Store
 from tests.integration.test_store_postgres import fresh_schema, postgres_url
 from tests.support import ROOT, isolated_env, produce, read_topic, running, settled, wait_for

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from schemas.events import Message
-from services.common.settings import Settings
+from services.contract.settings import Settings
 from services.sink.store import Store
 from tests.integration.test_sink import BACKENDS, database, passk, send
 from tests.support import isolated_env, running, settled, wait_for

@@ -17,10 +17,10 @@ from kafka import KafkaProducer
 from pydantic import BaseModel
 
 from schemas.events import ConversationFinished, DeadLetter, SessionPersisted, TrialVerdict
-from services.common.app import DeadLetters, make_app, raw_topic
-from services.common.codec import Rejection, decode, encode
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
+from services.contract.codec import Rejection, decode, encode
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
+from services.runtime.app import DeadLetters, make_app, raw_topic
 from tests.support import read_topic
 from tests.unit.schemas.samples import SAMPLES, sample
 

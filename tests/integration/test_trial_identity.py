@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.codec import encode
-from services.common.settings import Settings
-from services.common.topics import Topic
+from services.contract.codec import encode
+from services.contract.settings import Settings
+from services.contract.topics import Topic
 from tests.support import (
     free_ports,
     isolated_env,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from services.aggregate.windows import WindowSize, parse_windows, rfc3339
-from services.common.settings import Settings
+from services.contract.settings import Settings
 
 
 def ts(text: str) -> float:

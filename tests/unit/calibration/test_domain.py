@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schemas.events import JudgeCalibration, Label
 from services.calibration import domain
-from services.common.calibration import Bar, Matrix, calibration_event
+from services.grading.calibration import Bar, Matrix, calibration_event
 from tests.unit.factories import judge_verdict
 
 

@@ -64,7 +64,7 @@ def test_export_appends_only_new_items_with_their_transcripts(tmp_path: Path) ->
 
 def test_per_dimension_matrices_sum_the_judges_that_name_it() -> None:
     from services.calibration.calibrate import JudgeCalibrationResult, by_dimension
-    from services.common.calibration import Bar, Matrix, calibration_event
+    from services.grading.calibration import Bar, Matrix, calibration_event
 
     def result(judge: str, dim: str | None, m: Matrix) -> JudgeCalibrationResult:
         c = calibration_event(judge_id=judge, version=judge, matrix=m, bar=Bar(), source="set",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.cli import WORKERS
+from services.contract.processors import WORKERS
 
 ROOT = Path(__file__).resolve().parents[3]
 INFRA = ROOT / "infra"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.common.settings import PROJECT_ROOT, Settings
+from services.contract.settings import PROJECT_ROOT, Settings
 from services.monitoring.config import ALERTS, listen_address, render, rules, worker_ports
 
 INFRA = PROJECT_ROOT / "infra" / "prometheus"

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from services.common.db import engine_for
 from services.judge.cache import JudgeCacheEntry, VerdictCache, cache_key
+from services.storage.db import engine_for
 
 BASE = ("gpt-4o-mini", "0123456789abcdef", "The agent asked about parts.", "a" * 64)
 

@@ -8,11 +8,11 @@ from prometheus_client import CollectorRegistry
 
 from schemas.events import ConversationFinished, Message
 from schemas.scenario import JudgeSpec, Scenario
-from services.common.db import engine_for
 from services.judge.cache import VerdictCache
 from services.judge.client import JudgeClient, RetryPolicy
 from services.judge.grading import Grader
 from services.judge.metrics import JudgeMetrics
+from services.storage.db import engine_for
 from tests.unit.judge.conftest import StartStandin, standin_stats
 
 SCENARIO = Scenario(

@@ -12,7 +12,7 @@ from schemas.events import ConversationFinished, Message
 from schemas.patterns import PatternError, compile_pattern
 from schemas.scenario import Expectation, JudgeSpec
 from services.gate.expectations import check_expectation
-from services.judge import kinds
+from services.grading import kinds
 from services.judge.domain import deterministic_verdict
 from tests.unit.factories import conversation, scenario
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from services.cli import SERVERS, WORKERS, app
+from services.cli.main import app
+from services.contract.processors import SERVERS, WORKERS
 from tests.unit.otlp.spans import agent_trace, request
 from tests.unit.otlp.test_decode import _otlp_json
 

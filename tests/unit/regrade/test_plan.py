@@ -86,7 +86,7 @@ def test_partition_of_matches_kafka_pythons_default_partitioner() -> None:
 
 def test_prepare_says_why_a_trial_cannot_be_asked_for() -> None:
     from schemas.events import RegradeRequest
-    from services.common.codec import decode
+    from services.contract.codec import decode
     from services.regrade.plan import prepare
 
     conv = conversation("t1", session_id="s-t1")

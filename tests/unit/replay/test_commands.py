@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from services.cli import app
+from services.cli.main import app
 
 SCENARIO = """
 id: warranty-no-charge

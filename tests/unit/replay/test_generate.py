@@ -10,7 +10,7 @@ import pytest
 
 from schemas.events import ConversationFinished, SessionPersisted, count_turns
 from schemas.scenario import Scenario
-from services.common.codec import Rejection, decode
+from services.contract.codec import Rejection, decode
 from services.gate.expectations import check_expectation
 from services.gate.gates import exit_checks
 from services.replay.generate import (

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from services.common.settings import Settings
-from services.common.topics import Topic, topic_name
+from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
 from services.replay.producer import SendFailure
 from services.replay.replay import (
     Pacer,

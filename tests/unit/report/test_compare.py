@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from schemas.events import TrialMetrics
-from services.cli import app
-from services.common.estimators import pass_hat_k_interval
+from services.cli.main import app
+from services.grading.estimators import pass_hat_k_interval
 from services.report.compare import compare_runs
 from services.report.domain import build_report
 from services.sink.domain import trial_record

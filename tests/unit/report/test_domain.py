@@ -5,7 +5,7 @@ from math import comb
 import pytest
 
 from schemas.events import TrialMetrics
-from services.common.estimators import pass_hat_k_interval
+from services.grading.estimators import pass_hat_k_interval
 from services.report.domain import (
     EXIT_FAIL,
     EXIT_NOTHING_TO_GATE,

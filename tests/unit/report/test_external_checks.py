@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from schemas.events import ExternalCheckResult
-from services.cli import app
+from services.cli.main import app
 from services.report.compare import compare_runs
 from services.report.domain import build_report
 from services.sink.domain import trial_record

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from schemas.events import ScenarioReliability
-from services.common.estimators import ReliabilityTally
+from services.grading.estimators import ReliabilityTally
 from services.report.over_time import alert_condition, view, views
 from services.sink.domain import window_record
 from services.sink.store import Store

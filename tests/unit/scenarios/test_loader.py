@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.settings import PROJECT_ROOT
+from services.contract.settings import PROJECT_ROOT
 from services.scenarios.loader import (
     FILE_LEVEL,
     InvalidScenarios,

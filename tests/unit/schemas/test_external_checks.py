@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from schemas.events import MAX_EXTERNAL_CHECKS, ConversationFinished
-from services.common.codec import Rejection, decode, encode
+from services.contract.codec import Rejection, decode, encode
 from services.scenarios.loader import validate_paths
 from tests.unit.factories import conversation
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.calibration import CalibrationBook, GatingPolicy
+from services.grading.calibration import CalibrationBook, GatingPolicy
 from services.verdict import domain
 from tests.unit.factories import gate_result, judge_verdict, scenario
 
@@ -149,8 +149,8 @@ def test_the_verdict_carries_whose_exit_was_checked() -> None:
     assert verdict.outcome == "failed"
     assert (verdict.exit_reason, verdict.exit_source) == ("persona_exhausted", "session")
 def test_advisory_judges_are_recorded_and_never_fail_nor_error_a_trial() -> None:
-    from services.common.calibration import Bar, calibration_event, judge_version
-    from services.common.calibration import Matrix as M
+    from services.grading.calibration import Bar, calibration_event, judge_version
+    from services.grading.calibration import Matrix as M
 
     good = judge_version("covered_expected_topics", "a", "p", "m")
     book = CalibrationBook([calibration_event(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schemas.events import ExternalCheckResult
-from services.common.calibration import CalibrationBook, GatingPolicy
+from services.grading.calibration import CalibrationBook, GatingPolicy
 from services.verdict import domain
 from tests.unit.factories import gate_result, judge_verdict, scenario
 

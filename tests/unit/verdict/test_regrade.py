@@ -3,7 +3,7 @@ past the memory that drops repeats of the emitted attempt; older attempts are ig
 
 from __future__ import annotations
 
-from services.common.calibration import CalibrationBook, GatingPolicy
+from services.grading.calibration import CalibrationBook, GatingPolicy
 from services.verdict import domain
 from tests.unit.factories import gate_result, judge_verdict, scenario
 

@@ -1,0 +1,5 @@
+"""`python -m services.cli`: the same as the `passk` console script."""
+
+from services.cli.main import main
+
+main()

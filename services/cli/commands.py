@@ -1,0 +1,138 @@
+"""`passk topics ...`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from services.contract.exits import BROKER_WAIT, UsageError, console, require_broker
+from services.contract.processors import SERVERS, WORKERS
+
+
+def register(app: typer.Typer) -> None:
+    topics = typer.Typer(help="Kafka topics passk uses.", no_args_is_help=True)
+
+    @topics.command("create")
+    def create(wait: float | None = BROKER_WAIT) -> None:
+        """Create every passk topic that does not exist yet (idempotent)."""
+        from services.kafka.admin import create_topics
+
+        require_broker(wait)
+        table = Table("topic", "partitions", "status")
+        for status in create_topics():
+            state = "created" if status.created else "exists"
+            table.add_row(status.name, str(status.partitions), state)
+        console().print(table)
+
+    app.add_typer(topics, name="topics")
+
+    supervise = typer.Typer(help="Running the workers under supervisord.", no_args_is_help=True)
+
+    @supervise.command("config")
+    def supervise_config(
+        out: Path = typer.Option(..., help="where to write the supervisord configuration"),
+        log_dir: Path = typer.Option(..., help="the workers' and supervisord's logs"),
+        metrics_base: int = typer.Option(9464, help="worker i serves /metrics on base+i"),
+        standin_port: int = typer.Option(0, help="also supervise the judge stand-in on this port"),
+        agent_port: int = typer.Option(0, help="also supervise the reference product "
+                                                "(examples/agent) on this port"),
+        only: str = typer.Option("", help="comma-separated workers (default: every worker)"),
+        kafka_secrets: Path | None = typer.Option(
+            None, help="a secured broker's secrets directory (var/kafka/secrets): each "
+                       "worker connects as its own user, passk-<worker>"),
+    ) -> None:
+        """Write supervisord's configuration for every worker in
+        services.contract.processors.WORKERS and SERVERS (readable by its owner only: with
+        --kafka-secrets it holds the workers' passwords)."""
+        supervised = WORKERS + SERVERS
+        from services.cli.supervise import (
+            Program,
+            passk_executable,
+            supervisord_conf,
+            worker_programs,
+            write_private,
+        )
+        from services.kafka.kafka_users import UnknownKafkaUser
+
+        passk = passk_executable()
+        chosen = [w.strip() for w in only.split(",") if w.strip()]
+        if unknown := set(chosen) - set(supervised):
+            raise typer.BadParameter(f"unknown workers: {', '.join(sorted(unknown))}")
+        if kafka_secrets is not None and not (kafka_secrets / "users.json").is_file():
+            raise UsageError(f"--kafka-secrets {kafka_secrets}: no users.json there (made "
+                             "by a kafka-up with PASSK_KAFKA_SECURITY=sasl_ssl)")
+        try:  # ports stay base + index in WORKERS whichever are chosen
+            programs = [p for p in worker_programs(supervised, passk, metrics_base,
+                                                   kafka_secrets.resolve() if kafka_secrets
+                                                   else None)
+                        if not chosen or p.name in chosen]
+        except UnknownKafkaUser as exc:
+            raise UsageError(str(exc)) from None
+        if standin_port:
+            programs.insert(0, Program("judge-standin", f"{passk} judge-standin --host "
+                                       f"127.0.0.1 --port {standin_port}", {}))
+        if agent_port:
+            import sys
+
+            # The fault plan comes from PASSK_AGENT_FAULTS, which supervisord passes on.
+            db = (out.parent.parent / "agent" / "agent.db").resolve()
+            programs.insert(0, Program("example-agent", f"{sys.executable} -m "
+                                       f"examples.agent.server --host 127.0.0.1 --port "
+                                       f"{agent_port} --db {db}", {"PYTHONUNBUFFERED": "1"}))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        write_private(out, supervisord_conf(programs, run_dir=out.parent.resolve(),
+                                            log_dir=log_dir.resolve(), cwd=Path.cwd()))
+        typer.echo(str(out))
+
+    @supervise.command("workers")
+    def supervise_workers() -> None:
+        """Print the workers, comma-separated (what `passk status` checks after `make up`)."""
+        typer.echo(",".join(WORKERS))
+
+    app.add_typer(supervise, name="supervise")
+
+    @app.command()
+    def status(
+        wait: float | None = BROKER_WAIT,
+        processors: str = typer.Option(
+            "", help="comma-separated processors to show (default: every worker)"
+        ),
+    ) -> None:
+        """Show each processor's consumer group (state, members, lag), its restarts,
+        whether it is degraded (cannot reach the broker or the store) or down (its
+        supervisor says it is not running, or its group has no member), stalled (its live
+        process has written no heartbeat for 30 s), and which broker leads each partition
+        of its inputs. --wait also waits that long for every processor to be healthy.
+        Exit 1 when any is not ready, down, stalled or degraded; 4 when the broker does
+        not answer within --wait (default PASSK_BROKER_WAIT_S)."""
+        import time
+
+        from services.cli.status import input_leaders, processor_status
+
+        names = [p.strip() for p in processors.split(",") if p.strip()] or list(WORKERS)
+        deadline = time.monotonic() + (wait or 0)
+        require_broker(wait)
+        while True:
+            statuses = processor_status(names)
+            if all(s.healthy for s in statuses) or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        table = Table("processor", "consumer group", "state", "members", "lag", "restarts",
+                      "health", "member ids")
+        for s in statuses:
+            table.add_row(s.processor, s.group, s.state, str(s.members),
+                          "-" if s.lag is None else str(s.lag),
+                          "-" if s.restarts is None else str(s.restarts), s.health,
+                          "\n".join(s.member_names))
+        out = console()
+        out.print(table)
+        leaders = Table("input topic", "partition", "leader broker", "in-sync replicas")
+        for p in input_leaders(names):
+            leaders.add_row(p.topic, str(p.partition), "none" if p.leader is None else
+                            str(p.leader), ",".join(map(str, p.in_sync)))
+        out.print(leaders)
+        if not all(s.healthy for s in statuses):  # not ready, down, stalled or degraded
+            raise typer.Exit(1)

@@ -1,0 +1,156 @@
+"""The `passk` command line. Each service contributes its commands through `register`."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from services.contract.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
+from services.contract.processors import SERVERS, WORKERS
+
+app = typer.Typer(
+    name="passk",
+    help="passk: grade agent trials with binary judges and outcome gates; pass@k and pass^k.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    # Plain help text: rich markup would swallow `[[fail:<judge_id>]]` and the like.
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"passk {version('passk')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    pass
+
+# Modules that add commands: each defines `register(app: typer.Typer) -> None`.
+COMMAND_MODULES = (
+    "services.cli.commands",
+    "services.replay.commands",
+    "services.scenarios.commands",
+    "services.judge.commands",
+    "services.report.wait",
+    "services.report.commands",
+    "services.report.windows",
+    "services.regrade.commands",
+    "services.calibration.commands",
+    "services.harness.commands",
+    "services.otlp.commands",
+)
+
+
+@app.command()
+def worker(
+    service: str = typer.Argument(..., help=f"one of: {', '.join(WORKERS + SERVERS)}"),
+    loglevel: str = typer.Option(None, "--loglevel", "-l", help="crit|error|warn|info|debug"),
+) -> None:
+    """Run one stream processor (a Faust worker in its own consumer group)."""
+    from services.contract.settings import get_settings
+
+    if service not in WORKERS + SERVERS:
+        raise typer.BadParameter(
+            f"unknown service {service!r}; choose from {', '.join(WORKERS + SERVERS)}")
+    from services.kafka.admin import create_topics_retrying
+
+    # Idempotent; the worker's inputs, outputs and table changelogs must exist before
+    # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
+    statuses = create_topics_retrying()
+    refuse_unless_co_partitioned(service)
+    if statuses and not get_settings().topic_replication:
+        # Faust creates its own leader topic: replicate it like ours on this cluster.
+        os.environ["PASSK_TOPIC_REPLICATION"] = str(statuses[0].replication)
+        get_settings.cache_clear()
+    from services.runtime.outage import health, health_path
+
+    # Counted per start, so `passk status` shows how often a supervisor restarted it.
+    health().path = health_path(get_settings().data_dir, service)
+    health().started(service)
+    module = importlib.import_module(f"services.{service}.app")
+    level = loglevel or get_settings().log_level
+    sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]
+    # At WARN and above Faust's worker sets the root logger to DEBUG for its terminal
+    # spinner, so every debug call in Faust and aiokafka built a record that the handler
+    # then dropped (7 % of the aggregate's profile). No spinner: the level stays as set.
+    import faust.worker
+
+    faust.worker.Worker._setup_spinner_handler = lambda self, logger, level: None  # type: ignore[method-assign]
+    module.app.main()
+
+
+def refuse_unless_co_partitioned(service: str) -> None:
+    """A join by key is only right when every joined topic has the same partition count."""
+    from services.contract.topics import topic_name
+    from services.contract.topology import CO_PARTITIONED, co_partitioning_problem
+    from services.kafka.admin import partition_counts
+
+    topics = CO_PARTITIONED.get(service, ())
+    if not topics:
+        return
+    import time
+
+    names = [topic_name(t) for t in topics]
+    deadline = time.monotonic() + 60
+    counts = partition_counts(names)
+    # Topics created a moment ago may not be in every broker's metadata yet.
+    while len(counts) < len(names) and time.monotonic() < deadline:
+        time.sleep(1.0)
+        counts = partition_counts(names)
+    problem = co_partitioning_problem(service, {t: counts.get(topic_name(t)) for t in topics})
+    if problem:
+        typer.echo(f"passk worker {service}: refusing to start: {problem}", err=True)
+        raise typer.Exit(2)
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    """Run a command; what it lets escape becomes a one-line error and an exit code
+    (services/contract/exits.py), never a traceback, unless it is a bug. Kafka refusing our
+    credentials or rights is told apart from a broker that is down: exit 5."""
+    from services.kafka.kafka_client import (
+        EXIT_KAFKA_REFUSED,
+        refusal_message,
+        watch_authentication,
+    )
+
+    watch = watch_authentication()
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        refused = refusal_message(exc, watch)
+        if refused is not None:
+            say_error(refused)
+            sys.exit(EXIT_KAFKA_REFUSED)
+        answer = classify(exc)
+        if answer is None:
+            raise
+        code, message = answer
+        say_error(message)
+        sys.exit(int(code))
+
+
+assert ExitCode.USAGE == 2  # click's own usage errors exit 2: the table agrees with it
+
+
+if __name__ == "__main__":
+    main()

@@ -1,1 +1,0 @@
-"""The small core every processor shares: settings, topics, codec, app factory."""

@@ -1,0 +1,4 @@
+"""What every part of passk agrees on, with no behaviour of its own: settings, topic names
+and configs, the topology, the codec, the dead-letter record, event-time bounds, masking,
+exit codes, the files `make up` leaves behind, and the list of processors. Imports only
+`schemas` (the event and scenario models live there)."""

@@ -1,0 +1,195 @@
+"""How every `passk` command ends: one exit code per kind of answer, one clear line on stderr,
+never a traceback for a broker or store that is down or a setting that is malformed.
+
+| code | `ExitCode`         | meaning                                                        |
+|------|--------------------|----------------------------------------------------------------|
+| 0    | `OK`               | done; the answer is yes                                        |
+| 1    | `NO`               | the answer is no (gate failed, not settled, timed out, wrong)  |
+| 2    | `USAGE`            | usage error: bad arguments, invalid files, malformed settings  |
+| 3    | `NOTHING_TO_JUDGE` | nothing to judge: the run has no trials, no valid line to send |
+| 4    | `UNREACHABLE`      | infrastructure unreachable: the Kafka broker or the database   |
+| 5    | `KAFKA_REFUSED`    | Kafka refused us: wrong SASL credentials, or outside our ACLs  |
+
+Using it from a command (new commands need nothing else):
+
+- raise `CliError("what went wrong", ExitCode.NO)` (or `Unreachable(...)`,
+  `NothingToJudge(...)`, `UsageError(...)`): `services.cli.main` prints `error: <message>`
+  on stderr and exits with the code;
+- let a Kafka, SQLAlchemy or settings exception escape: `main` maps it with `classify`
+  (unreachable broker or database -> 4, malformed URL or setting -> 2);
+- take `wait: float | None = BROKER_WAIT` (the one `--wait`) and call `require_broker(wait)`
+  before the first Kafka client: it answers "unreachable"
+  within `wait_s` (`--wait`, else `PASSK_BROKER_WAIT_S`) instead of kafka-python's 30 s
+  bootstrap timeout, and returns at once when the broker listens.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+import time
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+# typer vendors click; its ClickException is what typer's main loop reports and exits on.
+from typer._click.exceptions import ClickException
+
+from services.contract.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    NO = 1
+    USAGE = 2
+    NOTHING_TO_JUDGE = 3
+    UNREACHABLE = 4
+    KAFKA_REFUSED = 5  # see services.kafka.kafka_client.refusal_message
+
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 the answer is no (gate failed, not ready, timed out); 2 usage "
+    "error; 3 nothing to judge (no trials); 4 broker or database unreachable; 5 Kafka "
+    "refused our credentials or an operation outside our ACLs."
+)
+
+
+class CliError(ClickException):
+    """A command's answer that is not a plain success: a message and its exit code.
+
+    A ClickException, so typer itself (and its CliRunner in tests) prints it with `show`
+    and exits with `exit_code`; `services.cli.main` maps what is not one (`classify`)."""
+
+    code: ExitCode = ExitCode.NO
+
+    def __init__(self, message: str, code: ExitCode | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.exit_code = int(self.code)
+
+    def show(self, file: Any = None) -> None:
+        say_error(self.message)
+
+
+class UsageError(CliError):
+    code = ExitCode.USAGE
+
+
+class NothingToJudge(CliError):
+    code = ExitCode.NOTHING_TO_JUDGE
+
+
+class Unreachable(CliError):
+    code = ExitCode.UNREACHABLE
+
+
+# The one `--wait` of every command that talks to the broker (pass it to require_broker).
+BROKER_WAIT: Any = typer.Option(
+    None, "--wait", min=0,
+    help="wait at most this many seconds for the Kafka broker before exit 4 "
+         "(default PASSK_BROKER_WAIT_S)",
+)
+
+
+def _brokers(bootstrap: str) -> list[tuple[str, int]]:
+    out = []
+    for part in bootstrap.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(
+                f"KAFKA_BOOTSTRAP_SERVERS={bootstrap!r}: expected host:port[,host:port...]"
+            )
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def require_broker(wait_s: float | None = None, settings: Settings | None = None) -> None:
+    """Return once a bootstrap broker accepts a connection; raise Unreachable after
+    `wait_s` seconds (at least one attempt is made, each bounded to 2 s)."""
+    settings = settings or get_settings()
+    wait_s = settings.broker_wait_s if wait_s is None else wait_s
+    brokers = _brokers(settings.kafka_bootstrap_servers)
+    deadline = time.monotonic() + wait_s
+    last: OSError | None = None
+    while True:
+        for host, port in brokers:
+            remaining = max(deadline - time.monotonic(), 0.2)
+            try:
+                socket.create_connection((host, port), timeout=min(remaining, 2.0)).close()
+                return
+            except OSError as exc:
+                last = exc
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+    raise Unreachable(
+        f"no Kafka broker answers at {settings.kafka_bootstrap_servers} "
+        f"(waited {wait_s:g} s; {last}). Start it with `make kafka-up` or set "
+        "KAFKA_BOOTSTRAP_SERVERS."
+    )
+
+
+# kafka-python's names for "no broker answered" (some exist only in some versions).
+_KAFKA_UNREACHABLE = (
+    "NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError", "BrokerNotAvailableError",
+    "NodeNotReadyError", "RequestTimedOutError",
+)
+
+
+def classify(exc: BaseException) -> tuple[ExitCode, str] | None:
+    """The exit code and message for an exception a command let escape; None: a bug."""
+    if isinstance(exc, CliError):
+        return exc.code, str(exc)
+    from kafka import errors as kafka_errors
+    from pydantic import ValidationError
+    from sqlalchemy.exc import ArgumentError, InterfaceError, NoSuchModuleError, OperationalError
+
+    unreachable = tuple(
+        getattr(kafka_errors, name) for name in _KAFKA_UNREACHABLE if hasattr(kafka_errors, name)
+    )
+    if isinstance(exc, unreachable):
+        bootstrap = _bootstrap()
+        return ExitCode.UNREACHABLE, f"the Kafka broker at {bootstrap} is unreachable ({exc})"
+    if isinstance(exc, ArgumentError | NoSuchModuleError):
+        return ExitCode.USAGE, f"PASSK_DATABASE_URL (or --database-url) is not usable: {exc}"
+    if isinstance(exc, OperationalError | InterfaceError):
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        return ExitCode.UNREACHABLE, f"the database is unreachable: {detail}"
+    if isinstance(exc, ValidationError) and exc.title == "Settings":
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        return ExitCode.USAGE, f"invalid setting: {problems}"
+    if isinstance(exc, ConnectionError):
+        return ExitCode.UNREACHABLE, f"a connection failed: {exc}"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return ExitCode.USAGE, f"the port is already in use ({exc}); choose another with --port"
+    return None
+
+
+def _bootstrap() -> str:
+    try:
+        return get_settings().kafka_bootstrap_servers
+    except Exception:  # the settings themselves may be what is broken
+        return "KAFKA_BOOTSTRAP_SERVERS"
+
+
+def say_error(message: str) -> None:
+    """One line on stderr; plain text, so a pipe or a log keeps it whole."""
+    print(f"error: {message}", file=sys.stderr)
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich Console for command output. Not a terminal (a pipe, a file, CI): wide, so
+    tables and messages are not cut at rich's default of 80 columns."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=stream, width=None if stream.isatty() else 1000, soft_wrap=False)

@@ -1,0 +1,105 @@
+"""Creating passk's topics (idempotent) with kafka-python's admin client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from services.contract.settings import Settings, get_settings
+from services.contract.topics import TOPIC_SPECS, partitions_for, topic_configs, topic_name
+from services.kafka.kafka_client import kafka_client_kwargs, retrying
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TopicStatus:
+    name: str
+    partitions: int
+    created: bool  # False: it already existed
+    replication: int = 1
+
+
+def replication_for(brokers: int, configured: int = 0) -> int:
+    """Replicas per partition: the setting when given, else every broker up to three."""
+    return configured or max(1, min(3, brokers))
+
+
+def min_insync_for(replication: int) -> int:
+    """With three replicas a write needs two (one broker may be lost); with fewer, one."""
+    return 2 if replication >= 3 else 1
+
+
+def cluster_brokers(admin: KafkaAdminClient) -> int:
+    return len(admin.describe_cluster().get("brokers") or []) or 1
+
+
+def topic_replication(settings: Settings | None = None) -> int:
+    """The replication passk uses on this cluster (asks the broker when the setting is 0)."""
+    settings = settings or get_settings()
+    if settings.topic_replication:
+        return settings.topic_replication
+    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+    try:
+        return replication_for(cluster_brokers(admin))
+    finally:
+        admin.close()
+
+
+def create_topics_retrying(settings: Settings | None = None,
+                           deadline_s: float = 120.0) -> list[TopicStatus]:
+    """create_topics, retried while the failure is one a cluster recovers from by itself
+    (a broker just lost and still in the metadata, a leader moving)."""
+    return retrying(lambda: create_topics(settings), deadline_s=deadline_s)
+
+
+def create_topics(settings: Settings | None = None) -> list[TopicStatus]:
+    settings = settings or get_settings()
+    admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+    try:
+        replication = replication_for(cluster_brokers(admin), settings.topic_replication)
+        durability = {"min.insync.replicas": str(min_insync_for(replication))}
+        existing = set(admin.list_topics())
+        statuses: list[TopicStatus] = []
+        for spec in TOPIC_SPECS:
+            name = topic_name(spec.topic, settings)
+            parts = partitions_for(spec, settings)
+            if name in existing:
+                statuses.append(TopicStatus(name, parts, False, replication))
+                continue
+            configs = {**topic_configs(spec, settings), **durability}
+            try:
+                admin.create_topics([NewTopic(name, parts, replication, topic_configs=configs)])
+                statuses.append(TopicStatus(name, parts, True, replication))
+            except TopicAlreadyExistsError:  # created concurrently by another caller
+                statuses.append(TopicStatus(name, parts, False, replication))
+        return statuses
+    finally:
+        admin.close()
+
+
+def ask_admin(settings: Settings, question: Callable[[KafkaAdminClient], T]) -> T:
+    """question(admin) on an admin client of its own, closed after; asked again, on a
+    fresh client, while Kafka marks the failure retriable (`retrying`: a broker just lost
+    is still listed in the metadata each new client starts from)."""
+    def ask() -> T:
+        admin = KafkaAdminClient(**kafka_client_kwargs(settings))
+        try:
+            return question(admin)
+        finally:
+            admin.close()
+
+    return retrying(ask)
+
+
+def partition_counts(names: list[str], settings: Settings | None = None) -> dict[str, int]:
+    """How many partitions each of these topics has on the broker (absent: not listed)."""
+    described = ask_admin(settings or get_settings(), lambda admin: admin.describe_topics(names))
+    return {t["name"]: len(t.get("partitions") or ()) for t in described
+            if not t.get("error_code")}
+

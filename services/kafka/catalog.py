@@ -1,0 +1,147 @@
+"""The scenario catalog: every processor's view of the compacted scenarios topic.
+
+Inside a Faust worker:
+
+    catalog = ScenarioCatalog(settings)
+
+    @app.task
+    async def load_scenarios() -> None:
+        await catalog.ready()          # caught up with the topic as it was at start
+
+    scenario = catalog.get(event.scenario_id)                 # latest
+    scenario = catalog.get(ref.scenario_id, ref.scenario_version)
+
+The catalog reads with its own group-less consumer (no offsets committed, all
+partitions assigned), so every worker sees every scenario whatever partitions its
+Faust consumer group gave it. CLIs use the synchronous `load_catalog`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiokafka.errors import KafkaError
+from kafka import KafkaConsumer, TopicPartition
+
+from schemas.scenario import Scenario
+from services.contract.scenario_records import CatalogState
+from services.contract.settings import Settings, get_settings
+from services.contract.topics import Topic, topic_name
+from services.kafka.follower import TopicFollower
+from services.kafka.kafka_client import kafka_client_kwargs
+
+log = logging.getLogger(__name__)
+
+
+class CatalogUnavailable(RuntimeError):
+    """The scenarios topic cannot be read (missing topic, broker down past the deadline)."""
+
+
+def _where(record: Any) -> str:
+    return f"at {record.topic}[{record.partition}]@{record.offset} "
+
+
+class ScenarioCatalog(TopicFollower):
+    def __init__(self, settings: Settings | None = None) -> None:
+        settings = settings or get_settings()
+        # `publish` writes a set in one transaction: an aborted set is never read.
+        super().__init__(topic_name(Topic.SCENARIOS, settings), settings,
+                         label="scenario-catalog", isolation_level="read_committed")
+        self._state = CatalogState()
+        self._changed = asyncio.Event()
+
+    def on_record(self, record: Any) -> None:
+        self._state.apply(record.key, record.value, where=_where(record))
+
+    def on_batch(self) -> None:
+        # Wake whoever waits for a scenario, then arm a fresh event for the next batch.
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def ready(self, timeout: float = 60.0) -> None:
+        """Start once; return when every record present at start has been read."""
+        async with self._lock:
+            if self.started:
+                return
+            try:
+                await self._start(timeout)
+            except (TimeoutError, OSError, KafkaError) as exc:
+                raise CatalogUnavailable(
+                    f"cannot read scenarios from {self.topic} ({type(exc).__name__}: {exc}); "
+                    "does the topic exist (`passk topics create`) and does the broker answer?"
+                ) from exc
+            log.info("scenario catalog caught up: %d scenario(s)", len(self._state.latest()))
+
+    # ---------------------------------------------------------------- queries
+
+    @property
+    def is_ready(self) -> bool:
+        return self.started
+
+    def get(self, scenario_id: str, version: str | None = None) -> Scenario | None:
+        """The scenario (latest when version is None), or None if never seen."""
+        return self._state.get(scenario_id, version)
+
+    def latest(self) -> dict[str, Scenario]:
+        return self._state.latest()
+
+    async def wait_for(
+        self, scenario_id: str, version: str | None = None, *, timeout: float
+    ) -> Scenario | None:
+        """Like `get`, but waits up to `timeout` s for a scenario published moments ago."""
+        deadline = time.monotonic() + timeout
+        while True:
+            changed = self._changed
+            found = self.get(scenario_id, version)
+            remaining = deadline - time.monotonic()
+            if found is not None or remaining <= 0:
+                return found
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                return self.get(scenario_id, version)
+
+
+# -------------------------------------------------------------- sync, for CLIs
+
+
+def read_catalog(settings: Settings | None = None, *, timeout: float = 30.0) -> CatalogState:
+    """Read the whole scenarios topic (up to its end at the time of the call)."""
+    settings = settings or get_settings()
+    name = topic_name(Topic.SCENARIOS, settings)
+    consumer = KafkaConsumer(
+        **kafka_client_kwargs(settings),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",  # an aborted publish is never read
+    )
+    state = CatalogState()
+    try:
+        partitions = consumer.partitions_for_topic(name)
+        if not partitions:
+            raise CatalogUnavailable(
+                f"the scenarios topic {name} does not exist; run `passk topics create`"
+            )
+        tps = [TopicPartition(name, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise CatalogUnavailable(f"timed out reading {name} after {timeout:g} s")
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    state.apply(record.key, record.value, where=_where(record))
+        return state
+    finally:
+        consumer.close()
+
+
+def load_catalog(settings: Settings | None = None) -> dict[str, Scenario]:
+    """The latest version of every published scenario, by id."""
+    return read_catalog(settings).latest()

@@ -1,0 +1,267 @@
+"""The Faust app factory: every processor is built the same way from the settings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import faust
+from aiokafka.errors import KafkaError as AIOKafkaError
+from kafka.errors import KafkaError
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+import services.runtime.faust_controller  # noqa: F401 - asks a live broker for the controller
+import services.runtime.faust_fixes  # noqa: F401 - patches faust's consumer on import
+import services.runtime.faust_flush  # noqa: F401 - patches faust's flush before a commit
+from services.contract.codec import Rejection
+from services.contract.settings import Settings, get_settings
+from services.contract.topics import Topic, partitions_for, spec_for, topic_name
+from services.kafka.lag import LagMonitor, lag_metrics
+from services.runtime.credentials import faust_broker_credentials
+from services.runtime.faust_fetch import set_fetch  # patches faust's consumer, on import
+
+if TYPE_CHECKING:
+    from services.kafka.catalog import ScenarioCatalog
+
+log = logging.getLogger(__name__)
+
+# Failures of the infrastructure, not of the record: they are not the record's fault, so
+# they are never turned into dead letters (the outage handling retries or restarts).
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
+    AIOKafkaError, KafkaError, OperationalError, InterfaceError, ConnectionError,
+)
+
+
+def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0,
+             fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 1500) -> faust.App:
+    """One Faust app per processor; its id (prefix + name) is its consumer group.
+    `linger_ms`: how long the producer gathers records into one request (for a processor
+    that never awaits a single send, only the flush before each commit).
+    `fetch_min_bytes`, `fetch_max_wait_ms`: how much the broker gathers, or how long it
+    waits, before it answers a fetch (services/runtime/faust_fetch.py); Faust's own are
+    1 byte and 1.5 s."""
+    settings = settings or get_settings()
+    # Per app id (prefix + name): the RocksDB tables here (services.runtime.graded) belong
+    # to one set of topics, and their stored changelog offsets mean nothing to another.
+    datadir = settings.data_dir / "faust" / f"{settings.topic_prefix}{name}"
+    datadir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
+    app = faust.App(
+        f"{settings.topic_prefix}{name}",
+        broker=f"kafka://{settings.kafka_bootstrap_servers}",
+        store="memory://",  # tables are rebuilt from their changelog topics on start
+        topic_partitions=settings.topic_partitions,
+        # What Faust creates itself (its leader topic) is replicated like ours; `passk
+        # worker` resolves 0 (auto) from the cluster before the app is built.
+        topic_replication_factor=settings.topic_replication or 1,
+        broker_credentials=faust_broker_credentials(settings),
+        web_enabled=False,
+        # Commit every second: a worker killed mid-stream then reprocesses little, and the
+        # processors' idempotency (deterministic event ids, keyed tables) drops repeats.
+        # Not also every 100 records: Faust's reading loop awaits a count-triggered commit
+        # inline (producer flush, then the offset commit's round trip), and with batches
+        # of up to PASSK_BATCH_MAX records that stalled reading after nearly every batch.
+        broker_commit_every=10_000,
+        # At most this many records per fetch handed to the stream (Faust's default: all
+        # that were fetched, up to 1 MiB per partition, parsed at once): it bounds what a
+        # worker holds in RAM between the broker and its agent, and how far a join reads
+        # past the moment its flow control pauses an input (services/runtime/flow.py).
+        broker_max_poll_records=500,
+        broker_commit_interval=1.0,
+        producer_acks=-1,
+        producer_linger_ms=linger_ms,
+        # Up to passk's broker limit (message.max.bytes 4 MiB): a dead letter carries an
+        # input in base64, a third larger than the input (see deadletter.MAX_KEPT_BYTES).
+        producer_max_request_size=4_000_000,
+        table_cleanup_interval=30.0,
+        consumer_auto_offset_reset="earliest",
+        # A worker that dies is noticed within 15 s (not faust's 60 s), so its partitions
+        # move to a live worker, or to its own restart, that much sooner.
+        broker_session_timeout=15.0,
+        broker_heartbeat_interval=3.0,
+        datadir=str(datadir),
+    )
+    if (fetch_min_bytes, fetch_max_wait_ms) != (1, 1500):
+        set_fetch(app, fetch_min_bytes, fetch_max_wait_ms)
+    return app
+
+
+def raw_inputs(app: faust.App, *topics: Topic, settings: Settings | None = None) -> faust.TopicT:
+    """One agent's inputs: several co-partitioned topics of raw bytes, read as one stream."""
+    settings = settings or get_settings()
+    return app.topic(
+        *(topic_name(t, settings) for t in topics),
+        key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+    )
+
+
+BROKER_WATCH_S = 5.0
+
+
+class Delivery:
+    """Sending an agent's outputs so that an outage longer than the producer's own retry
+    budget (Faust's producer_request_timeout) delays them instead of crashing the agent:
+    a send that fails is sent again after a backoff, with the same event id (consumers
+    drop repeats). The record being handled is not acked meanwhile."""
+
+    def __init__(self, processor: str) -> None:
+        from services.runtime.outage import BROKER, Dependency
+
+        self.broker = Dependency(BROKER, f"{processor}: delivering outputs")
+
+    async def __call__(self, topic: faust.TopicT, key: bytes | None, value: bytes) -> None:
+        async def send() -> None:
+            fut = await topic.send(key=key, value=value)
+            await fut
+
+        await self.broker.call("send", send)
+
+
+async def broker_reachable(bootstrap: str, timeout: float = 3.0) -> None:
+    """Raises OSError unless some bootstrap address accepts a TCP connection."""
+    last: OSError = OSError(f"no bootstrap address in {bootstrap!r}")
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        except (OSError, TimeoutError, ValueError) as exc:
+            last = exc if isinstance(exc, OSError) else OSError(str(exc) or "timed out")
+            continue
+        writer.close()
+        return
+    raise last
+
+
+def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None):  # type: ignore[no-untyped-def]
+    """What every worker runs beside its agents: /metrics when a port is set, with its
+    consumer lag read from the broker, and the scenario catalog's consumer closed on
+    shutdown."""
+
+    @app.task
+    async def start_metrics() -> None:
+        from services.runtime.metrics import serve_metrics
+
+        serve_metrics(settings.metrics_port, host=settings.metrics_host)
+
+    @app.task
+    async def restore_log_level() -> None:
+        # faust's worker sets the root logger to DEBUG for its start-up spinner and leaves
+        # it there, so every debug call of faust and aiokafka built a record that the
+        # handlers then dropped (5 % of a busy gate's samples, py-spy). The level asked for
+        # (--loglevel) is the one faust gave the root's first handler.
+        handlers = logging.root.handlers
+        if handlers and handlers[0].level > logging.DEBUG:
+            logging.root.setLevel(handlers[0].level)
+
+    from services.runtime.outage import BROKER, HEARTBEAT_S, Dependency, health, outage_metrics
+
+    outage_metrics()  # every worker exports the heartbeat gauge from its first scrape on
+
+    @app.task
+    async def first_heartbeat() -> None:  # a timer's first call is an interval late
+        health().beat(outage_metrics())
+
+    @app.timer(interval=HEARTBEAT_S)
+    async def heartbeat() -> None:
+        # Run by the event loop, so a stopped process or a blocked loop goes quiet, and
+        # `passk status` (and an alert on the gauge) calls it stalled.
+        health().beat(outage_metrics())
+
+    # Faust's own clients reconnect by themselves; this only makes an outage visible
+    # (passk_degraded, the health file) in every worker, not only those with timers.
+    broker = Dependency(BROKER, f"{app.conf.id}: connecting", max_backoff_s=5.0)
+
+    @app.timer(interval=BROKER_WATCH_S)
+    async def watch_broker() -> None:
+        try:
+            await broker_reachable(settings.kafka_bootstrap_servers)
+        except OSError as exc:
+            broker.failed("connect", exc)
+        else:
+            broker.succeeded()
+
+    # make_app names the consumer group prefix + processor; the lag is that group's.
+    lag = LagMonitor(app.conf.id[len(settings.topic_prefix):], settings, lag_metrics())
+
+    @app.timer(settings.lag_interval_s)
+    async def export_lag() -> None:
+        if settings.metrics_port:
+            await asyncio.get_running_loop().run_in_executor(None, lag.poll)
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
+    async def close_lag(sender: faust.App, **_: object) -> None:
+        lag.close()
+
+    if catalog is not None:
+
+        @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
+        async def close_catalog(sender: faust.App, **_: object) -> None:
+            await catalog.stop()
+
+
+def raw_topic(app: faust.App, topic: Topic, settings: Settings | None = None) -> faust.TopicT:
+    """A topic of raw bytes: decoding (and dead-lettering) happens in our code, not Faust's."""
+    settings = settings or get_settings()
+    spec = spec_for(topic)
+    return app.topic(
+        topic_name(topic, settings),
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions_for(spec, settings),
+        internal=False,
+    )
+
+
+class DeadLetters:
+    """A processor's way out for what it cannot use: the original message, whole, with
+    where it came from and why, to the dead-letter topic; counted; then the stream goes on."""
+
+    def __init__(self, app: faust.App, processor: str, settings: Settings | None = None):
+        self.topic = raw_topic(app, Topic.DEAD_LETTERS, settings)
+        self.processor = processor
+        self.deliver = Delivery(processor)
+
+    async def __call__(self, event: faust.types.EventT, rejection: Rejection) -> None:
+        from services.contract.codec import encode
+        from services.contract.deadletter import dead_letter
+        from services.runtime.metrics import common_metrics
+
+        message = event.message
+        record = dead_letter(
+            processor=self.processor,
+            source_topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=message.key,
+            value=message.value,
+            rejection=rejection,
+        )
+        # delivered before the offending message is acked
+        await self.deliver(self.topic, message.key, encode(record))
+        metrics = common_metrics()
+        metrics.dead_letters.labels(message.topic, rejection.reason).inc()
+        metrics.events.labels(self.processor, "rejected").inc()
+
+    async def guard(
+        self, event: faust.types.EventT, handle: Callable[[faust.types.EventT], Awaitable[None]]
+    ) -> None:
+        """Handle one record; whatever it raises (a bug, a shape no check foresaw) makes
+        that record a dead letter ("processing_error") and the stream goes on, instead of
+        crashing the agent and having Faust restart past it. Outages still propagate."""
+        try:
+            await handle(event)
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as exc:
+            message = event.message
+            log.exception(
+                "%s: could not process %s[%s]@%s; sent to the dead-letter topic",
+                self.processor, message.topic, message.partition, message.offset,
+            )
+            # RecursionError's message says nothing useful; its name does.
+            detail = f"{type(exc).__name__}: {exc}"[:1000]
+            await self(event, Rejection("processing_error", detail))

@@ -1,0 +1,191 @@
+"""Fixes for faust-streaming 0.15.3's consumer after a seek (applied once, on import).
+
+When a worker (re)joins with a backlog, a record fetched before Faust seeks its stream
+partitions back to the committed offsets can still reach the consumer's drain loop
+after the seek. Faust then (1) records the offsets between the seek point and that
+stale record as a "gap", which it counts as acknowledged and commits past, and (2) moves
+its read offset to the stale record, so the re-fetched records from the seek point on
+are dropped as already read. Those records are never processed and never re-read:
+trials lose their gate results or sessions (upstream faust-streaming #216, #221, #606).
+
+The fix keeps, per partition, the offset a seek expects next. Until a record at that
+offset (or, when the log truly has a hole there, any record after the seek took effect)
+has been read, the read offset stays at the seek point and no gap is recorded. A stale
+record that slips through is processed early and again in order; every passk processor
+drops the repeat. (A topic with a real hole right at a seek point, which passk's inputs
+never have, keeps its commit from advancing until offsets are seen to go back.)
+
+Second, Faust's `perform_seek` seeks every partition to its committed offset, awaits
+that (one broker round trip per partition, seconds on a busy machine), and only then
+records the seek points. After a rebalance it runs while the flow is already active (the
+table restore resumed it), so the drain loop reads and processes records from the new
+position meanwhile, commits some, and the late bookkeeping then moves the read and
+committed offsets back to values already passed: the seek guard waits for a record that
+was read before it was set (and the stream clock stops for that partition), and Faust's
+commit stays behind the first offset it sees acknowledged after the rewound committed
+offset, for good. Seen as a worker that took over a killed worker's partitions and never
+drained them (tests/e2e/test_cluster.py; upstream #606 is the same family). The fix reads
+the committed offsets first, then seeks each partition and records its seek point in one
+step with no await in between, so no record is read between the two; records fetched
+before it are the stale ones the guard already handles, and the re-read from the seek
+point is dropped downstream as repeats.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from faust.transport import consumer as faust_consumer
+from faust.types import TP
+
+
+class SeekGuardedReadOffsets(defaultdict):  # type: ignore[type-arg]
+    """Faust's `_read_offset` map (TP -> last read offset), aware of pending seeks."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda: None)
+        self.expected: dict[TP, int] = {}  # TP -> first offset a seek expects
+        self.stale_max: dict[TP, int] = {}  # TP -> highest stale offset seen since
+
+    def expect(self, tp: TP, offset: int | None) -> None:
+        if offset is None or offset < 0:
+            self.expected.pop(tp, None)
+            self.stale_max.pop(tp, None)
+            super().__setitem__(tp, None)
+            return
+        self.expected[tp] = offset
+        self.stale_max.pop(tp, None)
+        super().__setitem__(tp, offset)
+
+    def pending(self, tp: TP) -> bool:
+        return tp in self.expected
+
+    def __setitem__(self, tp: TP, offset: Any) -> None:
+        expected = self.expected.get(tp)
+        if expected is None or offset is None:
+            super().__setitem__(tp, offset)
+            return
+        if offset == expected:
+            self._settle(tp, offset)
+        elif offset > expected:
+            previous = self.stale_max.get(tp)
+            if previous is not None and offset <= previous:
+                # Offsets went back: the seek took effect and the log has no record at
+                # the expected offset (compaction, transaction markers). Resume normally.
+                self._settle(tp, offset)
+            else:
+                self.stale_max[tp] = offset  # read before the seek; keep the seek point
+        # offset < expected: cannot happen after a seek; ignore
+
+    def _settle(self, tp: TP, offset: int) -> None:
+        self.expected.pop(tp, None)
+        self.stale_max.pop(tp, None)
+        super().__setitem__(tp, offset)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        # Faust's perform_seek sets every stream partition to its committed offset.
+        for tp, offset in dict(*args, **kwargs).items():
+            self.expect(tp, offset)
+
+    def pop(self, tp: TP, *default: Any) -> Any:
+        self.expected.pop(tp, None)
+        self.stale_max.pop(tp, None)
+        return super().pop(tp, *default)
+
+
+PATCHED_VERSION = "0.15.3"
+
+
+def require_patched_version(patch: str) -> None:
+    """Refuse to patch another faust-streaming release than the one the patch was written
+    for: it replaces internals of this exact release, and on another one it could silently
+    do the wrong thing. Re-check the upstream issues before moving the pin."""
+    import faust
+
+    if faust.__version__ != PATCHED_VERSION:
+        raise RuntimeError(
+            f"services/runtime/{patch} patches faust-streaming {PATCHED_VERSION}, "
+            f"but {faust.__version__} is installed; install the pinned requirements.lock")
+
+
+def apply() -> None:
+    require_patched_version("faust_fixes.py")
+    Consumer = faust_consumer.Consumer
+    if getattr(Consumer, "_passk_seek_guard", False):
+        return
+    original_init = Consumer.__init__
+    original_add_gap = Consumer._add_gap
+    original_seek = Consumer.seek
+    original_perform_seek = Consumer.perform_seek
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        original_init(self, *args, **kwargs)
+        self._read_offset = SeekGuardedReadOffsets()
+
+    async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
+        offsets = self._read_offset
+        if isinstance(offsets, SeekGuardedReadOffsets) and offsets.pending(tp):
+            return  # not a hole in the log: a record read before the seek
+        await original_add_gap(self, tp, offset_from, offset_to)
+
+    async def seek(self, partition: TP, offset: int) -> None:
+        await original_seek(self, partition, offset)
+        offsets = self._read_offset
+        if isinstance(offsets, SeekGuardedReadOffsets):
+            offsets.expect(faust_consumer.ensure_TP(partition), offset if offset else None)
+
+    async def perform_seek(self: Any) -> None:
+        offsets = self._read_offset
+        if not (isinstance(offsets, SeekGuardedReadOffsets)
+                and isinstance(self, faust_consumer.ThreadDelegateConsumer)):
+            return await original_perform_seek(self)
+        # installed on ThreadDelegateConsumer below (and replaced by the unit tests)
+        committed = await self._passk_committed_offsets()  # type: ignore[attr-defined]
+        seek_to_committed_now(self, committed)
+
+    Consumer.__init__ = __init__  # type: ignore[method-assign]
+    Consumer._add_gap = _add_gap  # type: ignore[method-assign]
+    Consumer.seek = seek  # type: ignore[method-assign]
+    Consumer.perform_seek = perform_seek  # type: ignore[method-assign]
+    Consumer._passk_original_perform_seek = original_perform_seek  # type: ignore[attr-defined]
+    ThreadDelegate = faust_consumer.ThreadDelegateConsumer
+    ThreadDelegate._passk_committed_offsets = _committed_offsets  # type: ignore[attr-defined]
+    ThreadDelegate._passk_seek_now = _seek_now  # type: ignore[attr-defined]
+    Consumer._passk_seek_guard = True  # type: ignore[attr-defined]
+
+
+async def _committed_offsets(self: Any) -> dict[TP, int | None]:
+    """The group's committed offset of every assigned partition (None: never committed),
+    read in the consumer's thread like Faust's seek_to_committed, without seeking."""
+    consumer = self._thread._ensure_consumer()
+
+    async def read() -> dict[TP, int | None]:
+        return {tp: await consumer.committed(tp) for tp in consumer.assignment()}
+
+    return await self._thread.call_thread(read)  # type: ignore[no-any-return]
+
+
+def _seek_now(self: Any, tp: TP, offset: int) -> None:
+    self._thread.seek(tp, offset)  # in memory: the fetcher's next position
+
+
+def seek_to_committed_now(consumer: Any, committed: dict[TP, int | None]) -> None:
+    """Seek each partition still assigned to its committed offset and record the seek
+    point, read offset and committed offset at once: nothing here awaits, so the drain
+    loop reads no record between a seek and its bookkeeping."""
+    offsets: SeekGuardedReadOffsets = consumer._read_offset
+    assigned = consumer.assignment()
+    for raw_tp, offset in committed.items():
+        tp = faust_consumer.ensure_TP(raw_tp)
+        if tp not in assigned:
+            continue  # revoked by a rebalance while the offsets were read
+        if offset is not None and offset >= 0:
+            consumer._passk_seek_now(tp, offset)
+            offsets.expect(tp, offset)
+            consumer._committed_offset[tp] = offset if offset else None
+        else:
+            offsets.expect(tp, None)  # nothing committed: read from where the fetcher is
+
+
+apply()

@@ -1,0 +1,1 @@
+"""The SQL engine helper the processors' stores share (SQLite by default, PostgreSQL)."""

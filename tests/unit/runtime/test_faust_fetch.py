@@ -1,0 +1,53 @@
+"""What a processor asks of the broker's fetches reaches the aiokafka consumer Faust builds
+for it (and only for it): the aggregate lets the broker gather its trickling input."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import faust
+import pytest
+
+from services.contract.settings import Settings
+from services.runtime.app import make_app
+
+
+def built_fetch(app: faust.App) -> tuple[int, int]:
+    """(fetch_min_bytes, fetch_max_wait_ms) of the worker consumer Faust creates for `app`."""
+
+    async def build() -> tuple[int, int]:
+        consumer = app.consumer._thread._create_worker_consumer(app.transport)
+        try:
+            return consumer._fetch_min_bytes, consumer._fetch_max_wait_ms
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(build())
+
+
+def test_a_processor_asking_for_fuller_fetches_gets_them_and_the_others_keep_fausts(
+        tmp_path: Path) -> None:
+    settings = Settings(PASSK_TOPIC_PREFIX="fetch.", PASSK_DATA_DIR=str(tmp_path))  # type: ignore[call-arg]
+    patient = make_app("patient", settings, fetch_min_bytes=100_000, fetch_max_wait_ms=500)
+    plain = make_app("plain", settings)
+    assert built_fetch(patient) == (100_000, 500)
+    assert built_fetch(plain) == (1, 1500)  # faust-streaming's own
+
+
+def test_the_aggregate_asks_for_fuller_fetches() -> None:
+    from services.aggregate.app import app
+
+    min_bytes, max_wait_ms = built_fetch(app)
+    assert min_bytes > 1 and max_wait_ms <= 1000
+
+
+def test_every_faust_patch_refuses_another_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.runtime import faust_controller, faust_fetch, faust_fixes, faust_flush
+
+    monkeypatch.setattr(faust, "__version__", "0.99.0")
+    for patch in (faust_fixes, faust_flush, faust_fetch, faust_controller):
+        name = patch.__name__.rsplit(".", 1)[1]
+        with pytest.raises(RuntimeError, match=rf"{name}\.py patches faust-streaming 0\.15\.3, "
+                                               r"but 0\.99\.0 is installed"):
+            patch.apply()

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from faust.types import TP
+
+from services.runtime.faust_fixes import SeekGuardedReadOffsets
+
+T = TP("passk.conversation-finished.v1", 3)
+
+
+def drain(offsets: SeekGuardedReadOffsets, records: list[int]) -> tuple[list[int], list[int]]:
+    """What faust's drain loop does with each record: deliver it when offset >= read
+    offset, then remember it as read. Returns (delivered, dropped)."""
+    delivered, dropped = [], []
+    for offset in records:
+        read = offsets[T]
+        if read is None or offset >= read:
+            delivered.append(offset)
+            offsets[T] = offset
+        else:
+            dropped.append(offset)
+    return delivered, dropped
+
+
+def test_after_a_seek_records_from_the_seek_point_are_read() -> None:
+    offsets = SeekGuardedReadOffsets()
+    offsets.update({T: 494})
+    assert drain(offsets, [494, 495, 496]) == ([494, 495, 496], [])
+    assert not offsets.pending(T)
+
+
+def test_a_record_fetched_before_the_seek_does_not_hide_the_ones_after_the_seek_point() -> None:
+    offsets = SeekGuardedReadOffsets()
+    offsets.update({T: 494})
+    # 510 was prefetched before the seek; then the re-fetch starts at 494
+    delivered, dropped = drain(offsets, [510, 511, 494, 495, 496])
+    assert dropped == []
+    assert delivered[2:] == [494, 495, 496]  # nothing between the seek point and 510 is lost
+    assert not offsets.pending(T) and offsets[T] == 496
+
+
+def test_without_the_guard_faust_would_drop_them() -> None:
+    plain: dict[TP, int | None] = {T: 494}
+    dropped = []
+    for offset in [510, 494, 495]:
+        read = plain[T]
+        if read is None or offset >= read:
+            plain[T] = offset
+        else:
+            dropped.append(offset)
+    assert dropped == [494, 495]
+
+
+def test_a_real_hole_at_the_seek_point_settles_once_offsets_go_back() -> None:
+    offsets = SeekGuardedReadOffsets()
+    offsets.update({T: 100})
+    # a stale 130, then the re-fetch from the seek point finds 100..104 compacted away
+    delivered, dropped = drain(offsets, [130, 105, 106])
+    assert dropped == [] and delivered == [130, 105, 106]
+    assert not offsets.pending(T)
+
+
+def test_no_committed_offset_means_nothing_pending() -> None:
+    offsets = SeekGuardedReadOffsets()
+    offsets.update({T: None})
+    assert offsets[T] is None and not offsets.pending(T)
+
+
+def test_revoking_a_partition_forgets_its_seek() -> None:
+    offsets = SeekGuardedReadOffsets()
+    offsets.update({T: 7})
+    offsets.pop(T, None)
+    assert not offsets.pending(T) and offsets[T] is None
+
+
+def test_the_patch_is_installed_on_faust_consumers() -> None:
+    from faust.transport import consumer
+
+    assert getattr(consumer.Consumer, "_passk_seek_guard", False)

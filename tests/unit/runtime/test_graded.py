@@ -1,0 +1,36 @@
+"""The memory of graded trials: on RocksDB, expired without a scan, bounded in RAM."""
+
+from __future__ import annotations
+
+from services.contract.settings import Settings
+from services.contract.topics import Topic, spec_for, topic_configs
+from services.runtime.graded import ROCKSDB_OPTIONS, fresh
+
+
+def test_a_marker_is_fresh_only_within_the_retention() -> None:
+    assert fresh(1000.0, 1000.0 + 59.0, 60.0)
+    assert not fresh(1000.0, 1000.0 + 60.0, 60.0)
+    assert not fresh(None, 1000.0, 60.0)
+
+
+def test_graded_changelogs_are_compacted_and_expire_with_the_retention() -> None:
+    settings = Settings(PASSK_DEDUP_RETENTION_S=3600)
+    for topic in (Topic.GATE_GRADED_CHANGELOG, Topic.VERDICT_GRADED_CHANGELOG):
+        cfg = topic_configs(spec_for(topic), settings)
+        assert cfg["cleanup.policy"] == "compact,delete"
+        assert cfg["retention.ms"] == str(3600 * 1000)
+
+
+def test_the_tables_use_rocksdb_with_the_retention_as_ttl() -> None:
+    import services.gate.app as gate
+    import services.verdict.app as verdict
+
+    for module in (gate, verdict):
+        table = module.graded
+        # the store actually built, not only the one asked for (faust falls back quietly)
+        assert type(table.data).__module__ == "faust.stores.rocksdb"
+        assert table.data.partition_path(0).is_relative_to(module.settings.data_dir)
+        assert table.options["ttl"] == int(module.settings.dedup_retention_s)
+        # bounded buffers: RAM does not grow with the retention
+        assert table.options["write_buffer_size"] == ROCKSDB_OPTIONS["write_buffer_size"]
+        assert table.options["block_cache_size"] <= 16 * 1024 * 1024
