@@ -6,8 +6,8 @@ import pytest
 
 from schemas.events import Message
 from schemas.scenario import JudgeSpec
-from services.grading.kinds import InvalidJudgeSpec, judge_kind, known_kinds
 from services.grading import kinds
+from services.grading.kinds import InvalidJudgeSpec, judge_kind, known_kinds
 
 TRANSCRIPT = [
     Message(role="system", content="You are a field-service debrief agent."),
