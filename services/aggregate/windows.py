@@ -1,9 +1,9 @@
 """Event-time tumbling windows aligned to the epoch: pure arithmetic, no Faust.
 
 Kept apart from the table machinery as faust's own `windows.py` does. Faust's windowed
-tables are not used (see the README, "Aggregate"): the counts live in an ordinary
-changelogged table keyed by (scenario, window size, window start), and the window a
-trial belongs to is computed here from its `finished_at`.
+tables are not used (docs/aggregate.md, "Why not Faust's windowed tables"): the counts
+live in an ordinary changelogged table keyed by (scenario, window size, window start),
+and the window a trial belongs to is computed here from its `finished_at`.
 """
 
 from __future__ import annotations
