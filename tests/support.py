@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import random
@@ -11,8 +12,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +26,7 @@ from services.kafka.kafka_client import kafka_client_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+Record = tuple[bytes | None, dict[str, Any], int]  # a record read back: key, JSON value, partition
 
 # Where tests may put the ports they listen on. Unset: 20000-32000, below the kernel's
 # ephemeral range (32768 up here), so no outgoing connection (every Kafka client makes
@@ -215,6 +218,43 @@ def running(
         yield proc
     finally:
         stop(proc)
+
+
+@contextmanager
+def workers(
+    settings: Settings, processors: list[str], env: dict[str, str], log: Path, *,
+    extra: Mapping[str, Mapping[str, str]] | None = None, timeout: float = 120,
+) -> Iterator[None]:
+    """`passk worker <p>` for each processor (env, plus `extra[p]` for that one), for the
+    duration of a block that starts once every group has settled; stopped last-first."""
+    with ExitStack() as stack:
+        for p in processors:
+            stack.enter_context(running(["worker", p], {**env, **(extra or {}).get(p, {})}, log))
+        wait_for(lambda: settled(settings, processors), timeout=timeout, what="workers joined")
+        yield
+
+
+def passk(settings: Settings, *args: str, timeout: float = 120,
+          **env: str) -> subprocess.CompletedProcess[str]:
+    """`passk <args>` as an operator runs it against this test's topics, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=isolated_env(settings, **{"COLUMNS": "200", **env}), cwd=ROOT,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def letter_key(letter: dict[str, Any]) -> str:
+    """The key of the record a dead letter holds, as text."""
+    return base64.b64decode(letter["key_b64"]).decode()
+
+
+def reasons_by_key(dead: list[Record]) -> defaultdict[str, dict[str, str]]:
+    """Dead letters as read from their topic, as {record key: {processor: reason}}."""
+    out: defaultdict[str, dict[str, str]] = defaultdict(dict)
+    for _, d, _ in dead:
+        out[letter_key(d)][d["processor"]] = d["reason"]
+    return out
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:

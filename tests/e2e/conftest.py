@@ -24,6 +24,36 @@ from services.sink.store import Store
 from tests.support import ROOT, free_ports, isolated_env, read_topic, settled, stop, wait_for
 
 PROCESSORS = list(WORKERS)
+BIN = Path(sys.executable).parent  # supervisord and supervisorctl, installed with passk
+
+
+def supervise_config(conf: Path, logs: Path, env: dict[str, str], *args: str) -> None:
+    """`passk supervise config` as `make up` writes it: conf for the workers, logs in logs."""
+    made = subprocess.run(
+        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
+         "--log-dir", str(logs), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+
+
+@contextmanager
+def supervisord(conf: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """supervisord running conf for the duration of a block; shut down afterwards."""
+    daemon = subprocess.Popen([str(BIN / "supervisord"), "-n", "-c", str(conf)], env=env,
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        yield daemon
+    finally:
+        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "shutdown"],
+                       capture_output=True, timeout=120)
+        stop(daemon, timeout=60)
+
+
+def supervised_pid(conf: Path, program: str) -> int | None:
+    """The pid of a RUNNING program under supervisord, else None."""
+    out = subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "status", program],
+                         capture_output=True, text=True, timeout=30).stdout
+    return int(out.split("pid ")[1].split(",")[0]) if "RUNNING" in out else None
 
 
 def free_port() -> int:

@@ -10,7 +10,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,10 @@ from schemas.events import Message
 from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic
+from tests.e2e.conftest import supervise_config, supervised_pid, supervisord
 from tests.support import (
-    ROOT,
     isolated_env,
+    passk,
     produce,
     publish_scenarios,
     read_topic,
@@ -32,15 +32,11 @@ from tests.support import (
 from tests.unit.factories import conversation, scenario, session
 
 pytestmark = pytest.mark.e2e
-BIN = Path(sys.executable).parent
 SECRET = "hunter2-in-the-transcript"
 
 
 def status(settings: Settings, processor: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", "status", "--processors", processor],
-        env=isolated_env(settings, COLUMNS="250"), cwd=ROOT, capture_output=True, text=True,
-        timeout=120)
+    return passk(settings, "status", "--processors", processor, COLUMNS="250")
 
 
 def row(done: subprocess.CompletedProcess[str], processor: str) -> str:
@@ -67,26 +63,14 @@ def until_status(settings: Settings, processor: str, health: tuple[str, ...], co
         raise AssertionError(f"{exc}; it said {SAID.get(processor)}") from None
 
 
-def supervised_pid(conf: Path, program: str) -> int | None:
-    out = subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "status", program],
-                         capture_output=True, text=True, timeout=30).stdout
-    return int(out.split("pid ")[1].split(",")[0]) if "RUNNING" in out else None
-
-
 def test_a_stopped_judge_worker_is_not_ok_and_is_ok_again_when_continued(
         settings: Settings, tmp_path: Path) -> None:
     """Under supervisord, as `make up` runs it: supervisord keeps saying RUNNING."""
     publish_scenarios(settings, [scenario()])
     env = isolated_env(settings)
     conf = settings.data_dir / "run" / "supervisord.conf"  # where status asks supervisord
-    made = subprocess.run(
-        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
-         "--log-dir", str(tmp_path / "log"), "--metrics-base", "0", "--only", "judge"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
-    daemon = subprocess.Popen([str(BIN / "supervisord"), "-n", "-c", str(conf)], env=env,
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
+    supervise_config(conf, tmp_path / "log", env, "--metrics-base", "0", "--only", "judge")
+    with supervisord(conf, env):
         pid = wait_for(lambda: supervised_pid(conf, "judge"), timeout=120, what="judge RUNNING")
         wait_for(lambda: settled(settings, ["judge"]), timeout=120, what="judge joined")
         # at work: it grades a trial (no model here: its llm judges answer `error`)
@@ -105,14 +89,6 @@ def test_a_stopped_judge_worker_is_not_ok_and_is_ok_again_when_continued(
         finally:
             os.kill(pid, signal.SIGCONT)
         until_status(settings, "judge", ("ok",), 0, timeout=180)  # ok again once it runs
-    finally:
-        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "shutdown"],
-                       capture_output=True, timeout=120)
-        try:
-            daemon.wait(60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(10)
 
 
 def test_a_locked_store_makes_the_sink_degraded_and_its_log_keeps_no_parameters(

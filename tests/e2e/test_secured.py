@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import re
 import stat
-import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -24,9 +22,15 @@ from services.contract.processors import WORKERS
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.kafka_client import EXIT_KAFKA_REFUSED, kafka_client_kwargs
-from tests.e2e.conftest import Pipeline, free_port, free_port_block
+from tests.e2e.conftest import (
+    Pipeline,
+    free_port,
+    free_port_block,
+    supervise_config,
+    supervisord,
+)
 from tests.own_kafka import OwnKafka, own_kafka
-from tests.support import ROOT, isolated_env, new_prefix, settled, stop, wait_for
+from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 SCENARIOS = ROOT / "examples" / "scenarios"
@@ -198,18 +202,11 @@ def test_supervised_workers_connect_each_as_its_own_user(
     # as infra/stack/up.sh starts supervisord: without the CLI user's name and password
     del env["KAFKA_SASL_USERNAME"], env["KAFKA_SASL_PASSWORD"]
     conf, logs = tmp_path / "run" / "supervisord.conf", tmp_path / "log"
-    made = subprocess.run(
-        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
-         "--log-dir", str(logs), "--metrics-base", str(free_port_block(len(PROCESSORS))),
-         "--kafka-secrets", str(kafka.secrets)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
+    supervise_config(conf, logs, env, "--metrics-base", str(free_port_block(len(PROCESSORS))),
+                     "--kafka-secrets", str(kafka.secrets))
     assert stat.S_IMODE(conf.stat().st_mode) == 0o600  # it holds the workers' passwords
     authorizer = kafka.data_dir / "logs" / "kafka-authorizer.log"
     since = authorizer.stat().st_size  # earlier tests' workers joined the same groups
-    bin_dir = Path(sys.executable).parent
-    daemon = subprocess.Popen([str(bin_dir / "supervisord"), "-n", "-c", str(conf)], env=env,
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     join = re.compile(r"Principal = User:(\S+) is Allowed operation = READ from host = \S+ "
                       rf"on resource = Group:LITERAL:{re.escape(prefix)}(\S+) "
                       r"for request = JoinGroup")
@@ -217,15 +214,11 @@ def test_supervised_workers_connect_each_as_its_own_user(
     def joined() -> set[tuple[str, str]]:
         return set(join.findall(_appended(authorizer, since)))
 
-    try:
+    with supervisord(conf, env):
         wait_for(lambda: settled(settings, PROCESSORS), timeout=600, interval=2.0,
                  what="every supervised worker in its group on the secured broker")
         wait_for(lambda: {g for _, g in joined()} >= set(PROCESSORS), timeout=60,
                  what="the broker's record of each worker joining its group")
-    finally:
-        subprocess.run([str(bin_dir / "supervisorctl"), "-c", str(conf), "shutdown"],
-                       capture_output=True, timeout=120)
-        stop(daemon, timeout=60)
     # each group was joined by its own processor's user, and by no other principal
     assert joined() == {(f"passk-{p}", p) for p in PROCESSORS}
     for log in logs.iterdir():

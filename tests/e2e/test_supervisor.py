@@ -15,10 +15,10 @@ from services.cli.status import processor_status
 from services.contract.processors import WORKERS
 from services.contract.settings import Settings
 from services.runtime.outage import health_path, read_health
+from tests.e2e.conftest import BIN, supervise_config, supervised_pid, supervisord
 from tests.support import ROOT, isolated_env, wait_for
 
 pytestmark = pytest.mark.e2e
-BIN = Path(sys.executable).parent
 
 
 def test_generated_config_supervises_every_worker_with_its_metrics_port(tmp_path: Path) -> None:
@@ -53,22 +53,12 @@ def test_a_killed_worker_is_restarted_and_status_counts_it(
     run, logs = settings.data_dir / "run", tmp_path / "log"  # where status asks supervisord
     env = isolated_env(settings)
     conf = run / "supervisord.conf"
-    made = subprocess.run(
-        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
-         "--log-dir", str(logs), "--metrics-base", "0", "--only", "sink"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
-    daemon = subprocess.Popen([str(BIN / "supervisord"), "-n", "-c", str(conf)], env=env,
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    supervise_config(conf, logs, env, "--metrics-base", "0", "--only", "sink")
 
     def sink_pid() -> int | None:
-        status = subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "status", "sink"],
-                                capture_output=True, text=True, timeout=30).stdout
-        if "RUNNING" not in status:
-            return None
-        return int(status.split("pid ")[1].split(",")[0])
+        return supervised_pid(conf, "sink")
 
-    try:
+    with supervisord(conf, env):
         first = wait_for(sink_pid, timeout=120, what="sink RUNNING under supervisord")
         health = health_path(settings.data_dir, "sink")
         wait_for(lambda: (read_health(health) or {}).get("pid") == first, timeout=120,
@@ -90,11 +80,3 @@ def test_a_killed_worker_is_restarted_and_status_counts_it(
                                timeout=120)
         assert shown.returncode == 1, shown.stdout + shown.stderr
         assert "DOWN: supervisor says STOPPED" in shown.stdout, shown.stdout
-    finally:
-        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "shutdown"],
-                       capture_output=True, timeout=120)
-        try:
-            daemon.wait(60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(10)

@@ -4,10 +4,7 @@ passes with an advisory one failing, and every view names `external:<id>`."""
 
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -19,15 +16,15 @@ from services.contract.settings import Settings
 from services.contract.topics import Topic
 from services.sink.store import Store
 from tests.support import (
-    ROOT,
     free_ports,
     isolated_env,
+    letter_key,
+    passk,
     produce,
     publish_scenarios,
     read_topic,
-    running,
-    settled,
     wait_for,
+    workers,
 )
 from tests.unit.factories import conversation, scenario, session
 
@@ -60,14 +57,6 @@ def metric(port: int, name: str, **labels: str) -> float:
     return total
 
 
-def passk(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        env=isolated_env(settings, COLUMNS="200"), cwd=ROOT, capture_output=True, text=True,
-        timeout=120,
-    )
-
-
 def test_external_checks_gate_only_when_the_scenario_names_them(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -75,14 +64,10 @@ def test_external_checks_gate_only_when_the_scenario_names_them(
     publish_scenarios(settings, [sc])
     base = free_ports(3)
     log = tmp_path / "workers.log"
-    envs = {name: isolated_env(settings, PASSK_METRICS_PORT=str(base + i))
-            for i, name in enumerate(("gate", "verdict", "sink"))}
+    processors = ["gate", "verdict", "sink"]
+    ports = {name: {"PASSK_METRICS_PORT": str(base + i)} for i, name in enumerate(processors)}
     raw = json.loads(encode(conversation("dup")))
-    with running(["worker", "gate"], envs["gate"], log), \
-            running(["worker", "verdict"], envs["verdict"], log), \
-            running(["worker", "sink"], envs["sink"], log):
-        wait_for(lambda: settled(settings, ["gate", "verdict", "sink"]), timeout=90,
-                 what="gate, verdict and sink workers joined")
+    with workers(settings, processors, isolated_env(settings), log, extra=ports, timeout=90):
         for trial, (found, _, _, _) in CASES.items():
             conv = conversation(trial, checks=found)
             produce(settings, Topic.CONVERSATION_FINISHED, [(conv.session_id, encode(conv))])
@@ -138,7 +123,7 @@ def test_external_checks_gate_only_when_the_scenario_names_them(
     assert counted == {("external:pii_scan", "passed"): 2, ("external:pii_scan", "failed"): 1,
                        ("external:pii_scan", "missing"): 1, ("external:(unnamed)", "failed"): 1}
 
-    reasons = {base64.b64decode(d["key_b64"]).decode(): d for _, d, _ in dead
+    reasons = {letter_key(d): d for _, d, _ in dead
                if d["source_topic"].endswith("conversation-finished.v1")}
     assert reasons["dup"]["reason"] == "invalid_field"
     assert "repeated: pii_scan" in reasons["dup"]["detail"]

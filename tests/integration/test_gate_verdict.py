@@ -15,12 +15,13 @@ from services.contract.settings import Settings
 from services.contract.topics import Topic
 from tests.support import (
     isolated_env,
+    letter_key,
     produce,
     publish_scenarios,
     read_topic,
-    running,
     settled,
     wait_for,
+    workers,
 )
 from tests.unit.factories import GOOD_STATE, conversation, gate_result, scenario, session
 
@@ -58,9 +59,7 @@ def test_gates_and_verdicts_for_every_case(settings: Settings, tmp_path: Path) -
     }
     env = isolated_env(settings)
     log = tmp_path / "workers.log"
-    with running(["worker", "gate"], env, log), running(["worker", "verdict"], env, log):
-        wait_for(lambda: settled(settings, ["gate", "verdict"]), timeout=90,
-                 what="gate and verdict workers joined")
+    with workers(settings, ["gate", "verdict"], env, log, timeout=90):
         for events, _, _ in cases.values():
             _send(settings, events)
         # malformed input: each goes to the dead-letter topic with its own reason
@@ -101,7 +100,7 @@ def test_gates_and_verdicts_for_every_case(settings: Settings, tmp_path: Path) -
     assert all(n == 1 for eid, n in gate_ids.items() if "clean" in eid)
     assert len({(v["trial_id"], v["gate"]) for _, v, _ in gates}) == 2 * len(cases)
 
-    reasons = {base64.b64decode(d["key_b64"]).decode(): d for _, d, _ in dead}
+    reasons = {letter_key(d): d for _, d, _ in dead}
     assert reasons["bad-1"]["reason"] == "invalid_json"
     assert reasons["bad-2"]["reason"] == "invalid_utf8"
     assert reasons["bad-3"]["reason"] == "missing_field"

@@ -5,11 +5,7 @@ and every processor reading ConversationFinished dead-letters it; the stream goe
 
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
-import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -18,14 +14,13 @@ from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic
 from tests.support import (
-    ROOT,
     isolated_env,
+    passk,
     produce,
     publish_scenarios,
     read_topic,
-    running,
-    settled,
-    wait_for,
+    reasons_by_key,
+    workers,
 )
 from tests.unit.factories import conversation, scenario, session
 
@@ -51,12 +46,6 @@ def with_metrics(trial: str, metrics: str) -> bytes:
     return f'{text[:-1]}, "metrics": {metrics}}}'.encode()
 
 
-def passk(args: list[str], settings: Settings) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.cli", *args],
-                          env=isolated_env(settings, COLUMNS="200"), cwd=ROOT,
-                          capture_output=True, text=True, timeout=180)
-
-
 def test_replay_skips_non_finite_and_absurd_numbers_with_their_reason(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -64,7 +53,7 @@ def test_replay_skips_non_finite_and_absurd_numbers_with_their_reason(
     lines.append(encode(conversation("fine")).decode())
     path = tmp_path / "hostile.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    done = passk(["replay", str(path)], settings)
+    done = passk(settings, "replay", str(path), timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     for lineno, (_, _, reason) in enumerate(HOSTILE, start=1):
         assert f"line {lineno}: {reason}" in done.stderr, done.stderr
@@ -79,11 +68,7 @@ def test_every_reader_of_conversations_dead_letters_them_and_goes_on(
     publish_scenarios(settings, [scenario()])
     log = tmp_path / "workers.log"
     processors = ["gate", "judge", "sink"]
-    workers = [running(["worker", p], isolated_env(settings), log) for p in processors]
-    for w in workers:
-        w.__enter__()
-    try:
-        wait_for(lambda: settled(settings, processors), timeout=120, what="workers joined")
+    with workers(settings, processors, isolated_env(settings), log):
         produce(settings, Topic.CONVERSATION_FINISHED,
                 [(f"s-{t}", with_metrics(t, m)) for t, m, _ in HOSTILE])
         produce(settings, Topic.CONVERSATION_FINISHED, [("s-good", encode(conversation("good")))])
@@ -91,12 +76,7 @@ def test_every_reader_of_conversations_dead_letters_them_and_goes_on(
         wanted = len(HOSTILE) * len(processors)
         dead = read_topic(settings, Topic.DEAD_LETTERS, min_count=wanted, timeout=90)
         gates = read_topic(settings, Topic.GATE_RESULTS, min_count=2, timeout=90)
-    finally:
-        for w in reversed(workers):
-            w.__exit__(None, None, None)
-    letters: dict[str, dict[str, str]] = defaultdict(dict)
-    for _, d, _ in dead:
-        letters[base64.b64decode(d["key_b64"]).decode()][d["processor"]] = d["reason"]
+    letters = reasons_by_key(dead)
     for trial, _, reason in HOSTILE:
         assert letters[f"s-{trial}"] == {p: reason for p in processors}, letters
     # the stream went on: the good trial after them was graded

@@ -30,8 +30,8 @@ from tests.support import (
     publish_scenarios,
     read_topic,
     running,
-    settled,
     wait_for,
+    workers,
 )
 from tests.unit.factories import GOOD_STATE, conversation, scenario, session
 
@@ -77,16 +77,11 @@ def test_skipping_judges_after_failed_gates_saves_calls_same_outcomes_and_cost_i
     standin_url, metrics_port = f"http://127.0.0.1:{base}", base + 1
     env = isolated_env(settings, OPENAI_BASE_URL=f"{standin_url}/v1", OPENAI_API_KEY="standin",
                        PASSK_JUDGE_CACHE="0")
-    judge_env = {**env, "PASSK_METRICS_PORT": str(metrics_port)}
     log = tmp_path / "workers.log"
-    workers = ["gate", "judge", "verdict", "sink"]
     with running(["judge-standin", "--port", str(base)], env, log,
                  ready=lambda: answering(standin_url)), \
-            running(["worker", "gate"], env, log), \
-            running(["worker", "judge"], judge_env, log), \
-            running(["worker", "verdict"], env, log), \
-            running(["worker", "sink"], env, log):
-        wait_for(lambda: settled(settings, workers), timeout=120, what="workers joined")
+            workers(settings, ["gate", "judge", "verdict", "sink"], env, log,
+                    extra={"judge": {"PASSK_METRICS_PORT": str(metrics_port)}}):
         for sc in ("skipping", "asking"):
             for kind in KINDS:
                 for ev in events(sc, kind):

@@ -8,7 +8,6 @@ parsed, then could not be stored in the gate's table."""
 from __future__ import annotations
 
 import base64
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,10 @@ from tests.support import (
     produce,
     publish_scenarios,
     read_topic,
-    running,
+    reasons_by_key,
     settled,
     wait_for,
+    workers,
 )
 from tests.unit.factories import conversation, scenario, session
 
@@ -51,11 +51,7 @@ def test_every_processor_dead_letters_what_it_cannot_use_and_goes_on(
     sp900 = deep(session("deep-900"), 900)
     env = isolated_env(settings, PASSK_MAX_SESSION_BYTES="70000")
     log = tmp_path / "workers.log"
-    workers = [running(["worker", p], env, log) for p in PROCESSORS]
-    for w in workers:
-        w.__enter__()
-    try:
-        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="workers joined")
+    with workers(settings, PROCESSORS, env, log):
         produce(settings, Topic.CONVERSATION_FINISHED, [
             ("cf-deep", deep(conversation("cf-deep"), 10_000)),
         ])
@@ -82,16 +78,10 @@ def test_every_processor_dead_letters_what_it_cannot_use_and_goes_on(
         verdicts = read_topic(settings, Topic.TRIAL_VERDICTS, min_count=3, timeout=90)
         wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="all inputs consumed")
         dead = read_topic(settings, Topic.DEAD_LETTERS)
-    finally:
-        for w in reversed(workers):
-            w.__exit__(None, None, None)
 
     outcomes = {v["trial_id"]: v["outcome"] for _, v, _ in verdicts if "trial_id" in v}
     assert outcomes == {"good": "passed", "runaway": "passed"}, verdicts
-    letters: dict[str, dict[str, str]] = defaultdict(dict)
-    for _, d, _ in dead:
-        key = base64.b64decode(d["key_b64"]).decode()
-        letters[key][d["processor"]] = d["reason"]
+    letters = reasons_by_key(dead)
     assert letters["cf-deep"] == {"gate": "too_deep", "judge": "too_deep", "sink": "too_deep"}
     assert letters["sp-deep"] == {"gate": "too_deep"}
     assert letters["sp-900"] == {"gate": "too_deep"}

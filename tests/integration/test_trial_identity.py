@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,12 +23,13 @@ from services.contract.topics import Topic
 from tests.support import (
     free_ports,
     isolated_env,
+    letter_key,
     produce,
     publish_scenarios,
     read_topic,
-    running,
     settled,
     wait_for,
+    workers,
 )
 from tests.unit.factories import conversation, scenario, session
 
@@ -47,21 +50,23 @@ def dead_letters_counted(port: int) -> dict[tuple[str, str], float]:
             for s in family.samples if s.name == "passk_dead_letters_total"}
 
 
+@contextmanager
+def judged(settings: Settings, tmp_path: Path) -> Iterator[dict[str, int]]:
+    """The gate, judge and verdict workers, joined; yields each one's /metrics port."""
+    base = free_ports(len(PROCESSORS))
+    port = {p: base + i for i, p in enumerate(PROCESSORS)}
+    with workers(settings, PROCESSORS, isolated_env(settings, PASSK_JUDGE_WAIT_S="6"),
+                 tmp_path / "workers.log",
+                 extra={p: {"PASSK_METRICS_PORT": str(port[p])} for p in PROCESSORS}):
+        yield port
+
+
 def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
     settings: Settings, tmp_path: Path
 ) -> None:
     s1, s2 = scenario(id="S1", judges=JUDGES), scenario(id="S2", judges=JUDGES_2)
     publish_scenarios(settings, [s1, s2])
-    env = isolated_env(settings, PASSK_JUDGE_WAIT_S="6")
-    log = tmp_path / "workers.log"
-    base = free_ports(len(PROCESSORS))
-    port = {p: base + i for i, p in enumerate(PROCESSORS)}
-    workers = [running(["worker", p], {**env, "PASSK_METRICS_PORT": str(port[p])}, log)
-               for p in PROCESSORS]
-    for w in workers:
-        w.__enter__()
-    try:
-        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="workers joined")
+    with judged(settings, tmp_path) as port:
         # run A's trial, then run B's with the same trial id (its own session)
         a = conversation("reused", event_id="cf-A", run_id="run-A", scenario_id="S1",
                          session_id="sess-A")
@@ -86,9 +91,6 @@ def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
         verdicts = read_topic(settings, Topic.TRIAL_VERDICTS)
         dead = read_topic(settings, Topic.DEAD_LETTERS)
         counted = {p: dead_letters_counted(port[p]) for p in ("gate", "verdict")}
-    finally:
-        for w in reversed(workers):
-            w.__exit__(None, None, None)
 
     by_trial: dict[str, list[dict]] = {}
     for _, v, _ in verdicts:
@@ -107,7 +109,7 @@ def test_a_reused_trial_id_and_a_shared_session_are_dead_letters_naming_both(
     assert [(v["outcome"], [c["check"] for c in v["failed_checks"]]) for v in by_trial["y"]] == [
         ("error", ["gate:exit", "gate:state"])]
 
-    letters = [(base64.b64decode(d["key_b64"]).decode(), d["processor"], d["reason"], d["detail"])
+    letters = [(letter_key(d), d["processor"], d["reason"], d["detail"])
                for _, d, _ in dead]
     conflicts = [x for x in letters if x[2] == "trial_id_conflict"]
     # run B's two gate results and its judge verdict, each refused by the verdict
@@ -135,16 +137,7 @@ def test_a_second_trials_session_never_grades_the_first(
     empty state, CF(B), then A's own SP. Before: A was graded on B's empty state and
     failed gate:state; SP(B) left no dead letter."""
     publish_scenarios(settings, [scenario(id="S1", judges=JUDGES)])
-    env = isolated_env(settings, PASSK_JUDGE_WAIT_S="6")
-    log = tmp_path / "workers.log"
-    base = free_ports(len(PROCESSORS))
-    port = {p: base + i for i, p in enumerate(PROCESSORS)}
-    workers = [running(["worker", p], {**env, "PASSK_METRICS_PORT": str(port[p])}, log)
-               for p in PROCESSORS]
-    for w in workers:
-        w.__enter__()
-    try:
-        wait_for(lambda: settled(settings, PROCESSORS), timeout=120, what="workers joined")
+    with judged(settings, tmp_path):
         a = conversation("A", run_id="run-S", scenario_id="S1", session_id="S")
         b = conversation("B", run_id="run-S", scenario_id="S1", session_id="S")
         produce(settings, Topic.CONVERSATION_FINISHED, [("S", encode(a))])
@@ -165,9 +158,6 @@ def test_a_second_trials_session_never_grades_the_first(
         verdicts = read_topic(settings, Topic.TRIAL_VERDICTS)
         gates = [g for _, g, _ in read_topic(settings, Topic.GATE_RESULTS)]
         letters = conflicts()
-    finally:
-        for w in reversed(workers):
-            w.__exit__(None, None, None)
 
     of_a = [v for _, v, _ in verdicts if v["trial_id"] == "A"]
     assert [(v["outcome"], v["failed_checks"]) for v in of_a] == [("passed", [])], of_a
