@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
-from pydantic import field_validator
+from pydantic import BaseModel, field_validator
 from sqlmodel import JSON, Field, SQLModel
 
 from schemas.events import (
@@ -192,83 +192,33 @@ Record = (TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | Transcri
           | WindowRecord)
 
 
+R = TypeVar("R", bound=SQLModel)
+
+
+def row_of(row: type[R], event: BaseModel, **computed: Any) -> R:
+    """A row of `row` made from the event it projects: each column the event has a field
+    of the same name for is that field as JSON (nested models become the dicts a JSON
+    column holds); `computed` gives the columns that are not a plain copy (times made
+    UTC, renamed or derived columns)."""
+    copied = event.model_dump(mode="json", include=set(row.model_fields) - set(computed))
+    return row(**copied, **computed)
+
+
 def trial_record(verdict: TrialVerdict) -> TrialRecord:
-    return TrialRecord(
-        trial_id=verdict.trial_id,
-        run_id=verdict.run_id,
-        scenario_id=verdict.scenario_id,
-        scenario_version=verdict.scenario_version,
-        session_id=verdict.session_id,
-        k=verdict.k,
-        outcome=verdict.outcome,
-        failed_checks=[fc.model_dump(mode="json") for fc in verdict.failed_checks],
-        checks_passed=list(verdict.checks_passed),
-        gating_judges=list(verdict.gating_judges),
-        advisory_judges=[a.model_dump(mode="json") for a in verdict.advisory_judges],
-        advisory_checks=[c.model_dump(mode="json") for c in verdict.advisory_checks],
-        agent_version=verdict.agent_version,
-        exit_reason=verdict.exit_reason,
-        exit_source=verdict.exit_source,
-        completion=verdict.completion,
-        metrics=verdict.metrics.model_dump(mode="json") if verdict.metrics else None,
-        finished_at=as_utc(verdict.finished_at),
-        verdict_at=as_utc(verdict.occurred_at),
-        event_id=verdict.event_id,
-    )
+    return row_of(TrialRecord, verdict, finished_at=as_utc(verdict.finished_at),
+                  verdict_at=as_utc(verdict.occurred_at))
 
 
 def attempt_record(verdict: TrialVerdict) -> TrialAttemptRecord:
-    return TrialAttemptRecord(
-        trial_id=verdict.trial_id,
-        attempt=verdict.attempt,
-        run_id=verdict.run_id,
-        scenario_id=verdict.scenario_id,
-        scenario_version=verdict.scenario_version,
-        outcome=verdict.outcome,
-        failed_checks=[fc.model_dump(mode="json") for fc in verdict.failed_checks],
-        verdict_at=as_utc(verdict.occurred_at),
-        event_id=verdict.event_id,
-    )
+    return row_of(TrialAttemptRecord, verdict, verdict_at=as_utc(verdict.occurred_at))
 
 
 def gate_record(result: GateResult) -> GateRecord:
-    return GateRecord(
-        trial_id=result.trial_id,
-        gate=result.gate,
-        run_id=result.run_id,
-        scenario_id=result.scenario_id,
-        scenario_version=result.scenario_version,
-        session_id=result.session_id,
-        passed=result.passed,
-        reasons=list(result.reasons),
-        checks=[c.model_dump(mode="json") for c in result.checks],
-        occurred_at=as_utc(result.occurred_at),
-        event_id=result.event_id,
-    )
+    return row_of(GateRecord, result, occurred_at=as_utc(result.occurred_at))
 
 
 def judge_record(verdict: JudgeVerdict) -> JudgeRecord:
-    return JudgeRecord(
-        trial_id=verdict.trial_id,
-        judge_id=verdict.judge_id,
-        run_id=verdict.run_id,
-        scenario_id=verdict.scenario_id,
-        scenario_version=verdict.scenario_version,
-        judge_kind=verdict.judge_kind,
-        judge_spec=dict(verdict.judge_spec),
-        gating=verdict.gating,
-        result=verdict.result,
-        reason=verdict.reason,
-        model=verdict.model,
-        prompt_hash=verdict.prompt_hash,
-        latency_ms=verdict.latency_ms,
-        input_tokens=verdict.input_tokens,
-        output_tokens=verdict.output_tokens,
-        attempts=verdict.attempts,
-        cached=verdict.cached,
-        occurred_at=as_utc(verdict.occurred_at),
-        event_id=verdict.event_id,
-    )
+    return row_of(JudgeRecord, verdict, occurred_at=as_utc(verdict.occurred_at))
 
 
 def tool_calls_of(finished: ConversationFinished) -> list[dict[str, Any]]:
@@ -292,19 +242,12 @@ def tool_calls_of(finished: ConversationFinished) -> list[dict[str, Any]]:
 
 
 def transcript_record(finished: ConversationFinished) -> TranscriptRecord:
-    return TranscriptRecord(
-        trial_id=finished.trial_id,
-        run_id=finished.run_id,
-        scenario_id=finished.scenario_id,
-        session_id=finished.session_id,
-        agent_version=finished.agent_version,
-        exit_reason=finished.exit_reason,
+    return row_of(
+        TranscriptRecord, finished,
         messages=[m.model_dump(mode="json", exclude_none=True) for m in finished.transcript],
         tool_calls=tool_calls_of(finished),
-        metrics=finished.metrics.model_dump(mode="json") if finished.metrics else None,
         extra=dict(finished.model_extra or {}),
         occurred_at=as_utc(finished.occurred_at),
-        event_id=finished.event_id,
     )
 
 
@@ -318,24 +261,9 @@ def window_record(record: ScenarioReliability) -> WindowRecord | None:
     """The row of a window record; None for a run record."""
     if record.window is None or record.window_start is None or record.window_end is None:
         return None
-    return WindowRecord(
-        scenario_id=record.scenario_id,
-        window=record.window,
-        window_start=as_utc(record.window_start),
-        window_end=as_utc(record.window_end),
-        scenario_version=record.scenario_version,
-        k=record.k, n=record.n, passed=record.passed, failed=record.failed,
-        errors=record.errors,
-        pass_at_k=record.pass_at_k,
-        pass_hat_k=record.pass_hat_k,
-        pass_hat_k_lower=record.pass_hat_k_lower,
-        pass_hat_k_upper=record.pass_hat_k_upper,
-        alert_min_pass_hat_k=record.alert_min_pass_hat_k,
-        alert_min_trials=record.alert_min_trials,
-        seq=window_seq(record.event_id),
-        occurred_at=as_utc(record.occurred_at),
-        event_id=record.event_id,
-    )
+    return row_of(WindowRecord, record, window_start=as_utc(record.window_start),
+                  window_end=as_utc(record.window_end), seq=window_seq(record.event_id),
+                  occurred_at=as_utc(record.occurred_at))
 
 
 def of_trial(trial: TrialRecord, row: GateRecord | JudgeRecord | TranscriptRecord) -> bool:
