@@ -214,6 +214,31 @@ class ExternalCheckResult(BaseModel):
     )
 
 
+class TrialIdentity(BaseModel):
+    """Which trial a result is of: the five fields every per-trial derived event carries,
+    flat on the wire (TrialRef, RegradeRequest). Passed about as one value; `as_fields()`
+    spreads it into an event, whose JSON stays as it was."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trial_id: str
+    run_id: str
+    scenario_id: str
+    scenario_version: str
+    session_id: str
+
+    @classmethod
+    def of(cls, trial: Any, scenario_version: str | None = None) -> TrialIdentity:
+        """The identity of anything that names its trial (an event, a projection row; a
+        conversation, with the `scenario_version` it is graded against)."""
+        version = trial.scenario_version if scenario_version is None else scenario_version
+        return cls(trial_id=trial.trial_id, run_id=trial.run_id, scenario_id=trial.scenario_id,
+                   scenario_version=version, session_id=trial.session_id)
+
+    def as_fields(self) -> dict[str, str]:
+        return self.model_dump()
+
+
 class TrialRef(DerivedEvent):
     """What every per-trial derived event carries, so consumers need no join."""
 
@@ -222,6 +247,10 @@ class TrialRef(DerivedEvent):
     scenario_id: str
     scenario_version: str
     session_id: str
+
+    @property
+    def identity(self) -> TrialIdentity:
+        return TrialIdentity.of(self)
 
 
 class GateResult(TrialRef):

@@ -13,6 +13,7 @@ from schemas.events import (
     GateResult,
     RegradeRequest,
     SessionPersisted,
+    TrialIdentity,
     count_turns,
     with_attempt,
 )
@@ -47,11 +48,7 @@ def _gate_result(
         raise UnpublishedScenario(f"scenario {scenario.id!r} has no version: publish it first")
     return GateResult(
         event_id=f"gate:{conversation.trial_id}:{gate}:{scenario.version}",
-        trial_id=conversation.trial_id,
-        run_id=conversation.run_id,
-        scenario_id=conversation.scenario_id,
-        scenario_version=scenario.version,
-        session_id=conversation.session_id,
+        **TrialIdentity.of(conversation, scenario.version).as_fields(),
         gate=gate,  # type: ignore[arg-type]
         passed=all(c.passed for c in checks),
         reasons=[c.reason for c in checks if not c.passed],

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.events import ConversationFinished, JudgeResult, JudgeVerdict, with_attempt
+from schemas.events import (
+    ConversationFinished,
+    JudgeResult,
+    JudgeVerdict,
+    TrialIdentity,
+    with_attempt,
+)
 from schemas.scenario import JudgeSpec, Scenario
 from services.grading.kinds import LLM, InvalidJudgeSpec, deterministic_kind, known_kinds
 from services.judge.prompt import PROMPT_HASH, Answer
@@ -68,11 +74,7 @@ def make_verdict(
     version = scenario_version(scenario)
     return JudgeVerdict(
         event_id=verdict_event_id(trial.trial_id, spec.id, version),
-        trial_id=trial.trial_id,
-        run_id=trial.run_id,
-        scenario_id=trial.scenario_id,
-        scenario_version=version,
-        session_id=trial.session_id,
+        **TrialIdentity.of(trial, version).as_fields(),
         judge_id=spec.id,
         judge_kind=spec.kind,
         judge_spec=spec.model_dump(mode="json"),

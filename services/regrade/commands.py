@@ -68,7 +68,8 @@ def register(app: typer.Typer) -> None:
                                      max_request_size=settings.max_event_bytes + 4096)
             try:
                 name = topic_name(Topic.REGRADE_REQUESTS, settings)
-                futures = [producer.send(name, key=p.target.trial_id.encode(), value=p.payload)
+                futures = [producer.send(name, key=p.target.identity.trial_id.encode(),
+                                         value=p.payload)
                            for p in prepared if p.payload is not None]
                 for future in futures:
                     future.get(timeout=30)
@@ -80,7 +81,7 @@ def register(app: typer.Typer) -> None:
                       title=f"re-grades requested for run {run_id}")
         for p in prepared:
             t = p.target
-            table.add_row(t.trial_id, t.scenario_id, t.outcome,
+            table.add_row(t.identity.trial_id, t.identity.scenario_id, t.outcome,
                           f"{t.attempt} -> {t.attempt + 1}", p.status)
         console.print(table)
         sent = [p.target for p in prepared if p.payload is not None]
@@ -108,7 +109,8 @@ def register(app: typer.Typer) -> None:
                 time.sleep(1.0)
         table = Table("trial", "was", "now", title="re-graded verdicts")
         for t in sent:
-            table.add_row(t.trial_id, t.outcome, done.get(t.trial_id, "(not yet)"))
+            trial_id = t.identity.trial_id
+            table.add_row(trial_id, t.outcome, done.get(trial_id, "(not yet)"))
         console.print(table)
         if len(done) < len(sent):
             raise CliError(f"timed out after {timeout_s:g} s: {len(done)} of {len(sent)} "

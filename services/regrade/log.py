@@ -28,8 +28,8 @@ def find_inputs(
     wanted: Iterable[Target], settings: Settings, *, progress: Progress | None = None
 ) -> FoundInputs:
     wanted = list(wanted)
-    trials = {t.trial_id for t in wanted}
-    sessions = {t.session_id for t in wanted}
+    trials = {t.identity.trial_id for t in wanted}
+    sessions = {t.identity.session_id for t in wanted}
     keys = {s.encode() for s in sessions}
     found = FoundInputs({}, {})
     if not wanted:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted
+from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted, TrialIdentity
 from services.contract.codec import encode
 from services.sink.domain import TrialAttemptRecord, TrialRecord
 
@@ -15,11 +15,7 @@ from services.sink.domain import TrialAttemptRecord, TrialRecord
 class Target:
     """A trial to grade again, as its newest verdict left it."""
 
-    trial_id: str
-    run_id: str
-    scenario_id: str
-    scenario_version: str
-    session_id: str
+    identity: TrialIdentity
     outcome: str
     attempt: int  # of its newest verdict; the re-grade is attempt + 1
 
@@ -37,8 +33,7 @@ def targets(
     for row in history:
         newest[row.trial_id] = max(newest.get(row.trial_id, 1), row.attempt)
     return [
-        Target(t.trial_id, t.run_id, t.scenario_id, t.scenario_version, t.session_id,
-               t.outcome, newest.get(t.trial_id, 1))
+        Target(TrialIdentity.of(t), t.outcome, newest.get(t.trial_id, 1))
         for t in sorted(trials, key=lambda t: t.trial_id)
         if not errors_only or t.outcome == "error"
     ]
@@ -55,21 +50,18 @@ class FoundInputs:
 
 def request_for(target: Target, found: FoundInputs, *, reason: str) -> RegradeRequest | None:
     """The re-grade request of one trial; None when its conversation is not in the log."""
-    conversation = found.conversations.get(target.trial_id)
+    trial = target.identity
+    conversation = found.conversations.get(trial.trial_id)
     if conversation is None:
         return None
     attempt = target.attempt + 1
     return RegradeRequest(
-        event_id=f"regrade:{target.trial_id}:{attempt}",
-        trial_id=target.trial_id,
-        run_id=target.run_id,
-        scenario_id=target.scenario_id,
-        scenario_version=target.scenario_version,
-        session_id=target.session_id,
+        event_id=f"regrade:{trial.trial_id}:{attempt}",
+        **trial.as_fields(),
         attempt=attempt,
         reason=reason,
         conversation=conversation,
-        session=found.sessions.get(target.session_id),
+        session=found.sessions.get(trial.session_id),
     )
 
 
@@ -93,7 +85,7 @@ def prepare(
     than the workers accept (they would dead-letter it as `oversized`)."""
     out = []
     for target in chosen:
-        if target.scenario_version == UNKNOWN_VERSION:
+        if target.identity.scenario_version == UNKNOWN_VERSION:
             out.append(Prepared(target, None, "not sent: its verdict names no scenario version"))
             continue
         request = request_for(target, found, reason=reason)
@@ -111,7 +103,7 @@ def prepare(
 
 def regraded(targets: Iterable[Target], history: Iterable[TrialAttemptRecord]) -> dict[str, str]:
     """trial_id -> outcome of each target's re-grade that the projection already holds."""
-    wanted = {t.trial_id: t.attempt + 1 for t in targets}
+    wanted = {t.identity.trial_id: t.attempt + 1 for t in targets}
     done: dict[str, tuple[int, str]] = {}
     for row in history:
         need = wanted.get(row.trial_id)

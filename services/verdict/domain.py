@@ -27,6 +27,7 @@ from schemas.events import (
     GateResult,
     JudgeVerdict,
     Outcome,
+    TrialIdentity,
     TrialVerdict,
     with_attempt,
 )
@@ -267,11 +268,7 @@ def assemble(
     facts = exit_gate or state.gates.get("state")
     return TrialVerdict(
         event_id=with_attempt(f"verdict:{state.trial_id}", state.attempt),
-        trial_id=state.trial_id,
-        run_id=state.run_id,
-        scenario_id=state.scenario_id,
-        scenario_version=version or "unknown",
-        session_id=state.session_id,
+        **TrialIdentity.of(state, version or "unknown").as_fields(),
         k=scenario.trials,
         outcome=outcome,
         failed_checks=failed + errors,

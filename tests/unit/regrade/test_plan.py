@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from schemas.events import TrialIdentity
 from services.regrade.log import partition_of
 from services.regrade.plan import FoundInputs, Target, regraded, request_for, targets
 from services.sink.domain import TrialAttemptRecord, TrialRecord
@@ -24,6 +25,13 @@ def attempt(trial_id: str, n: int, outcome: str) -> TrialAttemptRecord:
                               event_id=f"verdict:{trial_id}:{n}")
 
 
+def errored(trial_id: str, *, version: str = "v1", attempt: int = 1) -> Target:
+    """A target of an errored trial of run r, scenario sc, session s-<trial_id>."""
+    return Target(TrialIdentity(trial_id=trial_id, run_id="r", scenario_id="sc",
+                                scenario_version=version, session_id=f"s-{trial_id}"),
+                  "error", attempt)
+
+
 TRIALS = [trial("t3", "error"), trial("t1", "passed"), trial("t2", "error")]
 HISTORY = [attempt("t1", 1, "passed"), attempt("t2", 1, "error"), attempt("t3", 1, "error"),
            attempt("t3", 2, "error")]
@@ -31,11 +39,12 @@ HISTORY = [attempt("t1", 1, "passed"), attempt("t2", 1, "error"), attempt("t3", 
 
 def test_errors_only_picks_the_errored_trials_with_their_newest_attempt() -> None:
     chosen = targets(TRIALS, HISTORY, errors_only=True)
-    assert [(t.trial_id, t.attempt) for t in chosen] == [("t2", 1), ("t3", 2)]
+    assert [(t.identity.trial_id, t.attempt) for t in chosen] == [("t2", 1), ("t3", 2)]
 
 
 def test_without_errors_only_every_trial_is_picked() -> None:
-    assert [t.trial_id for t in targets(TRIALS, HISTORY, errors_only=False)] == ["t1", "t2", "t3"]
+    chosen = targets(TRIALS, HISTORY, errors_only=False)
+    assert [t.identity.trial_id for t in chosen] == ["t1", "t2", "t3"]
 
 
 def test_a_trial_without_history_rows_is_at_attempt_one() -> None:
@@ -44,7 +53,7 @@ def test_a_trial_without_history_rows_is_at_attempt_one() -> None:
 
 
 def test_the_request_is_the_next_attempt_with_the_inputs_found() -> None:
-    target = Target("t1", "r", "sc", "v1", "s-t1", "error", attempt=2)
+    target = errored("t1", attempt=2)
     conv, sess = conversation("t1", session_id="s-t1"), session("t1", session_id="s-t1")
     request = request_for(target, FoundInputs({"t1": conv}, {"s-t1": sess}), reason="why")
     assert request is not None
@@ -90,9 +99,7 @@ def test_prepare_says_why_a_trial_cannot_be_asked_for() -> None:
     from services.regrade.plan import prepare
 
     conv = conversation("t1", session_id="s-t1")
-    chosen = [Target("t1", "r", "sc", "v1", "s-t1", "error", 1),
-              Target("t2", "r", "sc", "v1", "s-t2", "error", 1),
-              Target("t3", "r", "sc", "unknown", "s-t3", "error", 1)]
+    chosen = [errored("t1"), errored("t2"), errored("t3", version="unknown")]
     found = FoundInputs({"t1": conv, "t3": conversation("t3")}, {})
     sent, missing, versionless = prepare(chosen, found, reason="r", max_bytes=1_000_000)
     assert sent.status == "sent" and sent.payload is not None
