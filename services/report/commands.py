@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 RUN_WINDOWS = 24  # windows per scenario and size in the report page's over-time section
 
 
+def _known(runs: list[str]) -> str:
+    """The first ten runs the projection knows, for the message about one it does not."""
+    return ", ".join(runs[:10]) + (", …" if len(runs) > 10 else "") or "none"
+
+
 def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list[str], str]:
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
     from services.contract.settings import get_settings
@@ -133,11 +138,8 @@ def register(app: typer.Typer) -> None:
 
         result, runs, url = _load_report(run_id, database_url)
         if not result.trials:
-            known = ", ".join(runs[:10]) + (", …" if len(runs) > 10 else "") or "none"
-            raise NothingToJudge(
-                f"unknown run {run_id!r}: no trial verdicts in the projection ({url}). "
-                f"Known runs: {known}"
-            )
+            raise NothingToJudge(f"unknown run {run_id!r}: no trial verdicts in the projection "
+                                 f"({url}). Known runs: {_known(runs)}")
         if as_json:
             typer.echo(json.dumps(report_json(result), ensure_ascii=False))
         else:
@@ -199,11 +201,8 @@ def register(app: typer.Typer) -> None:
         for run_id in (base, run):
             result, runs, url = _load_report(run_id, database_url)
             if not result.trials:
-                known = ", ".join(runs[:10]) + (", …" if len(runs) > 10 else "") or "none"
-                raise NothingToJudge(
-                    f"run {run_id!r} has no trial verdicts in the projection ({url}): "
-                    f"nothing to compare. Known runs: {known}"
-                )
+                raise NothingToJudge(f"run {run_id!r} has no trial verdicts in the projection "
+                                     f"({url}): nothing to compare. Known runs: {_known(runs)}")
             reports.append(result)
         comparison = compare_runs(*reports)
         if as_json:

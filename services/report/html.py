@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from services.report.cells import cell, figure
 from services.report.domain import RunReport, ScenarioReport
 from services.report.trial_view import TrialView, judge_cost_html, trial_links, trials_section
 
@@ -67,15 +68,6 @@ FILTER_SCRIPT = """
   apply();
 })();
 """
-
-
-def _figure(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _cell(name: str, text: str, *, num: bool = True) -> str:
-    cls = ' class="num"' if num else ""
-    return f'<td data-figure="{name}"{cls}>{escape(text)}</td>'
 
 
 def _verdict(s: ScenarioReport) -> str:
@@ -136,15 +128,15 @@ def _scenario_rows(report: RunReport) -> Iterable[str]:
         interval = f"[{s.pass_hat_k_lower:.3f}, {s.pass_hat_k_upper:.3f}]"
         yield (
             f'<tr data-scenario="{escape(s.scenario_id)}">'
-            + _cell("scenario_id", s.scenario_id, num=False)
-            + _cell("k", str(s.k)) + _cell("n", str(s.n))
-            + _cell("passed", str(s.passed)) + _cell("failed", str(s.failed))
-            + _cell("errors", str(s.errors))
-            + _cell("pass_at_k", _figure(s.pass_at_k)) + _cell("pass_hat_k", _figure(s.pass_hat_k))
-            + _cell("pass_hat_k_interval", interval)
+            + cell("scenario_id", s.scenario_id, num=False)
+            + cell("k", str(s.k)) + cell("n", str(s.n))
+            + cell("passed", str(s.passed)) + cell("failed", str(s.failed))
+            + cell("errors", str(s.errors))
+            + cell("pass_at_k", figure(s.pass_at_k)) + cell("pass_hat_k", figure(s.pass_hat_k))
+            + cell("pass_hat_k_interval", interval)
             + f'<td data-figure="scenario_passed" data-value="{str(s.scenario_passed).lower()}">'
             + _verdict(s) + "</td>"
-            + _cell("completion", "exit gate only" if s.completion == "conversation"
+            + cell("completion", "exit gate only" if s.completion == "conversation"
                     else "both gates", num=False)
             + "</tr>"
         )
@@ -154,10 +146,10 @@ def _cost_rows(report: RunReport) -> Iterable[str]:
     for s in report.scenarios:
         yield (
             f'<tr data-scenario="{escape(s.scenario_id)}">'
-            + _cell("scenario_id", s.scenario_id, num=False)
-            + _cell("tokens_median", _figure(s.tokens_median, 0))
-            + _cell("turns_median", _figure(s.turns_median, 1))
-            + _cell("duration_s_median", _figure(s.duration_s_median, 1))
+            + cell("scenario_id", s.scenario_id, num=False)
+            + cell("tokens_median", figure(s.tokens_median, 0))
+            + cell("turns_median", figure(s.turns_median, 1))
+            + cell("duration_s_median", figure(s.duration_s_median, 1))
             + "</tr>"
         )
 
@@ -168,12 +160,12 @@ def _failed_rows(report: RunReport) -> Iterable[str]:
             yield (
                 f'<tr data-scenario="{escape(t.scenario_id)}" data-check="{escape(fc.check)}" '
                 f'data-trial="{escape(t.trial_id)}">'
-                + _cell("trial_id", t.trial_id, num=False)
-                + _cell("scenario_id", t.scenario_id, num=False)
-                + _cell("outcome", t.outcome, num=False)
-                + _cell("check", fc.check, num=False)
+                + cell("trial_id", t.trial_id, num=False)
+                + cell("scenario_id", t.scenario_id, num=False)
+                + cell("outcome", t.outcome, num=False)
+                + cell("check", fc.check, num=False)
                 + f'<td class="reason">{escape(fc.reason)}</td>'
-                + _cell("exit", f"{t.exit_reason or '—'} ({t.exit_source or 'unknown'})",
+                + cell("exit", f"{t.exit_reason or '—'} ({t.exit_source or 'unknown'})",
                         num=False)
                 + "</tr>"
             )

@@ -24,6 +24,7 @@ import plotly.io as pio
 from pydantic import BaseModel
 
 from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
+from services.report.cells import cell, figure
 from services.sink.domain import WindowRecord
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -139,15 +140,6 @@ def middle(w: WindowView) -> datetime:
     return w.window_start + (w.window_end - w.window_start) / 2
 
 
-def _num(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _cell(name: str, text: str, *, num: bool = True) -> str:
-    cls = ' class="num"' if num else ""
-    return f'<td data-figure="{name}"{cls}>{escape(text)}</td>'
-
-
 def stamp(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
@@ -159,13 +151,13 @@ def _rows(items: Sequence[WindowView]) -> str:
             f'<tr data-scenario="{escape(w.scenario_id)}" data-window="{escape(w.window)}" '
             f'data-window-start="{escape(stamp(w.window_start))}" '
             f'data-alert="{str(w.alert_condition).lower()}">'
-            + _cell("window_start", stamp(w.window_start), num=False)
-            + _cell("n", str(w.n)) + _cell("passed", str(w.passed))
-            + _cell("failed", str(w.failed)) + _cell("errors", str(w.errors))
-            + _cell("pass_hat_k", _num(w.pass_hat_k))
-            + _cell("pass_hat_k_interval", f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]")
-            + _cell("pass_at_k", _num(w.pass_at_k))
-            + _cell("judged_pass_hat_k", _num(w.judged_pass_hat_k))
+            + cell("window_start", stamp(w.window_start), num=False)
+            + cell("n", str(w.n)) + cell("passed", str(w.passed))
+            + cell("failed", str(w.failed)) + cell("errors", str(w.errors))
+            + cell("pass_hat_k", figure(w.pass_hat_k))
+            + cell("pass_hat_k_interval", f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]")
+            + cell("pass_at_k", figure(w.pass_at_k))
+            + cell("judged_pass_hat_k", figure(w.judged_pass_hat_k))
             + f'<td data-figure="alert_condition" class="{"fail" if w.alert_condition else ""}">'
             + ("alert" if w.alert_condition else "") + "</td></tr>"
         )
