@@ -104,30 +104,20 @@ def exit_checks(
         )
     if limits.max_duration_s is not None:
         duration_ms = metrics.duration_ms if metrics else None
-        if duration_ms is None:
-            checks.append(
-                CheckOutcome(
-                    check="exit:max_duration_s",
-                    passed=False,
-                    reason=f"a duration limit of {limits.max_duration_s:g} s is set but the "
-                    "producer reported no metrics.duration_ms",
-                    expected=limits.max_duration_s,
-                    found=None,
-                )
+        seconds = None if duration_ms is None else duration_ms / 1000
+        ok = seconds is not None and seconds <= limits.max_duration_s
+        checks.append(
+            CheckOutcome(
+                check="exit:max_duration_s",
+                passed=ok,
+                reason=f"a duration limit of {limits.max_duration_s:g} s is set but the "
+                "producer reported no metrics.duration_ms" if seconds is None else
+                f"duration {seconds:g} s {'within' if ok else 'exceeds'} the limit "
+                f"of {limits.max_duration_s:g} s",
+                expected=limits.max_duration_s,
+                found=seconds,
             )
-        else:
-            seconds = duration_ms / 1000
-            ok = seconds <= limits.max_duration_s
-            checks.append(
-                CheckOutcome(
-                    check="exit:max_duration_s",
-                    passed=ok,
-                    reason=f"duration {seconds:g} s {'within' if ok else 'exceeds'} the limit "
-                    f"of {limits.max_duration_s:g} s",
-                    expected=limits.max_duration_s,
-                    found=seconds,
-                )
-            )
+        )
     return checks
 
 
