@@ -48,11 +48,18 @@ def as_utc(value: datetime | None) -> datetime | None:
     return value.astimezone(UTC)
 
 
-class TrialRecord(SQLModel):
+class OfTrial(SQLModel):
+    """The columns naming the trial a row is of (schemas.events.TrialIdentity's, flat as
+    the events carry them); each row's own key and columns follow."""
+
     trial_id: str = Field(primary_key=True)
     run_id: str = Field(index=True)
-    scenario_id: str = Field(index=True)
+    scenario_id: str
     scenario_version: str
+
+
+class TrialRecord(OfTrial):
+    scenario_id: str = Field(index=True)
     session_id: str
     k: int
     outcome: str
@@ -79,27 +86,19 @@ class TrialRecord(SQLModel):
         return [] if value is None else value
 
 
-class TrialAttemptRecord(SQLModel):
+class TrialAttemptRecord(OfTrial):
     """The history: every grading attempt's verdict of a trial, kept when a re-grade
     supersedes it in `trials` (which holds the newest)."""
 
-    trial_id: str = Field(primary_key=True)
     attempt: int = Field(primary_key=True)
-    run_id: str = Field(index=True)
-    scenario_id: str
-    scenario_version: str
     outcome: str
     failed_checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
     verdict_at: datetime
     event_id: str
 
 
-class GateRecord(SQLModel):
-    trial_id: str = Field(primary_key=True)
+class GateRecord(OfTrial):
     gate: str = Field(primary_key=True)
-    run_id: str = Field(index=True)
-    scenario_id: str
-    scenario_version: str
     session_id: str
     passed: bool
     reasons: list[str] = Field(default_factory=list, sa_type=JSON)
@@ -108,12 +107,8 @@ class GateRecord(SQLModel):
     event_id: str
 
 
-class JudgeRecord(SQLModel):
-    trial_id: str = Field(primary_key=True)
+class JudgeRecord(OfTrial):
     judge_id: str = Field(primary_key=True)
-    run_id: str = Field(index=True)
-    scenario_id: str
-    scenario_version: str
     judge_kind: str
     judge_spec: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
     gating: bool
