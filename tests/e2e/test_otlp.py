@@ -8,7 +8,6 @@ gen_ai.evaluation.result events carrying the original trace ids."""
 
 from __future__ import annotations
 
-import base64
 import json
 import urllib.request
 from collections import Counter
@@ -17,7 +16,6 @@ from typing import Any
 
 import pytest
 import requests
-from google.protobuf import json_format
 
 from schemas.events import ConversationFinished, Message, SessionPersisted
 from services.contract.settings import Settings
@@ -27,6 +25,7 @@ from tests.e2e.conftest import free_port, running_pipeline
 from tests.otel_agent import Agent, Trial, chat_server
 from tests.otlp_sink import log_sink
 from tests.support import read_topic, wait_for
+from tests.unit.otlp.spans import otlp_json
 
 pytestmark = pytest.mark.e2e
 SCENARIO = "otel-debrief"
@@ -67,14 +66,7 @@ def _collector_lines(spans: list[Any]) -> str:
 
     lines = []
     for trace_id in sorted({s.context.trace_id for s in spans}):
-        tree = json_format.MessageToDict(encode_spans(
-            [s for s in spans if s.context.trace_id == trace_id]))
-        for rs in tree["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                for s in ss["spans"]:
-                    for key in ("traceId", "spanId", "parentSpanId"):
-                        if key in s:
-                            s[key] = base64.b64decode(s[key]).hex()
+        tree = otlp_json(encode_spans([s for s in spans if s.context.trace_id == trace_id]))
         lines.append(json.dumps(tree))
     return "\n".join(lines) + "\n"
 

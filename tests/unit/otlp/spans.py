@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
+from google.protobuf import json_format
+from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 T0 = 1_767_000_000_000_000_000
+
+
+def otlp_json(request: Message) -> dict[str, Any]:
+    """An OTLP request as OTLP/JSON exporters and collectors write it: hex trace and span
+    ids (protobuf's own JSON mapping gives base64)."""
+    tree = json_format.MessageToDict(request)
+    for rs in tree["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for s in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in s:
+                        s[key] = base64.b64decode(s[key]).hex()
+    return tree
 
 
 def kv(key: str, value: Any) -> KeyValue:

@@ -9,16 +9,15 @@ from typer.testing import CliRunner
 
 from services.cli.main import app
 from services.contract.processors import SERVERS, WORKERS
-from tests.unit.otlp.spans import agent_trace, request
-from tests.unit.otlp.test_decode import _otlp_json
+from tests.unit.otlp.spans import agent_trace, otlp_json, request
 
 
 def test_dry_run_maps_and_tables_taken_and_skipped(tmp_path: Path) -> None:
     good, no_ids = agent_trace(1), agent_trace(2, {"passk.run_id": ""})
     lines = tmp_path / "traces.jsonl"
-    lines.write_text(json.dumps(_otlp_json(request(*good))) + "\n"
-                     + json.dumps(_otlp_json(request(*no_ids))) + "\n"
-                     + json.dumps(_otlp_json(request(*agent_trace(3)[:-1]))) + "\n")
+    lines.write_text(json.dumps(otlp_json(request(*good))) + "\n"
+                     + json.dumps(otlp_json(request(*no_ids))) + "\n"
+                     + json.dumps(otlp_json(request(*agent_trace(3)[:-1]))) + "\n")
     result = CliRunner().invoke(app, ["import", "otel", str(lines), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "would take (trials)" in result.output

@@ -6,30 +6,16 @@ import gzip
 import json
 
 import pytest
-from google.protobuf import json_format
 
 from services.otlp.decode import PayloadError, from_body, gunzip, read_file
 from services.otlp.mapping import spans_of
-from tests.unit.otlp.spans import agent_trace, request
-
-
-def _otlp_json(req) -> dict:  # type: ignore[no-untyped-def]
-    """OTLP/JSON as exporters write it: hex ids (not protobuf's base64)."""
-    tree = json_format.MessageToDict(req)
-    for rs in tree["resourceSpans"]:
-        for ss in rs["scopeSpans"]:
-            for s in ss["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in s:
-                        import base64
-                        s[key] = base64.b64decode(s[key]).hex()
-    return tree
+from tests.unit.otlp.spans import agent_trace, otlp_json, request
 
 
 def test_protobuf_and_json_decode_to_the_same_spans() -> None:
     req = request(*agent_trace())
     from_pb = list(spans_of(from_body(req.SerializeToString(), "application/x-protobuf")))
-    from_js = list(spans_of(from_body(json.dumps(_otlp_json(req)).encode(), "application/json")))
+    from_js = list(spans_of(from_body(json.dumps(otlp_json(req)).encode(), "application/json")))
     assert from_pb == from_js
     assert {s.trace_id for s in from_js} == {f"{1:032x}"}
 
@@ -57,7 +43,7 @@ def test_a_gzip_bomb_stops_at_the_limit() -> None:
 def test_files_json_lines_and_protobuf(tmp_path) -> None:  # type: ignore[no-untyped-def]
     spans = agent_trace()
     lines = tmp_path / "traces.jsonl"
-    lines.write_text("\n".join(json.dumps(_otlp_json(request(s))) for s in spans) + "\nnope\n")
+    lines.write_text("\n".join(json.dumps(otlp_json(request(s))) for s in spans) + "\nnope\n")
     got = list(read_file(lines))
     assert len(got) == 5 and isinstance(got[-1][1], PayloadError) and got[-1][0].endswith(":5")
     pb = tmp_path / "traces.binpb"

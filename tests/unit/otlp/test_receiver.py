@@ -178,9 +178,9 @@ async def test_json_in_json_out() -> None:
     client, rec, _, _ = await _client()
     from google.protobuf import json_format
 
-    from tests.unit.otlp.test_decode import _otlp_json
+    from tests.unit.otlp.spans import otlp_json
     try:
-        r = await client.post("/v1/traces", json=_otlp_json(request(*agent_trace())))
+        r = await client.post("/v1/traces", json=otlp_json(request(*agent_trace())))
         assert r.status == 200 and r.content_type == "application/json"
         assert json_format.ParseDict(await r.json(), ExportTraceServiceResponse()) is not None
         assert len(rec.taken) == 1
