@@ -22,8 +22,13 @@ import pytest
 from scipy.stats import beta
 
 from services.contract.settings import Settings
-from tests.e2e.conftest import Pipeline, free_port, running_pipeline
-from tests.e2e.test_monitoring import Monitoring, Webhook, webhook  # noqa: F401 - fixture
+from tests.e2e.conftest import Pipeline, running_pipeline
+from tests.e2e.test_monitoring import (  # noqa: F401 - webhook: a fixture
+    Monitoring,
+    Webhook,
+    monitoring_stack,
+    webhook,
+)
 from tests.support import ROOT, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -49,28 +54,8 @@ def pipeline(settings: Settings, tmp_path: Path) -> Iterator[Pipeline]:
 @pytest.fixture
 def monitoring(pipeline: Pipeline, webhook: Webhook, tmp_path: Path  # noqa: F811
                ) -> Iterator[Monitoring]:
-    if not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")):
-        pytest.fail("apt-get install prometheus prometheus-alertmanager (.ci/run does)")
-    env = {
-        **pipeline.env,
-        "PASSK_METRICS_PORT_BASE": str(pipeline.metrics_base),
-        "PASSK_PROMETHEUS_URL": f"http://127.0.0.1:{free_port()}",
-        "PASSK_ALERTMANAGER_URL": f"http://127.0.0.1:{free_port()}",
-        "PASSK_MONITORING_DIR": str(tmp_path / "monitoring"),
-        "PASSK_SCRAPE_INTERVAL": f"{SCRAPE_S}s",
-        "PASSK_ALERT_FOR": "5s",
-        "PASSK_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{webhook.port}/alerts",
-        "PASSK_ALERT_GROUP_WAIT": "1s",
-        "PASSK_ALERT_GROUP_INTERVAL": "1s",
-    }
-    up = subprocess.run(["bash", "infra/prometheus/up.sh"], env=env, cwd=ROOT,
-                        capture_output=True, text=True, timeout=120)
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        yield Monitoring(env["PASSK_PROMETHEUS_URL"], env["PASSK_ALERTMANAGER_URL"])
-    finally:
-        subprocess.run(["bash", "infra/prometheus/down.sh"], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    with monitoring_stack(pipeline, webhook, tmp_path, scrape_s=SCRAPE_S) as stack:
+        yield stack
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> str:

@@ -15,6 +15,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -159,8 +160,11 @@ class Monitoring:
         return body["data"]  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def monitoring(pipeline: Pipeline, webhook: Webhook, tmp_path: Path) -> Iterator[Monitoring]:
+@contextmanager
+def monitoring_stack(pipeline: Pipeline, webhook: Webhook, tmp_path: Path, *,
+                     scrape_s: int = 1) -> Iterator[Monitoring]:
+    """infra/prometheus/up.sh scraping the pipeline's workers every scrape_s and alerting
+    to the webhook soon (5 s `for:`, 1 s grouping); down.sh afterwards."""
     if not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")):
         pytest.fail("apt-get install prometheus prometheus-alertmanager (.ci/run does)")
     env = {
@@ -169,7 +173,7 @@ def monitoring(pipeline: Pipeline, webhook: Webhook, tmp_path: Path) -> Iterator
         "PASSK_PROMETHEUS_URL": f"http://127.0.0.1:{free_port()}",
         "PASSK_ALERTMANAGER_URL": f"http://127.0.0.1:{free_port()}",
         "PASSK_MONITORING_DIR": str(tmp_path / "monitoring"),
-        "PASSK_SCRAPE_INTERVAL": "1s",
+        "PASSK_SCRAPE_INTERVAL": f"{scrape_s}s",
         "PASSK_ALERT_FOR": "5s",
         "PASSK_ALERT_WEBHOOK_URL": f"http://127.0.0.1:{webhook.port}/alerts",
         "PASSK_ALERT_GROUP_WAIT": "1s",
@@ -185,6 +189,12 @@ def monitoring(pipeline: Pipeline, webhook: Webhook, tmp_path: Path) -> Iterator
         down = subprocess.run(["bash", "infra/prometheus/down.sh"], env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert "stopped prometheus" in down.stdout, down.stdout + down.stderr
+
+
+@pytest.fixture
+def monitoring(pipeline: Pipeline, webhook: Webhook, tmp_path: Path) -> Iterator[Monitoring]:
+    with monitoring_stack(pipeline, webhook, tmp_path) as stack:
+        yield stack
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> str:
