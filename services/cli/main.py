@@ -84,12 +84,7 @@ def worker(
     module = importlib.import_module(f"services.{service}.app")
     level = loglevel or get_settings().log_level
     sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]
-    # At WARN and above Faust's worker sets the root logger to DEBUG for its terminal
-    # spinner, so every debug call in Faust and aiokafka built a record that the handler
-    # then dropped (7 % of the aggregate's profile). No spinner: the level stays as set.
-    import faust.worker
-
-    faust.worker.Worker._setup_spinner_handler = lambda self, logger, level: None  # type: ignore[method-assign]
+    # The root logger stays at `level`: make_app installed faust_compat.worker_log.
     module.app.main()
 
 

@@ -12,15 +12,12 @@ from aiokafka.errors import KafkaError as AIOKafkaError
 from kafka.errors import KafkaError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-import services.runtime.faust_controller  # noqa: F401 - asks a live broker for the controller
-import services.runtime.faust_fixes  # noqa: F401 - patches faust's consumer on import
-import services.runtime.faust_flush  # noqa: F401 - patches faust's flush before a commit
 from services.contract.codec import Rejection
 from services.contract.settings import Settings, get_settings
 from services.contract.topics import Topic, partitions_for, spec_for, topic_name
 from services.kafka.lag import LagMonitor, lag_metrics
+from services.runtime import faust_compat
 from services.runtime.credentials import faust_broker_credentials
-from services.runtime.faust_fetch import set_fetch  # patches faust's consumer, on import
 
 if TYPE_CHECKING:
     from services.kafka.catalog import ScenarioCatalog
@@ -40,8 +37,11 @@ def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0,
     `linger_ms`: how long the producer gathers records into one request (for a processor
     that never awaits a single send, only the flush before each commit).
     `fetch_min_bytes`, `fetch_max_wait_ms`: how much the broker gathers, or how long it
-    waits, before it answers a fetch (services/runtime/faust_fetch.py); Faust's own are
-    1 byte and 1.5 s."""
+    waits, before it answers a fetch (services/runtime/faust_compat/fetch.py); Faust's
+    own are 1 byte and 1.5 s.
+    Refuses another faust-streaming release than the pinned one, and installs passk's
+    patches of it (docs/faust.md) before the first app is built."""
+    faust_compat.apply()
     settings = settings or get_settings()
     # Per app id (prefix + name): the RocksDB tables here (services.runtime.graded) belong
     # to one set of topics, and their stored changelog offsets mean nothing to another.
@@ -83,7 +83,7 @@ def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0,
         datadir=str(datadir),
     )
     if (fetch_min_bytes, fetch_max_wait_ms) != (1, 1500):
-        set_fetch(app, fetch_min_bytes, fetch_max_wait_ms)
+        faust_compat.set_fetch(app, fetch_min_bytes, fetch_max_wait_ms)
     return app
 
 
@@ -145,15 +145,7 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
 
         serve_metrics(settings.metrics_port, host=settings.metrics_host)
 
-    @app.task
-    async def restore_log_level() -> None:
-        # faust's worker sets the root logger to DEBUG for its start-up spinner and leaves
-        # it there, so every debug call of faust and aiokafka built a record that the
-        # handlers then dropped (5 % of a busy gate's samples, py-spy). The level asked for
-        # (--loglevel) is the one faust gave the root's first handler.
-        handlers = logging.root.handlers
-        if handlers and handlers[0].level > logging.DEBUG:
-            logging.root.setLevel(handlers[0].level)
+    # (The root logger's level in a worker: services/runtime/faust_compat/worker_log.py.)
 
     from services.runtime.outage import BROKER, HEARTBEAT_S, Dependency, health, outage_metrics
 

@@ -27,8 +27,16 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import faust
-from faust.streams import current_event
 from faust.types import TP
+
+from services.runtime.faust_compat import (
+    current_event,
+    forget_paused,
+    on_recovery_completed,
+    pause_keeping_fetched,
+    paused_partitions,
+    resume_paused,
+)
 
 log = logging.getLogger(__name__)
 PartitionInput = tuple[str, int]  # (topic, partition)
@@ -96,30 +104,24 @@ class JoinFlow:
     def adjust(self) -> None:
         if self.bound <= 0 or self.app.rebalancing or self.app.in_recovery:
             return
-        consumer: Any = self.app.consumer  # faust's Consumer: the sets below are not on ConsumerT
+        consumer: Any = self.app.consumer  # faust's Consumer: pause/resume are not on ConsumerT
         assigned = {tp.partition for tp in consumer.assignment() if tp.topic in self.inputs}
         # Faust resumes every partition after a rebalance's recovery: what is paused now
         # is what its consumer says, not what this object last did.
-        faust_paused = consumer._paused_partitions
+        faust_paused = paused_partitions(consumer)
         for topic, p in self.paused:
             if TP(topic, p) not in faust_paused:  # revoked, or resumed by Faust
-                consumer._buffered_partitions.discard(TP(topic, p))
+                forget_paused(consumer, TP(topic, p))
         self.paused = {(t, p) for t, p in self.paused if TP(t, p) in faust_paused}
         want = paused_inputs(self.waiting, self.paused, self.unread, self.inputs,
                              assigned, self.bound)
         for topic, p in self.paused - want:
-            tp = TP(topic, p)
-            consumer._buffered_partitions.discard(tp)
-            consumer.resume_partitions({tp})
+            resume_paused(consumer, TP(topic, p))
             log.info("join flow: reading %s[%d] again", topic, p)
         for topic, p in want - self.paused:
-            tp = TP(topic, p)
-            # Faust's getmany yields the records it already fetched of a partition only
-            # while that partition is active or "buffered"; pausing it alone would drop
-            # them from the batch being handed out, and Faust would then commit past them
-            # as a gap. Marked buffered, they are handed out; no new fetch returns it.
-            consumer._buffered_partitions.add(tp)
-            consumer.pause_partitions({tp})
+            # The records already fetched of it are still handed out (not dropped from
+            # the batch and committed past as a gap); no new fetch returns it.
+            pause_keeping_fetched(consumer, TP(topic, p))
             log.info("join flow: %s[%d] paused, %s pending trials wait for the other input",
                      topic, p, self.waiting.get(p, {}))
         self.paused = want
@@ -137,13 +139,7 @@ def join_flow(app: faust.App, table: faust.types.TableT, inputs: tuple[str, str]
     """A JoinFlow for `table`'s pending trials, adjusted every ADJUST_EVERY_S (a timer:
     nothing per record but the count)."""
     flow = JoinFlow(app, inputs, bound, waits_on, unread)
-    recovered = table.on_recovery_completed
-
-    async def on_recovery_completed(*args: Any, **kwargs: Any) -> None:
-        await recovered(*args, **kwargs)
-        flow.forget_missing(lambda key: key in table)
-
-    table.on_recovery_completed = on_recovery_completed  # type: ignore[method-assign]
+    on_recovery_completed(table, "join_flow", lambda: flow.forget_missing(lambda key: key in table))
 
     @app.timer(interval=ADJUST_EVERY_S)
     async def adjust_join_flow() -> None:

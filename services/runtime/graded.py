@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from services.contract.settings import Settings
 from services.contract.topics import dedup_retained_config
+from services.runtime.faust_compat import on_disk_table
 from services.runtime.ticks import table_value
 
 # Per partition database (8 partitions by default): at most two write buffers of 4 MiB
@@ -40,22 +41,11 @@ ROCKSDB_OPTIONS: dict[str, Any] = {
 }
 
 
-class _OnDisk(faust.Table):  # type: ignore[misc]  # faust.Table is untyped to mypy
-    """A table on RocksDB while the app's other tables stay in memory.
-
-    `Table(store="rocksdb://")` does not do it in faust-streaming 0.15.3: yarl's
-    URL("rocksdb://") is falsy (no host, no path), so the table falls back to the app's
-    store, silently in memory. The store is therefore named here, where it is built.
-    """
-
-    def _new_store(self) -> Any:
-        return self._new_store_by_url("rocksdb://")
-
-
 def graded_table(app: faust.App, name: str, settings: Settings) -> faust.types.TableT:
     """A changelogged table of graded-trial markers on RocksDB, expired by TTL."""
     retention_s = settings.dedup_retention_s
-    table = _OnDisk(
+    # on RocksDB while the app's other tables stay in memory (faust_compat says why)
+    table = on_disk_table(
         app,
         name=name,
         default=None,

@@ -16,15 +16,14 @@ until this one is delivered.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import faust
-from faust import streams as faust_streams
 
 from services.runtime.app import Delivery
+from services.runtime.faust_compat import as_current_event, current_event
 
 
 @contextmanager
@@ -36,11 +35,8 @@ def handling(event: faust.types.EventT) -> Iterator[None]:
     its partition's database by it): each record of a batch is handled, and its state
     written, as the current event.
     """
-    token = faust_streams._current_event.set(weakref.ref(event))
-    try:
+    with as_current_event(event):
         yield
-    finally:
-        faust_streams._current_event.reset(token)
 
 
 class Outbox:
@@ -78,7 +74,7 @@ class Outbox:
 
     def put(self, key: str, value: Any) -> None:
         """Hold `value` (None: delete) for `key` until the batch's outputs are delivered."""
-        event = faust_streams.current_event()
+        event = current_event()
         if event is None:
             raise RuntimeError("Outbox.put outside of a record being handled")
         self._writes[key] = (event, value)

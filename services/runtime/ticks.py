@@ -16,13 +16,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import faust
-from faust.streams import current_event
 from faust.types import TP
 
 from services.contract.eventtime import bounded
 from services.contract.settings import Settings
 from services.kafka.kafka_client import kafka_client_kwargs
-from services.runtime.faust_fixes import SeekGuardedReadOffsets
+from services.runtime.faust_compat import awaiting_seek, current_event, on_recovery_completed
 from services.runtime.outage import BROKER, Dependency
 
 PROBE_INTERVAL_S = 5.0
@@ -220,8 +219,7 @@ def faust_highwater(app: faust.App) -> Callable[[str, int], int | None]:
 
 def faust_awaiting_seek(app: faust.App) -> Callable[[str, int], bool]:
     def awaiting(topic: str, partition: int) -> bool:
-        offsets = getattr(app.consumer, "_read_offset", None)
-        return isinstance(offsets, SeekGuardedReadOffsets) and offsets.pending(TP(topic, partition))
+        return awaiting_seek(app.consumer, TP(topic, partition))
 
     return awaiting
 
@@ -288,13 +286,7 @@ class Deadlines:
         self.probing = Dependency(BROKER, f"{app.conf.id}: reading offsets", max_backoff_s=10.0)
 
         # Keys restored from the changelog after a rebalance were never scheduled here.
-        recovered = table.on_recovery_completed
-
-        async def on_recovery_completed(*args: Any, **kwargs: Any) -> None:
-            await recovered(*args, **kwargs)
-            self.ticker.reseed()
-
-        table.on_recovery_completed = on_recovery_completed  # type: ignore[method-assign]
+        on_recovery_completed(table, "deadlines", self.ticker.reseed)
 
         @app.timer(interval=1.0)
         async def tick_due_keys() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from services.runtime.faust_controller import _get_controller_node
+from services.runtime.faust_compat.controller import _get_controller_node
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from faust.types import TP
 
-from services.runtime.faust_fixes import SeekGuardedReadOffsets
+from services.runtime.faust_compat.seek_guard import SeekGuardedReadOffsets
 
 T = TP("passk.conversation-finished.v1", 3)
 
@@ -73,6 +73,10 @@ def test_revoking_a_partition_forgets_its_seek() -> None:
 
 
 def test_the_patch_is_installed_on_faust_consumers() -> None:
-    from faust.transport import consumer
+    import faust
 
-    assert getattr(consumer.Consumer, "_passk_seek_guard", False)
+    from services.runtime import faust_compat
+
+    faust_compat.apply()
+    app = faust.App("passk-guard-installed", broker="kafka://127.0.0.1:1")
+    assert isinstance(app.consumer._read_offset, SeekGuardedReadOffsets)

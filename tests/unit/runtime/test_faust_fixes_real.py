@@ -1,12 +1,13 @@
 """The seek guard inside faust-streaming's own consumer: the library's real
 `perform_seek`, `seek`, `_drain_messages` and `_add_gap` run; only the network edges
-(committed offsets, the fetch) are replaced by a scripted sequence of records."""
+(committed offsets, the in-memory seek, the fetch) are replaced by a scripted sequence
+of records."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,9 +15,29 @@ import faust
 import pytest
 from faust.types import TP
 
-import services.runtime.faust_fixes as fixes
+from services.runtime import faust_compat
+from services.runtime.faust_compat import seek_guard
 
+faust_compat.apply()  # what make_app does
 T = TP("passk.t.conversation-finished.v1", 3)
+
+
+# The network edges of the guard's seek_to_committed, per test (set by `consumer` and
+# FakeLog): the group's committed offsets, and aiokafka's in-memory seek.
+EDGES: dict[str, Any] = {}
+
+
+@pytest.fixture(autouse=True)
+def network_edges(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    async def read_committed(c: Any) -> dict[TP, int | None]:
+        return await EDGES["committed"]()  # type: ignore[no-any-return]
+
+    EDGES.update(seek=lambda tp, offset: None)
+    monkeypatch.setattr(seek_guard, "read_committed", read_committed)
+    monkeypatch.setattr(seek_guard, "seek_in_memory",
+                        lambda c, tp, offset: EDGES["seek"](tp, offset))
+    yield
+    EDGES.clear()
 
 
 def consumer(batches: list[list[int]], committed: int) -> tuple[Any, list[int]]:
@@ -25,9 +46,6 @@ def consumer(batches: list[list[int]], committed: int) -> tuple[Any, list[int]]:
     delivered: list[int] = []
     fetcher = SimpleNamespace(_stopped=asyncio.Event())
     pending = list(batches)
-
-    async def seek_to_committed() -> dict[TP, int]:
-        return {T: committed}
 
     async def _seek(tp: TP, offset: int) -> None:
         return None
@@ -47,10 +65,8 @@ def consumer(batches: list[list[int]], committed: int) -> tuple[Any, list[int]]:
     async def committed_offsets() -> dict[TP, int | None]:
         return {T: committed}
 
-    c.seek_to_committed = seek_to_committed
     c._seek = _seek
-    c._passk_committed_offsets = committed_offsets
-    c._passk_seek_now = lambda tp, offset: None
+    EDGES["committed"] = committed_offsets
     c.assignment = lambda: {T}
     c.callback = callback
     c.getmany = getmany
@@ -78,6 +94,11 @@ async def test_the_real_library_without_the_guard_drops_them() -> None:
     """Shows the bug the patch is for is in this faust-streaming, not only in a copy."""
     c, delivered = consumer([[510, 511], [494, 495, 496]], committed=494)
     c._read_offset = defaultdict(lambda: None)  # faust's own map: the guard steps aside
+
+    async def seek_to_committed() -> dict[TP, int]:  # the library's, minus the network
+        return {T: 494}
+
+    c.seek_to_committed = seek_to_committed
     await run(c)
     assert delivered == [510, 511]  # 494..496 were dropped as already read
     assert c._gap[T]  # and 495..509 were recorded as a gap, committed past later
@@ -106,7 +127,7 @@ class FakeLog:
     def __init__(self, c: Any, end: int, position: int, batch: int = 5) -> None:
         self.end, self.position, self.batch = end, position, batch
         self.seeks: list[int] = []
-        c._passk_seek_now = self.seek
+        EDGES["seek"] = self.seek
         c.getmany = self.getmany
         c.assignment = lambda: {T}
 
@@ -129,8 +150,8 @@ async def rebalance_seek_while_reading(late_bookkeeping: bool) -> tuple[Any, Fak
     """After a rebalance, Faust's perform_seek reads the committed offsets while the flow is
     already active: the drain loop reads 30..44 from the fetcher (positioned at the
     committed 30 by an earlier seek) and a commit of 45 happens before the read answers 30.
-    `late_bookkeeping` runs the library's own perform_seek (seek first, record the seek
-    point after the await); otherwise the patched one."""
+    `late_bookkeeping` runs the library's own seek_to_committed (aiokafka seeks first,
+    and perform_seek records the seek point after the await); otherwise the guard's."""
     c, delivered = consumer([], committed=30)
     log = FakeLog(c, end=80, position=30)
 
@@ -154,10 +175,10 @@ async def rebalance_seek_while_reading(late_bookkeeping: bool) -> tuple[Any, Fak
         log.seek(T, 30)  # aiokafka seeks before the await; Faust records it after
         return await committed_answers_late()  # type: ignore[return-value]
 
-    c._passk_committed_offsets = committed_answers_late
-    c.seek_to_committed = seek_to_committed
-    seek = c._passk_original_perform_seek() if late_bookkeeping else c.perform_seek()
-    await asyncio.wait_for(seek, timeout=10)
+    EDGES["committed"] = committed_answers_late
+    if late_bookkeeping:
+        c.seek_to_committed = seek_to_committed  # the library's way, on this consumer only
+    await asyncio.wait_for(c.perform_seek(), timeout=10)
     while log.position < log.end:
         await asyncio.sleep(0)
     for _ in range(20):  # let the drain loop deliver the last fetch
@@ -185,9 +206,3 @@ async def test_a_seek_and_its_bookkeeping_in_one_step_drain_to_the_end() -> None
     assert not c._read_offset.pending(T)
     assert c._new_offset(T) == 80  # everything read can be committed
 
-
-def test_the_patch_refuses_another_faust_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert faust.__version__ == fixes.PATCHED_VERSION  # what pyproject pins
-    monkeypatch.setattr(faust, "__version__", "0.16.0")
-    with pytest.raises(RuntimeError, match="patches faust-streaming 0.15.3"):
-        fixes.apply()

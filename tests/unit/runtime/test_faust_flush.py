@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from faust.transport.producer import ProducerBuffer
 
-import services.runtime.faust_flush  # noqa: F401 - the fix under test
+from services.runtime import faust_compat
+
+faust_compat.apply()  # the fix under test (what make_app does)
 
 
 class HeldChannel:

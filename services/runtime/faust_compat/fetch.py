@@ -1,5 +1,5 @@
-"""Letting the broker gather records before it answers a worker's fetch (applied once, on
-import).
+"""Letting the broker gather records before it answers a worker's fetch (installed by
+`apply`).
 
 faust-streaming 0.15.3 builds its aiokafka consumer with `fetch_min_bytes` left at 1: the
 broker answers a fetch as soon as one record is there. A worker whose input trickles in
@@ -19,8 +19,6 @@ from typing import Any
 import faust
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
-from services.runtime.faust_fixes import require_patched_version
-
 
 @dataclass(frozen=True)
 class Fetch:
@@ -35,9 +33,13 @@ def set_fetch(app: faust.App, min_bytes: int, max_wait_ms: int) -> None:
     _FETCH[app.conf.id] = Fetch(min_bytes, max_wait_ms)
 
 
+def installed() -> bool:
+    return bool(getattr(AIOKafkaConsumerThread, "_passk_fetch", False))
+
+
 def apply() -> None:
-    require_patched_version("faust_fetch.py")
-    if getattr(AIOKafkaConsumerThread, "_passk_fetch", False):
+    """Wrap faust's worker-consumer factory to pass on what `set_fetch` asked (once)."""
+    if installed():
         return
     original = AIOKafkaConsumerThread._create_worker_consumer
 
@@ -53,5 +55,3 @@ def apply() -> None:
     AIOKafkaConsumerThread._create_worker_consumer = _create_worker_consumer  # type: ignore[method-assign]
     AIOKafkaConsumerThread._passk_fetch = True  # type: ignore[attr-defined]
 
-
-apply()

@@ -1,4 +1,4 @@
-"""A fix for faust-streaming 0.15.3's flush before an offset commit (applied once, on import).
+"""A fix for faust-streaming 0.15.3's flush before an offset commit (installed by `apply`).
 
 A table's changelog writes do not go straight to the Kafka producer: `send_soon` puts
 them in Faust's `ProducerBuffer`, a queue that one background task hands, one message at
@@ -25,15 +25,16 @@ from typing import Any
 
 from faust.transport.producer import ProducerBuffer
 
-from services.runtime.faust_fixes import require_patched_version
-
 PROGRESS_CHECK_S = 1.0  # how often a waiting flush looks whether the buffer still runs
 
 
-def apply() -> None:
+def installed() -> bool:
+    return bool(getattr(ProducerBuffer, "_passk_full_flush", False))
 
-    require_patched_version("faust_flush.py")
-    if getattr(ProducerBuffer, "_passk_full_flush", False):
+
+def apply() -> None:
+    """Install the counting flush on faust's ProducerBuffer (once)."""
+    if installed():
         return
     original_post_init = ProducerBuffer.__post_init__
     original_put = ProducerBuffer.put
@@ -78,5 +79,3 @@ def apply() -> None:
     ProducerBuffer.flush = flush  # type: ignore[method-assign]
     ProducerBuffer._passk_full_flush = True  # type: ignore[attr-defined]
 
-
-apply()

@@ -1,4 +1,4 @@
-"""Fixes for faust-streaming 0.15.3's consumer after a seek (applied once, on import).
+"""Fixes for faust-streaming 0.15.3's consumer after a seek (installed by `apply`).
 
 When a worker (re)joins with a backlog, a record fetched before Faust seeks its stream
 partitions back to the committed offsets can still reach the consumer's drain loop
@@ -28,7 +28,10 @@ drained them (tests/e2e/test_cluster.py; upstream #606 is the same family). The 
 the committed offsets first, then seeks each partition and records its seek point in one
 step with no await in between, so no record is read between the two; records fetched
 before it are the stale ones the guard already handles, and the re-read from the seek
-point is dropped downstream as repeats.
+point is dropped downstream as repeats. It is done without copying `perform_seek`: the
+consumer's `seek_to_committed` (which only `perform_seek` calls) reads the committed
+offsets, then seeks in memory and returns without another await, so Faust's own
+`perform_seek` records the seek points in the same step of the event loop.
 """
 
 from __future__ import annotations
@@ -94,30 +97,20 @@ class SeekGuardedReadOffsets(defaultdict):  # type: ignore[type-arg]
         return super().pop(tp, *default)
 
 
-PATCHED_VERSION = "0.15.3"
-
-
-def require_patched_version(patch: str) -> None:
-    """Refuse to patch another faust-streaming release than the one the patch was written
-    for: it replaces internals of this exact release, and on another one it could silently
-    do the wrong thing. Re-check the upstream issues before moving the pin."""
-    import faust
-
-    if faust.__version__ != PATCHED_VERSION:
-        raise RuntimeError(
-            f"services/runtime/{patch} patches faust-streaming {PATCHED_VERSION}, "
-            f"but {faust.__version__} is installed; install the pinned requirements.lock")
+def installed() -> bool:
+    return bool(getattr(faust_consumer.Consumer, "_passk_seek_guard", False))
 
 
 def apply() -> None:
-    require_patched_version("faust_fixes.py")
+    """Install the guard on faust's Consumer (once; the version is checked by the caller)."""
     Consumer = faust_consumer.Consumer
-    if getattr(Consumer, "_passk_seek_guard", False):
+    if installed():
         return
+    ThreadDelegate = faust_consumer.ThreadDelegateConsumer
     original_init = Consumer.__init__
     original_add_gap = Consumer._add_gap
     original_seek = Consumer.seek
-    original_perform_seek = Consumer.perform_seek
+    original_seek_to_committed = ThreadDelegate.seek_to_committed
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         original_init(self, *args, **kwargs)
@@ -135,57 +128,56 @@ def apply() -> None:
         if isinstance(offsets, SeekGuardedReadOffsets):
             offsets.expect(faust_consumer.ensure_TP(partition), offset if offset else None)
 
-    async def perform_seek(self: Any) -> None:
-        offsets = self._read_offset
-        if not (isinstance(offsets, SeekGuardedReadOffsets)
-                and isinstance(self, faust_consumer.ThreadDelegateConsumer)):
-            return await original_perform_seek(self)
-        # installed on ThreadDelegateConsumer below (and replaced by the unit tests)
-        committed = await self._passk_committed_offsets()  # type: ignore[attr-defined]
-        seek_to_committed_now(self, committed)
+    async def seek_to_committed(self: Any) -> dict[TP, int | None]:
+        if not isinstance(self._read_offset, SeekGuardedReadOffsets):
+            return await original_seek_to_committed(self)  # type: ignore[no-any-return]
+        committed = await read_committed(self)
+        # No await from here until perform_seek has recorded the seek points.
+        return seek_now(self, committed)
 
     Consumer.__init__ = __init__  # type: ignore[method-assign]
     Consumer._add_gap = _add_gap  # type: ignore[method-assign]
     Consumer.seek = seek  # type: ignore[method-assign]
-    Consumer.perform_seek = perform_seek  # type: ignore[method-assign]
-    Consumer._passk_original_perform_seek = original_perform_seek  # type: ignore[attr-defined]
-    ThreadDelegate = faust_consumer.ThreadDelegateConsumer
-    ThreadDelegate._passk_committed_offsets = _committed_offsets  # type: ignore[attr-defined]
-    ThreadDelegate._passk_seek_now = _seek_now  # type: ignore[attr-defined]
+    ThreadDelegate.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
     Consumer._passk_seek_guard = True  # type: ignore[attr-defined]
 
 
-async def _committed_offsets(self: Any) -> dict[TP, int | None]:
+async def read_committed(consumer: Any) -> dict[TP, int | None]:
     """The group's committed offset of every assigned partition (None: never committed),
     read in the consumer's thread like Faust's seek_to_committed, without seeking."""
-    consumer = self._thread._ensure_consumer()
+    client = consumer._thread._ensure_consumer()
 
     async def read() -> dict[TP, int | None]:
-        return {tp: await consumer.committed(tp) for tp in consumer.assignment()}
+        return {tp: await client.committed(tp) for tp in client.assignment()}
 
-    return await self._thread.call_thread(read)  # type: ignore[no-any-return]
-
-
-def _seek_now(self: Any, tp: TP, offset: int) -> None:
-    self._thread.seek(tp, offset)  # in memory: the fetcher's next position
+    return await consumer._thread.call_thread(read)  # type: ignore[no-any-return]
 
 
-def seek_to_committed_now(consumer: Any, committed: dict[TP, int | None]) -> None:
-    """Seek each partition still assigned to its committed offset and record the seek
-    point, read offset and committed offset at once: nothing here awaits, so the drain
-    loop reads no record between a seek and its bookkeeping."""
-    offsets: SeekGuardedReadOffsets = consumer._read_offset
+def seek_in_memory(consumer: Any, tp: TP, offset: int) -> None:
+    consumer._thread.seek(tp, offset)  # aiokafka's seek: the fetcher's next position
+
+
+def seek_now(consumer: Any, committed: dict[TP, int | None]) -> dict[TP, int | None]:
+    """Seek each partition still assigned to its committed offset; nothing here awaits,
+    so the drain loop reads no record between a seek and the bookkeeping Faust's
+    perform_seek does with what this returns (read offset: the seek point or None;
+    committed offset: the offset, for those that have one)."""
     assigned = consumer.assignment()
+    out: dict[TP, int | None] = {}
     for raw_tp, offset in committed.items():
         tp = faust_consumer.ensure_TP(raw_tp)
         if tp not in assigned:
             continue  # revoked by a rebalance while the offsets were read
         if offset is not None and offset >= 0:
-            consumer._passk_seek_now(tp, offset)
-            offsets.expect(tp, offset)
-            consumer._committed_offset[tp] = offset if offset else None
+            seek_in_memory(consumer, tp, offset)
+            out[tp] = offset
         else:
-            offsets.expect(tp, None)  # nothing committed: read from where the fetcher is
+            out[tp] = None  # nothing committed: read from where the fetcher is
+    return out
 
 
-apply()
+def awaiting_seek(consumer: Any, tp: TP) -> bool:
+    """Whether `tp` still waits for the first record of a seek (records delivered until
+    then were fetched before it and are read again)."""
+    offsets = getattr(consumer, "_read_offset", None)
+    return isinstance(offsets, SeekGuardedReadOffsets) and offsets.pending(tp)

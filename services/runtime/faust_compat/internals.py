@@ -1,0 +1,117 @@
+"""Named access to the faust-streaming 0.15.3 internals passk relies on (docs/faust.md,
+"Private access"). Nothing else in passk reads or writes a private faust name."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator, Set
+from contextlib import contextmanager
+from typing import Any
+
+import faust
+from faust import streams as faust_streams
+from faust.types import TP
+
+# --- the event being processed ------------------------------------------------------
+
+
+def current_event() -> faust.types.EventT | None:
+    """The event being processed (None outside one): Faust writes a table's changelog to
+    its partition, and the RocksDB store picks its partition's database by it."""
+    return faust_streams.current_event()
+
+
+@contextmanager
+def as_current_event(event: faust.types.EventT) -> Iterator[None]:
+    """Make `event` the one being processed, as Faust does inside `stream.events()`:
+    code that handles a batch (`take_events`) runs with no current event otherwise."""
+    token = faust_streams._current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        faust_streams._current_event.reset(token)
+
+
+# --- pausing a partition without dropping what was fetched --------------------------
+
+
+def paused_partitions(consumer: Any) -> Set[TP]:
+    """What faust's consumer holds paused now (it resumes every partition after a
+    rebalance's recovery, so this is the truth, not what passk last paused)."""
+    return consumer._paused_partitions  # type: ignore[no-any-return]
+
+
+def pause_keeping_fetched(consumer: Any, tp: TP) -> None:
+    """Stop fetching `tp` but hand out the records already fetched of it: Faust's getmany
+    yields a partition's fetched records only while it is active or "buffered"; paused
+    alone, the rest of the batch being handed out is dropped and Faust commits past it
+    as a gap."""
+    consumer._buffered_partitions.add(tp)
+    consumer.pause_partitions({tp})
+
+
+def resume_paused(consumer: Any, tp: TP) -> None:
+    forget_paused(consumer, tp)
+    consumer.resume_partitions({tp})
+
+
+def forget_paused(consumer: Any, tp: TP) -> None:
+    """Drop the "buffered" mark of a partition Faust resumed or revoked by itself."""
+    consumer._buffered_partitions.discard(tp)
+
+
+# --- a table on RocksDB while the app's other tables stay in memory -----------------
+
+
+class _OnDisk(faust.Table):  # type: ignore[misc]  # faust.Table is untyped to mypy
+    """`Table(store="rocksdb://")` does not do it in faust-streaming 0.15.3: yarl's
+    URL("rocksdb://") is falsy (no host, no path), so the table falls back to the app's
+    store, silently in memory. The store is therefore named where it is built."""
+
+    def _new_store(self) -> Any:
+        return self._new_store_by_url("rocksdb://")
+
+
+def on_disk_table(app: faust.App, **options: Any) -> faust.types.TableT:
+    """A faust Table (not yet added to `app.tables`) whose store is RocksDB."""
+    return _OnDisk(app, **options)
+
+
+def new_store(table: faust.types.TableT) -> Any:
+    """The store faust builds for `table` (what `table.data` is once it is started)."""
+    return table._new_store()  # type: ignore[attr-defined]
+
+
+# --- after a table's recovery, in a declared order ----------------------------------
+
+# What passk runs after a table's recovery from its changelog, in this order (after
+# Faust's own): the deadline ticker re-reads the keys restored (services/runtime/ticks),
+# then the join's flow control drops the keys no longer held (services/runtime/flow).
+# Neither reads what the other writes; the order is declared so it is not the order in
+# which an app happened to build them.
+RECOVERY_ORDER = ("deadlines", "join_flow")
+_STEPS = "_passk_recovery_steps"  # on the table: step name -> callback
+
+
+def on_recovery_completed(table: faust.types.TableT, step: str,
+                          callback: Callable[[], None]) -> None:
+    """Run `callback` after `table`'s recovery completes, at `step`'s place in
+    RECOVERY_ORDER; Faust's own on_recovery_completed runs first."""
+    if step not in RECOVERY_ORDER:
+        raise ValueError(f"unknown recovery step {step!r}; declare it in RECOVERY_ORDER")
+    steps: dict[str, Callable[[], None]] | None = getattr(table, _STEPS, None)
+    if steps is None:
+        steps = {}
+        setattr(table, _STEPS, steps)
+        original = table.on_recovery_completed
+
+        async def on_recovery_completed(*args: Any, **kwargs: Any) -> None:
+            await original(*args, **kwargs)
+            for name in RECOVERY_ORDER:
+                if name in steps:
+                    steps[name]()
+
+        table.on_recovery_completed = on_recovery_completed  # type: ignore[method-assign]
+    if step in steps:
+        raise ValueError(f"recovery step {step!r} is already set on table {table.name}")
+    steps[step] = callback
