@@ -5,10 +5,11 @@ its outcome, once, and the groups drain to zero lag.
 
 The three-broker test (`test_cluster.py`, opt-in, 20+ minutes) found survivors stalling on
 the partitions they took over: Faust recorded a rebalance's seek after the drain loop had
-already read from it (services/runtime/faust_fixes.py). That race needs a slow offset read
-during the rebalance, which a lost broker gave there and an idle one seldom gives here, so
-`tests/unit/runtime/test_faust_fixes_real.py` shows it deterministically; this is the same
-take-over through real processes, cheap enough for `make test` (about 2 minutes)."""
+already read from it (services/runtime/faust_compat/seek_guard.py). That race needs a slow
+offset read during the rebalance, which a lost broker gave there and an idle one seldom
+gives here, so `tests/unit/runtime/test_faust_fixes_real.py` shows it deterministically;
+this is the same take-over through real processes, cheap enough for `make test` (about
+2 minutes)."""
 
 from __future__ import annotations
 

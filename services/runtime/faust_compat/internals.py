@@ -84,11 +84,13 @@ def new_store(table: faust.types.TableT) -> Any:
 
 # --- after a table's recovery, in a declared order ----------------------------------
 
-# What passk runs after a table's recovery from its changelog, in this order (after
-# Faust's own): the deadline ticker re-reads the keys restored (services/runtime/ticks),
-# then the join's flow control drops the keys no longer held (services/runtime/flow).
-# Neither reads what the other writes; the order is declared so it is not the order in
-# which an app happened to build them.
+# What passk runs after a table's recovery from its changelog, in this order: the
+# deadline ticker re-reads the keys restored (ticks.Deadlines), then the join's flow
+# control drops the keys no longer held (flow.join_flow). Neither reads what the other
+# writes; the order is declared so that it is not the order in which an app happened to
+# build them. They run as one callback of faust's public `Table.on_recover`, after the
+# store's own recovery: faust keeps those callbacks in a set, so several would run in
+# no defined order.
 RECOVERY_ORDER = ("deadlines", "join_flow")
 _STEPS = "_passk_recovery_steps"  # on the table: step name -> callback
 
@@ -96,22 +98,20 @@ _STEPS = "_passk_recovery_steps"  # on the table: step name -> callback
 def on_recovery_completed(table: faust.types.TableT, step: str,
                           callback: Callable[[], None]) -> None:
     """Run `callback` after `table`'s recovery completes, at `step`'s place in
-    RECOVERY_ORDER; Faust's own on_recovery_completed runs first."""
+    RECOVERY_ORDER."""
     if step not in RECOVERY_ORDER:
         raise ValueError(f"unknown recovery step {step!r}; declare it in RECOVERY_ORDER")
     steps: dict[str, Callable[[], None]] | None = getattr(table, _STEPS, None)
     if steps is None:
         steps = {}
         setattr(table, _STEPS, steps)
-        original = table.on_recovery_completed
 
-        async def on_recovery_completed(*args: Any, **kwargs: Any) -> None:
-            await original(*args, **kwargs)
+        async def run_recovery_steps() -> None:
             for name in RECOVERY_ORDER:
                 if name in steps:
                     steps[name]()
 
-        table.on_recovery_completed = on_recovery_completed  # type: ignore[method-assign]
+        table.on_recover(run_recovery_steps)
     if step in steps:
         raise ValueError(f"recovery step {step!r} is already set on table {table.name}")
     steps[step] = callback

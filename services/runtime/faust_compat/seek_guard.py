@@ -37,6 +37,7 @@ offsets, then seeks in memory and returns without another await, so Faust's own
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from faust.transport import consumer as faust_consumer
@@ -128,9 +129,9 @@ def apply() -> None:
         if isinstance(offsets, SeekGuardedReadOffsets):
             offsets.expect(faust_consumer.ensure_TP(partition), offset if offset else None)
 
-    async def seek_to_committed(self: Any) -> dict[TP, int | None]:
+    async def seek_to_committed(self: Any) -> Mapping[TP, int | None]:
         if not isinstance(self._read_offset, SeekGuardedReadOffsets):
-            return await original_seek_to_committed(self)  # type: ignore[no-any-return]
+            return await original_seek_to_committed(self)
         committed = await read_committed(self)
         # No await from here until perform_seek has recorded the seek points.
         return seek_now(self, committed)
@@ -138,7 +139,7 @@ def apply() -> None:
     Consumer.__init__ = __init__  # type: ignore[method-assign]
     Consumer._add_gap = _add_gap  # type: ignore[method-assign]
     Consumer.seek = seek  # type: ignore[method-assign]
-    ThreadDelegate.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+    ThreadDelegate.seek_to_committed = seek_to_committed  # type: ignore[method-assign,assignment]
     Consumer._passk_seek_guard = True  # type: ignore[attr-defined]
 
 

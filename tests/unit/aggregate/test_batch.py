@@ -166,7 +166,7 @@ def test_a_trial_seen_again_in_a_batch_starts_a_new_group() -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_a_crash_anywhere_recovers_from_any_offset_faust_may_commit(seed: int) -> None:
     """Faust commits an offset only once every changelog write of the verdicts before it
-    was delivered (services/runtime/faust_flush.py), and a batch is acked (its offsets
+    was delivered (services/runtime/faust_compat/flush.py), and a batch is acked (its offsets
     committable) only after its writes were applied: from a cut at any write, the restart
     reads again from a batch boundary at or before the first verdict with a write lost,
     in batches of its own sizes; the re-keyer appends repeats from its own committed

@@ -228,7 +228,7 @@ def test_a_crash_across_several_verdicts_recovers_from_any_offset_faust_may_comm
     offset Faust may have committed, and the re-keying agent, restarting from its own
     committed offset, appends repeats of verdicts already counted (a lower attempt
     after a higher one among them). Faust may commit an offset only once every changelog
-    write of the verdicts before it was delivered (services/runtime/faust_flush.py makes
+    write of the verdicts before it was delivered (services/runtime/faust_compat/flush.py makes
     that hold); from any such offset every figure comes back."""
     traffic = mixed_traffic(3)[:24]
     undisturbed = Table()

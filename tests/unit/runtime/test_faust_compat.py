@@ -337,20 +337,25 @@ def test_a_table_asked_for_rocksdb_is_in_memory_and_on_disk_table_is_not(
     assert isinstance(new_store(on_disk), RocksDBStore)
 
 
-async def test_recovery_steps_run_after_fausts_in_the_declared_order() -> None:
+async def test_recovery_steps_run_after_the_stores_recovery_in_the_declared_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     app = faust.App("passk-compat-recovery", broker="kafka://127.0.0.1:1")
     table = app.Table("joins", default=None)
     ran: list[str] = []
+    store_recovered = MemoryStore.on_recovery_completed
 
-    async def fausts_own_callback() -> None:
-        ran.append("faust")
+    async def store_recovery(self: Any, active: Any, standby: Any) -> None:
+        ran.append("store")
+        await store_recovered(self, active, standby)
 
-    table.on_recover(fausts_own_callback)  # called by faust's on_recovery_completed
+    monkeypatch.setattr(MemoryStore, "on_recovery_completed", store_recovery)
     # registered in the opposite order to the declared one
     faust_compat.on_recovery_completed(table, "join_flow", lambda: ran.append("join_flow"))
     faust_compat.on_recovery_completed(table, "deadlines", lambda: ran.append("deadlines"))
+    assert "on_recovery_completed" not in vars(table)  # faust's own method, not replaced
+    assert len(table._recover_callbacks) == 1  # one public on_recover callback
     await table.on_recovery_completed(set(), set())
-    assert ran == ["faust", "deadlines", "join_flow"]
+    assert ran == ["store", "deadlines", "join_flow"]
     assert faust_compat.RECOVERY_ORDER == ("deadlines", "join_flow")
 
 
@@ -376,5 +381,5 @@ def test_no_code_outside_the_layer_names_a_private_faust_attribute() -> None:
         for name in private if re.search(rf"(?<!\w){name}\b", path.read_text())
     ]
     assert offenders == []
-    assert "on_recovery_completed =" not in "".join(
-        p.read_text() for p in (ROOT / "services").rglob("*.py") if layer not in p.parents)
+    assert not any(re.search(r"\.on_recovery_completed\s*=", p.read_text())
+                   for p in (ROOT / "services").rglob("*.py"))
