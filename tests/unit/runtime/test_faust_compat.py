@@ -68,8 +68,8 @@ def test_the_pinned_version_passes() -> None:
 
 def test_make_app_refuses_another_installed_faust(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
-    from services.common.app import make_app
-    from services.common.settings import Settings
+    from services.contract.settings import Settings
+    from services.runtime.app import make_app
 
     monkeypatch.setattr(faust, "__version__", "0.16.0")
     settings = Settings(PASSK_TOPIC_PREFIX="compat.", PASSK_DATA_DIR=str(tmp_path))  # type: ignore[call-arg]
