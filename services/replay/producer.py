@@ -9,6 +9,7 @@ are kept (with what was being sent and why), never dropped silently.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from types import TracebackType
@@ -25,6 +26,8 @@ from services.contract.settings import Settings, get_settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.admin import ask_admin
 from services.kafka.kafka_client import kafka_client_kwargs
+
+TOPIC_METADATA_GRACE_S = 5.0
 
 TOPIC_FOR_TYPE: dict[type, Topic] = {
     ConversationFinished: Topic.CONVERSATION_FINISHED,
@@ -154,10 +157,19 @@ class TrafficProducer:
             self._failures.append(SendFailure(topic, key, ref, _describe(exc)))
         return Future().failure(exc)
 
-    def missing_topics(self, topics: list[str]) -> list[str]:
-        """Which of these topics the broker does not have (asked once, without creating any)."""
-        existing = set(ask_admin(self.settings, lambda admin: admin.list_topics()))
-        return [t for t in topics if t not in existing]
+    def missing_topics(self, topics: list[str],
+                       grace_s: float = TOPIC_METADATA_GRACE_S) -> list[str]:
+        """Which of these topics the broker does not have, creating none. A topic missing
+        is asked for again for `grace_s`: right after `passk topics create` (another
+        process) a busy broker's metadata can still lag the controller by a second or
+        two (seen in CI with a benchmark running), and that topic is not missing."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            existing = set(ask_admin(self.settings, lambda admin: admin.list_topics()))
+            missing = [t for t in topics if t not in existing]
+            if not missing or time.monotonic() >= deadline:
+                return missing
+            time.sleep(0.5)
 
     # ------------------------------------------------------------------ accounting
 
