@@ -45,7 +45,7 @@ from bench.launch import spawn as passk  # noqa: E402
 from services.cli.status import processor_status  # noqa: E402
 from services.contract.settings import Settings  # noqa: E402
 from services.kafka.admin import create_topics  # noqa: E402
-from services.sink.store import Store  # noqa: E402
+from services.storage.store import Store  # noqa: E402
 
 SCENARIOS = ROOT / "examples" / "scenarios"
 BASE = ["gate", "verdict", "judge", "sink"]

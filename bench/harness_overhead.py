@@ -29,6 +29,7 @@ import aiohttp  # noqa: E402
 
 from bench.launch import free_port, wait_until  # noqa: E402
 from services.contract.settings import Settings  # noqa: E402
+from services.grading.scenario_loader import load_scenarios  # noqa: E402
 from services.harness.adapters import HttpClient  # noqa: E402
 from services.harness.domain import plan_trials  # noqa: E402
 from services.harness.log import publisher  # noqa: E402
@@ -36,8 +37,7 @@ from services.harness.probes import HttpStateProbe  # noqa: E402
 from services.harness.runner import Harness, UserFactory  # noqa: E402
 from services.harness.target import HttpAgent, HttpProbe  # noqa: E402
 from services.kafka.admin import create_topics  # noqa: E402
-from services.replay.producer import TrafficProducer  # noqa: E402
-from services.scenarios.loader import load_scenarios  # noqa: E402
+from services.kafka.producer import TrafficProducer  # noqa: E402
 
 SCENARIO = "debrief-billable-repair"
 

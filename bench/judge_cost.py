@@ -32,12 +32,12 @@ from schemas.events import ConversationFinished, JudgeVerdict, SessionPersisted 
 from schemas.scenario import Scenario  # noqa: E402
 from services.gate.gates import gates_for  # noqa: E402
 from services.grading.calibration import CalibrationBook, GatingPolicy  # noqa: E402
+from services.grading.scenario_loader import load_scenarios  # noqa: E402
 from services.judge.cache import VerdictCache  # noqa: E402
 from services.judge.client import JudgeClient, RetryPolicy  # noqa: E402
 from services.judge.grading import Grader  # noqa: E402
 from services.replay.generate.config import GenerateConfig  # noqa: E402
 from services.replay.generate.run import generate  # noqa: E402
-from services.scenarios.loader import load_scenarios  # noqa: E402
 from services.storage.db import engine_for  # noqa: E402
 from services.verdict import domain as verdict_domain  # noqa: E402
 

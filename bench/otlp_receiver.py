@@ -30,12 +30,12 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from services.contract.settings import Settings  # noqa: E402
 from services.kafka.admin import create_topics  # noqa: E402
+from services.kafka.producer import TrafficProducer  # noqa: E402
 from services.otlp.mapping import spans_of  # noqa: E402
 from services.otlp.metrics import OtlpMetrics  # noqa: E402
 from services.otlp.publish import KafkaPublisher  # noqa: E402
 from services.otlp.receiver import Receiver, make_app  # noqa: E402
 from services.otlp.settings import OtlpSettings  # noqa: E402
-from services.replay.producer import TrafficProducer  # noqa: E402
 
 
 def _port() -> int:

@@ -192,7 +192,7 @@ def quantiles(values: list[float]) -> dict[str, float]:
 
 def raw_round_trip(traffic: Path, trials: int, bootstrap: str, work: Path) -> float:
     """Produce every event of the file with the replay's producer and consume them back."""
-    from services.replay.producer import TrafficProducer
+    from services.kafka.producer import TrafficProducer
     from services.replay.replay import REPLAYED_TOPICS, replay_file
 
     env = env_for(f"passk.b{uuid.uuid4().hex[:8]}.", work / "raw.db", work / "raw")
@@ -223,10 +223,10 @@ def in_process(traffic: Path, trials: int, work: Path) -> float:
     from services.gate import domain as gate
     from services.gate.gates import gates_for
     from services.grading.calibration import CalibrationBook, GatingPolicy
+    from services.grading.scenario_loader import load_scenarios
     from services.judge import domain as judge
     from services.replay.replay import parse_line, read_lines
-    from services.scenarios.loader import load_scenarios
-    from services.sink.store import Store
+    from services.storage.store import Store
     from services.verdict import domain as verdict
 
     scenarios = {s.id: s for s in load_scenarios(SCENARIOS).scenarios}
@@ -350,7 +350,7 @@ def fresh_pipeline(
 
 def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
              tag: str, timeout: float, profile: list[str] | None = None) -> dict[str, Any]:
-    from services.replay.producer import TrafficProducer
+    from services.kafka.producer import TrafficProducer
     from services.replay.replay import replay_file
 
     w, env, db = fresh_pipeline(workers, work, tag)
@@ -392,7 +392,7 @@ def pipeline(traffic: Path, trials: int, workers: list[str], work: Path,
 
 def latency(workers: list[str], work: Path, rate: float, seconds: float) -> dict[str, Any]:
     """Trials offered at `rate`/s for `seconds`; p50/p99 conversation-finished -> verdict."""
-    from services.replay.producer import TrafficProducer
+    from services.kafka.producer import TrafficProducer
     from services.replay.replay import replay_file
 
     trials = int(rate * seconds)

@@ -48,7 +48,7 @@ def baseline(scenario: str, hour: str) -> tuple[int, int]:
     sink have read everything: the expected figure adds the plan's trials to these."""
     from services.cli.status import processor_status
     from services.contract.settings import get_settings
-    from services.sink.store import Store
+    from services.storage.store import Store
 
     wait("the aggregate and the sink to catch up",
          lambda: all(s.settled for s in processor_status(["aggregate", "sink"])), 180)

@@ -35,8 +35,8 @@ def _figure(value: float | None) -> str:
 
 
 def _scenarios(sets_dir: Path, scenarios_dir: Path | None, settings: Settings) -> list[Scenario]:
+    from services.grading.scenario_loader import load_scenarios
     from services.kafka.catalog import CatalogUnavailable, load_catalog
-    from services.scenarios.loader import load_scenarios
 
     folder = scenarios_dir or (sets_dir.parent / "scenarios")
     if folder.is_dir():
@@ -57,7 +57,7 @@ def _scenarios(sets_dir: Path, scenarios_dir: Path | None, settings: Settings) -
 def _transcripts(settings: Settings) -> Any:
     """trial id -> its transcript in the projection (None when not there)."""
     from schemas.events import Message
-    from services.sink.store import Store
+    from services.storage.store import Store
 
     def lookup(trial_id: str) -> list[Message] | None:
         store = Store(settings.database_url)

@@ -47,6 +47,7 @@ COMMAND_MODULES = (
     "services.judge.commands",
     "services.report.wait",
     "services.report.commands",
+    "services.sink.commands",
     "services.report.windows",
     "services.regrade.commands",
     "services.calibration.commands",

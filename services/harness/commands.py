@@ -46,14 +46,14 @@ def register(app: typer.Typer) -> None:
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
+        from services.grading.scenario_loader import validate_paths
         from services.harness.adapters import make_client
         from services.harness.domain import AgentError, plan_trials
         from services.harness.log import published_trials, publisher
         from services.harness.probes import make_probe
         from services.harness.runner import Harness, UserFactory
         from services.harness.target import InvalidTarget, load_target
-        from services.replay.producer import TrafficProducer
-        from services.scenarios.loader import validate_paths
+        from services.kafka.producer import TrafficProducer
 
         settings = get_settings()
         console, err = make_console(), make_console(stderr=True)

@@ -10,7 +10,7 @@ from services.contract.codec import Rejection, decode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
-from services.replay.producer import TrafficProducer
+from services.kafka.producer import TrafficProducer
 
 SEND_TIMEOUT_S = 60.0
 

@@ -11,11 +11,11 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 
 from services.contract.settings import Settings, get_settings
+from services.kafka.producer import TrafficProducer
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.publish import KafkaPublisher
 from services.otlp.receiver import Receiver, make_app
 from services.otlp.settings import OtlpSettings
-from services.replay.producer import TrafficProducer
 from services.runtime.metrics import serve_metrics
 
 log = logging.getLogger("passk.otlp")

@@ -39,8 +39,8 @@ def register(app: typer.Typer) -> None:
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
+        from services.kafka.producer import TrafficProducer
         from services.otlp.importer import plan_import
-        from services.replay.producer import TrafficProducer
 
         probe = None
         if state_probe is not None:

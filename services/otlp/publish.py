@@ -1,4 +1,4 @@
-"""Publishing mapped traces through the producer SDK (services/replay/producer.py)."""
+"""Publishing mapped traces through the producer SDK (services/kafka/producer.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from services.kafka.producer import TrafficProducer
 from services.otlp.mapping import Taken
-from services.replay.producer import TrafficProducer
 
 log = logging.getLogger("passk.otlp")
 

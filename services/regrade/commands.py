@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from services.regrade.plan import Target
-    from services.sink.store import Store
+    from services.storage.store import Store
 
 
 def register(app: typer.Typer) -> None:
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         from services.kafka.kafka_client import kafka_client_kwargs
         from services.regrade.log import find_inputs
         from services.regrade.plan import prepare, targets
-        from services.sink.store import Store
+        from services.storage.store import Store
 
         settings = get_settings()
         console = make_console()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted, TrialIdentity
 from services.contract.codec import encode
-from services.sink.domain import TrialAttemptRecord, TrialRecord
+from services.storage.records import TrialAttemptRecord, TrialRecord
 
 
 @dataclass(frozen=True)

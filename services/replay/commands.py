@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import topic_name
-        from services.replay.producer import TrafficProducer
+        from services.kafka.producer import TrafficProducer
         from services.replay.replay import REPLAYED_TOPICS, count_lines, replay_file
 
         settings = get_settings()
@@ -177,6 +177,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Synthetic production-like traffic with per-scenario flakiness, and expected verdicts."""
         from services.contract.exits import console as make_console
+        from services.grading.scenario_loader import InvalidScenarios, load_scenarios
         from services.replay.generate import (
             DEFAULT_QUIRK_RATES,
             GenerateConfig,
@@ -184,7 +185,6 @@ def register(app: typer.Typer) -> None:
             generate_ending_by,
         )
         from services.replay.generate import generate as build
-        from services.scenarios.loader import InvalidScenarios, load_scenarios
 
         console = make_console()
         err = make_console(stderr=True)

@@ -21,7 +21,7 @@ from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection, decode
 from services.contract.settings import Settings, get_settings
 from services.contract.topics import Topic, topic_name
-from services.replay.producer import SendFailure
+from services.kafka.producer import SendFailure
 
 # What replay sends, by the `type` a line declares.
 REPLAYABLE: dict[str, tuple[type[ConversationFinished] | type[SessionPersisted], Topic]] = {

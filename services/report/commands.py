@@ -1,4 +1,4 @@
-"""`passk report`, `passk gate` (the deploy gate) and `passk rebuild`."""
+"""`passk show`, `passk report`, `passk gate` (the deploy gate) and `passk compare`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,10 @@ from typing import TYPE_CHECKING
 import typer
 
 from services.contract.exits import (
-    BROKER_WAIT,
-    CliError,
     ExitCode,
     NothingToJudge,
     UsageError,
     console,
-    require_broker,
 )
 from services.storage.db import redacted
 
@@ -23,7 +20,7 @@ if TYPE_CHECKING:
     from services.report.domain import RunReport
     from services.report.judge_cost import Prices
     from services.report.trial_view import TrialView
-    from services.sink.domain import TranscriptRecord, TrialRecord
+    from services.storage.records import TranscriptRecord, TrialRecord
 
 RUN_WINDOWS = 24  # windows per scenario and size in the report page's over-time section
 
@@ -37,7 +34,7 @@ def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list
     """The run's report, the runs the projection knows (for a helpful error), its URL."""
     from services.contract.settings import get_settings
     from services.report.domain import build_report, previous_run
-    from services.sink.store import Store
+    from services.storage.store import Store
 
     # A store that cannot be reached escapes as OperationalError: exit 4 (services.cli).
     settings = get_settings()
@@ -62,7 +59,7 @@ def _prices() -> Prices:
 
 def _own(trial: TrialRecord, kept: TranscriptRecord | None) -> TranscriptRecord | None:
     """The kept transcript if it is this trial's (not another's that reused the id)."""
-    from services.sink.domain import of_trial
+    from services.storage.records import of_trial
 
     return kept if kept is not None and of_trial(trial, kept) else None
 
@@ -71,8 +68,8 @@ def _opened_trials(run_id: str, database_url: str | None) -> tuple[list[TrialVie
     """The trials the report page expands (services.report.trial_view.page_trials)."""
     from services.contract.settings import get_settings
     from services.report.trial_view import build_view, page_trials
-    from services.sink.domain import of_trial
-    from services.sink.store import Store
+    from services.storage.records import of_trial
+    from services.storage.store import Store
 
     store = Store(database_url or get_settings().database_url)
     try:
@@ -101,8 +98,8 @@ def register(app: typer.Typer) -> None:
         Exit 3 when the projection has no such trial, 4 when the store is unreachable."""
         from services.contract.settings import get_settings
         from services.report.trial_view import build_view, print_view, view_json
-        from services.sink.domain import of_trial
-        from services.sink.store import Store
+        from services.storage.records import of_trial
+        from services.storage.store import Store
 
         store = Store(database_url or get_settings().database_url)
         try:
@@ -213,38 +210,3 @@ def register(app: typer.Typer) -> None:
             print_comparison(comparison, console())
         if fail_on_regression and comparison.regressions:
             raise typer.Exit(1)
-
-    @app.command()
-    def rebuild(
-        database_url: str = typer.Option(None, help="rebuild into this database "
-                                         "(default: PASSK_DATABASE_URL)"),
-        wait: float | None = BROKER_WAIT,
-    ) -> None:
-        """Recreate the SQL projection from the log (drops and recreates its tables).
-        Stop the sink first, or rebuild into another database."""
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        from services.contract.settings import get_settings
-        from services.sink.rebuild import rebuild as run_rebuild
-
-        url = database_url or get_settings().database_url
-        require_broker(wait)
-        err = console(stderr=True)
-        with Progress(
-            "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=err,
-        ) as bar:
-            task = bar.add_task("records", total=None)
-
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            try:
-                stats = run_rebuild(database_url=url, progress=progress)
-            except RuntimeError as exc:
-                raise CliError(f"rebuild failed: {exc}", ExitCode.UNREACHABLE) from exc
-        skipped = ", ".join(f"{r}: {n}" for r, n in sorted(stats.skipped.items())) or "none"
-        err.print(
-            f"rebuilt the projection at {url}: {stats.records} records read, "
-            f"{stats.stored} stored, skipped {skipped}", soft_wrap=True
-        )

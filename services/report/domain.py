@@ -17,7 +17,7 @@ from schemas.events import ExternalCheckResult, FailedCheck
 from services.grading.estimators import pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
 from services.report.judge_cost import JudgeCostSummary, Prices, summarize_costs, trial_costs
-from services.sink.domain import JudgeRecord, TrialRecord, summarize
+from services.storage.records import JudgeRecord, TrialRecord, summarize
 
 # The CLI's exit codes (services/contract/exits.py): no trials is "nothing to judge".
 EXIT_PASS, EXIT_FAIL, EXIT_NOTHING_TO_GATE = 0, 1, 3

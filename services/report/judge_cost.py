@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from services.sink.domain import JudgeRecord
+from services.storage.records import JudgeRecord
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 from services.report.cells import cell, figure
-from services.sink.domain import WindowRecord
+from services.storage.records import WindowRecord
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 

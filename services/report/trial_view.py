@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from services.report.judge_cost import JudgeCostSummary, Prices, cost_lines, money, trial_costs
-from services.sink.domain import GateRecord, JudgeRecord, TranscriptRecord, TrialRecord
+from services.storage.records import GateRecord, JudgeRecord, TranscriptRecord, TrialRecord
 
 # The report page shows at most this many trials opened, and of each transcript at most
 # this many messages of at most this many characters (`passk show` prints them whole).

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         """Wait until every trial of a run has its verdict in the projection."""
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
-        from services.sink.store import Store
+        from services.storage.store import Store
 
         console = make_console()
         wanted = json.loads(expected.read_text())["trials"] if expected else None

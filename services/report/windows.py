@@ -20,7 +20,7 @@ def load_windows(database_url: str | None, last: int, size: str | None,
                  scenarios: list[str] | None = None) -> list[WindowView]:
     from services.contract.settings import get_settings
     from services.report.over_time import views
-    from services.sink.store import Store
+    from services.storage.store import Store
 
     # A store that cannot be reached escapes as OperationalError: exit 4 (services.cli).
     store = Store(database_url or get_settings().database_url)

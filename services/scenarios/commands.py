@@ -17,7 +17,7 @@ from services.contract.exits import (
     require_broker,
 )
 from services.contract.exits import console as _console
-from services.scenarios.loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
+from services.grading.scenario_loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
 
 EXIT_INVALID = ExitCode.USAGE
 

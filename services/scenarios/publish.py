@@ -23,9 +23,9 @@ from schemas.scenario import Scenario
 from services.contract.scenario_records import encode_scenario
 from services.contract.settings import Settings, get_settings
 from services.contract.topics import Topic, topic_name
+from services.grading.scenario_loader import InvalidScenarios, LoadResult, validate_paths
 from services.kafka.catalog import load_catalog
 from services.kafka.kafka_client import kafka_client_kwargs
-from services.scenarios.loader import InvalidScenarios, LoadResult, validate_paths
 
 Status = Literal["new", "updated", "unchanged"]
 

@@ -38,8 +38,8 @@ from services.runtime.app import (
 )
 from services.runtime.metrics import common_metrics
 from services.runtime.outage import STORE, Dependency
-from services.sink import domain
-from services.sink.store import Store
+from services.storage import records as domain
+from services.storage.store import Store
 
 PROCESSOR = "sink"
 log = logging.getLogger(__name__)

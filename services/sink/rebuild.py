@@ -29,8 +29,8 @@ from services.contract.codec import Rejection, decode
 from services.contract.settings import Settings, get_settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
-from services.sink import domain
-from services.sink.store import Store
+from services.storage import records as domain
+from services.storage.store import Store
 
 SOURCES: tuple[tuple[Topic, type[BaseModel]], ...] = (
     (Topic.CONVERSATION_FINISHED, ConversationFinished),
@@ -126,7 +126,7 @@ def rebuild(
             if progress:
                 progress(stats.records, total)
         # Summaries from scratch, once, from the loaded rows: the live sink's incremental
-        # counts must come to the same (tests/unit/sink/store_contract.py).
+        # counts must come to the same (tests/unit/storage/store_contract.py).
         store.recompute_summaries()
         return stats
     finally:

@@ -20,7 +20,7 @@ from services.cli.status import processor_status
 from services.contract.processors import WORKERS
 from services.contract.settings import Settings
 from services.contract.topics import Topic
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.support import ROOT, free_ports, isolated_env, read_topic, settled, stop, wait_for
 
 PROCESSORS = list(WORKERS)

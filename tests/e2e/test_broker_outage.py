@@ -20,7 +20,7 @@ import pytest
 from services.contract.settings import Settings
 from services.kafka.admin import create_topics
 from services.runtime.outage import health_path, read_health
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.e2e.conftest import PROCESSORS, Pipeline, free_port
 from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 

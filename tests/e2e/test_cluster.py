@@ -23,7 +23,7 @@ from services.contract.processors import WORKERS
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.e2e.conftest import Pipeline, assert_each_trial_once_as_expected, free_port
 from tests.own_kafka import OwnKafka, own_kafka
 from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.e2e.conftest import Pipeline, assert_each_trial_once_as_expected
 from tests.support import ROOT, wait_for
 

@@ -20,7 +20,7 @@ import requests
 from schemas.events import ConversationFinished, Message, SessionPersisted
 from services.contract.settings import Settings
 from services.contract.topics import Topic
-from services.replay.producer import TrafficProducer
+from services.kafka.producer import TrafficProducer
 from tests.e2e.conftest import free_port, running_pipeline
 from tests.otel_agent import Agent, Trial, chat_server
 from tests.otlp_sink import log_sink

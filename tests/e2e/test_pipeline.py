@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.contract.topics import Topic
-from services.scenarios.loader import load_scenarios
+from services.grading.scenario_loader import load_scenarios
 from tests.e2e.conftest import Pipeline
 from tests.e2e.figures import brute_force
 from tests.support import ROOT, read_topic

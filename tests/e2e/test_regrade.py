@@ -15,7 +15,7 @@ import pytest
 
 from services.contract.settings import Settings
 from services.contract.topics import Topic
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.e2e.conftest import running_pipeline
 from tests.support import ROOT, read_topic, wait_for
 

@@ -24,7 +24,7 @@ from services.cli.status import processor_status
 from services.contract.settings import Settings
 from services.contract.topics import PROCESSOR_INPUTS, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.e2e.conftest import PROCESSORS, assert_each_trial_once_as_expected, running_pipeline
 from tests.support import ROOT, wait_for
 

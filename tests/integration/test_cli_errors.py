@@ -67,7 +67,7 @@ def test_with_the_broker_down_every_command_says_so_and_exits_4(
 def _one_trial(db: str) -> None:
     """A projection holding one errored trial of run `r`, so `regrade` gets to the broker."""
     from schemas.events import TrialVerdict
-    from services.sink.store import Store
+    from services.storage.store import Store
 
     Store(db).apply(TrialVerdict(event_id="verdict:t", trial_id="t", run_id="r",
                                  scenario_id="sc", scenario_version="v", session_id="s", k=3,

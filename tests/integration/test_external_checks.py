@@ -14,7 +14,7 @@ from schemas.events import ExternalCheck
 from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.support import (
     free_ports,
     isolated_env,

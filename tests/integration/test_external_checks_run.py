@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from services.contract.settings import Settings
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.support import ROOT, isolated_env, running, settled, wait_for
 
 pytestmark = pytest.mark.integration

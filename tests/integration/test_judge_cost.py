@@ -179,7 +179,7 @@ def test_skipping_judges_after_failed_gates_saves_calls_same_outcomes_and_cost_i
 
 
 def _projected(settings: Settings, count: int) -> bool:
-    from services.sink.store import Store
+    from services.storage.store import Store
 
     store = Store(settings.database_url)
     try:

@@ -22,7 +22,7 @@ from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection, decode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
-from services.replay.producer import TrafficProducer
+from services.kafka.producer import TrafficProducer
 from services.replay.replay import replay_file
 from tests.support import ROOT, isolated_env, new_prefix, read_topic
 

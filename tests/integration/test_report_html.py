@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from schemas.events import TrialMetrics
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.support import ROOT
-from tests.unit.sink import factories as f
+from tests.unit.storage import factories as f
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run)")

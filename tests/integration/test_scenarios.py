@@ -13,8 +13,8 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from services.contract.scenario_records import decode_scenario
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
+from services.grading.scenario_loader import load_scenarios
 from services.kafka.catalog import ScenarioCatalog, load_catalog, read_catalog
-from services.scenarios.loader import load_scenarios
 from services.scenarios.publish import publish_paths, publish_scenarios
 from tests.support import ROOT, isolated_env, read_topic
 

@@ -17,10 +17,10 @@ import pytest
 from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.integration.test_store_postgres import fresh_schema, postgres_url
 from tests.support import ROOT, isolated_env, produce, read_topic, running, settled, wait_for
-from tests.unit.sink import factories as f
+from tests.unit.storage import factories as f
 
 pytestmark = pytest.mark.integration
 

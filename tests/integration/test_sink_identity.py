@@ -13,10 +13,10 @@ import pytest
 
 from schemas.events import Message
 from services.contract.settings import Settings
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.integration.test_sink import BACKENDS, database, passk, send
 from tests.support import isolated_env, running, settled, wait_for
-from tests.unit.sink import factories as f
+from tests.unit.storage import factories as f
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from urllib.parse import quote
 import pytest
 from sqlalchemy import create_engine, text
 
-from services.sink.store import Store
-from tests.unit.sink.store_contract import StoreContract
+from services.storage.store import Store
+from tests.unit.storage.store_contract import StoreContract
 
 pytestmark = pytest.mark.postgres
 

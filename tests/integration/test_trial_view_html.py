@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from schemas.events import CheckOutcome, Message
-from services.sink.store import Store
+from services.storage.store import Store
 from tests.integration.test_report_html import CHROMIUM, PASSK, chromium
-from tests.unit.sink import factories as f
+from tests.unit.storage import factories as f
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run)")
 RUN = "hostile-1"

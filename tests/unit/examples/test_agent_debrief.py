@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from examples.agent.debrief import Debrief, faults_for, parse_plan, respond
-from services.scenarios.loader import load_scenarios
+from services.grading.scenario_loader import load_scenarios
 from tests.support import ROOT
 
 SCENARIOS = {s.id: s for s in load_scenarios(ROOT / "examples" / "scenarios").scenarios}

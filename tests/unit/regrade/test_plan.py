@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from schemas.events import TrialIdentity
 from services.regrade.log import partition_of
 from services.regrade.plan import FoundInputs, Target, regraded, request_for, targets
-from services.sink.domain import TrialAttemptRecord, TrialRecord
+from services.storage.records import TrialAttemptRecord, TrialRecord
 from tests.unit.factories import conversation, session
 
 WHEN = datetime(2026, 12, 1, tzinfo=UTC)

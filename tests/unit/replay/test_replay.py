@@ -10,7 +10,7 @@ import pytest
 
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
-from services.replay.producer import SendFailure
+from services.kafka.producer import SendFailure
 from services.replay.replay import (
     Pacer,
     ReplayLine,

@@ -14,9 +14,9 @@ from services.cli.main import app
 from services.grading.estimators import pass_hat_k_interval
 from services.report.compare import compare_runs
 from services.report.domain import build_report
-from services.sink.domain import trial_record
-from services.sink.store import Store
-from tests.unit.sink import factories as f
+from services.storage.records import trial_record
+from services.storage.store import Store
+from tests.unit.storage import factories as f
 
 
 def run_rows(run: str, scenario: str, passed: int, n: int, *, turns: int = 6, start: int = 0):

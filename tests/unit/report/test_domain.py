@@ -15,8 +15,8 @@ from services.report.domain import (
     previous_run,
     report_json,
 )
-from services.sink.domain import trial_record
-from tests.unit.sink import factories as f
+from services.storage.records import trial_record
+from tests.unit.storage import factories as f
 
 
 def trials(*specs: tuple[str, str, list[tuple[str, str]] | None], k: int = 3, run: str = "r"):
@@ -199,7 +199,7 @@ def test_previous_run_of_the_same_scenarios(rows, run, expected) -> None:
 
 
 def test_advisory_judges_are_listed_with_what_they_would_have_failed() -> None:
-    from services.sink.domain import judge_record
+    from services.storage.records import judge_record
 
     judges = [
         judge_record(f.judge("t1", "polite", "failed", gating=False)),

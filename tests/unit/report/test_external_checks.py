@@ -14,9 +14,9 @@ from schemas.events import ExternalCheckResult
 from services.cli.main import app
 from services.report.compare import compare_runs
 from services.report.domain import build_report
-from services.sink.domain import trial_record
-from services.sink.store import Store
-from tests.unit.sink import factories as f
+from services.storage.records import trial_record
+from services.storage.store import Store
+from tests.unit.storage import factories as f
 
 LEAK = "card number in turn 3"
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from services.report.judge_cost import Prices, cost_lines, summarize_costs, trial_costs
-from services.sink.domain import judge_record
-from tests.unit.sink import factories as f
+from services.storage.records import judge_record
+from tests.unit.storage import factories as f
 
 
 def row(trial: str, judge: str, result: str, **update: Any):

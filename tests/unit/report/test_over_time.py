@@ -12,9 +12,9 @@ import pytest
 from schemas.events import ScenarioReliability
 from services.grading.estimators import ReliabilityTally
 from services.report.over_time import alert_condition, view, views
-from services.sink.domain import window_record
-from services.sink.store import Store
-from tests.unit.sink import factories as f
+from services.storage.records import window_record
+from services.storage.store import Store
+from tests.unit.storage import factories as f
 
 HOUR = datetime(2026, 11, 30, 10, tzinfo=UTC)
 

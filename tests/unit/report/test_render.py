@@ -4,8 +4,8 @@ from rich.console import Console
 
 from services.report.domain import build_report, gate_decision
 from services.report.render import print_gate, print_report
-from services.sink.domain import trial_record
-from tests.unit.sink import factories as f
+from services.storage.records import trial_record
+from tests.unit.storage import factories as f
 
 
 def rendered(fn, value) -> str:  # type: ignore[no-untyped-def]

@@ -14,8 +14,8 @@ from services.report.trial_view import (
     view_html,
     view_json,
 )
-from services.sink.domain import gate_record, judge_record, transcript_record, trial_record
-from tests.unit.sink import factories as f
+from services.storage.records import gate_record, judge_record, transcript_record, trial_record
+from tests.unit.storage import factories as f
 
 HOSTILE = '<script>document.title="pwned"</script><img src=x onerror="alert(1)">'
 

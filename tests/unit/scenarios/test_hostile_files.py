@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.scenarios.loader import (
+from services.grading.scenario_loader import (
     MAX_EXPANDED_NODES,
     MAX_FILE_BYTES,
     MAX_TRIALS,

@@ -10,7 +10,7 @@ import pytest
 
 from schemas.events import MAX_EXTERNAL_CHECKS, ConversationFinished
 from services.contract.codec import Rejection, decode, encode
-from services.scenarios.loader import validate_paths
+from services.grading.scenario_loader import validate_paths
 from tests.unit.factories import conversation
 
 

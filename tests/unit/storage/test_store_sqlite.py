@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from services.sink.store import Store
-from tests.unit.sink.store_contract import StoreContract
+from services.storage.store import Store
+from tests.unit.storage.store_contract import StoreContract
 
 
 class TestSQLiteStore(StoreContract):

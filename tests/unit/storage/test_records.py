@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from schemas.events import Label
-from services.sink.domain import (
+from services.storage.records import (
     Counted,
     GateRecord,
     JudgeRecord,
@@ -18,7 +18,7 @@ from services.sink.domain import (
     summarize,
     trial_record,
 )
-from tests.unit.sink import factories as f
+from tests.unit.storage import factories as f
 
 
 @pytest.mark.parametrize(
@@ -141,8 +141,8 @@ def test_a_regrade_into_another_scenario_moves_the_count_across() -> None:
 
 
 def test_a_row_is_the_trials_only_with_its_run_scenario_and_session() -> None:
-    from services.sink.domain import gate_record, judge_record, of_trial, trial_record
-    from services.sink.domain import transcript_record as tr
+    from services.storage.records import gate_record, judge_record, of_trial, trial_record
+    from services.storage.records import transcript_record as tr
 
     trial = trial_record(f.verdict("t", "passed"))
     assert of_trial(trial, tr(f.conversation("t")))

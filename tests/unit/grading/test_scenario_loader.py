@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from services.contract.settings import PROJECT_ROOT
-from services.scenarios.loader import (
+from services.grading.scenario_loader import (
     FILE_LEVEL,
     InvalidScenarios,
     ScenarioError,

@@ -1,7 +1,7 @@
 """What rows an event produces in the SQL projection, and the per-run scenario summary.
 
 Pure functions over the event models. The row shapes are SQLModel (pydantic) models without
-a table; `services.sink.store` maps each onto a table of the same columns.
+a table; `services.storage.store` maps each onto a table of the same columns.
 
 Replacement rule (documented in one place, applied by the store on every write): each row
 has a natural key (a trial; a trial and gate; a trial and judge; a run and scenario) and a

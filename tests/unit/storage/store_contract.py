@@ -1,5 +1,5 @@
 """The store's contract, written once and run against every backend by subclassing
-(as eventsourcing does): SQLite in tests/unit/sink/test_store_sqlite.py, PostgreSQL in
+(as eventsourcing does): SQLite in tests/unit/storage/test_store_sqlite.py, PostgreSQL in
 tests/integration/test_store_postgres.py. A subclass provides the `store` fixture."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from services.sink.domain import summarize
-from services.sink.store import Store
-from tests.unit.sink import factories as f
+from services.storage.records import summarize
+from services.storage.store import Store
+from tests.unit.storage import factories as f
 
 
 class StoreContract:

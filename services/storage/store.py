@@ -1,7 +1,7 @@
 """The SQL projection: trials, gate results, judge verdicts, transcripts, scenario summaries.
 
 Every write is an upsert on the row's natural key that only replaces an equal-or-older
-version (see the rule in `services.sink.domain`), so redelivered and replayed events are
+version (see the rule in `services.storage.records`), so redelivered and replayed events are
 harmless. The tables live in their own metadata so `reset` never touches other tables
 that share the database (the judge cache, say).
 """
@@ -19,7 +19,8 @@ from sqlalchemy.orm import registry
 from sqlmodel import SQLModel
 
 from services.grading.estimators import ReliabilityTally
-from services.sink.domain import (
+from services.storage.db import engine_for
+from services.storage.records import (
     OUTCOMES,
     Counted,
     GateRecord,
@@ -37,7 +38,6 @@ from services.sink.domain import (
     records_for,
     summary_of,
 )
-from services.storage.db import engine_for
 
 
 class SinkTable(SQLModel, registry=registry()):
