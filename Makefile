@@ -58,8 +58,9 @@ test-integration: kafka-up ## the processors against the real broker
 test-e2e: kafka-up ## the whole pipeline as an operator runs it
 	$(BIN)/pytest -q -ra tests/e2e
 
-lint: install ## ruff
+lint: install ## ruff, and the import contracts in pyproject.toml (the layers import only downward)
 	$(BIN)/ruff check schemas services tests bench
+	$(BIN)/lint-imports
 
 typecheck: install ## mypy
 	$(BIN)/mypy schemas services
