@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from services.contract.settings import Settings
     from services.grading.calibration import Bar, Matrix
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 EXIT_USAGE, EXIT_UNREACHABLE = 2, 4
 
 

@@ -10,6 +10,8 @@ from rich.table import Table
 from services.contract.exits import BROKER_WAIT, UsageError, console, require_broker
 from services.contract.processors import SERVERS, WORKERS
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 
 def register(app: typer.Typer) -> None:
     topics = typer.Typer(help="Kafka topics passk uses.", no_args_is_help=True)

@@ -5,11 +5,21 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
+from importlib.metadata import version
 
 import typer
 
 from services.contract.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
 from services.contract.processors import SERVERS, WORKERS
+from services.contract.topics import topic_name
+from services.contract.topology import CO_PARTITIONED, co_partitioning_problem
+from services.kafka.admin import partition_counts
+from services.kafka.kafka_client import (
+    EXIT_KAFKA_REFUSED,
+    refusal_message,
+    watch_authentication,
+)
 
 app = typer.Typer(
     name="passk",
@@ -25,8 +35,6 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
-
         typer.echo(f"passk {version('passk')}")
         raise typer.Exit()
 
@@ -91,15 +99,9 @@ def worker(
 
 def refuse_unless_co_partitioned(service: str) -> None:
     """A join by key is only right when every joined topic has the same partition count."""
-    from services.contract.topics import topic_name
-    from services.contract.topology import CO_PARTITIONED, co_partitioning_problem
-    from services.kafka.admin import partition_counts
-
     topics = CO_PARTITIONED.get(service, ())
     if not topics:
         return
-    import time
-
     names = [topic_name(t) for t in topics]
     deadline = time.monotonic() + 60
     counts = partition_counts(names)
@@ -121,12 +123,6 @@ def main() -> None:
     """Run a command; what it lets escape becomes a one-line error and an exit code
     (services/contract/exits.py), never a traceback, unless it is a bug. Kafka refusing our
     credentials or rights is told apart from a broker that is down: exit 5."""
-    from services.kafka.kafka_client import (
-        EXIT_KAFKA_REFUSED,
-        refusal_message,
-        watch_authentication,
-    )
-
     watch = watch_authentication()
     try:
         app()

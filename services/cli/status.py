@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from kafka import KafkaAdminClient, KafkaConsumer
-from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.errors import KafkaError, KafkaTimeoutError, for_code
 
+from services.cli.liveness import (
+    down_reason,
+    pid_alive,
+    stall_reason,
+    supervisor_socket,
+    supervisor_states,
+)
 from services.contract.settings import Settings, get_settings
 from services.contract.topics import PROCESSOR_INPUTS, topic_name
 from services.kafka.admin import ask_admin
 from services.kafka.kafka_client import kafka_client_kwargs, retrying
 from services.kafka.lag import input_offsets
+from services.runtime.outage import STALL_AFTER_S, health_path, read_health
 
 BROKER_UNREACHABLE = "broker unreachable"
 UNKNOWN = "Unknown"
@@ -67,8 +77,6 @@ class ProcessorStatus:
 
 
 def processor_status(names: list[str], settings: Settings | None = None) -> list[ProcessorStatus]:
-    from services.cli.liveness import down_reason, supervisor_socket, supervisor_states
-
     settings = settings or get_settings()
     groups = {name: f"{settings.topic_prefix}{name}" for name in names}
     supervised = supervisor_states(supervisor_socket(settings.data_dir)) or {}
@@ -142,8 +150,6 @@ def _raise_if_moving(group: dict) -> None:  # type: ignore[type-arg]
     """kafka-python returns a group's own error in its description instead of raising it
     (no state, no members): a coordinator moving after a broker loss (NOT_COORDINATOR,
     COORDINATOR_LOAD_IN_PROGRESS) would read as a group with no members. Raise those."""
-    from kafka.errors import for_code
-
     found = re.match(r"\[Error (\d+)\]", str(group.get("error") or ""))
     if found:
         error = for_code(int(found.group(1)))
@@ -162,12 +168,6 @@ class WorkerHealth:
 def worker_health(name: str, settings: Settings, now: float | None = None) -> WorkerHealth:
     """What the worker's health file says, if it ran here: restarts, degraded dependencies,
     and whether its live process has stopped writing its heartbeat."""
-    import time
-    from datetime import datetime
-
-    from services.cli.liveness import pid_alive, stall_reason
-    from services.runtime.outage import STALL_AFTER_S, health_path, read_health
-
     data = read_health(health_path(settings.data_dir, name))
     if data is None:
         return WorkerHealth()

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.kafka.kafka_users import client_env, processor_user
+
 
 @dataclass(frozen=True)
 class Program:
@@ -28,8 +30,6 @@ def worker_programs(workers: Sequence[str], passk: str, metrics_base: int,
     """One program per worker. With `kafka_secrets` (a secured broker's secrets directory)
     each worker connects as its own SCRAM user, `passk-<worker>`, so the broker's ACLs let
     it read only its inputs and write only its outputs."""
-    from services.kafka.kafka_users import client_env, processor_user
-
     programs = []
     for i, w in enumerate(workers):
         env = {"PASSK_METRICS_PORT": str(metrics_base + i), "PYTHONUNBUFFERED": "1"}

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from services.contract.masking import mask_url, masked_lines
-from services.contract.settings import Settings
+from services.contract.settings import Settings, get_settings
 
 ENV_NAMES = re.compile(r"KAFKA_BOOTSTRAP_SERVERS|PASSK_[A-Z0-9_]*|OPENAI_BASE_URL")
 STAND_IN_KEY = "stand-in"  # what `make up` gives the workers as OPENAI_API_KEY for it
@@ -111,8 +111,6 @@ def cli_judge(settings: Settings) -> tuple[Settings, str | None]:
 
 
 def main(argv: list[str]) -> int:
-    from services.contract.settings import get_settings
-
     if argv[:1] == ["env"] and len(argv) == 2:
         write_env(Path(argv[1]), os.environ)
         return 0

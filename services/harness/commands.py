@@ -12,6 +12,8 @@ from rich.table import Table
 
 from services.contract.exits import BROKER_WAIT, ExitCode, UsageError
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 SHOWN = 10
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 
 def register(app: typer.Typer) -> None:
     @app.command("judge-standin")

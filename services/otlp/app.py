@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 
 from services.contract.settings import Settings, get_settings
 from services.kafka.producer import TrafficProducer
+from services.otlp.export import run_exporter
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.publish import KafkaPublisher
 from services.otlp.receiver import Receiver, make_app
@@ -36,8 +37,6 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> N
         loop.add_signal_handler(sig, stop.set)
     exporter = None
     if otlp.export_endpoint:
-        from services.otlp.export import run_exporter
-
         exporter = asyncio.create_task(run_exporter(settings, otlp, metrics, stop))
     await stop.wait()
     await runner.cleanup()

@@ -9,6 +9,8 @@ import typer
 
 from services.contract.exits import BROKER_WAIT
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 SHOWN = 10
 
 

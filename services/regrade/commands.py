@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from services.regrade.plan import Target
     from services.storage.store import Store
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 
 def register(app: typer.Typer) -> None:
     @app.command()

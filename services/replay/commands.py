@@ -14,6 +14,8 @@ from rich.table import Table
 
 from services.contract.exits import BROKER_WAIT
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 SHOWN = 10  # skipped lines / failures listed one by one; the rest are counted
 
 

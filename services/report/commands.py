@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from services.report.trial_view import TrialView
     from services.storage.records import TranscriptRecord, TrialRecord
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 RUN_WINDOWS = 24  # windows per scenario and size in the report page's over-time section
 
 

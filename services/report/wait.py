@@ -12,6 +12,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 
 def compare(expected: list[dict[str, Any]], actual: dict[str, str]) -> list[tuple[str, str, str]]:
     """(trial_id, expected outcome, actual outcome) for every trial that differs."""

@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # plotly loads with over_time: only when the command runs
 
     from services.report.over_time import WindowView
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 
 def load_windows(database_url: str | None, last: int, size: str | None,
                  scenarios: list[str] | None = None) -> list[WindowView]:

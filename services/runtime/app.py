@@ -5,22 +5,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 import faust
 from aiokafka.errors import KafkaError as AIOKafkaError
 from kafka.errors import KafkaError
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from services.contract.codec import Rejection
+from services.contract.codec import Rejection, encode
+from services.contract.deadletter import dead_letter
 from services.contract.settings import Settings, get_settings
 from services.contract.topics import Topic, partitions_for, spec_for, topic_name
+from services.kafka.catalog import ScenarioCatalog
 from services.kafka.lag import LagMonitor, lag_metrics
 from services.runtime import faust_compat
 from services.runtime.credentials import faust_broker_credentials
-
-if TYPE_CHECKING:
-    from services.kafka.catalog import ScenarioCatalog
+from services.runtime.metrics import common_metrics, serve_metrics
+from services.runtime.outage import BROKER, HEARTBEAT_S, Dependency, health, outage_metrics
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,6 @@ class Delivery:
     drop repeats). The record being handled is not acked meanwhile."""
 
     def __init__(self, processor: str) -> None:
-        from services.runtime.outage import BROKER, Dependency
-
         self.broker = Dependency(BROKER, f"{processor}: delivering outputs")
 
     async def __call__(self, topic: faust.TopicT, key: bytes | None, value: bytes) -> None:
@@ -141,13 +139,9 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
 
     @app.task
     async def start_metrics() -> None:
-        from services.runtime.metrics import serve_metrics
-
         serve_metrics(settings.metrics_port, host=settings.metrics_host)
 
     # (The root logger's level in a worker: services/runtime/faust_compat/worker_log.py.)
-
-    from services.runtime.outage import BROKER, HEARTBEAT_S, Dependency, health, outage_metrics
 
     outage_metrics()  # every worker exports the heartbeat gauge from its first scrape on
 
@@ -218,10 +212,6 @@ class DeadLetters:
         self.deliver = Delivery(processor)
 
     async def __call__(self, event: faust.types.EventT, rejection: Rejection) -> None:
-        from services.contract.codec import encode
-        from services.contract.deadletter import dead_letter
-        from services.runtime.metrics import common_metrics
-
         message = event.message
         record = dead_letter(
             processor=self.processor,

@@ -4,18 +4,14 @@ published) goes to the dead letters, like any input."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import faust
 
 from schemas.events import RegradeRequest
 from schemas.scenario import Scenario
 from services.contract.codec import Rejection, decode
 from services.contract.settings import Settings
+from services.kafka.catalog import ScenarioCatalog
 from services.runtime.app import DeadLetters
-
-if TYPE_CHECKING:
-    from services.kafka.catalog import ScenarioCatalog
 
 
 async def read_regrade(

@@ -19,6 +19,8 @@ from services.contract.exits import (
 from services.contract.exits import console as _console
 from services.grading.scenario_loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 EXIT_INVALID = ExitCode.USAGE
 
 

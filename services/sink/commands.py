@@ -6,6 +6,8 @@ import typer
 
 from services.contract.exits import BROKER_WAIT, CliError, ExitCode, console, require_broker
 
+# Imports inside functions here are deferred: every command module loads on each `passk` run.
+
 
 def register(app: typer.Typer) -> None:
     @app.command()

@@ -6,15 +6,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlmodel import create_engine
+
+from services.contract.masking import mask_url
 
 
 @lru_cache(maxsize=8)
 def engine_for(url: str) -> Engine:
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     try:
         make_url(url)
     except ValueError:  # a port that is not a number: a usage error, not a traceback
@@ -42,11 +42,6 @@ def engine_for(url: str) -> Engine:
 
 def redacted(url: str) -> str:
     """A database URL fit to print: its password replaced by ***."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    from services.contract.masking import mask_url
-
     try:
         make_url(url)
     except (ArgumentError, ValueError):  # not a URL SQLAlchemy reads: print nothing of it
