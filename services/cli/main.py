@@ -12,9 +12,10 @@ import typer
 
 from services.contract.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
 from services.contract.processors import SERVERS, WORKERS
+from services.contract.settings import get_settings
 from services.contract.topics import topic_name
 from services.contract.topology import CO_PARTITIONED, co_partitioning_problem
-from services.kafka.admin import partition_counts
+from services.kafka.admin import create_topics_retrying, partition_counts
 from services.kafka.kafka_client import (
     EXIT_KAFKA_REFUSED,
     refusal_message,
@@ -70,13 +71,9 @@ def worker(
     loglevel: str = typer.Option(None, "--loglevel", "-l", help="crit|error|warn|info|debug"),
 ) -> None:
     """Run one stream processor (a Faust worker in its own consumer group)."""
-    from services.contract.settings import get_settings
-
     if service not in WORKERS + SERVERS:
         raise typer.BadParameter(
             f"unknown service {service!r}; choose from {', '.join(WORKERS + SERVERS)}")
-    from services.kafka.admin import create_topics_retrying
-
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
     # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
     statuses = create_topics_retrying()
@@ -85,6 +82,7 @@ def worker(
         # Faust creates its own leader topic: replicate it like ours on this cluster.
         os.environ["PASSK_TOPIC_REPLICATION"] = str(statuses[0].replication)
         get_settings.cache_clear()
+    # prometheus_client comes with it: only a worker needs it, not every command's start-up.
     from services.runtime.outage import health, health_path
 
     # Counted per start, so `passk status` shows how often a supervisor restarted it.
