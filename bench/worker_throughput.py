@@ -35,8 +35,9 @@ from kafka import KafkaAdminClient  # noqa: E402
 
 from bench.launch import cpu_seconds, free_port, spawn, stop  # noqa: E402
 from services.cli.status import processor_status  # noqa: E402
+from services.contract.processors import TOPIC_SPECS  # noqa: E402
 from services.contract.settings import Settings  # noqa: E402
-from services.contract.topics import TOPIC_SPECS, topic_name  # noqa: E402
+from services.contract.topics import topic_name  # noqa: E402
 from services.kafka.admin import create_topics  # noqa: E402
 from services.kafka.kafka_client import kafka_client_kwargs  # noqa: E402
 

@@ -23,8 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from services.contract.topics import Topic
-from services.contract.topology import PROCESSOR_INPUTS, PROCESSOR_OUTPUTS, PROCESSOR_READS_BACK
+from services.contract.processors import PROCESSORS, TOPIC_SPECS
+from services.contract.topics import Topic, TopicRef
 from services.kafka.kafka_users import MECHANISM, client_env, processor_user
 from services.kafka.kafka_users import passwords as _load
 
@@ -40,7 +40,7 @@ CLI_WRITES = (Topic.SCENARIOS, Topic.LABELS, Topic.JUDGE_CALIBRATIONS, Topic.REG
 
 
 def users() -> list[str]:
-    return [ADMIN, CONTROLLER, CLI, REPLAY, *(processor_user(p) for p in PROCESSOR_INPUTS)]
+    return [ADMIN, CONTROLLER, CLI, REPLAY, *(processor_user(p) for p in PROCESSORS)]
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -148,23 +148,23 @@ def principal_acls(prefix: str) -> dict[str, dict[str, list[str]]]:
     """What each principal may do, as {user: {"read": topics, "write": topics, "groups":
     groups, "prefixes": internal-topic prefixes}} — the plan, before it becomes ACLs."""
 
-    def names(topics: tuple[Topic, ...]) -> list[str]:
+    def names(topics: tuple[TopicRef, ...]) -> list[str]:
         return [f"{prefix}{t.value}" for t in topics]
 
     plan: dict[str, dict[str, list[str]]] = {}
-    for processor, inputs in PROCESSOR_INPUTS.items():
+    for processor, spec in PROCESSORS.items():
         group = f"{prefix}{processor}"
         plan[processor_user(processor)] = {
-            "read": names(inputs + PROCESSOR_READS_BACK.get(processor, ())),
-            "write": names(PROCESSOR_OUTPUTS.get(processor, ())),
+            "read": names(spec.reads),
+            "write": names(spec.writes),
             "groups": [group],
             # Faust's own topics (its leader topic, its table changelogs) start "<group>-".
             "prefixes": [f"{group}-"],
         }
     plan[REPLAY] = {"read": [], "write": names(REPLAY_WRITES), "groups": [], "prefixes": []}
-    every = tuple(Topic)
+    every = tuple(s.topic for s in TOPIC_SPECS)
     plan[CLI] = {"read": names(every), "write": names(CLI_WRITES),
-                 "groups": [f"{prefix}{p}" for p in PROCESSOR_INPUTS], "prefixes": []}
+                 "groups": [f"{prefix}{p}" for p in PROCESSORS], "prefixes": []}
     return plan
 
 
@@ -231,7 +231,7 @@ def _wait_enforced(secrets_dir: Path, *, timeout: float) -> None:
     from kafka import KafkaAdminClient
 
     from services.contract.settings import Settings
-    from services.contract.topics import TOPIC_SPECS, topic_name
+    from services.contract.topics import topic_name
     from services.kafka.kafka_client import kafka_client_kwargs
 
     settings = Settings(**client_env(secrets_dir, REPLAY))  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from services.aggregate.batch import Batch
 from services.aggregate.metrics import AggregateMetrics, ReliabilityGauges
 from services.aggregate.windows import parse_windows
 from services.contract.codec import Rejection, decode, encode
+from services.contract.processors import PROCESSORS
 from services.contract.settings import get_settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.catalog import CatalogUnavailable, ScenarioCatalog
@@ -25,6 +26,7 @@ from services.runtime.metrics import common_metrics
 from services.runtime.outbox import handling
 
 PROCESSOR = "aggregate"
+SPEC = PROCESSORS[PROCESSOR]  # its topics and table
 log = logging.getLogger(__name__)
 settings = get_settings()
 # Its sends are never awaited one by one (flushed before each commit), so they can wait
@@ -38,9 +40,11 @@ config = domain.Config(sizes=parse_windows(settings.windows),
                        max_skew_s=settings.max_clock_skew_s)
 
 # --------------------------------------------------------------------------- topics
-trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
-by_scenario = raw_topic(app, Topic.AGGREGATE_BY_SCENARIO, settings)
-by_scenario_name = topic_name(Topic.AGGREGATE_BY_SCENARIO, settings)
+(verdicts_in,) = SPEC.agents["rekey"]
+(by_scenario_in,) = SPEC.agents["count"]
+trial_verdicts = raw_topic(app, verdicts_in, settings)
+by_scenario = raw_topic(app, by_scenario_in, settings)
+by_scenario_name = topic_name(by_scenario_in, settings)
 reliability = raw_topic(app, Topic.SCENARIO_RELIABILITY, settings)
 reliability_name = topic_name(Topic.SCENARIO_RELIABILITY, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
@@ -48,7 +52,8 @@ reject = DeadLetters(app, PROCESSOR, settings)
 # --------------------------------------------------------------------------- tables
 # One table, so that one verdict's writes go to one changelog partition in order (see
 # domain.py on how a verdict read again after a crash finishes what was cut short).
-state = app.Table("aggregate-state", default=None, partitions=settings.topic_partitions)
+(STATE,) = SPEC.tables
+state = app.Table(STATE.name, default=None, partitions=settings.topic_partitions)
 catalog = ScenarioCatalog(settings)
 run_alongside(app, settings, catalog)
 gauges = ReliabilityGauges()

@@ -22,6 +22,7 @@ from services.calibration import domain
 from services.calibration.metrics import CalibrationMetrics
 from services.calibration.store import CalibrationStore, LabelledItemRow, now
 from services.contract.codec import Rejection, decode, encode
+from services.contract.processors import PROCESSORS
 from services.contract.settings import get_settings
 from services.contract.topics import Topic, topic_name
 from services.grading.calibration import Bar
@@ -29,6 +30,7 @@ from services.runtime.app import DeadLetters, make_app, raw_inputs, raw_topic, r
 from services.runtime.metrics import common_metrics
 
 PROCESSOR = "calibration"
+SPEC = PROCESSORS[PROCESSOR]  # its topics and tables
 log = logging.getLogger(__name__)
 settings = get_settings()
 app = make_app(PROCESSOR, settings)
@@ -41,16 +43,16 @@ MAX_BACKOFF_S = 30.0
 # --------------------------------------------------------------------------- topics
 labels_topic = topic_name(Topic.LABELS, settings)
 calibrations_topic = topic_name(Topic.JUDGE_CALIBRATIONS, settings)
-join_inputs = raw_inputs(app, Topic.LABELS, Topic.JUDGE_VERDICTS, settings=settings)
-fold_inputs = raw_inputs(app, Topic.LABELLED_VERDICTS, Topic.JUDGE_CALIBRATIONS,
-                         settings=settings)
+join_inputs = raw_inputs(app, *SPEC.agents["join"], settings=settings)
+fold_inputs = raw_inputs(app, *SPEC.agents["fold"], settings=settings)
 labelled = raw_topic(app, Topic.LABELLED_VERDICTS, settings)
 calibrations = raw_topic(app, Topic.JUDGE_CALIBRATIONS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- tables
-joins = app.Table("calibration-joins", default=None, partitions=settings.topic_partitions)
-matrices = app.Table("calibration-matrices", default=None, partitions=settings.topic_partitions)
+JOINS, MATRICES = SPEC.tables
+joins = app.Table(JOINS.name, default=None, partitions=settings.topic_partitions)
+matrices = app.Table(MATRICES.name, default=None, partitions=settings.topic_partitions)
 run_alongside(app, settings)
 
 

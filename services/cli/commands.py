@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from services.contract.exits import BROKER_WAIT, UsageError, console, require_broker
-from services.contract.processors import SERVERS, WORKERS
+from services.contract.processors import PROCESSORS, WORKERS
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
@@ -36,7 +36,9 @@ def register(app: typer.Typer) -> None:
     def supervise_config(
         out: Path = typer.Option(..., help="where to write the supervisord configuration"),
         log_dir: Path = typer.Option(..., help="the workers' and supervisord's logs"),
-        metrics_base: int = typer.Option(9464, help="worker i serves /metrics on base+i"),
+        metrics_base: int = typer.Option(
+            9464, help="each worker serves /metrics on base + its offset in the registry "
+                       "(services.contract.processors)"),
         standin_port: int = typer.Option(0, help="also supervise the judge stand-in on this port"),
         agent_port: int = typer.Option(0, help="also supervise the reference product "
                                                 "(examples/agent) on this port"),
@@ -46,9 +48,9 @@ def register(app: typer.Typer) -> None:
                        "worker connects as its own user, passk-<worker>"),
     ) -> None:
         """Write supervisord's configuration for every worker in
-        services.contract.processors.WORKERS and SERVERS (readable by its owner only: with
+        services.contract.processors.PROCESSORS (readable by its owner only: with
         --kafka-secrets it holds the workers' passwords)."""
-        supervised = WORKERS + SERVERS
+        supervised = tuple(PROCESSORS)
         from services.cli.supervise import (
             Program,
             passk_executable,
@@ -65,7 +67,7 @@ def register(app: typer.Typer) -> None:
         if kafka_secrets is not None and not (kafka_secrets / "users.json").is_file():
             raise UsageError(f"--kafka-secrets {kafka_secrets}: no users.json there (made "
                              "by a kafka-up with PASSK_KAFKA_SECURITY=sasl_ssl)")
-        try:  # ports stay base + index in WORKERS whichever are chosen
+        try:  # each port is the registry's, whichever workers are chosen
             programs = [p for p in worker_programs(supervised, passk, metrics_base,
                                                    kafka_secrets.resolve() if kafka_secrets
                                                    else None)

@@ -11,10 +11,9 @@ from importlib.metadata import version
 import typer
 
 from services.contract.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
-from services.contract.processors import SERVERS, WORKERS
+from services.contract.processors import PROCESSORS, co_partitioning_problem
 from services.contract.settings import get_settings
 from services.contract.topics import topic_name
-from services.contract.topology import CO_PARTITIONED, co_partitioning_problem
 from services.kafka.admin import create_topics_retrying, partition_counts
 from services.kafka.kafka_client import (
     EXIT_KAFKA_REFUSED,
@@ -67,13 +66,13 @@ COMMAND_MODULES = (
 
 @app.command()
 def worker(
-    service: str = typer.Argument(..., help=f"one of: {', '.join(WORKERS + SERVERS)}"),
+    service: str = typer.Argument(..., help=f"one of: {', '.join(PROCESSORS)}"),
     loglevel: str = typer.Option(None, "--loglevel", "-l", help="crit|error|warn|info|debug"),
 ) -> None:
     """Run one stream processor (a Faust worker in its own consumer group)."""
-    if service not in WORKERS + SERVERS:
+    if service not in PROCESSORS:
         raise typer.BadParameter(
-            f"unknown service {service!r}; choose from {', '.join(WORKERS + SERVERS)}")
+            f"unknown service {service!r}; choose from {', '.join(PROCESSORS)}")
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
     # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
     statuses = create_topics_retrying()
@@ -88,7 +87,7 @@ def worker(
     # Counted per start, so `passk status` shows how often a supervisor restarted it.
     health().path = health_path(get_settings().data_dir, service)
     health().started(service)
-    module = importlib.import_module(f"services.{service}.app")
+    module = importlib.import_module(PROCESSORS[service].module)
     level = loglevel or get_settings().log_level
     sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]
     # The root logger stays at `level`: make_app installed faust_compat.worker_log.
@@ -97,7 +96,7 @@ def worker(
 
 def refuse_unless_co_partitioned(service: str) -> None:
     """A join by key is only right when every joined topic has the same partition count."""
-    topics = CO_PARTITIONED.get(service, ())
+    topics = PROCESSORS[service].co_partitioned
     if not topics:
         return
     names = [topic_name(t) for t in topics]

@@ -17,8 +17,9 @@ from services.cli.liveness import (
     supervisor_socket,
     supervisor_states,
 )
+from services.contract.processors import inputs_of
 from services.contract.settings import Settings, get_settings
-from services.contract.topics import PROCESSOR_INPUTS, topic_name
+from services.contract.topics import topic_name
 from services.kafka.admin import ask_admin
 from services.kafka.kafka_client import kafka_client_kwargs, retrying
 from services.kafka.lag import input_offsets
@@ -138,7 +139,7 @@ def _groups_and_lags(
         for info in described.values():
             _raise_if_moving(info)
         lags = {name: _lag(admin, consumer, group,
-                           [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(name, ())])
+                           [topic_name(t, settings) for t in inputs_of(name)])
                 for name, group in groups.items()}
         return described, lags
     finally:
@@ -208,7 +209,7 @@ class PartitionLeader:
 def input_leaders(names: list[str], settings: Settings | None = None) -> list[PartitionLeader]:
     """Which broker leads each partition of these processors' inputs, and the in-sync set."""
     settings = settings or get_settings()
-    topics = sorted({topic_name(t, settings) for n in names for t in PROCESSOR_INPUTS.get(n, ())})
+    topics = sorted({topic_name(t, settings) for n in names for t in inputs_of(n)})
 
     described = ask_admin(settings, lambda admin: admin.describe_topics(topics))
     out = []

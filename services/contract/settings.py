@@ -92,8 +92,9 @@ class Settings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", alias="PASSK_METRICS_HOST")
     # How often a worker serving /metrics reads its consumer lag from the broker.
     lag_interval_s: float = Field(5.0, alias="PASSK_LAG_INTERVAL_S", gt=0)
-    # Monitoring (`make up` when Debian's prometheus packages are installed). Worker i of
-    # services.contract.processors.WORKERS serves /metrics on metrics_port_base + i.
+    # Monitoring (`make up` when Debian's prometheus packages are installed): each
+    # processor serves /metrics on metrics_port_base + its offset in
+    # services.contract.processors.PROCESSORS.
     metrics_port_base: int = Field(9464, alias="PASSK_METRICS_PORT_BASE", gt=0)
     prometheus_url: str = Field("http://127.0.0.1:9090", alias="PASSK_PROMETHEUS_URL")
     alertmanager_url: str = Field("http://127.0.0.1:9095", alias="PASSK_ALERTMANAGER_URL")

@@ -1,4 +1,6 @@
-"""Every topic passk uses, declared once. Nothing else spells a topic name."""
+"""Every event topic passk uses, declared once: nothing else spells a topic name. The
+tables' changelog topics are derived from the processor registry
+(services.contract.processors), which adds them to what `passk topics create` makes."""
 
 from __future__ import annotations
 
@@ -34,22 +36,33 @@ class Topic(StrEnum):
     # Internal: a label joined with its judge verdict, re-keyed by judge id so one agent
     # owns each judge's running matrix.
     LABELLED_VERDICTS = "labelled-verdicts.v1"
-    # Internal: the changelogs of the processors' Faust tables, named as Faust names them
-    # ("<app id>-<table>-changelog"). Created up front, because a worker whose changelog
-    # topic is not yet in the broker's metadata when its first event arrives crashes.
-    GATE_JOINS_CHANGELOG = "gate-gate-joins-changelog"
-    VERDICT_TRIALS_CHANGELOG = "verdict-verdict-trials-changelog"
-    AGGREGATE_STATE_CHANGELOG = "aggregate-aggregate-state-changelog"
-    CALIBRATION_JOINS_CHANGELOG = "calibration-calibration-joins-changelog"
-    CALIBRATION_MATRICES_CHANGELOG = "calibration-calibration-matrices-changelog"
-    # The gate's and verdict's memory of graded trials (RocksDB tables, services.runtime.graded)
-    GATE_GRADED_CHANGELOG = "gate-gate-graded-changelog"
-    VERDICT_GRADED_CHANGELOG = "verdict-verdict-graded-changelog"
+
+
+@dataclass(frozen=True)
+class Changelog:
+    """A Faust table's changelog topic, named as Faust names it: "<app id>-<table>-changelog"
+    (faust.tables.base.Collection._changelog_topic_name), where the app id is the topic
+    prefix and the processor's name (services.runtime.app.make_app). The tables are
+    declared in services.contract.processors; their changelogs are never spelled by hand."""
+
+    processor: str
+    table: str
+
+    @property
+    def value(self) -> str:
+        return f"{self.processor}-{self.table}-changelog"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# A topic passk creates: an event topic, or a table's changelog.
+TopicRef = Topic | Changelog
 
 
 @dataclass(frozen=True)
 class TopicSpec:
-    topic: Topic
+    topic: TopicRef
     key: str
     compacted: bool = False
     partitions: int | None = None  # None: settings.topic_partitions
@@ -62,7 +75,8 @@ class TopicSpec:
 # stamps these records on arrival, whatever time the producer claims.
 ARRIVAL_TIME = {"message.timestamp.type": "LogAppendTime"}
 
-TOPIC_SPECS: tuple[TopicSpec, ...] = (
+# The event topics; services.contract.processors.TOPIC_SPECS adds the tables' changelogs.
+EVENT_TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.CONVERSATION_FINISHED, key="session_id", config=ARRIVAL_TIME),
     TopicSpec(Topic.SESSION_PERSISTED, key="session_id", config=ARRIVAL_TIME),
     # One partition keeps every scenario version in one ordered log; it is tiny.
@@ -80,39 +94,15 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(Topic.GATE_TICKS, key="session_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.VERDICT_TICKS, key="trial_id", config={"retention.ms": str(24 * 3600 * 1000)}),
     TopicSpec(Topic.AGGREGATE_BY_SCENARIO, key="scenario_id"),
-    TopicSpec(Topic.GATE_JOINS_CHANGELOG, key="session_id", compacted=True),
-    TopicSpec(Topic.VERDICT_TRIALS_CHANGELOG, key="trial_id", compacted=True),
-    TopicSpec(Topic.AGGREGATE_STATE_CHANGELOG, key="aggregate state key", compacted=True),
-    TopicSpec(Topic.CALIBRATION_JOINS_CHANGELOG, key="trial_id", compacted=True),
-    TopicSpec(Topic.CALIBRATION_MATRICES_CHANGELOG, key="judge_id", compacted=True),
-    TopicSpec(Topic.GATE_GRADED_CHANGELOG, key="session_id", dedup_retained=True),
-    TopicSpec(Topic.VERDICT_GRADED_CHANGELOG, key="trial_id", dedup_retained=True),
 )
 
 
-# What each processor consumes, declared once: the apps subscribe to these (plus their
-# own tick topic), and `passk status` counts its lag on them.
-PROCESSOR_INPUTS: dict[str, tuple[Topic, ...]] = {
-    "gate": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED, Topic.REGRADE_REQUESTS),
-    "verdict": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
-    "judge": (Topic.CONVERSATION_FINISHED, Topic.REGRADE_REQUESTS, Topic.JUDGE_REQUESTS),
-    "sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-             Topic.TRIAL_VERDICTS, Topic.SCENARIO_RELIABILITY),
-    "aggregate": (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO),
-    "calibration": (Topic.LABELS, Topic.JUDGE_VERDICTS, Topic.LABELLED_VERDICTS,
-                    Topic.JUDGE_CALIBRATIONS),
-    # the evaluation exporter (services/otlp/export.py): trace ids, then every result
-    "otlp": (Topic.CONVERSATION_FINISHED, Topic.JUDGE_VERDICTS, Topic.GATE_RESULTS,
-             Topic.TRIAL_VERDICTS),
-}
-
-
-def topic_name(topic: Topic, settings: Settings | None = None) -> str:
+def topic_name(topic: TopicRef, settings: Settings | None = None) -> str:
     return f"{(settings or get_settings()).topic_prefix}{topic.value}"
 
 
 def spec_for(topic: Topic) -> TopicSpec:
-    return next(s for s in TOPIC_SPECS if s.topic is topic)
+    return next(s for s in EVENT_TOPIC_SPECS if s.topic is topic)
 
 
 def partitions_for(spec: TopicSpec, settings: Settings | None = None) -> int:

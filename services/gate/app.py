@@ -14,8 +14,9 @@ from schemas.events import ConversationFinished, GateResult, JudgeRequest, Sessi
 from services.contract.codec import Rejection, decode, encode
 from services.contract.deadletter import dead_letter
 from services.contract.eventtime import in_future, reference_time
+from services.contract.processors import PROCESSORS
 from services.contract.settings import get_settings
-from services.contract.topics import PROCESSOR_INPUTS, Topic, topic_name
+from services.contract.topics import Topic, topic_name
 from services.gate import domain
 from services.gate.gates import gates_for, regrade_gates
 from services.gate.metrics import GateMetrics
@@ -36,6 +37,7 @@ from services.runtime.regrades import read_regrade
 from services.runtime.ticks import Deadlines
 
 PROCESSOR = "gate"
+SPEC = PROCESSORS[PROCESSOR]  # its topics and tables
 SCENARIO_GRACE_S = 3.0
 log = logging.getLogger(__name__)
 settings = get_settings()
@@ -51,7 +53,7 @@ conversation_topic = topic_name(Topic.CONVERSATION_FINISHED, settings)
 session_topic = topic_name(Topic.SESSION_PERSISTED, settings)
 tick_topic = topic_name(Topic.GATE_TICKS, settings)
 regrade_topic = topic_name(Topic.REGRADE_REQUESTS, settings)
-inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.GATE_TICKS, settings=settings)
+inputs = raw_inputs(app, *SPEC.agents["join"], settings=settings)
 ticks = raw_topic(app, Topic.GATE_TICKS, settings)
 gate_results = raw_topic(app, Topic.GATE_RESULTS, settings)
 judge_requests = raw_topic(app, Topic.JUDGE_REQUESTS, settings)
@@ -62,8 +64,9 @@ deliver = Delivery(PROCESSOR)  # re-grades: each awaited (rare, and apart from t
 # session_id -> JoinState (as JSON) plus its next due time, so the timer need not parse it.
 # Only trials still pending live in RAM; graded ones are remembered on disk until the
 # retention ends (services.runtime.graded), never ticked.
-joins = app.Table("gate-joins", default=None, partitions=settings.topic_partitions)
-graded = graded_table(app, "gate-graded", settings)
+JOINS, GRADED = SPEC.tables
+joins = app.Table(JOINS.name, default=None, partitions=settings.topic_partitions)
+graded = graded_table(app, GRADED.name, settings)
 catalog = ScenarioCatalog(settings)
 deadlines = Deadlines(app, joins, ticks, settings, inputs=(conversation_topic, session_topic))
 clock = deadlines.clock

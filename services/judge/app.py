@@ -24,8 +24,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from schemas.events import ConversationFinished, JudgeRequest
 from services.contract.codec import Rejection, decode, encode
 from services.contract.eventtime import in_future, reference_time
+from services.contract.processors import PROCESSORS
 from services.contract.settings import get_settings
-from services.contract.topics import PROCESSOR_INPUTS, Topic
+from services.contract.topics import Topic
 from services.judge import domain
 from services.judge.grading import Grader, build_grader
 from services.judge.metrics import default_metrics
@@ -37,13 +38,16 @@ from services.runtime.outbox import Outbox
 from services.runtime.regrades import read_regrade
 
 PROCESSOR = "judge"
+SPEC = PROCESSORS[PROCESSOR]  # its topics
 SCENARIO_GRACE_S = 3.0
 log = logging.getLogger(__name__)
 settings = get_settings()
 app = make_app(PROCESSOR, settings)
 
 # --------------------------------------------------------------------------- topics
-conversations_in, regrades_in, judge_requests_in = PROCESSOR_INPUTS[PROCESSOR]
+(conversations_in,) = SPEC.agents["judge_trials"]
+(regrades_in,) = SPEC.agents["regrade_trials"]
+(judge_requests_in,) = SPEC.agents["judge_after_gates"]
 conversations = raw_topic(app, conversations_in, settings)
 regrade_requests = raw_topic(app, regrades_in, settings)
 judge_requests = raw_topic(app, judge_requests_in, settings)

@@ -10,8 +10,9 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from services.contract.processors import TOPIC_SPECS
 from services.contract.settings import Settings, get_settings
-from services.contract.topics import TOPIC_SPECS, partitions_for, topic_configs, topic_name
+from services.contract.topics import partitions_for, topic_configs, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs, retrying
 
 T = TypeVar("T")

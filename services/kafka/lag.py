@@ -17,8 +17,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
+from services.contract.processors import inputs_of
 from services.contract.settings import Settings
-from services.contract.topics import PROCESSOR_INPUTS, topic_name
+from services.contract.topics import topic_name
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class LagMonitor:
     def __init__(self, processor: str, settings: Settings, metrics: LagMetrics) -> None:
         self.processor = processor
         self.group = f"{settings.topic_prefix}{processor}"
-        self.topics = [topic_name(t, settings) for t in PROCESSOR_INPUTS.get(processor, ())]
+        self.topics = [topic_name(t, settings) for t in inputs_of(processor)]
         self.bootstrap = settings.kafka_bootstrap_servers
         self.metrics = metrics
         self._clients: tuple[Any, Any] | None = None

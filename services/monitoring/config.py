@@ -1,9 +1,10 @@
 """Render the Prometheus and Alertmanager configuration for the workers `make up` starts.
 
-The scrape targets come from the same worker list and port rule as up.sh (worker i of
-services.contract.processors.WORKERS on PASSK_METRICS_PORT_BASE + i), so a new worker is
-scraped without editing a file. The rules are infra/prometheus/alerts.yml, copied whole except that
-PASSK_ALERT_FOR, when set, replaces every `for:` (tests cannot wait five minutes).
+The scrape targets come from the processor registry, as `passk supervise config` serves
+them (each processor of services.contract.processors.PROCESSORS on PASSK_METRICS_PORT_BASE
++ its offset there), so a new worker is scraped without editing a file. The rules are
+infra/prometheus/alerts.yml, copied whole except that PASSK_ALERT_FOR, when set, replaces every
+`for:` (tests cannot wait five minutes).
 
 `python -m services.monitoring.config render` writes prometheus.yml, alerts.yml and
 alertmanager.yml into PASSK_MONITORING_DIR and prints the listen addresses for the shell;
@@ -22,16 +23,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from services.contract.processors import SERVERS
-from services.contract.processors import WORKERS as PROCESSORS
+from services.contract.processors import PROCESSORS, metrics_ports
 from services.contract.settings import PROJECT_ROOT, Settings, get_settings
 
 ALERTS = PROJECT_ROOT / "infra" / "prometheus" / "alerts.yml"
-
-
-def worker_ports(workers: tuple[str, ...], base: int) -> dict[str, int]:
-    """Each worker's /metrics port: the order of the worker list from the base up."""
-    return {worker: base + i for i, worker in enumerate(workers)}
 
 
 def listen_address(url: str) -> str:
@@ -94,7 +89,7 @@ def render(settings: Settings, workers: tuple[str, ...]) -> dict[str, str]:
     """Write the three files into the monitoring dir; return the listen addresses."""
     out = settings.monitoring_dir
     out.mkdir(parents=True, exist_ok=True)
-    ports = worker_ports(workers, settings.metrics_port_base)
+    ports = metrics_ports(workers, settings.metrics_port_base)
     prometheus = listen_address(settings.prometheus_url)
     alertmanager = listen_address(settings.alertmanager_url)
     files = {
@@ -130,12 +125,10 @@ def wait_ready(urls: list[str], timeout: float = 60.0) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    WORKERS = PROCESSORS + SERVERS  # scraped on base + index, as supervise config serves them
-
     settings = get_settings()
     if argv[:1] == ["render"]:
         try:
-            addresses = render(settings, WORKERS)
+            addresses = render(settings, tuple(PROCESSORS))
         except ValueError as exc:
             print(f"monitoring: {exc}", file=sys.stderr)
             return 2

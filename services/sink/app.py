@@ -27,6 +27,7 @@ from schemas.events import (
     TrialVerdict,
 )
 from services.contract.codec import Rejection, decode
+from services.contract.processors import PROCESSORS
 from services.contract.settings import get_settings
 from services.contract.topics import Topic, topic_name
 from services.runtime.app import (
@@ -42,6 +43,7 @@ from services.storage import records as domain
 from services.storage.store import Store
 
 PROCESSOR = "sink"
+SPEC = PROCESSORS[PROCESSOR]  # its topics
 log = logging.getLogger(__name__)
 settings = get_settings()
 app = make_app(PROCESSOR, settings)
@@ -58,8 +60,7 @@ MODELS: dict[str, type[BaseModel]] = {
     # The aggregate's window records, for `passk windows` and the pictures over time.
     topic_name(Topic.SCENARIO_RELIABILITY, settings): ScenarioReliability,
 }
-inputs = raw_inputs(app, Topic.TRIAL_VERDICTS, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-                    Topic.CONVERSATION_FINISHED, Topic.SCENARIO_RELIABILITY, settings=settings)
+inputs = raw_inputs(app, *SPEC.agents["sink"], settings=settings)
 reject = DeadLetters(app, PROCESSOR, settings)
 run_alongside(app, settings)
 

@@ -12,8 +12,9 @@ import faust
 from schemas.events import GateResult, JudgeVerdict
 from schemas.scenario import Scenario
 from services.contract.codec import Rejection, decode, encode
+from services.contract.processors import PROCESSORS
 from services.contract.settings import get_settings
-from services.contract.topics import PROCESSOR_INPUTS, Topic, topic_name
+from services.contract.topics import Topic, topic_name
 from services.grading.calibration import Bar, GatingPolicy
 from services.kafka.calibrations import CalibrationFollower
 from services.kafka.catalog import ScenarioCatalog
@@ -33,6 +34,7 @@ from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
 
 PROCESSOR = "verdict"
+SPEC = PROCESSORS[PROCESSOR]  # its topics and tables
 SCENARIO_GRACE_S = 3.0  # a scenario version published moments ago may not be read yet
 log = logging.getLogger(__name__)
 settings = get_settings()
@@ -47,7 +49,7 @@ timing = domain.Timing(
 gate_topic = topic_name(Topic.GATE_RESULTS, settings)
 judge_topic = topic_name(Topic.JUDGE_VERDICTS, settings)
 tick_topic = topic_name(Topic.VERDICT_TICKS, settings)
-inputs = raw_inputs(app, *PROCESSOR_INPUTS[PROCESSOR], Topic.VERDICT_TICKS, settings=settings)
+inputs = raw_inputs(app, *SPEC.agents["collect"], settings=settings)
 ticks = raw_topic(app, Topic.VERDICT_TICKS, settings)
 trial_verdicts = raw_topic(app, Topic.TRIAL_VERDICTS, settings)
 reject = DeadLetters(app, PROCESSOR, settings)
@@ -55,8 +57,9 @@ reject = DeadLetters(app, PROCESSOR, settings)
 # --------------------------------------------------------------------------- tables
 # Only trials still pending live in RAM; emitted ones are remembered on disk until the
 # retention ends (services.runtime.graded), never ticked.
-trials = app.Table("verdict-trials", default=None, partitions=settings.topic_partitions)
-graded = graded_table(app, "verdict-graded", settings)
+TRIALS, GRADED = SPEC.tables
+trials = app.Table(TRIALS.name, default=None, partitions=settings.topic_partitions)
+graded = graded_table(app, GRADED.name, settings)
 catalog = ScenarioCatalog(settings)
 deadlines = Deadlines(app, trials, ticks, settings, inputs=(gate_topic, judge_topic))
 clock = deadlines.clock

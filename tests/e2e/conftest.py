@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from services.cli.status import processor_status
-from services.contract.processors import WORKERS
+from services.contract.processors import WORKERS, metrics_ports
 from services.contract.settings import Settings
 from services.contract.topics import Topic
 from services.storage.store import Store
@@ -72,7 +72,7 @@ class Pipeline:
     settings: Settings
     env: dict[str, str]
     logs: Path
-    # worker i of WORKERS serves /metrics on metrics_base + i; 0: no worker serves it
+    # each worker serves /metrics on metrics_base + its registry offset; 0: none serves it
     metrics_base: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     last_status: str = ""
@@ -89,7 +89,7 @@ class Pipeline:
     def metrics_port(self, name: str) -> int:
         # Without a base, ports 1..5 would be bound: two such pipelines at once (another
         # test run on the machine) crashed each other's workers with "Address already in use".
-        return self.metrics_base + PROCESSORS.index(name) if self.metrics_base else 0
+        return metrics_ports([name], self.metrics_base)[name] if self.metrics_base else 0
 
     def start_worker(self, name: str, instance: str | None = None) -> None:
         """Start a worker of processor `name`; `instance` names a second or third one

@@ -52,8 +52,8 @@ def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
     worker, once in four runs). Each check below is made again and again in that window."""
     from services.cli.main import refuse_unless_co_partitioned
     from services.cli.status import processor_status
+    from services.contract.processors import PROCESSORS
     from services.contract.settings import get_settings
-    from services.contract.topology import CO_PARTITIONED
     from services.kafka.admin import partition_counts
 
     with own_kafka(tmp_path / "kafka", brokers=3) as kafka:
@@ -68,7 +68,7 @@ def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
         pipeline.start_worker("gate", "gate-1")
         wait_for(lambda: _members(settings, ["gate"], 1), timeout=300, interval=1.0,
                  what="the first gate worker in its group")
-        joined = [topic_name(t, settings) for t in CO_PARTITIONED["gate"]]
+        joined = [topic_name(t, settings) for t in PROCESSORS["gate"].co_partitioned]
         leaders = input_leaders(["gate"], settings)
         assert any(p.leader == LOST_BROKER for p in leaders), leaders
         saved = {k: os.environ.get(k) for k in env}

@@ -21,8 +21,9 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from services.cli.status import processor_status
+from services.contract.processors import PROCESSORS as REGISTRY
 from services.contract.settings import Settings
-from services.contract.topics import PROCESSOR_INPUTS, topic_name
+from services.contract.topics import topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
 from services.storage.store import Store
 from tests.e2e.conftest import PROCESSORS, assert_each_trial_once_as_expected, running_pipeline
@@ -90,7 +91,7 @@ def _behind(settings: Settings) -> str:
             group = f"{settings.topic_prefix}{processor}"
             committed = admin.list_group_offsets({group: None}).get(group) or {}
             tps = [TopicPartition(topic_name(t, settings), p)
-                   for t in PROCESSOR_INPUTS[processor]
+                   for t in REGISTRY[processor].inputs
                    for p in consumer.partitions_for_topic(topic_name(t, settings)) or ()]
             ends = consumer.end_offsets(tps)
             for tp in tps:

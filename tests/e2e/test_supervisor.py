@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from services.cli.status import processor_status
-from services.contract.processors import WORKERS
+from services.contract.processors import WORKERS, metrics_ports
 from services.contract.settings import Settings
 from services.runtime.outage import health_path, read_health
 from tests.e2e.conftest import BIN, supervise_config, supervised_pid, supervisord
@@ -29,10 +29,11 @@ def test_generated_config_supervises_every_worker_with_its_metrics_port(tmp_path
         cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     text = conf.read_text()
-    for i, worker in enumerate(WORKERS):  # a worker added to WORKERS is supervised too
+    ports = metrics_ports(WORKERS, 11500)
+    for worker in WORKERS:  # a worker added to the registry is supervised too
         section = text.split(f"[program:{worker}]")[1].split("[program:")[0]
         assert f"worker {worker}\n" in section
-        assert f'PASSK_METRICS_PORT="{11500 + i}"' in section
+        assert f'PASSK_METRICS_PORT="{ports[worker]}"' in section
         assert "autorestart=true" in section
     assert "judge-standin" not in text
 

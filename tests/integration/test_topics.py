@@ -13,8 +13,9 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
+from services.contract.processors import TOPIC_SPECS
 from services.contract.settings import Settings
-from services.contract.topics import TOPIC_SPECS, Topic, partitions_for, topic_configs, topic_name
+from services.contract.topics import Topic, partitions_for, topic_configs, topic_name
 from tests.support import ROOT, isolated_env, new_prefix, wait_for
 
 pytestmark = pytest.mark.integration

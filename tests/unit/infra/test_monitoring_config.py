@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from services.contract.settings import PROJECT_ROOT, Settings
-from services.monitoring.config import ALERTS, listen_address, render, rules, worker_ports
+from services.monitoring.config import ALERTS, listen_address, render, rules
 
 INFRA = PROJECT_ROOT / "infra" / "prometheus"
 
@@ -19,7 +19,7 @@ def settings(tmp_path: Path, **env: str) -> Settings:
     return Settings(PASSK_MONITORING_DIR=str(tmp_path), **env)  # type: ignore[arg-type]
 
 
-def test_each_worker_is_scraped_on_base_plus_its_place_in_the_list(tmp_path: Path) -> None:
+def test_each_worker_is_scraped_on_base_plus_its_registry_offset(tmp_path: Path) -> None:
     render(settings(tmp_path, PASSK_METRICS_PORT_BASE="15464", PASSK_SCRAPE_INTERVAL="2s"),
            ("gate", "verdict", "aggregate"))
     config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
@@ -27,7 +27,8 @@ def test_each_worker_is_scraped_on_base_plus_its_place_in_the_list(tmp_path: Pat
     assert jobs == {
         "passk-gate": {"targets": ["127.0.0.1:15464"]},
         "passk-verdict": {"targets": ["127.0.0.1:15465"]},
-        "passk-aggregate": {"targets": ["127.0.0.1:15466"]},
+        # its own port whichever others are rendered (not its place in this list)
+        "passk-aggregate": {"targets": ["127.0.0.1:15468"]},
     }
     assert config["global"] == {"scrape_interval": "2s", "evaluation_interval": "2s"}
     assert config["rule_files"] == ["alerts.yml"]
@@ -60,7 +61,6 @@ def test_alertmanager_delivers_to_the_webhook_when_one_is_set(tmp_path: Path) ->
 
 def test_listen_addresses_come_from_the_urls() -> None:
     assert listen_address("http://127.0.0.1:15090") == "127.0.0.1:15090"
-    assert worker_ports(("a", "b"), 100) == {"a": 100, "b": 101}
     with pytest.raises(ValueError, match="host and a port"):
         listen_address("http://127.0.0.1")
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
-from services.contract.topics import Topic, spec_for, topic_configs
+from services.contract.topics import topic_configs
 from services.runtime.graded import ROCKSDB_OPTIONS, fresh
 
 
@@ -15,8 +16,10 @@ def test_a_marker_is_fresh_only_within_the_retention() -> None:
 
 def test_graded_changelogs_are_compacted_and_expire_with_the_retention() -> None:
     settings = Settings(PASSK_DEDUP_RETENTION_S=3600)
-    for topic in (Topic.GATE_GRADED_CHANGELOG, Topic.VERDICT_GRADED_CHANGELOG):
-        cfg = topic_configs(spec_for(topic), settings)
+    for processor in ("gate", "verdict"):
+        (spec,) = (s for s in PROCESSORS[processor].changelog_specs()
+                   if s.topic.value == f"{processor}-{processor}-graded-changelog")
+        cfg = topic_configs(spec, settings)
         assert cfg["cleanup.policy"] == "compact,delete"
         assert cfg["retention.ms"] == str(3600 * 1000)
 

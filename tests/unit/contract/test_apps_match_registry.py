@@ -1,0 +1,101 @@
+"""Every stream processor's real app subscribes to, and keeps, what the registry says.
+
+The apps are built at import time from the settings, so they are built in a subprocess with
+a topic prefix of this test's own; it prints what Faust itself holds (each agent's
+subscribed topic names, each table's changelog topic name and store) and the registry is
+checked against that, not against another dict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.contract.processors import PROCESSORS, WORKERS, ProcessorSpec
+from services.contract.settings import Settings
+from services.contract.topics import topic_name
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# Runs in the subprocess: import every worker's app and describe it as Faust built it.
+DESCRIBE = """
+import importlib, json, sys
+out = {}
+for module in sys.argv[1:]:
+    app = importlib.import_module(module).app
+    out[module] = {
+        "app_id": app.conf.id,
+        "agents": {name.rsplit(".", 1)[-1]: sorted(agent.channel.topics)
+                   for name, agent in app.agents.items()},
+        "tables": {name: {"changelog": table.changelog_topic.get_topic_name(),
+                          "store": type(table.data).__module__}
+                   for name, table in app.tables.items()},
+    }
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def prefix() -> str:
+    return f"registry-{uuid.uuid4().hex[:8]}."
+
+
+@pytest.fixture(scope="module")
+def built(prefix: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    data = tmp_path_factory.mktemp("apps")
+    env = {**os.environ, "PASSK_TOPIC_PREFIX": prefix, "PASSK_DATA_DIR": str(data),
+           "PASSK_DATABASE_URL": f"sqlite:///{data / 'passk.db'}", "PASSK_METRICS_PORT": "0"}
+    modules = [PROCESSORS[name].module for name in WORKERS]
+    done = subprocess.run([sys.executable, "-c", DESCRIBE, *modules], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _settings(prefix: str) -> Settings:
+    return Settings(PASSK_TOPIC_PREFIX=prefix)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("spec", [PROCESSORS[n] for n in WORKERS], ids=lambda s: s.name)
+def test_agents_subscribe_to_the_registrys_topics(
+    spec: ProcessorSpec, built: dict[str, Any], prefix: str
+) -> None:
+    settings = _settings(prefix)
+    declared = {agent: sorted(topic_name(t, settings) for t in topics)
+                for agent, topics in spec.agents.items()}
+    assert built[spec.module]["agents"] == declared
+    subscribed = {t for ts in built[spec.module]["agents"].values() for t in ts}
+    expected = {topic_name(t, settings) for t in spec.inputs}
+    if spec.tick is not None:
+        expected.add(topic_name(spec.tick, settings))
+    assert subscribed == expected
+
+
+@pytest.mark.parametrize("spec", [PROCESSORS[n] for n in WORKERS], ids=lambda s: s.name)
+def test_tables_and_their_changelogs_are_the_registrys(
+    spec: ProcessorSpec, built: dict[str, Any], prefix: str
+) -> None:
+    settings = _settings(prefix)
+    app = built[spec.module]
+    assert app["app_id"] == f"{prefix}{spec.name}"  # the changelog names rest on it
+    expected = {t.name: {"changelog": topic_name(c, settings),
+                         "store": "faust.stores.rocksdb" if t.on_disk else "faust.stores.memory"}
+                for t, c in zip(spec.tables, spec.changelogs, strict=True)}
+    assert app["tables"] == expected
+
+
+def test_every_changelog_faust_uses_is_a_topic_passk_creates(
+    built: dict[str, Any], prefix: str
+) -> None:
+    from services.contract.processors import TOPIC_SPECS
+
+    created = {topic_name(s.topic, _settings(prefix)) for s in TOPIC_SPECS}
+    used = {t["changelog"] for app in built.values() for t in app["tables"].values()}
+    assert used and used <= created
