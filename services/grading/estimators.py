@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb
+from typing import Any
 
 from scipy.special import betaincinv
 
@@ -85,6 +86,13 @@ class ReliabilityTally:
         a judge outage does not read as an agent regression; the deploy gate and the run
         records keep the strict tally, where an errored trial is one that did not pass."""
         return ReliabilityTally(k=self.k, passed=self.passed, failed=self.failed)
+
+    def figures(self) -> dict[str, Any]:
+        """The counts and estimators a reliability record or row carries, under the names
+        it carries them by."""
+        return {"k": self.k, "n": self.n, "passed": self.passed, "failed": self.failed,
+                "errors": self.errors, "pass_at_k": self.pass_at_k,
+                "pass_hat_k": self.pass_hat_k, "scenario_passed": self.scenario_passed}
 
     @property
     def insufficient(self) -> bool:

@@ -68,14 +68,9 @@ def view(row: WindowRecord) -> WindowView:
     tally = ReliabilityTally(k=row.k, passed=row.passed, failed=row.failed, errors=row.errors)
     judged = tally.judged()
     return WindowView(
-        scenario_id=row.scenario_id, window=row.window,
-        window_start=row.window_start, window_end=row.window_end,
-        k=row.k, n=row.n, passed=row.passed, failed=row.failed, errors=row.errors,
-        pass_at_k=row.pass_at_k, pass_hat_k=row.pass_hat_k,
-        pass_hat_k_lower=row.pass_hat_k_lower, pass_hat_k_upper=row.pass_hat_k_upper,
+        **row.model_dump(include=set(WindowView.model_fields)),
         judged_pass_hat_k=judged.pass_hat_k,
         judged_pass_hat_k_upper=pass_hat_k_interval(judged.n, judged.passed, judged.k)[1],
-        alert_min_pass_hat_k=row.alert_min_pass_hat_k, alert_min_trials=row.alert_min_trials,
         alert_condition=alert_condition(tally, row.alert_min_pass_hat_k, row.alert_min_trials),
     )
 

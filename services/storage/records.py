@@ -331,14 +331,7 @@ def summary_of(
     return ScenarioSummary(
         run_id=run_id,
         scenario_id=scenario_id,
-        k=tally.k,
-        n=tally.n,
-        passed=tally.passed,
-        failed=tally.failed,
-        errors=tally.errors,
-        pass_at_k=tally.pass_at_k,
-        pass_hat_k=tally.pass_hat_k,
-        scenario_passed=tally.scenario_passed,
+        **tally.figures(),
         last_verdict_at=as_utc(last_verdict_at),
     )
 
