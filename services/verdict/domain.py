@@ -74,15 +74,13 @@ class Timing:
     retention_s: float  # how long an emitted trial is remembered, to drop repeats
 
 
+# What a trial's state keeps of the trial it assembles: its identity but the scenario
+# version (which its gate results decide) and the attempt being assembled.
+OF_TRIAL = {"trial_id", "run_id", "scenario_id", "session_id", "attempt"}
+
+
 def new_state(ref: GateResult | JudgeVerdict, now: float) -> TrialState:
-    return TrialState(
-        trial_id=ref.trial_id,
-        run_id=ref.run_id,
-        scenario_id=ref.scenario_id,
-        session_id=ref.session_id,
-        first_seen_at=now,
-        attempt=ref.attempt,
-    )
+    return TrialState(**ref.model_dump(include=OF_TRIAL), first_seen_at=now)
 
 
 def _current(state: TrialState | None, ref: GateResult | JudgeVerdict, now: float) -> TrialState:
@@ -289,16 +287,8 @@ def assemble(
 
 def emitted(state: TrialState, verdict: TrialVerdict, now: float) -> TrialState:
     """What is remembered of an emitted trial: enough to recognise a repeat."""
-    return TrialState(
-        trial_id=state.trial_id,
-        run_id=state.run_id,
-        scenario_id=state.scenario_id,
-        session_id=state.session_id,
-        first_seen_at=state.first_seen_at,
-        emitted_at=now,
-        emitted_outcome=verdict.outcome,
-        attempt=state.attempt,
-    )
+    return TrialState(**state.model_dump(include=OF_TRIAL), first_seen_at=state.first_seen_at,
+                      emitted_at=now, emitted_outcome=verdict.outcome)
 
 
 def is_marker(state: TrialState) -> bool:
