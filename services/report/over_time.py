@@ -21,10 +21,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.offline import get_plotlyjs
 from pydantic import BaseModel
 
 from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 from services.report.cells import cell, figure
+from services.report.html import STYLE
 from services.storage.records import WindowRecord
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -197,10 +199,6 @@ def run_section(items: Sequence[WindowView]) -> str:
 
 def render_windows_page(items: Sequence[WindowView], *, generated_at: datetime) -> str:
     """`passk windows --html`: the last windows of every scenario, one page."""
-    from plotly.offline import get_plotlyjs
-
-    from services.report.html import STYLE
-
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>passk: reliability over time</title>
