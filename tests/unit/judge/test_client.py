@@ -155,13 +155,12 @@ async def test_unreachable_model_is_an_outage_not_an_error(standin: StartStandin
 async def test_many_calls_are_in_flight_at_once_and_bounded(standin: StartStandin) -> None:
     url = await standin(latency_ms=200)
     judge = client(url, concurrency=8)
-    started = time.monotonic()
     results = await asyncio.gather(*(judge.judge(f"j{i}", "x", transcript()) for i in range(24)))
-    elapsed = time.monotonic() - started
     assert all(r.answer for r in results)
     stats = await standin_stats(url)
-    assert stats["max_in_flight"] == 8  # bounded by the client, and actually reached
-    assert elapsed < 24 * 0.2 / 2  # nowhere near one at a time (3 waves of 0.2 s ideally)
+    # Bounded by the client, and reached: eight at once, never one at a time. (Counted by
+    # the stand-in, not timed: a wall-clock bound failed on a loaded machine.)
+    assert stats["max_in_flight"] == 8
     await judge.close()
 
 
