@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from services.contract.processors import TOPIC_SPECS
 from services.contract.settings import Settings, get_settings
@@ -16,6 +17,11 @@ from services.contract.topics import partitions_for, topic_configs, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs, retrying
 
 T = TypeVar("T")
+
+# How long create_topics waits for the topics it created to be served with a leader for
+# every partition. The controller has them when CreateTopics answers, but a busy broker's
+# metadata can lag by seconds, and a client then reads "no such topic" (seen in CI).
+TOPICS_SERVED_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -79,9 +85,30 @@ def create_topics(settings: Settings | None = None) -> list[TopicStatus]:
                 statuses.append(TopicStatus(name, parts, True, replication))
             except TopicAlreadyExistsError:  # created concurrently by another caller
                 statuses.append(TopicStatus(name, parts, False, replication))
+        await_served(admin, [s.name for s in statuses if s.created])
         return statuses
     finally:
         admin.close()
+
+
+def await_served(admin: KafkaAdminClient, names: list[str],
+                 timeout_s: float = TOPICS_SERVED_S) -> bool:
+    """Wait until the broker serves every one of `names` with a leader for each partition
+    (or `timeout_s` passes: the caller then goes on, and a client says what it finds)."""
+    deadline = time.monotonic() + timeout_s
+    while names:
+        try:
+            described = admin.describe_topics(names)
+        except KafkaError:
+            described = []
+        served = {t["name"] for t in described if not t.get("error_code") and t.get("partitions")
+                  and all(p.get("leader_id", -1) >= 0 for p in t["partitions"])}
+        if served >= set(names):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def ask_admin(settings: Settings, question: Callable[[KafkaAdminClient], T]) -> T:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from services.contract.processors import TOPIC_SPECS
@@ -184,3 +184,19 @@ def test_a_worker_refuses_inputs_that_are_not_co_partitioned(
     assert f"{odd_one.value}=3" in result.stderr
     assert "must have equal partition counts" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_created_topics_are_served_when_the_command_returns(fresh: Settings) -> None:
+    """`passk topics create` returns once the broker serves every topic it created (a
+    leader for each partition), so the next command never reads "no such topic": a
+    loaded broker's metadata once trailed the CreateTopics answers, and `scenarios
+    publish` or `replay` right after failed."""
+    done = topics_create(fresh)
+    assert done.returncode == 0, done.stderr
+    consumer = KafkaConsumer(bootstrap_servers=fresh.kafka_bootstrap_servers)
+    try:
+        unserved = [s.topic for s in TOPIC_SPECS
+                    if not consumer.partitions_for_topic(topic_name(s.topic, fresh))]
+    finally:
+        consumer.close()
+    assert unserved == []
