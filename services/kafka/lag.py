@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 from services.contract.processors import inputs_of
 from services.contract.settings import Settings
 from services.contract.topics import topic_name
+from services.kafka.kafka_client import kafka_client_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ class LagMonitor:
         self.processor = processor
         self.group = f"{settings.topic_prefix}{processor}"
         self.topics = [topic_name(t, settings) for t in inputs_of(processor)]
-        self.bootstrap = settings.kafka_bootstrap_servers
+        # with the worker's own credentials: on a secured broker a bare client is refused
+        self.client_kwargs = kafka_client_kwargs(settings)
         self.metrics = metrics
         self._clients: tuple[Any, Any] | None = None
 
@@ -65,9 +67,9 @@ class LagMonitor:
             if self._clients is None:
                 self._clients = (
                     # short: a poll waiting on a dead broker only delays the next one
-                    KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000,
+                    KafkaAdminClient(**self.client_kwargs, request_timeout_ms=5000,
                                      bootstrap_timeout_ms=5000),
-                    KafkaConsumer(bootstrap_servers=self.bootstrap),
+                    KafkaConsumer(**self.client_kwargs),
                 )
             admin, consumer = self._clients
             offsets = input_offsets(admin, consumer, self.group, self.topics)
