@@ -9,7 +9,7 @@ run="$root/var/run"; logs="$root/var/log"
 mkdir -p "$run" "$logs"
 bin="$root/.venv/bin"; passk="$bin/passk"
 conf="$run/supervisord.conf"
-base="${PASSK_METRICS_PORT_BASE:-9464}"  # worker i of WORKERS serves /metrics on base + i
+base="${PASSK_METRICS_PORT_BASE:-9464}"  # a worker serves /metrics on base + its metrics_offset (services/contract/processors.py)
 
 # The mark says this `make up` started the broker, so `make down` stops it; a broker that
 # already ran (`make kafka-up`, CI, another clone's) is reused and left running.
