@@ -54,7 +54,7 @@ def serve(port: int, out: Path) -> None:
 def firing(path: Path, alertname: str) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         payload = json.loads(line)
         out.extend(a for a in payload.get("alerts", [])
