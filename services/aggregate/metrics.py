@@ -8,12 +8,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from schemas.scenario import Scenario
 from services.aggregate.domain import Bucket
+from services.contract.metrics import MetricSet, counter
 from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 
 
@@ -124,12 +125,8 @@ class ReliabilityGauges(Collector):
         return iter(())  # the families depend on the data; collected at scrape time only
 
 
-class AggregateMetrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.verdicts = Counter(
-            "passk_aggregate_verdicts_total",
-            "Trial verdicts the aggregate read, by what it made of them "
-            "(counted, regraded, duplicate, superseded, late).",
-            ["note"],
-            registry=registry,
-        )
+class AggregateMetrics(MetricSet):
+    verdicts = counter(
+        "passk_aggregate_verdicts_total",
+        "Trial verdicts the aggregate read, by what it made of them "
+        "(counted, regraded, duplicate, superseded, late).", "note")

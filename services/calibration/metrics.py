@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, CollectorRegistry, Gauge
-
 from schemas.events import JudgeCalibration
+from services.contract.metrics import MetricSet, gauge
 
 
-class CalibrationMetrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.precision = Gauge("passk_judge_precision",
-                               "Precision of the judge's latest calibration (NaN: undefined).",
-                               ["judge"], registry=registry)
-        self.recall = Gauge("passk_judge_recall",
-                            "Recall of the judge's latest calibration (NaN: undefined).",
-                            ["judge"], registry=registry)
-        self.labelled = Gauge("passk_judge_labelled",
-                              "Labelled items in the judge's latest calibration.",
-                              ["judge"], registry=registry)
-        self.gating = Gauge("passk_judge_gating",
-                            "1 when the judge's latest calibration lets it fail trials.",
-                            ["judge"], registry=registry)
-        self.bar = Gauge("passk_judge_precision_bar",
-                         "The precision a judge must keep to fail trials.",
-                         ["judge"], registry=registry)
+class CalibrationMetrics(MetricSet):
+    precision = gauge("passk_judge_precision",
+                      "Precision of the judge's latest calibration (NaN: undefined).", "judge")
+    recall = gauge("passk_judge_recall",
+                   "Recall of the judge's latest calibration (NaN: undefined).", "judge")
+    labelled = gauge("passk_judge_labelled", "Labelled items in the judge's latest calibration.",
+                     "judge")
+    gating = gauge("passk_judge_gating",
+                   "1 when the judge's latest calibration lets it fail trials.", "judge")
+    bar = gauge("passk_judge_precision_bar", "The precision a judge must keep to fail trials.",
+                "judge")
 
     def show(self, c: JudgeCalibration) -> None:
         nan = float("nan")

@@ -11,72 +11,53 @@ import math
 from collections.abc import Iterable
 from functools import lru_cache
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from services.contract.metrics import MetricSet, counter, gauge, histogram
 
 RESULTS = ("passed", "failed", "error")
 REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-class JudgeMetrics:
+class JudgeMetrics(MetricSet):
+    verdicts = counter(
+        "passk_judge_verdicts",
+        "Judge verdicts emitted, by judge and result (passed, failed, error).", "judge", "result")
+    request_seconds = histogram(
+        "passk_judge_request_seconds",
+        "Duration of each model request (every attempt, retried or not).",
+        buckets=REQUEST_BUCKETS)
+    tokens = counter(
+        "passk_judge_tokens", "Model tokens spent by judges, by kind (input, output).",
+        "judge", "kind")
+    cache_hits = counter(
+        "passk_judge_cache_hits", "Verdicts served from the judge cache (no model call).",
+        "judge")
+    call_seconds = histogram(
+        "passk_judge_call_seconds",
+        "Wall time of each judge's model call for one verdict: every attempt, backoff "
+        "and outage wait (cache answers make no call and are not observed).",
+        "judge", buckets=REQUEST_BUCKETS)
+    skipped = counter(
+        "passk_judge_skipped",
+        "LLM judge verdicts not asked of the model because the trial's gates had "
+        "already failed (skip_when_gates_fail): model calls saved.", "judge")
+    errors = counter(
+        "passk_judge_errors",
+        "Failed model requests by cause (each failed attempt, whether retried or not).",
+        "judge", "cause")
+    price = gauge(
+        "passk_judge_price_per_mtok",
+        "The judge model's price per million tokens by kind (input, output), from "
+        "PASSK_JUDGE_PRICE_PER_MTOK_IN/_OUT; NaN when unset (the cost is unknown, not 0).",
+        "kind")
+    outage = gauge(
+        "passk_judge_model_outage",
+        "1 while the judge model fails even the health probe; trials wait, none is lost.")
+
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.verdicts = Counter(
-            "passk_judge_verdicts",
-            "Judge verdicts emitted, by judge and result (passed, failed, error).",
-            ["judge", "result"],
-            registry=registry,
-        )
-        self.request_seconds = Histogram(
-            "passk_judge_request_seconds",
-            "Duration of each model request (every attempt, retried or not).",
-            buckets=REQUEST_BUCKETS,
-            registry=registry,
-        )
-        self.tokens = Counter(
-            "passk_judge_tokens",
-            "Model tokens spent by judges, by kind (input, output).",
-            ["judge", "kind"],
-            registry=registry,
-        )
-        self.cache_hits = Counter(
-            "passk_judge_cache_hits",
-            "Verdicts served from the judge cache (no model call).",
-            ["judge"],
-            registry=registry,
-        )
-        self.call_seconds = Histogram(
-            "passk_judge_call_seconds",
-            "Wall time of each judge's model call for one verdict: every attempt, backoff "
-            "and outage wait (cache answers make no call and are not observed).",
-            ["judge"],
-            buckets=REQUEST_BUCKETS,
-            registry=registry,
-        )
-        self.skipped = Counter(
-            "passk_judge_skipped",
-            "LLM judge verdicts not asked of the model because the trial's gates had "
-            "already failed (skip_when_gates_fail): model calls saved.",
-            ["judge"],
-            registry=registry,
-        )
-        self.errors = Counter(
-            "passk_judge_errors",
-            "Failed model requests by cause (each failed attempt, whether retried or not).",
-            ["judge", "cause"],
-            registry=registry,
-        )
-        self.price = Gauge(
-            "passk_judge_price_per_mtok",
-            "The judge model's price per million tokens by kind (input, output), from "
-            "PASSK_JUDGE_PRICE_PER_MTOK_IN/_OUT; NaN when unset (the cost is unknown, not 0).",
-            ["kind"],
-            registry=registry,
-        )
+        super().__init__(registry)
         self.set_prices(None, None)
-        self.outage = Gauge(
-            "passk_judge_model_outage",
-            "1 while the judge model fails even the health probe; trials wait, none is lost.",
-            registry=registry,
-        )
 
     def known_judges(self, judges: Iterable[str]) -> None:
         """Create every (judge, result) series at 0: the judge-error alert reads increase(),

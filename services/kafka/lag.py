@@ -15,8 +15,8 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
-from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
+from services.contract.metrics import MetricSet, gauge
 from services.contract.processors import inputs_of
 from services.contract.settings import Settings
 from services.contract.topics import topic_name
@@ -25,21 +25,15 @@ from services.kafka.kafka_client import kafka_client_kwargs
 log = logging.getLogger(__name__)
 
 
-class LagMetrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.lag = Gauge(
-            "passk_consumer_lag",
-            "Records on an input topic not yet consumed and committed by the processor.",
-            ["processor", "topic"],
-            registry=registry,
-        )
-        self.end = Gauge(
-            "passk_input_end_offset",
-            "Records ever written to a processor's input topic (sum of partition end "
-            "offsets): its rate says whether inputs arrive.",
-            ["processor", "topic"],
-            registry=registry,
-        )
+class LagMetrics(MetricSet):
+    lag = gauge(
+        "passk_consumer_lag",
+        "Records on an input topic not yet consumed and committed by the processor.",
+        "processor", "topic")
+    end = gauge(
+        "passk_input_end_offset",
+        "Records ever written to a processor's input topic (sum of partition end "
+        "offsets): its rate says whether inputs arrive.", "processor", "topic")
 
 
 @lru_cache(maxsize=1)

@@ -2,42 +2,33 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from services.contract.metrics import MetricSet, counter, gauge
 
 
-class OtlpMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.spans_received = Counter(
-            "passk_otlp_spans_received_total", "Spans in accepted OTLP requests.",
-            registry=registry)
-        self.traces_completed = Counter(
-            "passk_otlp_traces_completed_total",
-            "Agent traces whose root span arrived and that were published as a trial.",
-            registry=registry)
-        self.traces_skipped = Counter(
-            "passk_otlp_traces_skipped_total",
-            "Complete traces that are not a trial passk can use, by reason.",
-            ["reason"], registry=registry)
-        self.traces_dropped = Counter(
-            "passk_otlp_traces_dropped_total",
-            "Traces dropped past a bound before they completed, by reason.",
-            ["reason"], registry=registry)
-        self.spans_repeated = Counter(
-            "passk_otlp_spans_repeated_total",
-            "Spans of a trace already published, ignored (sent again).", registry=registry)
-        self.requests_rejected = Counter(
-            "passk_otlp_requests_rejected_total", "OTLP requests refused, by reason.",
-            ["reason"], registry=registry)
-        self.events_published = Counter(
-            "passk_otlp_events_published_total", "Input events published, by type.",
-            ["type"], registry=registry)
-        self.pending_traces = Gauge(
-            "passk_otlp_pending_traces", "Traces held until their root span arrives.",
-            registry=registry)
-        self.evaluations_exported = Counter(
-            "passk_otlp_evaluations_exported_total",
-            "gen_ai.evaluation.result events the exporter delivered, by kind.",
-            ["kind"], registry=registry)
-        self.export_failures = Counter(
-            "passk_otlp_export_failures_total",
-            "Export attempts the endpoint did not accept (retried).", registry=registry)
+class OtlpMetrics(MetricSet):
+    spans_received = counter("passk_otlp_spans_received_total",
+                             "Spans in accepted OTLP requests.")
+    traces_completed = counter(
+        "passk_otlp_traces_completed_total",
+        "Agent traces whose root span arrived and that were published as a trial.")
+    traces_skipped = counter(
+        "passk_otlp_traces_skipped_total",
+        "Complete traces that are not a trial passk can use, by reason.", "reason")
+    traces_dropped = counter(
+        "passk_otlp_traces_dropped_total",
+        "Traces dropped past a bound before they completed, by reason.", "reason")
+    spans_repeated = counter(
+        "passk_otlp_spans_repeated_total",
+        "Spans of a trace already published, ignored (sent again).")
+    requests_rejected = counter(
+        "passk_otlp_requests_rejected_total", "OTLP requests refused, by reason.", "reason")
+    events_published = counter(
+        "passk_otlp_events_published_total", "Input events published, by type.", "type")
+    pending_traces = gauge(
+        "passk_otlp_pending_traces", "Traces held until their root span arrives.")
+    evaluations_exported = counter(
+        "passk_otlp_evaluations_exported_total",
+        "gen_ai.evaluation.result events the exporter delivered, by kind.", "kind")
+    export_failures = counter(
+        "passk_otlp_export_failures_total",
+        "Export attempts the endpoint did not accept (retried).")

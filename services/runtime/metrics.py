@@ -7,34 +7,29 @@ counters ending in `_total`, low-cardinality labels only (never trial or session
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+
+from services.contract.metrics import MetricSet, counter, histogram
 
 log = logging.getLogger(__name__)
 
 
-class CommonMetrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.dead_letters = Counter(
-            "passk_dead_letters_total",
-            "Input messages sent to the dead-letter topic, by source topic and reason.",
-            ["topic", "reason"],
-            registry=registry,
-        )
-        self.events = Counter(
-            "passk_events_total",
-            "Events a processor handled, by processor and what it made of them.",
-            ["processor", "note"],
-            registry=registry,
-        )
-        self.verdict_latency = Histogram(
-            "passk_verdict_latency_seconds",
-            "From the conversation finishing to its trial verdict.",
-            # Up to a week: a replay of old traffic is graded long after it finished.
-            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600,
-                     86400, 604800),
-            registry=registry,
-        )
+class CommonMetrics(MetricSet):
+    dead_letters = counter(
+        "passk_dead_letters_total",
+        "Input messages sent to the dead-letter topic, by source topic and reason.",
+        "topic", "reason")
+    events = counter(
+        "passk_events_total",
+        "Events a processor handled, by processor and what it made of them.",
+        "processor", "note")
+    verdict_latency = histogram(
+        "passk_verdict_latency_seconds", "From the conversation finishing to its trial verdict.",
+        # Up to a week: a replay of old traffic is graded long after it finished.
+        buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600,
+                 86400, 604800))
 
 
 _served: set[int] = set()
@@ -49,12 +44,7 @@ def serve_metrics(port: int, registry: CollectorRegistry = REGISTRY,
         log.info("metrics on http://%s:%d/metrics", host, port)
 
 
-_common: CommonMetrics | None = None
-
-
+@lru_cache(maxsize=1)
 def common_metrics() -> CommonMetrics:
     """The process-wide instance on the default registry (one per worker process)."""
-    global _common
-    if _common is None:
-        _common = CommonMetrics()
-    return _common
+    return CommonMetrics()

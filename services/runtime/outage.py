@@ -18,10 +18,13 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter
+
+from services.contract.metrics import MetricSet, counter, gauge
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -38,33 +41,29 @@ HEARTBEAT_S = 5.0
 STALL_AFTER_S = 30.0
 
 
-class OutageMetrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.errors = {
-            BROKER: Counter("passk_broker_errors_total",
-                            "Failed calls to the Kafka broker from a worker's code, by operation.",
-                            ["operation"], registry=registry),
-            STORE: Counter("passk_store_errors_total",
-                           "Failed calls to the SQL store from a worker, by operation.",
-                           ["operation"], registry=registry),
-        }
-        self.degraded = Gauge("passk_degraded",
-                              "1 while the worker cannot reach a dependency (broker or store).",
-                              ["dependency"], registry=registry)
-        self.heartbeat = Gauge("passk_worker_heartbeat_timestamp_seconds",
-                               "When the worker's event loop last ran its heartbeat (Unix "
-                               "time); far behind time() means it is stopped or hung.",
-                               registry=registry)
+class OutageMetrics(MetricSet):
+    broker_errors = counter(
+        "passk_broker_errors_total",
+        "Failed calls to the Kafka broker from a worker's code, by operation.", "operation")
+    store_errors = counter(
+        "passk_store_errors_total", "Failed calls to the SQL store from a worker, by operation.",
+        "operation")
+    degraded = gauge(
+        "passk_degraded", "1 while the worker cannot reach a dependency (broker or store).",
+        "dependency")
+    heartbeat = gauge(
+        "passk_worker_heartbeat_timestamp_seconds",
+        "When the worker's event loop last ran its heartbeat (Unix "
+        "time); far behind time() means it is stopped or hung.")
+
+    def errors(self, dependency: str) -> Counter:
+        return self.broker_errors if dependency == BROKER else self.store_errors
 
 
-_metrics: OutageMetrics | None = None
-
-
+@lru_cache(maxsize=1)
 def outage_metrics() -> OutageMetrics:
-    global _metrics
-    if _metrics is None:
-        _metrics = OutageMetrics()
-    return _metrics
+    """The process-wide instance on the default registry (one per worker process)."""
+    return OutageMetrics()
 
 
 class Health:
@@ -174,7 +173,7 @@ class Dependency:
     def failed(self, operation: str, exc: BaseException) -> float:
         """Record a failure; returns how long to wait before the next try."""
         self.failures += 1
-        self.metrics.errors[self.kind].labels(operation).inc()
+        self.metrics.errors(self.kind).labels(operation).inc()
         if self.down_since is None:
             self.down_since = time.time()
             health().mark(self.kind, self.what, self.down_since, self.metrics)

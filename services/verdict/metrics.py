@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-
 from schemas.events import TrialMetrics, TrialVerdict
+from services.contract.metrics import MetricSet, counter, histogram
 
 TOKEN_BUCKETS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000)
 TURN_BUCKETS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -19,54 +18,32 @@ DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1_200, 1_800, 3_600)
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 
 
-class VerdictMetrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.trials = Counter(
-            "passk_trials_total",
-            "Trial verdicts, by scenario and outcome (passed, failed, error).",
-            ["scenario", "outcome"],
-            registry=registry,
-        )
-        self.regrades = Counter(
-            "passk_trial_regrades_total",
-            "Re-graded trial verdicts (attempt 2 and up), by scenario and new outcome; "
-            "passk_trials_total counts each trial once, with its first verdict.",
-            ["scenario", "outcome"],
-            registry=registry,
-        )
-        self.duplicates = Counter(
-            "passk_verdict_duplicates_total",
-            "Gate results or judge verdicts that arrived after their trial's verdict.",
-            registry=registry,
-        )
-        self.tokens = Histogram(
-            "passk_trial_tokens",
-            "Agent tokens per trial, by scenario and kind (input, output), as reported.",
-            ["scenario", "kind"],
-            buckets=TOKEN_BUCKETS,
-            registry=registry,
-        )
-        self.turns = Histogram(
-            "passk_trial_turns",
-            "Turns per trial, by scenario, as reported.",
-            ["scenario"],
-            buckets=TURN_BUCKETS,
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "passk_trial_duration_seconds",
-            "Conversation duration per trial, by scenario, as reported.",
-            ["scenario"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.agent_latency = Histogram(
-            "passk_agent_latency_seconds",
-            "The agent's reported response latency per trial, by scenario.",
-            ["scenario"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
+class VerdictMetrics(MetricSet):
+    trials = counter(
+        "passk_trials_total",
+        "Trial verdicts, by scenario and outcome (passed, failed, error).", "scenario", "outcome")
+    regrades = counter(
+        "passk_trial_regrades_total",
+        "Re-graded trial verdicts (attempt 2 and up), by scenario and new outcome; "
+        "passk_trials_total counts each trial once, with its first verdict.",
+        "scenario", "outcome")
+    duplicates = counter(
+        "passk_verdict_duplicates_total",
+        "Gate results or judge verdicts that arrived after their trial's verdict.")
+    tokens = histogram(
+        "passk_trial_tokens",
+        "Agent tokens per trial, by scenario and kind (input, output), as reported.",
+        "scenario", "kind", buckets=TOKEN_BUCKETS)
+    turns = histogram("passk_trial_turns", "Turns per trial, by scenario, as reported.",
+                      "scenario", buckets=TURN_BUCKETS)
+    duration = histogram(
+        "passk_trial_duration_seconds",
+        "Conversation duration per trial, by scenario, as reported.",
+        "scenario", buckets=DURATION_BUCKETS)
+    agent_latency = histogram(
+        "passk_agent_latency_seconds",
+        "The agent's reported response latency per trial, by scenario.",
+        "scenario", buckets=LATENCY_BUCKETS)
 
     def known_scenarios(self, scenarios: Iterable[str]) -> None:
         """Create every (scenario, outcome) series at 0, so an alert's increase() sees the
