@@ -16,14 +16,17 @@ from sqlmodel import JSON, Field, SQLModel
 
 from schemas.events import JudgeCalibration
 from services.storage.db import engine_for
+from services.storage.records import Projection, as_utc, row_of
 
 
 class CalibrationTable(SQLModel, registry=registry()):
     """Base of calibration's tables."""
 
 
-class CalibrationRow(CalibrationTable, table=True):
+class CalibrationRow(Projection, CalibrationTable, table=True):
     __tablename__ = "judge_calibrations"
+    projects = JudgeCalibration
+    computed = ("occurred_at",)
 
     event_id: str = Field(primary_key=True)
     judge_id: str = Field(index=True)
@@ -95,12 +98,7 @@ class CalibrationStore:
 
     def record_calibration(self, c: JudgeCalibration) -> None:
         self.create_schema()
-        row = CalibrationRow(
-            event_id=c.event_id, judge_id=c.judge_id, judge_version=c.judge_version,
-            source=c.source, dimension=c.dimension, model=c.model, tp=c.tp, fp=c.fp, fn=c.fn,
-            tn=c.tn, errors=c.errors, n=c.n, precision=c.precision, recall=c.recall,
-            gating=c.gating, reason=c.reason, occurred_at=c.occurred_at.astimezone(UTC),
-        )  # fmt: skip
+        row = row_of(CalibrationRow, c, occurred_at=as_utc(c.occurred_at))
         self._upsert(CalibrationRow.__table__, row.model_dump(), ["event_id"])  # type: ignore[attr-defined]
 
     def history(self, judge_id: str) -> list[CalibrationRow]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar, overload
+from functools import cache
+from typing import Any, ClassVar, TypeVar, overload
 
 from pydantic import BaseModel, field_validator
 from sqlmodel import JSON, Field, SQLModel
@@ -48,7 +49,24 @@ def as_utc(value: datetime | None) -> datetime | None:
     return value.astimezone(UTC)
 
 
-class OfTrial(SQLModel):
+class Projection(SQLModel):
+    """A row of the projection made from one contract event: every column is the field of
+    the same name of the event it `projects` (`copied_fields`, a declared subset of that
+    event's fields, its types checked by tests/unit/storage/test_records.py) except the
+    `computed` ones, which the row's builder derives (times made UTC, renamed or derived
+    columns). A column is declared once here; its value is never copied by hand."""
+
+    projects: ClassVar[type[BaseModel]]
+    computed: ClassVar[tuple[str, ...]] = ()
+
+
+@cache
+def copied_fields(row: type[Projection]) -> frozenset[str]:
+    """The columns of `row` that are its source event's fields as they are."""
+    return frozenset(row.model_fields) - set(row.computed)
+
+
+class OfTrial(Projection):
     """The columns naming the trial a row is of (schemas.events.TrialIdentity's, flat as
     the events carry them); each row's own key and columns follow."""
 
@@ -59,6 +77,9 @@ class OfTrial(SQLModel):
 
 
 class TrialRecord(OfTrial):
+    projects = TrialVerdict
+    computed = ("finished_at", "verdict_at")
+
     scenario_id: str = Field(index=True)
     session_id: str
     k: int
@@ -90,6 +111,9 @@ class TrialAttemptRecord(OfTrial):
     """The history: every grading attempt's verdict of a trial, kept when a re-grade
     supersedes it in `trials` (which holds the newest)."""
 
+    projects = TrialVerdict
+    computed = ("verdict_at",)
+
     attempt: int = Field(primary_key=True)
     outcome: str
     failed_checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
@@ -98,6 +122,9 @@ class TrialAttemptRecord(OfTrial):
 
 
 class GateRecord(OfTrial):
+    projects = GateResult
+    computed = ("occurred_at",)
+
     gate: str = Field(primary_key=True)
     session_id: str
     passed: bool
@@ -108,6 +135,9 @@ class GateRecord(OfTrial):
 
 
 class JudgeRecord(OfTrial):
+    projects = JudgeVerdict
+    computed = ("occurred_at",)
+
     judge_id: str = Field(primary_key=True)
     judge_kind: str
     judge_spec: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
@@ -125,8 +155,11 @@ class JudgeRecord(OfTrial):
     event_id: str
 
 
-class TranscriptRecord(SQLModel):
+class TranscriptRecord(Projection):
     """The conversation, kept for debugging. Tool calls are kept here and never graded."""
+
+    projects = ConversationFinished
+    computed = ("messages", "tool_calls", "extra", "occurred_at")
 
     trial_id: str = Field(primary_key=True)
     run_id: str = Field(index=True)
@@ -156,11 +189,16 @@ class ScenarioSummary(SQLModel):
     last_verdict_at: datetime | None = None
 
 
-class WindowRecord(SQLModel):
+class WindowRecord(Projection):
     """One event-time window of a scenario as the aggregate last published it (its run
     records are not kept: the summaries hold the runs). Versioned by the aggregate's
     sequence number of the window's changes, so the newest figure wins whatever the order
     in which copies arrive."""
+
+    projects = ScenarioReliability
+    # window and its bounds are optional in the event (a run record has none): only a
+    # window record makes a row, and its builder passes them on once it checked them.
+    computed = ("window", "window_start", "window_end", "seq", "occurred_at")
 
     scenario_id: str = Field(primary_key=True)
     window: str = Field(primary_key=True)
@@ -187,15 +225,17 @@ Record = (TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | Transcri
           | WindowRecord)
 
 
-R = TypeVar("R", bound=SQLModel)
+R = TypeVar("R", bound=Projection)
 
 
 def row_of(row: type[R], event: BaseModel, **computed: Any) -> R:
-    """A row of `row` made from the event it projects: each column the event has a field
-    of the same name for is that field as JSON (nested models become the dicts a JSON
-    column holds); `computed` gives the columns that are not a plain copy (times made
-    UTC, renamed or derived columns)."""
-    copied = event.model_dump(mode="json", include=set(row.model_fields) - set(computed))
+    """A row of `row` made from the event it projects: its copied columns are the event's
+    fields as JSON (nested models become the dicts a JSON column holds), `computed` gives
+    the rest, exactly the ones the row declares."""
+    if not isinstance(event, row.projects) or set(computed) != set(row.computed):
+        raise TypeError(f"{row.__name__} is made of a {row.projects.__name__} and its "
+                        f"computed columns {sorted(row.computed)}")
+    copied = event.model_dump(mode="json", include=set(copied_fields(row)))
     return row(**copied, **computed)
 
 
@@ -256,7 +296,8 @@ def window_record(record: ScenarioReliability) -> WindowRecord | None:
     """The row of a window record; None for a run record."""
     if record.window is None or record.window_start is None or record.window_end is None:
         return None
-    return row_of(WindowRecord, record, window_start=as_utc(record.window_start),
+    return row_of(WindowRecord, record, window=record.window,
+                  window_start=as_utc(record.window_start),
                   window_end=as_utc(record.window_end), seq=window_seq(record.event_id),
                   occurred_at=as_utc(record.occurred_at))
 

@@ -1,20 +1,28 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import pytest
+from pydantic import AwareDatetime, BaseModel
 
 from schemas.events import Label
+from services.calibration.store import CalibrationRow
 from services.storage.records import (
     Counted,
     GateRecord,
     JudgeRecord,
     SummaryDeltas,
     TranscriptRecord,
+    TrialAttemptRecord,
     TrialRecord,
+    WindowRecord,
     as_utc,
+    copied_fields,
     problem_with,
     record_for,
+    row_of,
     summarize,
     trial_record,
 )
@@ -153,3 +161,52 @@ def test_a_row_is_the_trials_only_with_its_run_scenario_and_session() -> None:
     other_session = tr(f.conversation("t").model_copy(update={"session_id": "s-retry"}))
     assert not any(of_trial(trial, r) for r in (other_run, other_scenario, other_session))
     assert not of_trial(trial, judge_record(f.judge("t", "polite", "passed", run_id="run-2")))
+
+
+# ------------------------------------------------- each row a declared subset of its event
+
+PROJECTIONS = [TrialRecord, TrialAttemptRecord, GateRecord, JudgeRecord, TranscriptRecord,
+               WindowRecord, CalibrationRow]
+
+
+def stored_as(annotation: Any) -> tuple[str, bool]:
+    """What a column of this annotation holds (a scalar type's name, or `list`/`dict` for a
+    JSON column: a nested model is stored as its dict) and whether it may be None."""
+    nullable = False
+    if get_origin(annotation) in (Union, UnionType):
+        args = get_args(annotation)
+        nullable = type(None) in args
+        (annotation,) = [a for a in args if a is not type(None)]
+    if get_origin(annotation) is Literal:
+        (kind,) = {type(value) for value in get_args(annotation)}
+        return kind.__name__, nullable
+    if get_origin(annotation) in (list, dict):
+        return get_origin(annotation).__name__, nullable
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "dict", nullable
+    if annotation is AwareDatetime:
+        return "datetime", nullable
+    return annotation.__name__, nullable
+
+
+@pytest.mark.parametrize("row", PROJECTIONS, ids=lambda row: row.__name__)
+def test_every_copied_column_is_a_field_of_its_event_with_a_compatible_type(row) -> None:
+    event = row.projects.model_fields
+    assert set(row.computed) <= set(row.model_fields), "a computed column the row lacks"
+    assert copied_fields(row), "a projection copies something of its event"
+    for name in copied_fields(row):
+        assert name in event, f"{row.__name__}.{name} is no field of {row.projects.__name__}"
+        kind, event_nullable = stored_as(event[name].annotation)
+        column_kind, column_nullable = stored_as(row.model_fields[name].annotation)
+        assert column_kind == kind, f"{row.__name__}.{name}: {column_kind} holds no {kind}"
+        assert column_nullable or not event_nullable, f"{row.__name__}.{name} holds no None"
+
+
+def test_a_row_is_made_only_of_its_event_and_exactly_its_computed_columns() -> None:
+    verdict = f.verdict("t1", "passed")
+    with pytest.raises(TypeError):
+        row_of(GateRecord, verdict, occurred_at=verdict.occurred_at)
+    with pytest.raises(TypeError):  # verdict_at forgotten
+        row_of(TrialRecord, verdict, finished_at=None)
+    row = row_of(TrialAttemptRecord, verdict, verdict_at=as_utc(verdict.occurred_at))
+    assert (row.trial_id, row.attempt, row.outcome) == ("t1", verdict.attempt, "passed")
