@@ -201,37 +201,41 @@ def _flakiness(report: RunReport, opened_ids: Iterable[str] = ()) -> str:
     return "".join(items)
 
 
+def _advisory_table(table_id: str, key: str, heads: Sequence[str],
+                    rows: Iterable[tuple[str, Sequence[str], int, int, str]]) -> str:
+    """An advisory judge's or check's rows: what it is, where, how often, how often it failed,
+    and why (each row carries its key as `data-<key>` for the page's tests and links)."""
+    body = "".join(
+        f'<tr data-{key}="{escape(name)}"><td>{escape(name)}</td>'
+        f'<td>{escape(", ".join(scenarios))}</td><td class="num">{count}</td>'
+        f'<td class="num">{failed}</td><td>{escape(why)}</td></tr>'
+        for name, scenarios, count, failed, why in rows
+    )
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    return (f'<table id="{table_id}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
 def _advisory(report: RunReport) -> str:
     if not report.advisory_judges:
         return '<p id="advisory-none">Every judge of this run was gating.</p>'
-    rows = "".join(
-        f'<tr data-judge="{escape(j.judge_id)}"><td>{escape(j.judge_id)}</td>'
-        f'<td>{escape(", ".join(j.scenarios))}</td><td class="num">{j.verdicts}</td>'
-        f'<td class="num">{j.failed}</td><td>{escape(j.why)}</td></tr>'
-        for j in report.advisory_judges
-    )
-    return (
-        '<table id="advisory-judges"><thead><tr><th>judge</th><th>scenarios</th>'
-        "<th>verdicts</th><th>would have failed</th><th>why advisory</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
-    )
+    return _advisory_table(
+        "advisory-judges", "judge",
+        ("judge", "scenarios", "verdicts", "would have failed", "why advisory"),
+        ((j.judge_id, j.scenarios, j.verdicts, j.failed, j.why)
+         for j in report.advisory_judges))
 
 
 def _advisory_checks(report: RunReport) -> str:
     """External checks the scenarios do not name (shown only when a run reported some)."""
     if not report.advisory_checks:
         return ""
-    rows = "".join(
-        f'<tr data-check="{escape(c.check)}"><td>{escape(c.check)}</td>'
-        f'<td>{escape(", ".join(c.scenarios))}</td><td class="num">{c.trials}</td>'
-        f'<td class="num">{c.failed}</td><td>{escape(c.example_reason or "—")}</td></tr>'
-        for c in report.advisory_checks
-    )
-    return (
-        '<table id="advisory-checks"><thead><tr><th>external check (not in the scenario\'s '
-        "external_checks)</th><th>scenarios</th><th>trials</th><th>failed</th>"
-        f"<th>example reason</th></tr></thead><tbody>{rows}</tbody></table>"
-    )
+    return _advisory_table(
+        "advisory-checks", "check",
+        ("external check (not in the scenario's external_checks)", "scenarios", "trials",
+         "failed", "example reason"),
+        ((c.check, c.scenarios, c.trials, c.failed, c.example_reason or "—")
+         for c in report.advisory_checks))
 
 
 def render_html(report: RunReport, *, generated_at: datetime,

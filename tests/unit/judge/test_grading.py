@@ -13,6 +13,7 @@ from services.judge.client import JudgeClient, RetryPolicy
 from services.judge.grading import Grader
 from services.judge.metrics import JudgeMetrics
 from services.storage.db import engine_for
+from tests.unit.factories import conversation
 from tests.unit.judge.conftest import StartStandin, standin_stats
 
 SCENARIO = Scenario(
@@ -27,18 +28,10 @@ SCENARIO = Scenario(
 
 
 def trial(trial_id: str, *text: str) -> ConversationFinished:
-    return ConversationFinished(
-        event_id=f"e-{trial_id}",
-        run_id="r",
-        scenario_id="debrief",
-        trial_id=trial_id,
-        session_id=f"s-{trial_id}",
-        exit_reason="product_closed",
-        transcript=[
-            Message(role="user", content="Done."),
-            Message(role="assistant", content=" ".join(("Which parts?", *text))),
-        ],
-    )
+    return conversation(trial_id, run_id="r", scenario_id="debrief", transcript=[
+        Message(role="user", content="Done."),
+        Message(role="assistant", content=" ".join(("Which parts?", *text))),
+    ])
 
 
 def grader(
