@@ -19,11 +19,12 @@ from kafka import KafkaAdminClient
 from kafka.partitioner.default import murmur2
 
 from schemas.events import ConversationFinished, SessionPersisted
-from services.contract.codec import Rejection, decode
+from services.contract.codec import Rejection
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.producer import TrafficProducer
 from services.replay.replay import replay_file
+from tests.integration.test_transport import consume
 from tests.support import ROOT, isolated_env, new_prefix, read_topic
 
 pytestmark = pytest.mark.integration
@@ -82,26 +83,9 @@ async def read_with_aiokafka(
     settings: Settings, count: int, timeout: float = 60.0
 ) -> list[tuple[Topic, bytes | None, int, Any]]:
     by_name = {topic_name(t, settings): t for t in MODELS}
-    consumer = AIOKafkaConsumer(
-        *by_name,
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
-    await consumer.start()
-    out: list[tuple[Topic, bytes | None, int, Any]] = []
-    try:
-        async with asyncio.timeout(timeout):
-            while len(out) < count:
-                for records in (await consumer.getmany(timeout_ms=1000)).values():
-                    for r in records:
-                        topic = by_name[r.topic]
-                        out.append((topic, r.key, r.partition, decode(r.value, MODELS[topic])))
-    except TimeoutError:
-        pytest.fail(f"aiokafka read {len(out)} of {count} records within {timeout}s")
-    finally:
-        await consumer.stop()
-    return out
+    read = await consume(settings, {name: MODELS[t] for name, t in by_name.items()}, count,
+                         timeout)
+    return [(by_name[name], key, partition, event) for name, key, partition, event in read]
 
 
 @pytest.fixture
