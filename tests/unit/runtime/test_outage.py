@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -20,6 +22,14 @@ class Clock:
 def registry() -> CollectorRegistry:
     health().down.clear()  # process-wide: start each test with every dependency up
     return CollectorRegistry()
+
+
+@pytest.fixture
+def health_file(tmp_path: Path) -> Iterator[Path]:
+    """The process-wide health file, written under tmp_path for one test and off after."""
+    health().path = tmp_path / "run" / "worker.health.json"
+    yield health().path
+    health().path = None
 
 
 def test_backoff_grows_to_a_cap_and_a_success_resets_it(registry: CollectorRegistry) -> None:
@@ -54,25 +64,21 @@ def test_one_warning_per_outage_every_failure_counted(
 
 
 def test_degraded_until_every_caller_finds_it_back(registry: CollectorRegistry,
-                                                   tmp_path) -> None:  # type: ignore[no-untyped-def]
+                                                   health_file: Path) -> None:
     metrics = OutageMetrics(registry)
-    health().path = tmp_path / "run" / "gate.health.json"
-    try:
-        health().started("gate")
-        a = Dependency(BROKER, "a", metrics=metrics)
-        b = Dependency(BROKER, "b", metrics=metrics)
-        a.failed("x", OSError())
-        b.failed("y", OSError())
-        a.succeeded()
-        assert registry.get_sample_value("passk_degraded", {"dependency": "broker"}) == 1
-        assert "broker" in read_health(health().path)["degraded"]  # type: ignore[index]
-        b.succeeded()
-        assert registry.get_sample_value("passk_degraded", {"dependency": "broker"}) == 0
-        assert read_health(health().path)["degraded"] == {}  # type: ignore[index]
-        health().started("gate")  # a restart
-        assert read_health(health().path)["starts"] == 2  # type: ignore[index]
-    finally:
-        health().path = None
+    health().started("gate")
+    a = Dependency(BROKER, "a", metrics=metrics)
+    b = Dependency(BROKER, "b", metrics=metrics)
+    a.failed("x", OSError())
+    b.failed("y", OSError())
+    a.succeeded()
+    assert registry.get_sample_value("passk_degraded", {"dependency": "broker"}) == 1
+    assert "broker" in read_health(health_file)["degraded"]  # type: ignore[index]
+    b.succeeded()
+    assert registry.get_sample_value("passk_degraded", {"dependency": "broker"}) == 0
+    assert read_health(health_file)["degraded"] == {}  # type: ignore[index]
+    health().started("gate")  # a restart
+    assert read_health(health_file)["starts"] == 2  # type: ignore[index]
 
 
 async def test_call_retries_an_agent_s_write_until_it_succeeds(
@@ -93,56 +99,49 @@ async def test_call_retries_an_agent_s_write_until_it_succeeds(
 
 # Issue 21, item 6: a store that holds a write (a lock) is degraded while it does.
 async def test_a_call_that_does_not_return_is_degraded_until_it_does(
-        registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, health_file: Path
+) -> None:
     import asyncio
 
     metrics = OutageMetrics(registry)
-    health().path = tmp_path / "run" / "sink.health.json"
     release = asyncio.Event()
-    try:
-        health().started("sink")
-        dep = Dependency("store", "sink: writing", metrics=metrics, slow_after_s=0.05)
+    health().started("sink")
+    dep = Dependency("store", "sink: writing", metrics=metrics, slow_after_s=0.05)
 
-        async def locked() -> str:
-            await release.wait()
-            return "written"
+    async def locked() -> str:
+        await release.wait()
+        return "written"
 
-        with caplog.at_level(logging.WARNING):
-            task = asyncio.create_task(dep.call("write", locked))
-            for _ in range(200):
-                if registry.get_sample_value("passk_degraded", {"dependency": "store"}) == 1:
-                    break
-                await asyncio.sleep(0.01)
-            assert "store" in read_health(health().path)["degraded"]  # type: ignore[index]
-            release.set()
-            assert await task == "written"
-        assert registry.get_sample_value("passk_degraded", {"dependency": "store"}) == 0
-        assert read_health(health().path)["degraded"] == {}  # type: ignore[index]
-        messages = [r.getMessage() for r in caplog.records]
-        assert any("store not answering" in m for m in messages), messages
-        assert registry.get_sample_value("passk_store_errors_total", {"operation": "write"}) is None
+    with caplog.at_level(logging.WARNING):
+        task = asyncio.create_task(dep.call("write", locked))
+        for _ in range(200):
+            if registry.get_sample_value("passk_degraded", {"dependency": "store"}) == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert "store" in read_health(health_file)["degraded"]  # type: ignore[index]
+        release.set()
+        assert await task == "written"
+    assert registry.get_sample_value("passk_degraded", {"dependency": "store"}) == 0
+    assert read_health(health_file)["degraded"] == {}  # type: ignore[index]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("store not answering" in m for m in messages), messages
+    assert registry.get_sample_value("passk_store_errors_total", {"operation": "write"}) is None
 
-        quick = Dependency("store", "quick", metrics=metrics, slow_after_s=5.0)
+    quick = Dependency("store", "quick", metrics=metrics, slow_after_s=5.0)
 
-        async def fast() -> int:
-            return 1
+    async def fast() -> int:
+        return 1
 
-        assert await quick.call("write", fast) == 1
-        await asyncio.sleep(0)
-        assert quick.up
-    finally:
-        health().path = None
+    assert await quick.call("write", fast) == 1
+    await asyncio.sleep(0)
+    assert quick.up
 
 
 def test_the_heartbeat_is_in_the_file_and_on_metrics(registry: CollectorRegistry,
-                                                     tmp_path) -> None:  # type: ignore[no-untyped-def]
+                                                     health_file: Path) -> None:
     metrics = OutageMetrics(registry)
-    health().path = tmp_path / "run" / "judge.health.json"
-    try:
-        health().started("judge")
-        assert "beat_at" not in read_health(health().path)  # type: ignore[operator]
-        health().beat(metrics, now=1234.5)
-        assert read_health(health().path)["beat_at"] == 1234.5  # type: ignore[index]
-        assert registry.get_sample_value("passk_worker_heartbeat_timestamp_seconds") == 1234.5
-    finally:
-        health().path = None
+    health().started("judge")
+    assert "beat_at" not in read_health(health_file)  # type: ignore[operator]
+    health().beat(metrics, now=1234.5)
+    assert read_health(health_file)["beat_at"] == 1234.5  # type: ignore[index]
+    assert registry.get_sample_value("passk_worker_heartbeat_timestamp_seconds") == 1234.5
