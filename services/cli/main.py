@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import time
 from importlib.metadata import version
@@ -12,7 +11,7 @@ import typer
 
 from services.contract.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
 from services.contract.processors import PROCESSORS, co_partitioning_problem
-from services.contract.settings import get_settings
+from services.contract.settings import Settings, get_settings
 from services.contract.topics import topic_name
 from services.kafka.admin import create_topics_retrying, partition_counts
 from services.kafka.kafka_client import (
@@ -73,40 +72,42 @@ def worker(
     if service not in PROCESSORS:
         raise typer.BadParameter(
             f"unknown service {service!r}; choose from {', '.join(PROCESSORS)}")
+    # Where the worker's settings are read, once; everything it builds is handed these.
+    settings = get_settings()
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
     # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
-    statuses = create_topics_retrying()
-    refuse_unless_co_partitioned(service)
-    if statuses and not get_settings().topic_replication:
+    statuses = create_topics_retrying(settings)
+    refuse_unless_co_partitioned(service, settings)
+    if statuses and not settings.topic_replication:
         # Faust creates its own leader topic: replicate it like ours on this cluster.
-        os.environ["PASSK_TOPIC_REPLICATION"] = str(statuses[0].replication)
-        get_settings.cache_clear()
+        settings = settings.model_copy(update={"topic_replication": statuses[0].replication})
     # prometheus_client comes with it: only a worker needs it, not every command's start-up.
     from services.runtime.outage import health, health_path
 
     # Counted per start, so `passk status` shows how often a supervisor restarted it.
-    health().path = health_path(get_settings().data_dir, service)
+    health().path = health_path(settings.data_dir, service)
     health().started(service)
     module = importlib.import_module(PROCESSORS[service].module)
-    level = loglevel or get_settings().log_level
+    level = loglevel or settings.log_level
     sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]
     # The root logger stays at `level`: make_app installed faust_compat.worker_log.
-    module.app.main()
+    module.build(settings).main()
 
 
-def refuse_unless_co_partitioned(service: str) -> None:
+def refuse_unless_co_partitioned(service: str, settings: Settings) -> None:
     """A join by key is only right when every joined topic has the same partition count."""
     topics = PROCESSORS[service].co_partitioned
     if not topics:
         return
-    names = [topic_name(t) for t in topics]
+    names = [topic_name(t, settings) for t in topics]
     deadline = time.monotonic() + 60
-    counts = partition_counts(names)
+    counts = partition_counts(names, settings)
     # Topics created a moment ago may not be in every broker's metadata yet.
     while len(counts) < len(names) and time.monotonic() < deadline:
         time.sleep(1.0)
-        counts = partition_counts(names)
-    problem = co_partitioning_problem(service, {t: counts.get(topic_name(t)) for t in topics})
+        counts = partition_counts(names, settings)
+    problem = co_partitioning_problem(
+        service, {t: counts.get(topic_name(t, settings)) for t in topics})
     if problem:
         typer.echo(f"passk worker {service}: refusing to start: {problem}", err=True)
         raise typer.Exit(2)

@@ -19,10 +19,11 @@ from services.contract.topics import EVENT_TOPIC_SPECS, Changelog, Topic, TopicR
 
 
 class Kind(StrEnum):
-    # A Faust app in its own consumer group: `passk worker NAME` runs services/NAME/app.py.
+    # A Faust app in its own consumer group: `passk worker NAME` runs
+    # services/NAME/app.py's `build(settings).main()`, the app built from those settings.
     STREAM = "stream processor"
-    # Not a Faust app (services/NAME/app.py has an `app.main()` too): supervised and
-    # scraped like the workers, but no agents and no tables.
+    # Not a Faust app (services/NAME/app.py's `build(settings)` returns an object with a
+    # `.main()` too): supervised and scraped like the workers, but no agents and no tables.
     SERVER = "server"
 
 

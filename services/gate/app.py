@@ -255,3 +255,7 @@ async def handle(event: faust.types.EventT) -> None:
         return
     if decision.note in domain.STATE_CHANGES:
         _store(key, decision)
+
+
+def build(settings):  # type: ignore[no-untyped-def]  # until its own build() lands
+    return app

@@ -10,7 +10,7 @@ import signal
 from aiohttp import web
 from prometheus_client import REGISTRY
 
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.kafka.producer import TrafficProducer
 from services.otlp.export import run_exporter
 from services.otlp.metrics import OtlpMetrics
@@ -48,13 +48,19 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> N
 class OtlpWorker:
     """What `passk worker otlp` runs (the Faust workers' `app.main()` shape)."""
 
+    def __init__(self, settings: Settings, otlp: OtlpSettings) -> None:
+        self.settings = settings
+        self.otlp = otlp
+
     def main(self) -> None:
-        settings = get_settings()
-        logging.basicConfig(level=settings.log_level.upper()
-                            if settings.log_level.upper() in logging._nameToLevel else "WARNING")
-        if settings.metrics_port:
-            serve_metrics(settings.metrics_port, REGISTRY)
-        asyncio.run(run(settings, OtlpSettings(), OtlpMetrics(REGISTRY)))
+        level = self.settings.log_level.upper()
+        logging.basicConfig(level=level if level in logging._nameToLevel else "WARNING")
+        if self.settings.metrics_port:
+            serve_metrics(self.settings.metrics_port, REGISTRY)
+        asyncio.run(run(self.settings, self.otlp, OtlpMetrics(REGISTRY)))
 
 
-app = OtlpWorker()
+def build(settings: Settings) -> OtlpWorker:
+    """The receiver (and exporter) worker from `settings`; its own settings, the
+    PASSK_OTLP_* variables, are read here, once, when the worker is built."""
+    return OtlpWorker(settings, OtlpSettings())

@@ -13,7 +13,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from services.contract.codec import Rejection, encode
 from services.contract.deadletter import dead_letter
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import Topic, partitions_for, spec_for, topic_name
 from services.kafka.catalog import ScenarioCatalog
 from services.kafka.lag import LagMonitor, lag_metrics
@@ -31,7 +31,7 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0,
+def make_app(name: str, settings: Settings, linger_ms: int = 0,
              fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 1500) -> faust.App:
     """One Faust app per processor; its id (prefix + name) is its consumer group.
     `linger_ms`: how long the producer gathers records into one request (for a processor
@@ -42,7 +42,6 @@ def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0,
     Refuses another faust-streaming release than the pinned one, and installs passk's
     patches of it (docs/faust.md) before the first app is built."""
     faust_compat.apply()
-    settings = settings or get_settings()
     # Per app id (prefix + name): the RocksDB tables here (services.runtime.graded) belong
     # to one set of topics, and their stored changelog offsets mean nothing to another.
     datadir = settings.data_dir / "faust" / f"{settings.topic_prefix}{name}"
@@ -87,9 +86,8 @@ def make_app(name: str, settings: Settings | None = None, linger_ms: int = 0,
     return app
 
 
-def raw_inputs(app: faust.App, *topics: Topic, settings: Settings | None = None) -> faust.TopicT:
+def raw_inputs(app: faust.App, *topics: Topic, settings: Settings) -> faust.TopicT:
     """One agent's inputs: several co-partitioned topics of raw bytes, read as one stream."""
-    settings = settings or get_settings()
     return app.topic(
         *(topic_name(t, settings) for t in topics),
         key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
@@ -187,9 +185,8 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
             await catalog.stop()
 
 
-def raw_topic(app: faust.App, topic: Topic, settings: Settings | None = None) -> faust.TopicT:
+def raw_topic(app: faust.App, topic: Topic, settings: Settings) -> faust.TopicT:
     """A topic of raw bytes: decoding (and dead-lettering) happens in our code, not Faust's."""
-    settings = settings or get_settings()
     spec = spec_for(topic)
     return app.topic(
         topic_name(topic, settings),
@@ -206,7 +203,7 @@ class DeadLetters:
     """A processor's way out for what it cannot use: the original message, whole, with
     where it came from and why, to the dead-letter topic; counted; then the stream goes on."""
 
-    def __init__(self, app: faust.App, processor: str, settings: Settings | None = None):
+    def __init__(self, app: faust.App, processor: str, settings: Settings):
         self.topic = raw_topic(app, Topic.DEAD_LETTERS, settings)
         self.processor = processor
         self.deliver = Delivery(processor)

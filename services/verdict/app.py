@@ -215,3 +215,7 @@ async def handle(event: faust.types.EventT) -> None:
 @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg
 async def close_calibrations(sender: faust.App, **_: object) -> None:
     await calibrations.stop()
+
+
+def build(settings):  # type: ignore[no-untyped-def]  # until its own build() lands
+    return app

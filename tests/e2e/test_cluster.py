@@ -91,7 +91,7 @@ def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
             while time.monotonic() - lost_at < 12:
                 counts = partition_counts(joined, settings)
                 assert counts == dict.fromkeys(joined, settings.topic_partitions), counts
-                refuse_unless_co_partitioned("gate")
+                refuse_unless_co_partitioned("gate", settings)
                 assert len(input_leaders(["gate"], settings)) == len(leaders)
                 checks += 1
             [gate] = processor_status(["gate"], settings)

@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import faust
+from prometheus_client import CollectorRegistry
 
 from services.contract.settings import Settings
 from services.runtime.app import make_app
@@ -34,8 +35,9 @@ def test_a_processor_asking_for_fuller_fetches_gets_them_and_the_others_keep_fau
     assert built_fetch(plain) == (1, 1500)  # faust-streaming's own
 
 
-def test_the_aggregate_asks_for_fuller_fetches() -> None:
-    from services.aggregate.app import app
+def test_the_aggregate_asks_for_fuller_fetches(tmp_path: Path) -> None:
+    from services.aggregate.app import build
 
-    min_bytes, max_wait_ms = built_fetch(app)
+    settings = Settings(PASSK_TOPIC_PREFIX="fetch.", PASSK_DATA_DIR=str(tmp_path))  # type: ignore[call-arg]
+    min_bytes, max_wait_ms = built_fetch(build(settings, registry=CollectorRegistry()))
     assert min_bytes > 1 and max_wait_ms <= 1000
