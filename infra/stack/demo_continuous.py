@@ -50,10 +50,11 @@ def baseline(scenario: str, hour: str) -> tuple[int, int]:
     from services.contract.settings import get_settings
     from services.storage.store import Store
 
+    settings = get_settings()
     wait("the aggregate and the sink to catch up",
-         lambda: all(s.settled for s in processor_status(["aggregate", "sink"])), 180)
+         lambda: all(s.settled for s in processor_status(["aggregate", "sink"], settings)), 180)
     start = datetime.fromisoformat(hour.replace("Z", "+00:00"))
-    store = Store(get_settings().database_url)
+    store = Store(settings.database_url)
     try:
         rows = [r for r in store.windows(size="1h", scenarios=[scenario])
                 if r.window_start.replace(tzinfo=start.tzinfo) == start]

@@ -215,7 +215,7 @@ def register(app: typer.Typer) -> None:
                                            f"{escape(p.problem)}", soft_wrap=True)
             raise typer.Exit(EXIT_USAGE)
         if publish:  # before any judge is asked: the results would have nowhere to go
-            require_broker(wait)
+            require_broker(wait, settings)
         bar = Bar(settings.calibration_bar, settings.min_labelled)
         plan = plan_judges(_scenarios(directory, scenarios, settings))
         from services.contract.runfiles import NoJudge, cli_judge
@@ -279,8 +279,8 @@ def register(app: typer.Typer) -> None:
 
         if passed is None:
             raise _err("say --pass or --fail", EXIT_USAGE)
-        require_broker(wait)
         settings = get_settings()
+        require_broker(wait, settings)
         ident = hashlib.sha256(f"{trial_id}\x1f{judge}\x1f{passed}\x1f{note}".encode())
         event = Label(event_id=f"label:{ident.hexdigest()[:24]}", trial_id=trial_id,
                       judge_id=judge, passed=passed, note=note, labeller=getpass.getuser())

@@ -19,11 +19,13 @@ def register(app: typer.Typer) -> None:
     @topics.command("create")
     def create(wait: float | None = BROKER_WAIT) -> None:
         """Create every passk topic that does not exist yet (idempotent)."""
+        from services.contract.settings import get_settings
         from services.kafka.admin import create_topics
 
-        require_broker(wait)
+        settings = get_settings()
+        require_broker(wait, settings)
         table = Table("topic", "partitions", "status")
-        for status in create_topics():
+        for status in create_topics(settings):
             state = "created" if status.created else "exists"
             table.add_row(status.name, str(status.partitions), state)
         console().print(table)
@@ -115,12 +117,14 @@ def register(app: typer.Typer) -> None:
         import time
 
         from services.cli.status import input_leaders, processor_status
+        from services.contract.settings import get_settings
 
         names = [p.strip() for p in processors.split(",") if p.strip()] or list(WORKERS)
         deadline = time.monotonic() + (wait or 0)
-        require_broker(wait)
+        settings = get_settings()
+        require_broker(wait, settings)
         while True:
-            statuses = processor_status(names)
+            statuses = processor_status(names, settings)
             if all(s.healthy for s in statuses) or time.monotonic() >= deadline:
                 break
             time.sleep(1.0)
@@ -134,7 +138,7 @@ def register(app: typer.Typer) -> None:
         out = console()
         out.print(table)
         leaders = Table("input topic", "partition", "leader broker", "in-sync replicas")
-        for p in input_leaders(names):
+        for p in input_leaders(names, settings):
             leaders.add_row(p.topic, str(p.partition), "none" if p.leader is None else
                             str(p.leader), ",".join(map(str, p.in_sync)))
         out.print(leaders)

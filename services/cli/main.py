@@ -127,7 +127,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
-        refused = refusal_message(exc, watch)
+        refused = refusal_message(exc, watch, get_settings)
         if refused is not None:
             say_error(refused)
             sys.exit(EXIT_KAFKA_REFUSED)

@@ -18,7 +18,7 @@ from services.cli.liveness import (
     supervisor_states,
 )
 from services.contract.processors import inputs_of
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import topic_name
 from services.kafka.admin import ask_admin
 from services.kafka.kafka_client import kafka_client_kwargs, retrying
@@ -77,8 +77,7 @@ class ProcessorStatus:
         return self.ready and self.lag == 0
 
 
-def processor_status(names: list[str], settings: Settings | None = None) -> list[ProcessorStatus]:
-    settings = settings or get_settings()
+def processor_status(names: list[str], settings: Settings) -> list[ProcessorStatus]:
     groups = {name: f"{settings.topic_prefix}{name}" for name in names}
     supervised = supervisor_states(supervisor_socket(settings.data_dir)) or {}
 
@@ -206,9 +205,8 @@ class PartitionLeader:
     in_sync: tuple[int, ...]
 
 
-def input_leaders(names: list[str], settings: Settings | None = None) -> list[PartitionLeader]:
+def input_leaders(names: list[str], settings: Settings) -> list[PartitionLeader]:
     """Which broker leads each partition of these processors' inputs, and the in-sync set."""
-    settings = settings or get_settings()
     topics = sorted({topic_name(t, settings) for n in names for t in inputs_of(n)})
 
     described = ask_admin(settings, lambda admin: admin.describe_topics(topics))

@@ -17,8 +17,8 @@ Using it from a command (new commands need nothing else):
   on stderr and exits with the code;
 - let a Kafka, SQLAlchemy or settings exception escape: `main` maps it with `classify`
   (unreachable broker or database -> 4, malformed URL or setting -> 2);
-- take `wait: float | None = BROKER_WAIT` (the one `--wait`) and call `require_broker(wait)`
-  before the first Kafka client: it answers "unreachable"
+- take `wait: float | None = BROKER_WAIT` (the one `--wait`) and call
+  `require_broker(wait, settings)` before the first Kafka client: it answers "unreachable"
   within `wait_s` (`--wait`, else `PASSK_BROKER_WAIT_S`) instead of kafka-python's 30 s
   bootstrap timeout, and returns at once when the broker listens.
 """
@@ -109,10 +109,10 @@ def _brokers(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def require_broker(wait_s: float | None = None, settings: Settings | None = None) -> None:
+def require_broker(wait_s: float | None, settings: Settings) -> None:
     """Return once a bootstrap broker accepts a connection; raise Unreachable after
-    `wait_s` seconds (at least one attempt is made, each bounded to 2 s)."""
-    settings = settings or get_settings()
+    `wait_s` seconds (None: PASSK_BROKER_WAIT_S; at least one attempt is made, each
+    bounded to 2 s)."""
     wait_s = settings.broker_wait_s if wait_s is None else wait_s
     brokers = _brokers(settings.kafka_bootstrap_servers)
     deadline = time.monotonic() + wait_s

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 
 
 class Topic(StrEnum):
@@ -97,20 +97,19 @@ EVENT_TOPIC_SPECS: tuple[TopicSpec, ...] = (
 )
 
 
-def topic_name(topic: TopicRef, settings: Settings | None = None) -> str:
-    return f"{(settings or get_settings()).topic_prefix}{topic.value}"
+def topic_name(topic: TopicRef, settings: Settings) -> str:
+    return f"{settings.topic_prefix}{topic.value}"
 
 
 def spec_for(topic: Topic) -> TopicSpec:
     return next(s for s in EVENT_TOPIC_SPECS if s.topic is topic)
 
 
-def partitions_for(spec: TopicSpec, settings: Settings | None = None) -> int:
-    return spec.partitions or (settings or get_settings()).topic_partitions
+def partitions_for(spec: TopicSpec, settings: Settings) -> int:
+    return spec.partitions or settings.topic_partitions
 
 
-def topic_configs(spec: TopicSpec, settings: Settings | None = None) -> dict[str, str]:
-    settings = settings or get_settings()
+def topic_configs(spec: TopicSpec, settings: Settings) -> dict[str, str]:
     if spec.dedup_retained:
         cfg = dedup_retained_config(settings)
     elif spec.compacted:

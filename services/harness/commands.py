@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"invalid target file {exc.file}: field {exc.field}: "
                              f"{exc.problem}") from None
 
-        require_broker(wait)
+        require_broker(wait, settings)
         users = UserFactory()
         if any(s.user and s.user.script is None for s in loaded.scenarios):
             from openai import AsyncOpenAI

@@ -12,7 +12,7 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from services.contract.processors import TOPIC_SPECS
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import partitions_for, topic_configs, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs, retrying
 
@@ -46,9 +46,8 @@ def cluster_brokers(admin: KafkaAdminClient) -> int:
     return len(admin.describe_cluster().get("brokers") or []) or 1
 
 
-def topic_replication(settings: Settings | None = None) -> int:
+def topic_replication(settings: Settings) -> int:
     """The replication passk uses on this cluster (asks the broker when the setting is 0)."""
-    settings = settings or get_settings()
     if settings.topic_replication:
         return settings.topic_replication
     admin = KafkaAdminClient(**kafka_client_kwargs(settings))
@@ -58,15 +57,14 @@ def topic_replication(settings: Settings | None = None) -> int:
         admin.close()
 
 
-def create_topics_retrying(settings: Settings | None = None,
+def create_topics_retrying(settings: Settings,
                            deadline_s: float = 120.0) -> list[TopicStatus]:
     """create_topics, retried while the failure is one a cluster recovers from by itself
     (a broker just lost and still in the metadata, a leader moving)."""
     return retrying(lambda: create_topics(settings), deadline_s=deadline_s)
 
 
-def create_topics(settings: Settings | None = None) -> list[TopicStatus]:
-    settings = settings or get_settings()
+def create_topics(settings: Settings) -> list[TopicStatus]:
     admin = KafkaAdminClient(**kafka_client_kwargs(settings))
     try:
         replication = replication_for(cluster_brokers(admin), settings.topic_replication)
@@ -125,9 +123,9 @@ def ask_admin(settings: Settings, question: Callable[[KafkaAdminClient], T]) -> 
     return retrying(ask)
 
 
-def partition_counts(names: list[str], settings: Settings | None = None) -> dict[str, int]:
+def partition_counts(names: list[str], settings: Settings) -> dict[str, int]:
     """How many partitions each of these topics has on the broker (absent: not listed)."""
-    described = ask_admin(settings or get_settings(), lambda admin: admin.describe_topics(names))
+    described = ask_admin(settings, lambda admin: admin.describe_topics(names))
     return {t["name"]: len(t.get("partitions") or ()) for t in described
             if not t.get("error_code")}
 

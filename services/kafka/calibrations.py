@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaError
 
 from schemas.events import JudgeCalibration
 from services.contract.codec import Rejection, decode
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.grading.calibration import CalibrationBook
 from services.kafka.follower import TopicFollower
@@ -30,8 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class CalibrationFollower(TopicFollower):
-    def __init__(self, settings: Settings | None = None) -> None:
-        settings = settings or get_settings()
+    def __init__(self, settings: Settings) -> None:
         super().__init__(topic_name(Topic.JUDGE_CALIBRATIONS, settings), settings,
                          label="calibrations")
         self.book = CalibrationBook()

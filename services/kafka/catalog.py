@@ -28,7 +28,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from schemas.scenario import Scenario
 from services.contract.scenario_records import CatalogState
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.follower import TopicFollower
 from services.kafka.kafka_client import kafka_client_kwargs
@@ -45,8 +45,7 @@ def _where(record: Any) -> str:
 
 
 class ScenarioCatalog(TopicFollower):
-    def __init__(self, settings: Settings | None = None) -> None:
-        settings = settings or get_settings()
+    def __init__(self, settings: Settings) -> None:
         # `publish` writes a set in one transaction: an aborted set is never read.
         super().__init__(topic_name(Topic.SCENARIOS, settings), settings,
                          label="scenario-catalog", isolation_level="read_committed")
@@ -108,9 +107,8 @@ class ScenarioCatalog(TopicFollower):
 # -------------------------------------------------------------- sync, for CLIs
 
 
-def read_catalog(settings: Settings | None = None, *, timeout: float = 30.0) -> CatalogState:
+def read_catalog(settings: Settings, *, timeout: float = 30.0) -> CatalogState:
     """Read the whole scenarios topic (up to its end at the time of the call)."""
-    settings = settings or get_settings()
     name = topic_name(Topic.SCENARIOS, settings)
     consumer = KafkaConsumer(
         **kafka_client_kwargs(settings),
@@ -142,6 +140,6 @@ def read_catalog(settings: Settings | None = None, *, timeout: float = 30.0) -> 
         consumer.close()
 
 
-def load_catalog(settings: Settings | None = None) -> dict[str, Scenario]:
+def load_catalog(settings: Settings) -> dict[str, Scenario]:
     """The latest version of every published scenario, by id."""
     return read_catalog(settings).latest()

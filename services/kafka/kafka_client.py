@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,9 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(cafile) if cafile else None)
 
 
-def kafka_client_kwargs(settings: Settings | None = None) -> dict[str, Any]:
+def kafka_client_kwargs(settings: Settings) -> dict[str, Any]:
     """bootstrap_servers plus whatever the security protocol needs, for kafka-python and
     aiokafka alike. Plain PLAINTEXT adds nothing, so the default clients are unchanged."""
-    settings = settings or get_settings()
     protocol = settings.kafka_security_protocol.upper()
     if protocol not in PROTOCOLS:
         raise KafkaConfigError(
@@ -123,14 +122,14 @@ def is_authentication_error(exc: BaseException) -> bool:
 
 
 def refusal_message(exc: BaseException, watch: AuthFailureWatch,
-                    settings: Settings | None = None) -> str | None:
+                    read_settings: Callable[[], Settings]) -> str | None:
     """A one-line explanation when Kafka refused our credentials or rights, else None."""
     from kafka.errors import AuthorizationError
 
     refused = is_authentication_error(exc) or watch.failed is not None
     if not refused and not isinstance(exc, AuthorizationError):
         return None  # read no settings: a malformed one is what the caller reports next
-    settings = settings or get_settings()
+    settings = read_settings()
     user = settings.kafka_sasl_username or "(none)"
     if refused:
         return (f"Kafka authentication failed for user {user!r} "

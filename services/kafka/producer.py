@@ -22,7 +22,7 @@ from kafka.producer.future import FutureRecordMetadata
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import encode
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.admin import ask_admin
 from services.kafka.kafka_client import kafka_client_kwargs
@@ -81,13 +81,13 @@ class TrafficProducer:
 
     def __init__(
         self,
-        settings: Settings | None = None,
+        settings: Settings,
         *,
         linger_ms: int = 5,
         max_block_ms: int = 30_000,
         **overrides: Any,
     ) -> None:
-        self.settings = settings or get_settings()
+        self.settings = settings
         config: dict[str, Any] = dict(
             **kafka_client_kwargs(self.settings),
             acks="all",

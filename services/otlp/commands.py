@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         settings = get_settings()
         out, err = make_console(), make_console(stderr=True)
         if not dry_run:
-            require_broker(wait)
+            require_broker(wait, settings)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn())
         sent: Counter[str] = Counter()
         failures: list[str] = []

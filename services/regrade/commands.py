@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         if not chosen:
             which = "no trial ended `error`" if errors_only else "it has no trials"
             raise NothingToJudge(f"nothing to re-grade in run {run_id!r}: {which}")
-        require_broker(wait)
+        require_broker(wait, settings)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())
         with Progress(*columns, console=make_console(stderr=True)) as progress:

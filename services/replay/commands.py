@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         console = make_console()
         err = make_console(stderr=True)
         if not dry_run:
-            require_broker(wait)
+            require_broker(wait, settings)
         total = count_lines(file)
         columns = (
             TextColumn("[bold]{task.description}"),

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Protocol
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection, decode
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.producer import SendFailure
 
@@ -208,14 +208,13 @@ def replay_file(
     path: Path,
     *,
     sender: Sender | None,
-    settings: Settings | None = None,
+    settings: Settings,
     rate: float | None = None,
     on_line: Callable[[int], None] | None = None,
     flush_timeout: float = 60.0,
     pacer: Pacer | None = None,
 ) -> ReplaySummary:
     """Send every valid line of `path` in file order; `sender=None` is a dry run."""
-    settings = settings or get_settings()
     summary = ReplaySummary(path=str(path), dry_run=sender is None)
     pacer = pacer or Pacer(rate)
     # A line may carry an event of up to max_event_bytes plus its newline and spaces.

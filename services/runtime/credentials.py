@@ -11,7 +11,7 @@ from services.contract.settings import Settings
 from services.kafka.kafka_client import kafka_client_kwargs
 
 
-def faust_broker_credentials(settings: Settings | None = None) -> Any:
+def faust_broker_credentials(settings: Settings) -> Any:
     """The same connection facts as Faust's `broker_credentials` (None for PLAINTEXT)."""
     kwargs = kafka_client_kwargs(settings)
     protocol = kwargs.get("security_protocol")

@@ -67,6 +67,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate every file, then publish them all; any problem publishes nothing (exit 2;
         exit 4 when the broker does not answer)."""
+        from services.contract.settings import get_settings
         from services.kafka.catalog import CatalogUnavailable
         from services.scenarios.publish import publish_scenarios
 
@@ -74,9 +75,10 @@ def register(app: typer.Typer) -> None:
         _report_validation(result, "nothing was published")
         if result.errors:
             raise typer.Exit(EXIT_INVALID)
-        require_broker(wait)
+        settings = get_settings()
+        require_broker(wait, settings)
         try:
-            steps = publish_scenarios(result.scenarios)
+            steps = publish_scenarios(result.scenarios, settings)
         except CatalogUnavailable as exc:
             raise Unreachable(str(exc)) from exc
         except KafkaError as exc:  # the set was one transaction: none of it is readable
@@ -113,11 +115,13 @@ def register(app: typer.Typer) -> None:
     @scenarios.command("list")
     def list_(wait: float | None = BROKER_WAIT) -> None:
         """The latest published version of every scenario on the scenarios topic."""
+        from services.contract.settings import get_settings
         from services.kafka.catalog import CatalogUnavailable, read_catalog
 
-        require_broker(wait)
+        settings = get_settings()
+        require_broker(wait, settings)
         try:
-            state = read_catalog()
+            state = read_catalog(settings)
         except CatalogUnavailable as exc:
             raise Unreachable(str(exc)) from exc
         table = Table("id", "version", "k", "exits", "judges", "expectations", "versions seen")

@@ -21,7 +21,7 @@ from kafka.producer.future import RecordMetadata
 
 from schemas.scenario import Scenario
 from services.contract.scenario_records import encode_scenario
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.grading.scenario_loader import InvalidScenarios, LoadResult, validate_paths
 from services.kafka.catalog import load_catalog
@@ -52,10 +52,9 @@ def plan(scenarios: Sequence[Scenario], current: dict[str, Scenario]) -> list[Pu
 
 
 def publish_scenarios(
-    scenarios: Sequence[Scenario], settings: Settings | None = None, *, timeout: float = 30.0
+    scenarios: Sequence[Scenario], settings: Settings, *, timeout: float = 30.0
 ) -> list[Published]:
     """Send every new or changed scenario (acks=all) and wait until the broker has them."""
-    settings = settings or get_settings()
     steps = plan(scenarios, load_catalog(settings))
     changed = [p for p in steps if p.status != "unchanged"]
     if not changed:
@@ -126,7 +125,7 @@ def _abort(producer: KafkaProducer) -> None:
 
 
 def publish_paths(
-    paths: Iterable[Path | str], settings: Settings | None = None
+    paths: Iterable[Path | str], settings: Settings
 ) -> tuple[LoadResult, list[Published]]:
     """Validate every file, then publish; raises InvalidScenarios (publishing nothing)."""
     result = validate_paths(paths)

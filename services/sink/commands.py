@@ -23,8 +23,9 @@ def register(app: typer.Typer) -> None:
         from services.contract.settings import get_settings
         from services.sink.rebuild import rebuild as run_rebuild
 
-        url = database_url or get_settings().database_url
-        require_broker(wait)
+        settings = get_settings()
+        url = database_url or settings.database_url
+        require_broker(wait, settings)
         err = console(stderr=True)
         with Progress(
             "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
@@ -36,7 +37,7 @@ def register(app: typer.Typer) -> None:
                 bar.update(task, completed=done, total=total)
 
             try:
-                stats = run_rebuild(database_url=url, progress=progress)
+                stats = run_rebuild(settings, database_url=url, progress=progress)
             except RuntimeError as exc:
                 raise CliError(f"rebuild failed: {exc}", ExitCode.UNREACHABLE) from exc
         skipped = ", ".join(f"{r}: {n}" for r, n in sorted(stats.skipped.items())) or "none"

@@ -26,7 +26,7 @@ from schemas.events import (
     TrialVerdict,
 )
 from services.contract.codec import Rejection, decode
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
 from services.storage import records as domain
@@ -71,13 +71,12 @@ def _store_batch(store: Store, batch: list[domain.SinkEvent], stats: RebuildStat
 
 
 def rebuild(
-    settings: Settings | None = None,
+    settings: Settings,
     database_url: str | None = None,
     *,
     progress: Progress | None = None,
     batch_timeout_ms: int = 1000,
 ) -> RebuildStats:
-    settings = settings or get_settings()
     store = Store(database_url or settings.database_url)
     models = {topic_name(topic, settings): model for topic, model in SOURCES}
     consumer = KafkaConsumer(

@@ -156,7 +156,7 @@ def test_replay_sends_valid_lines_in_file_order_and_reports_the_rest(traffic_fil
 
 def test_a_failed_send_makes_the_exit_code_1(traffic_file: Path) -> None:
     recorder = Recorder(fail_refs={"line 5"})
-    summary = replay_file(traffic_file, sender=recorder)
+    summary = replay_file(traffic_file, sender=recorder, settings=Settings())
     assert summary.exit_code == 1
     assert summary.failures == [f"line 5: {recorder.failures[0].topic}: KafkaTimeoutError: boom"]
 
@@ -166,12 +166,12 @@ def test_unacknowledged_sends_count_as_not_sent(traffic_file: Path) -> None:
         def send_raw(self, topic: str, key: bytes | None, value: bytes, *, ref: str = "") -> None:
             self.sent.append((topic, key, value, ref))  # never acked, never failed
 
-    summary = replay_file(traffic_file, sender=Silent())
+    summary = replay_file(traffic_file, sender=Silent(), settings=Settings())
     assert summary.unacknowledged == 4 and summary.exit_code == 1
 
 
 def test_dry_run_validates_without_sending(traffic_file: Path) -> None:
-    summary = replay_file(traffic_file, sender=None)
+    summary = replay_file(traffic_file, sender=None, settings=Settings())
     assert summary.dry_run and summary.total_valid == 4 and summary.sent == {}
     assert len(summary.skipped) == 2 and summary.exit_code == 0
 
@@ -249,5 +249,5 @@ def test_replay_reports_an_overlong_line_and_sends_the_rest(tmp_path: Path) -> N
 def test_a_file_with_no_valid_line_exits_3(tmp_path: Path) -> None:
     path = tmp_path / "junk.jsonl"
     path.write_bytes(b"{oops\n" + line({"type": "label"}))
-    summary = replay_file(path, sender=Recorder())
+    summary = replay_file(path, sender=Recorder(), settings=Settings())
     assert summary.total_valid == 0 and summary.exit_code == 3
