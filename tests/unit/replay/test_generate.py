@@ -24,16 +24,16 @@ from services.replay.generate import (
     matching_string,
     passing_state,
 )
+from tests.unit.factories import scenario
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MARKER = re.compile(r"\[\[fail:([^\]]+)\]\]")
 
 
 def rich_scenario(**overrides: Any) -> Scenario:
-    body: dict[str, Any] = {
-        "id": "debrief-billable-repair",
-        "trials": 3,
-        "expected_exit": "product_closed",
+    """The factories' scenario with an expectation of every kind the generator must meet
+    (an indexed path, a number, an anchored pattern) and one gating judge fewer."""
+    return scenario(**{
         "limits": {"max_turns": 12, "max_duration_s": 900},
         "outcome": [
             {"path": "report.fault", "present": True},
@@ -53,9 +53,8 @@ def rich_scenario(**overrides: Any) -> Scenario:
             {"id": "covered_expected_topics", "assertion": "Asked about fault and parts."},
             {"id": "polite", "assertion": "Was polite.", "gating": False},
         ],
-    }
-    body.update(overrides)
-    return Scenario.model_validate(body).versioned()
+        **overrides,
+    })
 
 
 def plain_scenario(**overrides: Any) -> Scenario:
