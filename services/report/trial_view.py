@@ -112,10 +112,9 @@ def build_view(
         verdict = "error" if reason.startswith("error:") else "failed"
         checks.append(ShownCheck(check=name, verdict=verdict, reason=reason))
     shown_judges = [
-        ShownJudge(judge_id=j.judge_id, kind=j.judge_kind, result=j.result, reason=j.reason,
-                   gating=j.judge_id in trial.gating_judges if recorded else j.gating,
-                   model=j.model, input_tokens=j.input_tokens, output_tokens=j.output_tokens,
-                   latency_ms=j.latency_ms, attempts=j.attempts, cached=j.cached)
+        ShownJudge(**j.model_dump(include=set(ShownJudge.model_fields) - {"gating"}),
+                   kind=j.judge_kind,
+                   gating=j.judge_id in trial.gating_judges if recorded else j.gating)
         for j in judges
     ]
     listed = {c.check for c in checks}
