@@ -31,16 +31,14 @@ def kafka_bootstrap() -> str:
     return bootstrap
 
 
-@pytest.fixture
-def settings(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
-    """Settings for one test: its own topic prefix (so tests never see each other's
-    records), its own SQLite file and data dir, and topics created up front; the test's
-    topics are deleted after it."""
+def make_settings(kafka_bootstrap: str, directory: Path) -> Settings:
+    """Settings with their own topic prefix (so tests never see each other's records), their
+    own SQLite file and data dir under `directory`; topics are created up front."""
     s = Settings(  # type: ignore[call-arg]
         KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
         PASSK_TOPIC_PREFIX=new_prefix(),
-        PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
-        PASSK_DATA_DIR=str(tmp_path / "data"),
+        PASSK_DATABASE_URL=f"sqlite:///{directory / 'passk.db'}",
+        PASSK_DATA_DIR=str(directory / "data"),
         PASSK_SESSION_WAIT_S=5,
         PASSK_JUDGE_WAIT_S=60,
         # Tests about other things than calibration let every judge fail trials, as
@@ -48,5 +46,12 @@ def settings(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
         PASSK_UNCALIBRATED_JUDGES="gating",
     )
     create_topics(s)
+    return s
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Settings]:
+    """Settings for one test (see make_settings); the test's topics are deleted after it."""
+    s = make_settings(kafka_bootstrap, tmp_path)
     yield s
     delete_topics_with_prefix(s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -37,6 +38,8 @@ def register(app: typer.Typer) -> None:
             help="model playing users without a script (default: the judge model, or the "
                  "offline stand-in when no model is configured)"),
         wait: float | None = BROKER_WAIT,
+        as_json: bool = typer.Option(False, "--json",
+                                     help="print the summary as one JSON object"),
     ) -> None:
         """Run each scenario max(--trials, k) times against the agent with its simulated
         user, read the product's persisted session with the target's state probe, and
@@ -150,7 +153,15 @@ def register(app: typer.Typer) -> None:
             table.add_row("NOT published", str(summary.not_published))
         if summary.interrupted:
             table.add_row("interrupted (nothing sent)", str(summary.interrupted))
-        console.print(table)
+        if as_json:
+            typer.echo(json.dumps({
+                "run_id": run_id, "planned": summary.planned, "skipped": summary.skipped,
+                "run": summary.run, "exits": dict(sorted(summary.exits.items())),
+                "sessions_found": summary.sessions_found, "published": summary.published,
+                "not_published": summary.not_published, "interrupted": summary.interrupted,
+                "errors": [{"trial_id": t, "reason": r} for t, r in summary.errors]}))
+        else:
+            console.print(table)
         for trial_id, reason in summary.errors[:SHOWN]:
             _plain(err, f"{trial_id}: {reason}", "yellow")
         if len(summary.errors) > SHOWN:

@@ -10,18 +10,29 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from services.cli.status import processor_status
 from services.contract.processors import WORKERS, metrics_ports
 from services.contract.settings import Settings
 from services.contract.topics import Topic
 from services.storage.store import Store
-from tests.support import ROOT, free_ports, isolated_env, read_topic, settled, stop, wait_for
+from tests.conftest import make_settings
+from tests.support import (
+    ROOT,
+    delete_topics_with_prefix,
+    free_ports,
+    isolated_env,
+    read_topic,
+    settled,
+    stop,
+    wait_for,
+)
 
 PROCESSORS = list(WORKERS)
 BIN = Path(sys.executable).parent  # supervisord and supervisorctl, installed with passk
@@ -201,3 +212,94 @@ def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str],
 def pipeline(settings: Settings, tmp_path: Path) -> Iterator[Pipeline]:
     with running_pipeline(settings, tmp_path, PROCESSORS) as p:
         yield p
+
+
+# ------------------------------------------------------------------ the shared pipeline
+# Starting every worker and the stand-in takes most of a short e2e test. The tests that only
+# publish traffic and read results (none kills a worker, stops a broker, changes settings
+# or starts a stack) share one started pipeline through the `shared_pipeline` fixture: one
+# topic prefix, and in it each test its own run ids and scenario ids, so none sees another's
+# trials, windows or verdicts. They run one after another (see pytest_collection_modifyitems)
+# and the pipeline stops after the last of them, so it never idles under the tests that
+# start their own.
+SHARED = "shared_pipeline"
+
+
+class _SharedPipeline:
+    def __init__(self) -> None:
+        self.stack: ExitStack | None = None
+        self.pipeline: Pipeline | None = None
+        self.failed: str | None = None
+
+    def get(self, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+        if self.failed:  # one failed start fails each sharing test at once, not each in 120 s
+            pytest.fail(f"the shared pipeline did not start: {self.failed}")
+        if self.pipeline is None:
+            directory = tmp_path_factory.mktemp("shared-pipeline")
+            stack = ExitStack()
+            try:
+                settings = make_settings(kafka_bootstrap, directory)
+                stack.callback(delete_topics_with_prefix, settings)
+                self.pipeline = stack.enter_context(
+                    running_pipeline(settings, directory, PROCESSORS))
+            except BaseException as exc:
+                self.failed = str(exc)[:2000]
+                stack.close()
+                raise
+            self.stack = stack
+        # A worker that died under an earlier test fails the next one, with its log.
+        dead = {n: (p.returncode, (self.pipeline.logs / f"{n}.log").read_text()[-2000:])
+                for n, p in self.pipeline.procs.items() if p.poll() is not None}
+        assert not dead, f"shared pipeline: exited {dead}"
+        return self.pipeline
+
+    def close(self) -> None:
+        if self.stack is not None:
+            self.stack.close()
+        self.stack = self.pipeline = None
+
+
+_SHARED = _SharedPipeline()
+
+
+@pytest.fixture
+def shared_pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Pipeline:
+    """The pipeline the traffic-only tests share (see above). A test on it uses its own run
+    ids and scenario ids, and starts nothing in it that outlives the test."""
+    return _SHARED.get(kafka_bootstrap, tmp_path_factory)
+
+
+def _shares(item: pytest.Item) -> bool:
+    return SHARED in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The sharing tests run together, where the first of them was; the rest keep their
+    order."""
+    first = next((i for i, item in enumerate(items) if _shares(item)), None)
+    if first is None:
+        return
+    rest = [item for item in items if not _shares(item)]
+    items[:] = rest[:first] + [item for item in items if _shares(item)] + rest[first:]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _shares(item) and (nextitem is None or not _shares(nextitem)):
+        _SHARED.close()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _SHARED.close()  # stopped early (-x, Ctrl-C): the workers still go
+
+
+def own_scenarios(source: Path, out: Path, prefix: str) -> Path:
+    """The scenarios of `source` with ids `prefix + id`, in `out`: on the shared pipeline a
+    test's scenarios, and the windows and figures kept per scenario, are its own."""
+    out.mkdir(parents=True, exist_ok=True)
+    for file in sorted(source.glob("*.yaml")):
+        raw = yaml.safe_load(file.read_text())
+        raw["id"] = prefix + raw["id"]
+        (out / f"{prefix}{file.name}").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out

@@ -91,14 +91,20 @@ def test_a_judge_gates_only_while_calibrated_above_the_bar(
 
         # the report and the gate list advisory judges, with why, apart from failed checks
         p.wait_settled()
-        report = ok(p.passk("report", "--run-id", "calib-run"))
-        assert "advisory judge checked (below the bar: precision 0.60 < 0.80)" in report
-        assert "advisory judge fresh (uncalibrated): failed 2 of 2 trials" in report
+        rows = json.loads(ok(p.passk("report", "--run-id", "calib-run", "--json")))
+        advisory = {j["judge_id"]: j for j in rows["advisory_judges"]}
+        assert set(advisory) == {"checked", "fresh"}
+        # `checked` was advisory for t-low only (it gated t-high); `fresh` for both
+        assert (advisory["checked"]["why"], advisory["checked"]["verdicts"],
+                advisory["checked"]["failed"]) == (
+            "below the bar: precision 0.60 < 0.80", 1, 1)
+        assert (advisory["fresh"]["why"], advisory["fresh"]["verdicts"],
+                advisory["fresh"]["failed"]) == ("uncalibrated", 2, 2)
+        assert advisory["fresh"]["scenarios"] == ["calib-flow"]
         gate = p.passk("gate", "--run-id", "calib-run")
         assert gate.returncode == 1
         assert "advisory judge fresh (uncalibrated)" in gate.stdout
         # the old result stays explainable: t-low still says why `checked` was advisory
-        rows = json.loads(ok(p.passk("report", "--run-id", "calib-run", "--json")))
         assert {t["trial_id"]: t["outcome"] for t in rows["trials"]} == {
             "t-low": "passed", "t-high": "failed"}
 
@@ -164,9 +170,11 @@ def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
 
 
 def test_uncalibrated_policy_gating_restores_the_old_behaviour(
-    settings: Settings, tmp_path: Path, pipeline: Pipeline
+    tmp_path: Path, shared_pipeline: Pipeline
 ) -> None:
     """PASSK_UNCALIBRATED_JUDGES=gating (the tests' default): an uncalibrated judge fails."""
+    pipeline, settings = shared_pipeline, shared_pipeline.settings
+    assert settings.uncalibrated_judges == "gating"
     suite = tmp_path / "suite"
     scenario_yaml(suite / "scenarios", "calib-old", {"fresh": None})
     ok(pipeline.passk("scenarios", "publish", str(suite / "scenarios")))

@@ -102,19 +102,24 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.parametrize("probe", ["http", "sql"])
 def test_every_trial_gets_the_outcome_the_fault_plan_gives(
-        pipeline: Pipeline, tmp_path: Path, probe: str) -> None:
+        shared_pipeline: Pipeline, tmp_path: Path, probe: str) -> None:
+    # On the shared pipeline: both probes publish these same scenarios (the example ids the
+    # reference product knows, which no other sharing test uses), each its own run.
+    pipeline = shared_pipeline
     scenarios = scenarios_with_repeat_judge(tmp_path)
     run_id = f"e2e-harness-{probe}"
     _ok(pipeline.passk("scenarios", "publish", str(scenarios)))
     with reference_product(tmp_path, PLAN) as (port, db):
         out = _ok(pipeline.passk("run", "--scenarios", str(scenarios), "--target",
                                  str(target(tmp_path, port, db, probe)), "--run-id", run_id,
-                                 "--trials", "4", "--concurrency", "4"))
+                                 "--trials", "4", "--concurrency", "4", "--json"))
         # the product's own record of the faults it switched on, per session
         rows = sqlite3.connect(db).execute(
             "SELECT trial_id, scenario_id, faults FROM sessions").fetchall()
     recorded = {trial: json.loads(faults) for trial, _, faults in rows}
-    assert "published" in out and "21" in out
+    summary = json.loads(out)
+    assert (summary["planned"], summary["skipped"], summary["run"], summary["published"]
+            ) == (21, 0, 21, 21), summary
     _ok(pipeline.passk("wait", "--run-id", run_id, "--trials", "21", "--timeout", "300"))
     report = json.loads(_ok(pipeline.passk("report", "--run-id", run_id, "--json")))
     trials = {t["trial_id"]: t for t in report["trials"]}
@@ -164,7 +169,7 @@ def test_a_misbehaving_agent_ends_its_trials_with_the_reason_and_the_rest_go_on(
     with reference_product(tmp_path, plan) as (port, db):
         result = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
                         str(target(tmp_path, port, db, "http", timeout_s=2)),
-                        "--run-id", run_id, "--concurrency", "8")
+                        "--run-id", run_id, "--concurrency", "8", "--json")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     events = {e["trial_id"]: e for e in _conversations(settings, run_id, 17)}
@@ -185,7 +190,10 @@ def test_a_misbehaving_agent_ends_its_trials_with_the_reason_and_the_rest_go_on(
             assert event["exit_reason"] in ("product_closed", "handed_off"), event
             assert "harness_error" not in event
     # the summary says so: exits counted, each reason listed with its trial
-    assert "exit timeout" in result.stdout and "exit agent_error" in result.stdout
+    summary = json.loads(result.stdout)
+    assert summary["exits"]["timeout"] == 1 and summary["exits"]["agent_error"] == 3, summary
+    assert sum(summary["exits"].values()) == summary["run"] == summary["published"] == 17
+    assert {e["trial_id"] for e in summary["errors"]} == set(wanted)
     for trial_id, (_, reason) in wanted.items():
         assert any(trial_id in line and reason in line for line in result.stderr.splitlines())
 
@@ -199,7 +207,7 @@ def test_same_run_id_adds_nothing_and_sigint_leaves_no_half_trial(
         target_file = target(tmp_path, port, db, "http", timeout_s=120)
         proc = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "run", "--scenarios", str(SCENARIOS),
-             "--target", str(target_file), "--run-id", run_id, "--concurrency", "17"],
+             "--target", str(target_file), "--run-id", run_id, "--concurrency", "17", "--json"],
             cwd=ROOT, env=isolated_env(settings), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
         # 17 trials; trials 2 and 3 of the four debriefs hang (8); the quick questions close
@@ -213,7 +221,9 @@ def test_same_run_id_adds_nothing_and_sigint_leaves_no_half_trial(
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
-    assert "Traceback" not in err and "interrupted" in out
+    assert "Traceback" not in err
+    stopped = json.loads(out)
+    assert (stopped["published"], stopped["interrupted"]) == (9, 8), stopped
     first = _conversations(settings, run_id)
     assert sorted(e["trial_id"] for e in first) == sorted(e["trial_id"] for e in finished)
     sessions = _sessions(settings, run_id)
@@ -224,12 +234,15 @@ def test_same_run_id_adds_nothing_and_sigint_leaves_no_half_trial(
     # The same run id again (the product fixed): only the missing trials run.
     with reference_product(tmp_path / "second", {}) as (port, db):
         second = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
-                        str(target(tmp_path, port, db, "http")), "--run-id", run_id)
+                        str(target(tmp_path, port, db, "http")), "--run-id", run_id, "--json")
         assert second.returncode == 0, second.stderr
-        assert "already in the log (skipped) │      9" in second.stdout, second.stdout
+        again = json.loads(second.stdout)
+        assert (again["skipped"], again["run"], again["published"]) == (9, 8, 8), again
         third = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
-                       str(target(tmp_path, port, db, "http")), "--run-id", run_id)
-        assert third.returncode == 0 and "already in the log (skipped) │     17" in third.stdout
+                       str(target(tmp_path, port, db, "http")), "--run-id", run_id, "--json")
+        assert third.returncode == 0, third.stderr
+        done = json.loads(third.stdout)
+        assert (done["skipped"], done["run"], done["published"]) == (17, 0, 0), done
     time.sleep(0)  # nothing to wait for: the sends were acknowledged before exit
     every = _conversations(settings, run_id, min_count=17)
     ids = [e["trial_id"] for e in every]

@@ -71,7 +71,9 @@ def rule_exprs() -> list[tuple[str, str]]:
     return [(r.get("alert") or r.get("record"), r["expr"]) for g in groups for r in g["rules"]]
 
 
-def test_rules_and_panels_name_only_metrics_the_workers_export(pipeline: Pipeline) -> None:
+def test_rules_and_panels_name_only_metrics_the_workers_export(shared_pipeline: Pipeline
+                                                              ) -> None:
+    pipeline = shared_pipeline  # it only reads every worker's /metrics
     texts = {}
     for name in PROCESSORS:
         port = pipeline.metrics_port(name)

@@ -10,12 +10,13 @@ import pytest
 
 from services.contract.topics import Topic
 from services.grading.scenario_loader import load_scenarios
-from tests.e2e.conftest import Pipeline
+from tests.e2e.conftest import Pipeline, own_scenarios
 from tests.e2e.figures import brute_force
 from tests.support import ROOT, read_topic
 
 pytestmark = pytest.mark.e2e
-SCENARIOS = ROOT / "examples" / "scenarios"
+EXAMPLES = ROOT / "examples" / "scenarios"
+OWN = "pipe-"  # this test's scenario ids on the shared pipeline: pipe-<example id>
 
 
 def _ok(result) -> str:  # type: ignore[no-untyped-def]
@@ -23,15 +24,18 @@ def _ok(result) -> str:  # type: ignore[no-untyped-def]
     return result.stdout
 
 
-def test_every_trial_gets_its_expected_outcome(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_every_trial_gets_its_expected_outcome(shared_pipeline: Pipeline, tmp_path: Path
+                                               ) -> None:
+    pipeline = shared_pipeline
+    scenarios = own_scenarios(EXAMPLES, tmp_path / "scenarios", OWN)
     run_id = "e2e-run"
     traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
-    _ok(pipeline.passk("scenarios", "publish", str(SCENARIOS)))
+    _ok(pipeline.passk("scenarios", "publish", str(scenarios)))
     _ok(pipeline.passk(
-        "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id,
+        "generate", "--scenarios", str(scenarios), "--run-id", run_id,
         "--out", str(traffic), "--expected", str(expected_file),
         "--trials", "5", "--every-mode", "--seed", "11", "--default-pass-prob", "0.9",
-        "--pass-prob", "debrief-safety-incident=1.0",
+        "--pass-prob", f"{OWN}debrief-safety-incident=1.0",
     ))
     _ok(pipeline.passk("replay", str(traffic)))
     expected = json.loads(expected_file.read_text())
@@ -61,8 +65,8 @@ def test_every_trial_gets_its_expected_outcome(pipeline: Pipeline, tmp_path: Pat
     # Both sources of the exit were checked somewhere in this traffic.
     assert {t["expected_exit_source"] for t in expected["trials"]} == {"session", "harness"}
     # A scenario without product-owned completion was graded with no session at all.
-    assert report["without_state_gate"] == ["debrief-quick-question"]
-    chat = [t for t in report["trials"] if t["scenario_id"] == "debrief-quick-question"]
+    assert report["without_state_gate"] == [f"{OWN}debrief-quick-question"]
+    chat = [t for t in report["trials"] if t["scenario_id"] == f"{OWN}debrief-quick-question"]
     assert chat and all(t["completion"] == "conversation" for t in chat)
     assert any(t["outcome"] == "passed" for t in chat)
 
@@ -86,7 +90,7 @@ def test_every_trial_gets_its_expected_outcome(pipeline: Pipeline, tmp_path: Pat
     # every judge of every trial got a verdict, through the stand-in over HTTP
     judges = Counter(v["trial_id"] for _, v, _ in read_topic(pipeline.settings,
                                                               Topic.JUDGE_VERDICTS))
-    judges_of = {s.id: len(s.judges) for s in load_scenarios(SCENARIOS).scenarios}
+    judges_of = {s.id: len(s.judges) for s in load_scenarios(scenarios).scenarios}
     assert sum(judges_of.values()) > 0
     for t in expected["trials"]:
         assert judges[t["trial_id"]] >= judges_of[t["scenario_id"]], t["trial_id"]
