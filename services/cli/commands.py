@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -106,6 +107,7 @@ def register(app: typer.Typer) -> None:
         processors: str = typer.Option(
             "", help="comma-separated processors to show (default: every worker)"
         ),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
         """Show each processor's consumer group (state, members, lag), its restarts,
         whether it is degraded (cannot reach the broker or the store) or down (its
@@ -128,6 +130,21 @@ def register(app: typer.Typer) -> None:
             if all(s.healthy for s in statuses) or time.monotonic() >= deadline:
                 break
             time.sleep(1.0)
+        if as_json:
+            typer.echo(json.dumps({
+                "processors": [{
+                    "processor": s.processor, "group": s.group, "state": s.state,
+                    "members": s.members, "lag": s.lag, "restarts": s.restarts,
+                    "health": s.health, "healthy": s.healthy, "degraded": list(s.degraded),
+                    "down": s.down, "stalled": s.stalled, "member_ids": list(s.member_names),
+                } for s in statuses],
+                "input_leaders": [{
+                    "topic": p.topic, "partition": p.partition, "leader": p.leader,
+                    "in_sync": list(p.in_sync)} for p in input_leaders(names)],
+            }))
+            if not all(s.healthy for s in statuses):
+                raise typer.Exit(1)
+            return
         table = Table("processor", "consumer group", "state", "members", "lag", "restarts",
                       "health", "member ids")
         for s in statuses:

@@ -6,8 +6,8 @@ gate worker started. Every trial gets exactly its outcome, once; every group dra
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -107,9 +107,10 @@ def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
             wait_for(lambda: all(p.leader in (1, 3) and LOST_BROKER not in p.in_sync
                                  for p in input_leaders(["gate"], settings)),
                      timeout=120, interval=1.0, what="leaders moved off the lost broker")
-            status = pipeline.passk("status", "--processors", "gate", "--wait", "120")
+            status = pipeline.passk("status", "--processors", "gate", "--wait", "120", "--json")
             assert status.returncode == 0, status.stdout + status.stderr
-            assert re.search(r"Stable\s*│\s*2\s*│", status.stdout), status.stdout
+            [row] = json.loads(status.stdout)["processors"]
+            assert (row["processor"], row["state"], row["members"]) == ("gate", "Stable", 2), row
             print(f"broker loss: {checks} rounds of start-up checks in the 12 s after it")
         finally:
             for k, v in saved.items():
@@ -205,7 +206,7 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
         # the broker loss would leave its group with a member less)
         _all_running(pipeline)
         # status: the members of each group, and live brokers leading every input partition
-        status = pipeline.passk("status", "--processors", ",".join(processors))
+        status = pipeline.passk("status", "--processors", ",".join(processors), "--json")
         print(f"passk status (exit {status.returncode}):\n{status.stdout}{status.stderr}")
         assert status.returncode == 0, status.stdout + status.stderr
         _assert_status(status.stdout, settings, processors)
@@ -242,12 +243,16 @@ def _assert_replicated(settings: Settings) -> None:
 
 
 def _assert_status(out: str, settings: Settings, processors: list[str]) -> None:
+    said = json.loads(out)
+    rows = {r["processor"]: r for r in said["processors"]}
+    assert set(rows) == set(processors), rows
     for p in processors:
-        row = next(line for line in out.splitlines() if f"{settings.topic_prefix}{p} " in line)
         want = 2 if p == "gate" else 1  # gate-2 and gate-3; the others lost their -1
-        assert re.search(rf"Stable\s*│\s*{want}\s*│\s*0\s*│", row), row
+        assert (rows[p]["group"], rows[p]["state"], rows[p]["members"], rows[p]["lag"]) == (
+            f"{settings.topic_prefix}{p}", "Stable", want, 0), rows[p]
     leaders = input_leaders(processors, settings)
     assert leaders and all(p.leader in (1, 3) for p in leaders), leaders
     assert all(LOST_BROKER not in p.in_sync for p in leaders)
-    for p in leaders:
-        assert re.search(rf"{re.escape(p.topic)}\s*│\s*{p.partition}\s*│\s*{p.leader}\s*│", out)
+    # and status showed the same leaders
+    assert {(p["topic"], p["partition"], p["leader"]) for p in said["input_leaders"]} == {
+        (p.topic, p.partition, p.leader) for p in leaders}

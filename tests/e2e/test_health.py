@@ -6,6 +6,7 @@ warning logged the SQL parameters, transcript text included). Real broker, real 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -36,22 +37,26 @@ SECRET = "hunter2-in-the-transcript"
 
 
 def status(settings: Settings, processor: str) -> subprocess.CompletedProcess[str]:
-    return passk(settings, "status", "--processors", processor, COLUMNS="250")
+    return passk(settings, "status", "--processors", processor, "--json")
 
 
-def row(done: subprocess.CompletedProcess[str], processor: str) -> str:
-    return next((line for line in done.stdout.splitlines()
-                 if line.strip("│ ").startswith(processor)), done.stderr.strip()[-300:])
+def health_of(done: subprocess.CompletedProcess[str], processor: str) -> str:
+    """The processor's health field, or (no JSON: broker down) what status said."""
+    try:
+        rows = json.loads(done.stdout)["processors"]
+    except ValueError:
+        return done.stderr.strip()[-300:]
+    return next((r["health"] for r in rows if r["processor"] == processor), "not listed")
 
 
-SAID: dict[str, str] = {}  # the last status row of each processor, for a failure's message
+SAID: dict[str, str] = {}  # the last health of each processor, for a failure's message
 
 
 def shows(settings: Settings, processor: str, health: tuple[str, ...], code: int) -> bool:
     done = status(settings, processor)
-    line = row(done, processor)
-    SAID[processor] = f"exit {done.returncode}: {line}"
-    return any(h in line for h in health) and done.returncode == code
+    said = health_of(done, processor)
+    SAID[processor] = f"exit {done.returncode}: {said}"
+    return said.startswith(health) and done.returncode == code
 
 
 def until_status(settings: Settings, processor: str, health: tuple[str, ...], code: int,

@@ -3,6 +3,7 @@ and `passk status` says how often."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -77,7 +78,9 @@ def test_a_killed_worker_is_restarted_and_status_counts_it(
         subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "stop", "sink"],
                        capture_output=True, timeout=120, check=True)
         shown = subprocess.run([sys.executable, "-m", "services.cli", "status", "--processors",
-                                "sink"], cwd=ROOT, env=env, capture_output=True, text=True,
-                               timeout=120)
+                                "sink", "--json"], cwd=ROOT, env=env, capture_output=True,
+                               text=True, timeout=120)
         assert shown.returncode == 1, shown.stdout + shown.stderr
-        assert "DOWN: supervisor says STOPPED" in shown.stdout, shown.stdout
+        [row] = json.loads(shown.stdout)["processors"]
+        assert (row["processor"], row["healthy"]) == ("sink", False), row
+        assert row["health"].startswith("DOWN: supervisor says STOPPED"), row
