@@ -46,8 +46,8 @@ down: ## stop every process that `make up` started, and the broker if `make up` 
 demo: install ## the main job, end to end: scenarios, traffic, verdicts, report, deploy gate; then hours of windows, the drop alert and its notification
 	@bash infra/stack/demo.sh
 
-test: kafka-up ## the whole suite: unit, integration (real Kafka), e2e
-	$(BIN)/pytest -q -ra --durations=8 tests
+test: kafka-up ## the whole suite: unit, then integration (real Kafka), then e2e
+	$(BIN)/pytest -q -ra --durations=15 tests/unit tests/integration tests/e2e
 
 test-unit: install ## pure logic only, in seconds
 	$(BIN)/pytest -q tests/unit
