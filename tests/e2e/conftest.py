@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -157,9 +158,19 @@ class Pipeline:
         except AssertionError as exc:
             raise AssertionError(f"{exc}; processors: {self.last_status}") from None
 
-    def stop_all(self) -> None:
+    def stop_all(self, timeout: float = 20.0) -> None:
+        """SIGTERM to every process at once, then wait for each (SIGKILL past `timeout`):
+        each shuts down as it would alone, in the time of the slowest, not of them all."""
         for proc in self.procs.values():
-            stop(proc)
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + timeout
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
         self.procs.clear()
 
 
