@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def register(app: typer.Typer) -> None:
             help="a target file (passk run --target) whose `state:` probe reads the "
                  "persisted session of each trial whose trace has no passk.session.state"),
         wait: float | None = BROKER_WAIT,
+        as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
     ) -> None:
         """Publish one ConversationFinished (and a SessionPersisted when the trace carries
         passk.session.state) per complete agent trace: root span
@@ -119,7 +121,18 @@ def register(app: typer.Typer) -> None:
         if not dry_run:
             table.add_row("events acknowledged", str(sent["acked"]))
             table.add_row("send failures", str(len(failures)))
-        out.print(table)
+        if as_json:
+            typer.echo(json.dumps({
+                "dry_run": dry_run, "spans": plan.spans, "taken": len(plan.taken),
+                "with_session": with_state,
+                "probed": plan.probed if probe is not None else None,
+                "not_probed": len(plan.not_probed) if probe is not None else None,
+                "skipped": dict(sorted(Counter(s.reason for s in plan.skipped).items())),
+                "bad_lines": len(plan.bad_lines),
+                "acknowledged": None if dry_run else sent["acked"],
+                "send_failures": None if dry_run else len(failures)}))
+        else:
+            out.print(table)
         for s in plan.skipped[:SHOWN]:
             err.print(f"skipped trace {s.trace_id}: {s.reason}: {s.detail}", markup=False,
                       soft_wrap=True, highlight=False)

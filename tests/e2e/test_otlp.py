@@ -189,9 +189,11 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
         jsonl.write_text(_collector_lines([s for s in file_spans if s.context.trace_id in first]))
         binpb.write_bytes(encode_spans(
             [s for s in file_spans if s.context.trace_id not in first]).SerializeToString())
-        dry = p.passk("import", "otel", str(jsonl), str(binpb), "--dry-run")
+        dry = p.passk("import", "otel", str(jsonl), str(binpb), "--dry-run", "--json")
         assert dry.returncode == 0, dry.stderr
-        assert "would take (trials)" in dry.stdout
+        planned = json.loads(dry.stdout)
+        assert (planned["dry_run"], planned["spans"], planned["taken"], planned["skipped"],
+                planned["acknowledged"]) == (True, len(file_spans), len(CASES), {}, None), planned
         imported = p.passk("import", "otel", str(jsonl), str(binpb))
         assert imported.returncode == 0, imported.stdout + imported.stderr
         by_file = _wait_graded(p, "otel-file", len(CASES))
