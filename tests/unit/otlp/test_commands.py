@@ -98,3 +98,16 @@ def test_a_target_without_a_probe_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["import", "otel", str(pb), "--dry-run",
                                       "--state-probe", str(target)])
     assert result.exit_code == 2
+
+
+def test_dry_run_json_counts_what_it_would_take_and_skip(tmp_path: Path) -> None:
+    lines = tmp_path / "traces.jsonl"
+    lines.write_text(json.dumps(otlp_json(request(*agent_trace(1)))) + "\n"
+                     + json.dumps(otlp_json(request(*agent_trace(2, {"passk.run_id": ""}))))
+                     + "\n" + json.dumps(otlp_json(request(*agent_trace(3)[:-1]))) + "\n")
+    result = CliRunner().invoke(app, ["import", "otel", str(lines), "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    said = json.loads(result.stdout)
+    assert (said["dry_run"], said["taken"], said["acknowledged"]) == (True, 1, None)
+    assert said["skipped"] == {"incomplete": 1, "no_passk_ids": 1}
+    assert said["spans"] == len(agent_trace(1)) + len(agent_trace(2)) + len(agent_trace(3)) - 1
