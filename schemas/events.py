@@ -432,14 +432,11 @@ class LabelledVerdict(DerivedEvent):
     label_event_id: str
 
 
-class ScenarioReliability(DerivedEvent):
-    """One scenario's figures in one run (scope `run`) or one event-time window (scope
-    `window`). The last record for a (scenario, run) or (scenario, window, window_start)
-    is the current figure."""
+class ReliabilityFigures(BaseModel):
+    """A scenario's counts of trials and its estimators over them (None while there are
+    fewer than k trials): what a reliability record, the run report and a window's view
+    each show."""
 
-    type: Literal["scenario_reliability"] = "scenario_reliability"
-    scenario_id: str
-    scenario_version: str | None = None
     k: int
     n: int
     passed: int
@@ -447,6 +444,16 @@ class ScenarioReliability(DerivedEvent):
     errors: int
     pass_at_k: float | None
     pass_hat_k: float | None
+
+
+class ScenarioReliability(DerivedEvent, ReliabilityFigures):
+    """One scenario's figures in one run (scope `run`) or one event-time window (scope
+    `window`). The last record for a (scenario, run) or (scenario, window, window_start)
+    is the current figure."""
+
+    type: Literal["scenario_reliability"] = "scenario_reliability"
+    scenario_id: str
+    scenario_version: str | None = None
     pass_hat_k_lower: float = Field(
         description="5% quantile of p**k under the Beta(c+1, n-c+1) posterior on p"
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.events import ExternalCheckResult, FailedCheck
+from schemas.events import ExternalCheckResult, FailedCheck, ReliabilityFigures
 from services.grading.estimators import pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
 from services.report.judge_cost import JudgeCostSummary, Prices, summarize_costs, trial_costs
@@ -23,15 +23,8 @@ from services.storage.records import JudgeRecord, TrialRecord, summarize
 EXIT_PASS, EXIT_FAIL, EXIT_NOTHING_TO_GATE = 0, 1, 3
 
 
-class ScenarioReport(BaseModel):
+class ScenarioReport(ReliabilityFigures):
     scenario_id: str
-    k: int
-    n: int
-    passed: int
-    failed: int
-    errors: int
-    pass_at_k: float | None
-    pass_hat_k: float | None
     scenario_passed: bool
     # The 90% credible interval of pass^k (Beta posterior on the per-trial pass rate).
     pass_hat_k_lower: float = 0.0

@@ -22,8 +22,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
-from pydantic import BaseModel
 
+from schemas.events import ReliabilityFigures
 from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 from services.report.cells import cell, figure
 from services.report.html import STYLE
@@ -32,18 +32,11 @@ from services.storage.records import WindowRecord
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
-class WindowView(BaseModel):
+class WindowView(ReliabilityFigures):
     scenario_id: str
     window: str
     window_start: datetime
     window_end: datetime
-    k: int
-    n: int
-    passed: int
-    failed: int
-    errors: int
-    pass_at_k: float | None
-    pass_hat_k: float | None
     pass_hat_k_lower: float
     pass_hat_k_upper: float
     judged_pass_hat_k: float | None
