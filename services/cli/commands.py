@@ -140,7 +140,7 @@ def register(app: typer.Typer) -> None:
                 } for s in statuses],
                 "input_leaders": [{
                     "topic": p.topic, "partition": p.partition, "leader": p.leader,
-                    "in_sync": list(p.in_sync)} for p in input_leaders(names)],
+                    "in_sync": list(p.in_sync)} for p in input_leaders(names, settings)],
             }))
             if not all(s.healthy for s in statuses):
                 raise typer.Exit(1)
