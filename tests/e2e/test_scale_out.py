@@ -7,7 +7,7 @@ The three-broker test (`test_cluster.py`, opt-in, 20+ minutes) found survivors s
 the partitions they took over: Faust recorded a rebalance's seek after the drain loop had
 already read from it (services/runtime/faust_compat/seek_guard.py). That race needs a slow
 offset read during the rebalance, which a lost broker gave there and an idle one seldom
-gives here, so `tests/unit/runtime/test_faust_fixes_real.py` shows it deterministically;
+gives here, so `tests/unit/runtime/faust_compat/test_seek_guard_real.py` shows it deterministically;
 this is the same take-over through real processes, cheap enough for `make test` (about
 2 minutes)."""
 
