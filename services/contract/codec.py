@@ -11,12 +11,15 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
 from schemas.events import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from services.contract.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -170,3 +173,10 @@ def decode(
         return model.model_validate(data)
     except ValidationError as exc:
         return _describe(exc)
+
+
+def decode_or_reject(raw: bytes | None, model: type[M], settings: Settings) -> M | Rejection:
+    """`decode` within the bounds the settings set for every input (PASSK_MAX_EVENT_BYTES,
+    PASSK_MAX_JSON_DEPTH): the model, or the Rejection that makes the record a dead letter."""
+    return decode(raw, model, max_bytes=settings.max_event_bytes,
+                  max_depth=settings.max_json_depth)

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from schemas.events import ConversationFinished, SessionPersisted
+from services.contract.codec import Rejection
 
 Note = Literal[
     "waiting",  # stored; the other half has not arrived
@@ -208,3 +209,23 @@ def awaiting(state: JoinState) -> Literal["conversation", "session"] | None:
     if state.conversation is None:
         return "conversation" if state.session is not None else None
     return "session" if state.session is None else None
+
+
+# ------------------------------------------------------------- why a record is refused
+def conversation_conflict(conv: ConversationFinished, state: JoinState | None) -> Rejection:
+    return Rejection("session_conflict", (
+        f"trial {conv.trial_id!r} (run {conv.run_id!r}) claims session {conv.session_id!r}, "
+        f"already joined to trial {joined_trial(state)!r}; the first is graded, this one is "
+        "not"))
+
+
+def session_conflict(sess: SessionPersisted, owner: str | None) -> Rejection:
+    return Rejection("session_conflict", (
+        f"the persisted session {sess.session_id!r} names trial {sess.trial_id!r} "
+        f"(run {sess.run_id!r}), but the session is joined to trial {owner!r}; it is not "
+        "used for that trial"))
+
+
+def session_too_large(size: int, limit: int) -> Rejection:
+    return Rejection("session_too_large", (
+        f"{size} bytes exceeds the session limit of {limit} (PASSK_MAX_SESSION_BYTES)"))

@@ -11,6 +11,7 @@ from schemas.events import (
     ConversationFinished,
     ExitSource,
     GateResult,
+    JudgeRequest,
     RegradeRequest,
     SessionPersisted,
     TrialIdentity,
@@ -194,3 +195,15 @@ def regrade_gates(
     return [r.model_copy(update={"attempt": request.attempt,
                                  "event_id": with_attempt(r.event_id, request.attempt)})
             for r in results]
+
+
+def judge_request(conv: ConversationFinished, results: list[GateResult]) -> JudgeRequest:
+    """What the judge grades a skip_when_gates_fail trial from, once its gates are decided:
+    whether they passed, which failed, and the conversation itself."""
+    version = results[0].scenario_version
+    return JudgeRequest(
+        event_id=f"judge-request:{conv.trial_id}:{version}", trial_id=conv.trial_id,
+        scenario_id=conv.scenario_id, scenario_version=version,
+        gates_passed=all(r.passed for r in results),
+        failed_gates=[r.gate for r in results if not r.passed], conversation=conv,
+    )

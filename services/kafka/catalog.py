@@ -27,6 +27,7 @@ from aiokafka.errors import KafkaError
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas.scenario import Scenario
+from services.contract.codec import Rejection
 from services.contract.scenario_records import CatalogState
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
@@ -34,6 +35,17 @@ from services.kafka.follower import TopicFollower
 from services.kafka.kafka_client import kafka_client_kwargs
 
 log = logging.getLogger(__name__)
+
+
+# How long a processor waits for a scenario (version) its input names: one published moments
+# before its traffic may not have been read yet.
+SCENARIO_GRACE_S = 3.0
+
+
+def unknown_scenario(scenario_id: str, version: str | None = None) -> Rejection:
+    """Why an input naming a scenario (version) never published is a dead letter."""
+    named = f"scenario {scenario_id!r}" + (f" version {version!r}" if version is not None else "")
+    return Rejection("unknown_scenario", f"{named} is not published on the scenarios topic")
 
 
 class CatalogUnavailable(RuntimeError):
@@ -86,6 +98,13 @@ class ScenarioCatalog(TopicFollower):
 
     def latest(self) -> dict[str, Scenario]:
         return self._state.latest()
+
+    async def published(
+        self, scenario_id: str, version: str | None = None, *, timeout: float = SCENARIO_GRACE_S
+    ) -> Scenario | None:
+        """The scenario an input names: at once if read, else waited for (`wait_for`)."""
+        return self.get(scenario_id, version) or await self.wait_for(
+            scenario_id, version, timeout=timeout)
 
     async def wait_for(
         self, scenario_id: str, version: str | None = None, *, timeout: float

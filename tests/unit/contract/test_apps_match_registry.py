@@ -10,7 +10,6 @@ not against another dict.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -56,12 +55,8 @@ def prefix() -> str:
 def built(prefix: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data = tmp_path_factory.mktemp("apps")
     modules = [PROCESSORS[name].module for name in WORKERS]
-    # TODO(i18-join): drop once gate and verdict build from the settings given: until then
-    # their apps are still built on import, from the environment.
-    env = {**os.environ, "PASSK_TOPIC_PREFIX": prefix, "PASSK_DATA_DIR": str(data),
-           "PASSK_DATABASE_URL": f"sqlite:///{data / 'passk.db'}", "PASSK_METRICS_PORT": "0"}
     done = subprocess.run([sys.executable, "-c", DESCRIBE, prefix, str(data), *modules],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -108,8 +103,6 @@ def test_every_changelog_faust_uses_is_a_topic_passk_creates(
     assert used and used <= created
 
 
-# TODO(i18-join): every processor, once gate and verdict build from the settings given.
-BUILT_ON_CALL = ["aggregate", "calibration", "judge", "sink", "otlp"]
 
 IMPORT_ONLY = """
 import importlib, json, sys, types
@@ -129,7 +122,7 @@ print(json.dumps({
 def test_importing_a_processor_builds_nothing() -> None:
     """An app exists only once `build(settings)` is called: importing its module makes no
     app (nor installs the Faust patches make_app installs)."""
-    modules = [PROCESSORS[name].module for name in BUILT_ON_CALL]
+    modules = [PROCESSORS[name].module for name in WORKERS]
     done = subprocess.run([sys.executable, "-c", IMPORT_ONLY, *modules], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]

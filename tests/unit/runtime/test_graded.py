@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import topic_configs
@@ -24,16 +26,20 @@ def test_graded_changelogs_are_compacted_and_expire_with_the_retention() -> None
         assert cfg["retention.ms"] == str(3600 * 1000)
 
 
-def test_the_tables_use_rocksdb_with_the_retention_as_ttl() -> None:
+def test_the_tables_use_rocksdb_with_the_retention_as_ttl(tmp_path: Path) -> None:
     import services.gate.app as gate
     import services.verdict.app as verdict
 
+    settings = Settings(PASSK_DATA_DIR=str(tmp_path), PASSK_DEDUP_RETENTION_S=3 * 86400,
+                        PASSK_METRICS_PORT=0)  # type: ignore[call-arg]
     for module in (gate, verdict):
-        table = module.graded
+        app = module.build(settings)
+        _, graded = PROCESSORS[module.PROCESSOR].tables
+        table = app.tables[graded.name]
         # the store actually built, not only the one asked for (faust falls back quietly)
         assert type(table.data).__module__ == "faust.stores.rocksdb"
-        assert table.data.partition_path(0).is_relative_to(module.settings.data_dir)
-        assert table.options["ttl"] == int(module.settings.dedup_retention_s)
+        assert table.data.partition_path(0).is_relative_to(tmp_path)
+        assert table.options["ttl"] == 3 * 86400
         # bounded buffers: RAM does not grow with the retention
         assert table.options["write_buffer_size"] == ROCKSDB_OPTIONS["write_buffer_size"]
         assert table.options["block_cache_size"] <= 16 * 1024 * 1024
