@@ -249,3 +249,18 @@ def test_a_string_that_looks_like_a_huge_number_is_only_text() -> None:
     raw = as_bytes(sample(CF, run_id="1e400" + "9" * 300))
     decoded = decode(raw, CF)
     assert isinstance(decoded, ConversationFinished) and decoded.run_id.startswith("1e400")
+
+
+def test_decode_or_reject_holds_to_the_settings_bounds() -> None:
+    from services.contract.codec import decode_or_reject
+    from services.contract.settings import Settings
+
+    raw = json.dumps(sample(ConversationFinished)).encode()
+    assert isinstance(decode_or_reject(raw, ConversationFinished, Settings()),
+                      ConversationFinished)
+    small = Settings(PASSK_MAX_EVENT_BYTES=len(raw) - 1)  # type: ignore[call-arg]
+    refused = decode_or_reject(raw, ConversationFinished, small)
+    assert isinstance(refused, Rejection) and refused.reason == "oversized"
+    shallow = Settings(PASSK_MAX_JSON_DEPTH=2)  # type: ignore[call-arg]
+    refused = decode_or_reject(raw, ConversationFinished, shallow)
+    assert isinstance(refused, Rejection) and refused.reason == "too_deep"
