@@ -194,8 +194,11 @@ def assert_each_trial_once_as_expected(store: Store, settings: Settings, run_id:
 
 
 @contextmanager
-def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str],
+def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str], *,
+                     worker_env: dict[str, dict[str, str]] | None = None,
                      **extra_env: str) -> Iterator[Pipeline]:
+    """The stand-in and a worker of each of `processors` (`worker_env[p]` added to p's
+    environment), every group settled, for the duration of a block."""
     port = free_port()
     env = isolated_env(
         settings,
@@ -206,7 +209,8 @@ def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str],
     )
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
-    p = Pipeline(settings, env, logs, metrics_base=free_port_block(len(PROCESSORS)))
+    p = Pipeline(settings, env, logs, metrics_base=free_port_block(len(PROCESSORS)),
+                 worker_env={name: dict(extra) for name, extra in (worker_env or {}).items()})
     p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
     for name in processors:
         p.start_worker(name)

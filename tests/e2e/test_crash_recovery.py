@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from services.contract.settings import Settings
 from services.storage.store import Store
-from tests.e2e.conftest import Pipeline, assert_each_trial_once_as_expected
+from tests.e2e.conftest import (
+    PROCESSORS,
+    Pipeline,
+    assert_each_trial_once_as_expected,
+    running_pipeline,
+)
 from tests.support import ROOT, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -25,16 +31,20 @@ TRIALS_PER_SCENARIO = 400  # 5 scenarios: 2,000 trials, about 3,500 input events
 # Its own waits add up to more than the suite's default 600 s on a loaded machine.
 @pytest.mark.timeout(1800)
 def test_killed_workers_lose_nothing_and_count_nothing_twice(
-    pipeline: Pipeline, tmp_path: Path
+    settings: Settings, tmp_path: Path
 ) -> None:
     # The verdict cannot tell a killed gate from a slow one: it waits PASSK_JUDGE_WAIT_S for
     # gate results (300 s by default). The suite's 60 s is shorter than a killed worker's
     # rebalance and restore can take on two busy cores (119 trials errored once in CI), so
-    # the verdict here waits as long as the default does, and the kills test what they
-    # should: nothing lost, nothing counted twice.
-    pipeline.kill("verdict")
-    pipeline.worker_env["verdict"] = {"PASSK_JUDGE_WAIT_S": "300"}
-    pipeline.start_worker("verdict")
+    # the verdict here waits as long as the default does (from its start, and again after
+    # its restart: worker_env stays), and the kills test what they should: nothing lost,
+    # nothing counted twice.
+    with running_pipeline(settings, tmp_path, PROCESSORS,
+                          worker_env={"verdict": {"PASSK_JUDGE_WAIT_S": "300"}}) as pipeline:
+        _kill_mid_replay_and_check(pipeline, tmp_path)
+
+
+def _kill_mid_replay_and_check(pipeline: Pipeline, tmp_path: Path) -> None:
     run_id = "crash-run"
     traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
     assert pipeline.passk("scenarios", "publish", str(SCENARIOS)).returncode == 0

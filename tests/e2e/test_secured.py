@@ -12,6 +12,7 @@ import stat
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -144,8 +145,12 @@ def test_a_wrong_password_is_refused_with_a_clear_error(
     wrong = f"wrong-{uuid.uuid4().hex}"
     env = isolated_env(settings, KAFKA_SASL_PASSWORD=wrong)
     pipeline = Pipeline(settings, env, tmp_path)
-    for args in (["status"], ["worker", "gate"]):
-        result = pipeline.passk(*args, timeout=300)
+    # Both at once: each waits out kafka-python's own bootstrap timeout (about 30 s) before
+    # it gives up, and neither depends on the other.
+    commands = (["status"], ["worker", "gate"])
+    with ThreadPoolExecutor(len(commands)) as pool:
+        results = list(pool.map(lambda args: pipeline.passk(*args, timeout=300), commands))
+    for args, result in zip(commands, results, strict=True):
         assert result.returncode == EXIT_KAFKA_REFUSED, (args, result.stdout, result.stderr)
         assert "authentication failed for user 'passk-cli'" in result.stderr
         assert "Traceback" not in result.stderr
