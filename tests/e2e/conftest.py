@@ -196,9 +196,12 @@ def assert_each_trial_once_as_expected(store: Store, settings: Settings, run_id:
 @contextmanager
 def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str], *,
                      worker_env: dict[str, dict[str, str]] | None = None,
+                     second_instances: tuple[str, ...] = (), settle_timeout: float = 120,
                      **extra_env: str) -> Iterator[Pipeline]:
     """The stand-in and a worker of each of `processors` (`worker_env[p]` added to p's
-    environment), every group settled, for the duration of a block."""
+    environment), and a second one (`<p>-2`) of each of `second_instances`, every group
+    settled, for the duration of a block. All start at once: a group settles once, not
+    once per instance."""
     port = free_port()
     env = isolated_env(
         settings,
@@ -214,9 +217,11 @@ def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str], 
     p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
     for name in processors:
         p.start_worker(name)
+    for name in second_instances:
+        p.start_worker(name, f"{name}-2")
     try:
         wait_for(lambda: all(proc.poll() is None for proc in p.procs.values()) and
-                 settled(settings, processors), timeout=120, interval=1.0,
+                 settled(settings, processors), timeout=settle_timeout, interval=1.0,
                  what="stand-in and every worker up")
         yield p
     finally:

@@ -40,9 +40,9 @@ def test_survivor_drains_the_partitions_of_a_killed_worker(
 ) -> None:
     # Judges wait long enough that a trial whose partition is between owners is waited
     # for, not graded `error`: this test is about losing nothing, not about deadlines.
-    with running_pipeline(settings, tmp_path, PROCESSORS, PASSK_JUDGE_WAIT_S="300") as pipeline:
-        for name in DOUBLED:
-            pipeline.start_worker(name, f"{name}-2")
+    # Both workers of each processor start together; the first is the one killed below.
+    with running_pipeline(settings, tmp_path, PROCESSORS, second_instances=tuple(DOUBLED),
+                          settle_timeout=420, PASSK_JUDGE_WAIT_S="300") as pipeline:
         wait_for(lambda: all(s.members == 2 and s.settled
                              for s in processor_status(list(DOUBLED), settings)),
                  timeout=300, interval=1.0, what="two settled members in every group")
