@@ -17,7 +17,7 @@ from services.aggregate import domain
 from services.aggregate.batch import Batch
 from services.aggregate.metrics import AggregateMetrics, ReliabilityGauges
 from services.aggregate.windows import parse_windows
-from services.contract.codec import Rejection, decode, encode
+from services.contract.codec import Rejection, decode_or_reject, encode
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
@@ -101,8 +101,7 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
             await reject.guard(event, rekey_one)
 
     async def rekey_one(event: faust.types.EventT) -> None:
-        verdict = decode(event.value, TrialVerdict, max_bytes=settings.max_event_bytes,
-                         max_depth=settings.max_json_depth)
+        verdict = decode_or_reject(event.value, TrialVerdict, settings)
         if isinstance(verdict, Rejection):
             return await reject(event, verdict)
         await send_unawaited(by_scenario_name, verdict.scenario_id.encode(), event.value)
@@ -123,8 +122,7 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
         notes: Counter[str] = Counter()
 
         async def count_one(event: faust.types.EventT) -> None:
-            verdict = decode(event.value, TrialVerdict, max_bytes=settings.max_event_bytes,
-                             max_depth=settings.max_json_depth)
+            verdict = decode_or_reject(event.value, TrialVerdict, settings)
             if isinstance(verdict, Rejection):  # checked upstream; a foreign writer, perhaps
                 return await reject(event, verdict)
             if batch.starts_group(verdict):

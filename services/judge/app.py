@@ -22,7 +22,7 @@ import faust
 from sqlalchemy.exc import SQLAlchemyError
 
 from schemas.events import ConversationFinished, JudgeRequest
-from services.contract.codec import Rejection, decode, encode
+from services.contract.codec import Rejection, decode, decode_or_reject, encode
 from services.contract.eventtime import in_future, reference_time
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
@@ -30,7 +30,7 @@ from services.contract.topics import Topic
 from services.judge import domain
 from services.judge.grading import Grader, build_grader
 from services.judge.metrics import default_metrics
-from services.kafka.catalog import ScenarioCatalog
+from services.kafka.catalog import ScenarioCatalog, unknown_scenario
 from services.runtime.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
 from services.runtime.metrics import common_metrics
 from services.runtime.outage import STORE, Dependency
@@ -39,7 +39,6 @@ from services.runtime.regrades import read_regrade
 
 PROCESSOR = "judge"
 SPEC = PROCESSORS[PROCESSOR]  # its topics
-SCENARIO_GRACE_S = 3.0
 log = logging.getLogger(__name__)
 
 
@@ -110,7 +109,7 @@ def build(settings: Settings) -> faust.App:
     async def regrade(event: faust.types.EventT) -> None:
         """Grade a trial again, against the scenario version it was graded against, under
         the request's attempt (new event ids: the verdict does not drop them as repeats)."""
-        found = await read_regrade(event, catalog, reject, settings, grace_s=SCENARIO_GRACE_S)
+        found = await read_regrade(event, catalog, reject, settings)
         if found is None:
             return
         request, scenario = found
@@ -120,8 +119,7 @@ def build(settings: Settings) -> faust.App:
         common.events.labels(PROCESSOR, "regraded").inc()
 
     async def handle(event: faust.types.EventT) -> None:
-        trial = decode(event.value, ConversationFinished, max_bytes=settings.max_event_bytes,
-                       max_depth=settings.max_json_depth)
+        trial = decode_or_reject(event.value, ConversationFinished, settings)
         if isinstance(trial, Rejection):
             return await reject(event, trial)
         # The gate refuses the same record (same reference time): no trial, nothing to judge.
@@ -129,17 +127,9 @@ def build(settings: Settings) -> faust.App:
         if future := in_future(trial.occurred_at, reference, settings.max_clock_skew_s):
             return await reject(event, future)
         # A scenario published moments before its traffic may not have been read yet.
-        scenario = catalog.get(trial.scenario_id) or await catalog.wait_for(
-            trial.scenario_id, timeout=SCENARIO_GRACE_S
-        )
+        scenario = await catalog.published(trial.scenario_id)
         if scenario is None:
-            return await reject(
-                event,
-                Rejection(
-                    "unknown_scenario",
-                    f"scenario {trial.scenario_id!r} is not published on the scenarios topic",
-                ),
-            )
+            return await reject(event, unknown_scenario(trial.scenario_id))
         if scenario.skips_judges_when_gates_fail(settings.judge_skip_when_gates_fail):
             # Graded when the gate's JudgeRequest says how the gates went (handle_request).
             common.events.labels(PROCESSOR, "awaiting_gates").inc()
@@ -159,13 +149,9 @@ def build(settings: Settings) -> faust.App:
         if isinstance(request, Rejection):
             return await reject(event, request)
         trial = request.conversation
-        scenario = catalog.get(trial.scenario_id) or await catalog.wait_for(
-            trial.scenario_id, timeout=SCENARIO_GRACE_S
-        )
+        scenario = await catalog.published(trial.scenario_id)
         if scenario is None:
-            return await reject(event, Rejection(
-                "unknown_scenario",
-                f"scenario {trial.scenario_id!r} is not published on the scenarios topic"))
+            return await reject(event, unknown_scenario(trial.scenario_id))
         failed = [] if request.gates_passed else (request.failed_gates or ["?"])
         verdicts = await (await grader()).grade_after_gates(trial, scenario, failed)
         for v in verdicts:

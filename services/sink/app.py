@@ -26,7 +26,7 @@ from schemas.events import (
     ScenarioReliability,
     TrialVerdict,
 )
-from services.contract.codec import Rejection, decode
+from services.contract.codec import Rejection, decode_or_reject
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
@@ -81,8 +81,7 @@ def build(settings: Settings) -> faust.App:
         return None
 
     def usable(event: faust.types.EventT) -> domain.SinkEvent | Rejection:
-        decoded = decode(event.value, models[event.message.topic],
-                         max_bytes=settings.max_event_bytes, max_depth=settings.max_json_depth)
+        decoded = decode_or_reject(event.value, models[event.message.topic], settings)
         if isinstance(decoded, Rejection):
             return decoded
         problem = domain.problem_with(decoded)  # type: ignore[arg-type]
