@@ -58,9 +58,10 @@ test-integration: kafka-up ## the processors against the real broker
 test-e2e: kafka-up ## the whole pipeline as an operator runs it
 	$(BIN)/pytest -q -ra tests/e2e
 
-lint: install ## ruff, and the import contracts in pyproject.toml (the layers import only downward)
+lint: install ## ruff, the import contracts in pyproject.toml (the layers import only downward), mypy
 	$(BIN)/ruff check schemas services tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy schemas services
 
 typecheck: install ## mypy
 	$(BIN)/mypy schemas services
