@@ -17,7 +17,11 @@ deadline = time.monotonic() + deadline_s
 while True:
     try:
         kwargs = kafka_client_kwargs(Settings(KAFKA_BOOTSTRAP_SERVERS=bootstrap))  # type: ignore[call-arg]
-        admin = KafkaAdminClient(**kwargs, request_timeout_ms=3000)
+        # kafka-python waits 30 s for a first broker by default: `ready 1` (is one already
+        # up?) took 30 s on every fresh start. Keep each try within the deadline.
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        admin = KafkaAdminClient(**kwargs, request_timeout_ms=3000,
+                                 bootstrap_timeout_ms=max(500, min(left_ms, 10_000)))
         try:
             admin.list_topics()
             brokers = len(admin.describe_cluster().get("brokers") or [])
