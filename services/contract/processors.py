@@ -83,7 +83,7 @@ class ProcessorSpec:
 
     @property
     def module(self) -> str:
-        """The module whose `app` `passk worker NAME` runs."""
+        """The module whose `build(settings)` `passk worker NAME` runs."""
         return f"services.{self.name}.app"
 
     @property

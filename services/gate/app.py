@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 
 import faust
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection, encode
@@ -30,7 +31,9 @@ PROCESSOR = "gate"
 SPEC = PROCESSORS[PROCESSOR]  # its topics and tables
 
 
-def build(settings: Settings) -> faust.App:
+def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.App:
+    """(`registry`: where its own counters are registered; a second build in one
+    process needs another.)"""
     app = make_app(PROCESSOR, settings)
     timing = domain.Timing(session_wait_s=settings.session_wait_s,
                            orphan_ttl_s=max(10 * settings.session_wait_s, 3600.0),
@@ -46,7 +49,7 @@ def build(settings: Settings) -> faust.App:
     judge_requests = raw_topic(app, Topic.JUDGE_REQUESTS, settings)
     session_topic = topic_name(Topic.SESSION_PERSISTED, settings)
     deliver = Delivery(PROCESSOR)  # re-grades: each awaited (rare, and apart from the batches)
-    metrics, common = GateMetrics(), common_metrics()
+    metrics, common = GateMetrics(registry), common_metrics()
 
     def future(event: faust.types.EventT, occurred_at: datetime, now: float) -> Rejection | None:
         # No trial then: the judge refuses the same record (same reference time).

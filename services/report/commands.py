@@ -146,12 +146,14 @@ def register(app: typer.Typer) -> None:
         if html is not None:
             from datetime import UTC, datetime
 
+            from services.contract.settings import get_settings
             from services.report.html import render_html
             from services.report.over_time import run_section
             from services.report.windows import load_windows
 
             over_time = run_section(load_windows(
-                database_url, RUN_WINDOWS, None, [s.scenario_id for s in result.scenarios]))
+                database_url or get_settings().database_url, RUN_WINDOWS, None,
+                [s.scenario_id for s in result.scenarios]))
             opened, not_opened = _opened_trials(run_id, database_url)
             try:
                 html.write_text(render_html(result, generated_at=datetime.now(UTC),

@@ -18,14 +18,13 @@ if TYPE_CHECKING:  # plotly loads with over_time: only when the command runs
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 
-def load_windows(database_url: str | None, last: int, size: str | None,
+def load_windows(database_url: str, last: int, size: str | None,
                  scenarios: list[str] | None = None) -> list[WindowView]:
-    from services.contract.settings import get_settings
     from services.report.over_time import views
     from services.storage.store import Store
 
     # A store that cannot be reached escapes as OperationalError: exit 4 (services.cli).
-    store = Store(database_url or get_settings().database_url)
+    store = Store(database_url)
     try:
         return views(store.windows(last, size=size, scenarios=scenarios))
     finally:
@@ -70,9 +69,10 @@ def register(app: typer.Typer) -> None:
         """The latest windows per scenario: pass^k with its credible interval, pass@k, n,
         errors apart, and whether the reliability-drop alert's condition held. Exit 3 when
         the projection holds no window yet."""
+        from services.contract.settings import get_settings
         from services.report.over_time import windows_json
 
-        items = load_windows(database_url, last, window)
+        items = load_windows(database_url or get_settings().database_url, last, window)
         if not items:
             raise NothingToJudge("no windows in the projection yet (is the sink running, and "
                                  "has the aggregate published any?)")

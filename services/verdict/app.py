@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime
 
 import faust
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from schemas.events import GateResult, JudgeVerdict
 from schemas.scenario import Scenario
@@ -28,7 +29,9 @@ SPEC = PROCESSORS[PROCESSOR]  # its topics and tables
 log = logging.getLogger(__name__)
 
 
-def build(settings: Settings) -> faust.App:
+def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.App:
+    """(`registry`: where its own counters are registered; a second build in one
+    process needs another.)"""
     app = make_app(PROCESSOR, settings)
     timing = domain.Timing(judge_wait_s=settings.judge_wait_s,
                            gate_wait_s=settings.session_wait_s,
@@ -43,7 +46,7 @@ def build(settings: Settings) -> faust.App:
     calibrations = CalibrationFollower(settings)
     policy = GatingPolicy(bar=Bar(settings.calibration_bar, settings.min_labelled),
                           uncalibrated=settings.uncalibrated_judges)
-    metrics, common = VerdictMetrics(), common_metrics()
+    metrics, common = VerdictMetrics(registry), common_metrics()
 
     def scenario_for(state: domain.TrialState) -> Scenario | None:
         version = state.scenario_version
