@@ -23,7 +23,7 @@ from schemas.events import JudgeCalibration, JudgeVerdict, Label, LabelledVerdic
 from services.calibration import domain
 from services.calibration.metrics import CalibrationMetrics
 from services.calibration.store import CalibrationStore, LabelledItemRow, now
-from services.contract.codec import Rejection, decode, encode
+from services.contract.codec import Rejection, decode_or_reject, encode
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
@@ -77,12 +77,12 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
     # ----------------------------------------------------------------------- agents
     async def join(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            await handle_join(event)
+            await reject.guard(event, handle_join)
 
     async def handle_join(event: faust.types.EventT) -> None:
         is_label = event.message.topic == labels_topic
         model: type[Label] | type[JudgeVerdict] = Label if is_label else JudgeVerdict
-        decoded = decode(event.value, model, max_bytes=settings.max_event_bytes)
+        decoded = decode_or_reject(event.value, model, settings)
         if isinstance(decoded, Rejection):
             return await reject(event, decoded)
         key = decoded.trial_id
@@ -100,13 +100,13 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
 
     async def fold(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            await handle_fold(event)
+            await reject.guard(event, handle_fold)
 
     async def handle_fold(event: faust.types.EventT) -> None:
         is_calibration = event.message.topic == calibrations_topic
         model: type[JudgeCalibration] | type[LabelledVerdict] = (
             JudgeCalibration if is_calibration else LabelledVerdict)
-        decoded = decode(event.value, model, max_bytes=settings.max_event_bytes)
+        decoded = decode_or_reject(event.value, model, settings)
         if isinstance(decoded, Rejection):
             return await reject(event, decoded)
         key = decoded.judge_id

@@ -26,7 +26,7 @@ from tests.support import (
     wait_for,
     workers,
 )
-from tests.unit.factories import conversation, scenario, session
+from tests.unit.factories import conversation, judge_verdict, scenario, session
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +94,17 @@ def test_every_processor_dead_letters_what_it_cannot_use_and_goes_on(
     assert base64.b64decode(sp["value_b64"]) == sp900
     text = log.read_text(errors="replace")
     assert "RecursionError" not in text and "Crashed" not in text
+
+
+def test_the_calibration_worker_holds_to_the_configured_depth_bound(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """PASSK_MAX_JSON_DEPTH bounds the calibration's inputs like every other processor's
+    (it used to decode with the codec's default of 64 whatever the setting said)."""
+    env = isolated_env(settings, PASSK_MAX_JSON_DEPTH="8")
+    with workers(settings, ["calibration"], env, tmp_path / "workers.log"):
+        produce(settings, Topic.JUDGE_VERDICTS, [
+            ("jv-12", deep(judge_verdict("tone", trial="jv-12"), 12)),
+        ])
+        dead = read_topic(settings, Topic.DEAD_LETTERS, min_count=1, timeout=90)
+    assert reasons_by_key(dead)["jv-12"] == {"calibration": "too_deep"}
