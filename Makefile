@@ -46,8 +46,14 @@ down: ## stop every process that `make up` started, and the broker if `make up` 
 demo: install ## the main job, end to end: scenarios, traffic, verdicts, report, deploy gate; then hours of windows, the drop alert and its notification
 	@bash infra/stack/demo.sh
 
-test: kafka-up ## the whole suite: unit, then integration (real Kafka), then e2e
-	$(BIN)/pytest -q -ra --durations=15 tests/unit tests/integration tests/e2e
+# Most of the suite waits on the broker and on workers it started, not on the CPU: run on
+# TEST_WORKERS pytest-xdist processes (each its own slice of the test ports). loadgroup keeps
+# a group on one worker (the shared pipeline's tests, a module's own broker); e2e goes
+# first so that the longest tests start first and the short ones fill in after.
+TEST_WORKERS ?= 4
+test: kafka-up ## the whole suite on TEST_WORKERS workers (4): e2e, integration (real Kafka), unit
+	$(BIN)/pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup \
+	  tests/e2e tests/integration tests/unit
 
 test-unit: install ## pure logic only, in seconds
 	$(BIN)/pytest -q tests/unit

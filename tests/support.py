@@ -36,14 +36,27 @@ TEST_PORTS_ENV = "PASSK_TEST_PORTS"
 
 
 def test_port_range() -> tuple[int, int]:
-    """[low, high) from PASSK_TEST_PORTS ("LOW-HIGH", both included), else 20000-32000."""
+    """[low, high) from PASSK_TEST_PORTS ("LOW-HIGH", both included), else 20000-32000;
+    under pytest-xdist, this worker's own slice of it (see xdist_slice)."""
     spec = os.environ.get(TEST_PORTS_ENV, "").strip()
     if not spec:
-        return 20_000, 32_000
+        return xdist_slice(20_000, 32_000)
     low, _, high = spec.partition("-")
     if not (low.isdigit() and high.isdigit() and int(low) < int(high)):
         raise ValueError(f"{TEST_PORTS_ENV}={spec!r}: expected LOW-HIGH, e.g. 17000-18999")
-    return int(low), int(high) + 1
+    return xdist_slice(int(low), int(high) + 1)
+
+
+def xdist_slice(low: int, high: int) -> tuple[int, int]:
+    """Worker gwN of M gets the N-th of M equal parts of [low, high): two workers never draw
+    the same port between one's check and its bind. Outside xdist, the whole range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return low, high
+    size = (high - low) // count
+    index = int(worker[2:])
+    return low + index * size, low + (index + 1) * size
 
 
 def port_is_free(port: int) -> bool:

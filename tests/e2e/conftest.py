@@ -294,12 +294,16 @@ def _shares(item: pytest.Item) -> bool:
     return SHARED in getattr(item, "fixturenames", ())
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The sharing tests run together, where the first of them was; the rest keep their
-    order."""
+    """The sharing tests run together, where the first of them was, and under pytest-xdist
+    in one group (one worker, one pipeline); the rest keep their order."""
     first = next((i for i, item in enumerate(items) if _shares(item)), None)
     if first is None:
         return
+    for item in items:
+        if _shares(item):
+            item.add_marker(pytest.mark.xdist_group(SHARED))
     rest = [item for item in items if not _shares(item)]
     items[:] = rest[:first] + [item for item in items if _shares(item)] + rest[first:]
 

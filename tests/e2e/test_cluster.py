@@ -33,6 +33,7 @@ from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(3000),
+    pytest.mark.xdist_group(__name__),  # the module's three brokers start once, on one worker
     pytest.mark.skipif(os.environ.get("PASSK_CLUSTER_TEST") != "1",
                        reason="heavy: set PASSK_CLUSTER_TEST=1 to run the three-broker test"),
 ]

@@ -33,7 +33,8 @@ from tests.e2e.conftest import (
 from tests.own_kafka import OwnKafka, own_kafka
 from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+# xdist_group: the module's secured broker is started once, on one worker.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800), pytest.mark.xdist_group(__name__)]
 SCENARIOS = ROOT / "examples" / "scenarios"
 PROCESSORS = list(WORKERS)
 API_KEY = f"sk-secret-{uuid.uuid4().hex}"

@@ -19,7 +19,10 @@ from tests.support import ROOT
 from tests.unit.storage import factories as f
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run)")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run)"),
+    pytest.mark.xdist_group(__name__),  # one worker renders the module's page once
+]
 PASSK = str(ROOT / ".venv/bin/passk")
 RUN = "build-42"
 

@@ -18,7 +18,10 @@ from services.storage.store import Store
 from tests.integration.test_report_html import CHROMIUM, PASSK, chromium
 from tests.unit.storage import factories as f
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run)")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run)"),
+    pytest.mark.xdist_group(__name__),  # one worker renders the module's page once
+]
 RUN = "hostile-1"
 # Each payload, if it ran, would mark the document; the test looks for the marks.
 SCRIPT = "<script>document.documentElement.setAttribute('data-pwned','script')</script>"

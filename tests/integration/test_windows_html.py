@@ -22,7 +22,10 @@ from services.storage.store import Store
 from tests.integration.test_report_html import CHROMIUM, PASSK, chromium
 from tests.unit.storage import factories as f
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run)")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run)"),
+    pytest.mark.xdist_group(__name__),  # one worker renders the module's page once
+]
 DEGRADING, OUTAGE, STEADY = "debrief-billable-repair", "debrief-quick-question", "refund"
 HOURS = 8
 
