@@ -35,6 +35,14 @@ TRIALS = 3000
 HOURS = 6
 
 
+def stacks_of(pid: int) -> str:
+    """What a live worker's threads are doing (py-spy, installed with the dev extras)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    done = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True,
+                          text=True, timeout=60)
+    return (done.stdout + done.stderr)[-6000:]
+
+
 def traffic(now: float) -> list[TrialVerdict]:
     rng = random.Random(11)
     out: list[TrialVerdict] = []
@@ -136,8 +144,16 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
         produce(settings, Topic.TRIAL_VERDICTS, inputs[half:])
         assert processor_status(["aggregate"], settings)[0].lag, "no backlog for the restart"
         worker = start()
-        wait_for(lambda: processor_status(["aggregate"], settings)[0].settled, timeout=600,
-                 interval=1.0, what=f"the restarted aggregate drained its backlog ({log})")
+        try:
+            # 300 s, well under the test's own timeout, so that a restart that never drains
+            # fails here with what the worker was doing, not as a bare pytest-timeout.
+            wait_for(lambda: processor_status(["aggregate"], settings)[0].settled,
+                     timeout=300, interval=1.0,
+                     what=f"the restarted aggregate drained its backlog ({log})")
+        except AssertionError as exc:
+            status = processor_status(["aggregate"], settings)[0]
+            raise AssertionError(f"{exc}; status {status}; the worker's threads:\n"
+                                 f"{stacks_of(worker.pid)}") from None
 
         def figures() -> dict[tuple[Any, ...], dict[str, Any]]:
             last: dict[tuple[Any, ...], dict[str, Any]] = {}
