@@ -115,16 +115,18 @@ class Pipeline:
             env.setdefault("PASSK_DATA_DIR", str(self.logs.parent / "data" / instance))
         self.start(instance or name, "worker", name, env=env)
 
-    def publish_and_generate(self, scenarios: Path, out: Path, run_id: str, *,
+    def publish_and_generate(self, scenarios: Path, out: Path, run_id: str, *generate: str,
                              trials: int, seed: int, pass_prob: float) -> tuple[Path, dict]:
-        """Publish `scenarios` and generate a run's traffic in `out`: the traffic file and
-        the expected outcomes (the generator's, independent of the pipeline)."""
+        """Publish `scenarios` and generate a run's traffic in `out` (with more `generate`
+        options, if any): the traffic file and the expected outcomes (the generator's,
+        independent of the pipeline), which stay in out/expected.json."""
         traffic, expected_file = out / "traffic.jsonl", out / "expected.json"
         assert self.passk("scenarios", "publish", str(scenarios)).returncode == 0
         gen = self.passk(
             "generate", "--scenarios", str(scenarios), "--run-id", run_id,
             "--out", str(traffic), "--expected", str(expected_file),
-            "--trials", str(trials), "--seed", str(seed), "--default-pass-prob", str(pass_prob))
+            "--trials", str(trials), "--seed", str(seed), "--default-pass-prob", str(pass_prob),
+            *generate)
         assert gen.returncode == 0, gen.stderr
         return traffic, json.loads(expected_file.read_text())
 

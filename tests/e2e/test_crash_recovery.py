@@ -4,7 +4,6 @@ the one it must be, and the same figures as the undisturbed computation."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections import defaultdict
@@ -46,15 +45,8 @@ def test_killed_workers_lose_nothing_and_count_nothing_twice(
 
 def _kill_mid_replay_and_check(pipeline: Pipeline, tmp_path: Path) -> None:
     run_id = "crash-run"
-    traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
-    assert pipeline.passk("scenarios", "publish", str(SCENARIOS)).returncode == 0
-    gen = pipeline.passk(
-        "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id,
-        "--out", str(traffic), "--expected", str(expected_file),
-        "--trials", str(TRIALS_PER_SCENARIO), "--seed", "5", "--default-pass-prob", "0.85",
-    )
-    assert gen.returncode == 0, gen.stderr
-    expected = json.loads(expected_file.read_text())
+    traffic, expected = pipeline.publish_and_generate(
+        SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=5, pass_prob=0.85)
     total = len(expected["trials"])
     assert total >= 2000
 
