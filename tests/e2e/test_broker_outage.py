@@ -20,7 +20,7 @@ from services.contract.settings import Settings
 from services.runtime.outage import health_path, read_health
 from services.storage.store import Store
 from tests.conftest import make_settings
-from tests.e2e.conftest import PROCESSORS, Pipeline, free_port
+from tests.e2e.conftest import PROCESSORS, Pipeline, free_port, trials_in
 from tests.support import ROOT, isolated_env, settled, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -111,15 +111,8 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
         total = len(expected["trials"])
         store = Store(settings.database_url)
 
-        def in_projection() -> int:
-            return len(store.trials(run_id)) if store.has_schema() else 0
-
-        replay = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate", "8"],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_for(lambda: in_projection() >= 5, timeout=300, interval=0.5,
+        with pipeline.replaying(traffic, rate=8) as replay:
+            wait_for(lambda: trials_in(store, run_id) >= 5, timeout=300, interval=0.5,
                      what="the first verdicts")
             broker.kill()
             killed_at = time.monotonic()
@@ -143,15 +136,12 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
                 print(f"replay exited {replay.returncode} across the outage; sending again")
                 again = pipeline.passk("replay", str(traffic))
                 assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
-        finally:
-            if replay.poll() is None:
-                replay.kill()
 
         waited = pipeline.passk("wait", "--run-id", run_id, "--expected", str(expected_file),
                                 "--timeout", "600")
         assert waited.returncode == 0, waited.stdout[-4000:] + waited.stderr[-2000:]
         pipeline.wait_settled(timeout=300)
-        assert in_projection() == total
+        assert trials_in(store, run_id) == total
         dead = {n: p.returncode for n, p in pipeline.procs.items() if p.poll() is not None}
         assert not dead, f"workers died: {dead}"
         wait_for(lambda: not any(degraded(settings, n) for n in PROCESSORS), timeout=60,

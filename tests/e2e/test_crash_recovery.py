@@ -4,8 +4,6 @@ the one it must be, and the same figures as the undisturbed computation."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import defaultdict
 from math import comb
 from pathlib import Path
@@ -18,7 +16,9 @@ from tests.e2e.conftest import (
     PROCESSORS,
     Pipeline,
     assert_each_trial_once_as_expected,
+    assert_replayed,
     running_pipeline,
+    trials_in,
 )
 from tests.support import ROOT, wait_for
 
@@ -52,29 +52,19 @@ def _kill_mid_replay_and_check(pipeline: Pipeline, tmp_path: Path) -> None:
 
     store = Store(pipeline.settings.database_url)
 
-    def verdicts_in_projection() -> int:
-        return len(store.trials(run_id)) if store.has_schema() else 0
-
     # paced, so the kills land while traffic is still flowing
-    replay = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate", "400"],
-        env=pipeline.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for(lambda: verdicts_in_projection() >= total // 5, timeout=300, interval=0.5,
+    with pipeline.replaying(traffic, rate=400) as replay:
+        wait_for(lambda: trials_in(store, run_id) >= total // 5, timeout=300, interval=0.5,
                  what="a fifth of the verdicts")
         pipeline.kill("gate")
         pipeline.start_worker("gate")
-        wait_for(lambda: verdicts_in_projection() >= total // 2, timeout=300, interval=0.5,
+        wait_for(lambda: trials_in(store, run_id) >= total // 2, timeout=300, interval=0.5,
                  what="half of the verdicts")
         pipeline.kill("verdict")
         pipeline.start_worker("verdict")
-        assert replay.wait(600) == 0, replay.stdout.read() if replay.stdout else ""
-    finally:
-        if replay.poll() is None:
-            replay.kill()
+        assert_replayed(replay, 600)
 
-    wait_for(lambda: verdicts_in_projection() >= total, timeout=600, interval=1.0,
+    wait_for(lambda: trials_in(store, run_id) >= total, timeout=600, interval=1.0,
              what=f"all {total} verdicts in the projection")
     # every worker, the restarted ones too, has consumed and committed all of its inputs
     pipeline.wait_settled(timeout=300)
