@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient
@@ -31,20 +32,22 @@ def kafka_bootstrap() -> str:
     return bootstrap
 
 
-def make_settings(kafka_bootstrap: str, directory: Path) -> Settings:
+def make_settings(kafka_bootstrap: str, directory: Path, **overrides: Any) -> Settings:
     """Settings with their own topic prefix (so tests never see each other's records), their
-    own SQLite file and data dir under `directory`; topics are created up front."""
-    s = Settings(  # type: ignore[call-arg]
-        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-        PASSK_TOPIC_PREFIX=new_prefix(),
-        PASSK_DATABASE_URL=f"sqlite:///{directory / 'passk.db'}",
-        PASSK_DATA_DIR=str(directory / "data"),
-        PASSK_SESSION_WAIT_S=5,
-        PASSK_JUDGE_WAIT_S=60,
+    own SQLite file and data dir under `directory`; topics are created up front. `overrides`
+    (settings by their environment names) replace the defaults below."""
+    values: dict[str, Any] = {
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "PASSK_TOPIC_PREFIX": new_prefix(),
+        "PASSK_DATABASE_URL": f"sqlite:///{directory / 'passk.db'}",
+        "PASSK_DATA_DIR": str(directory / "data"),
+        "PASSK_SESSION_WAIT_S": 5,
+        "PASSK_JUDGE_WAIT_S": 60,
         # Tests about other things than calibration let every judge fail trials, as
         # before calibration existed; the calibration tests set "advisory" (the default).
-        PASSK_UNCALIBRATED_JUDGES="gating",
-    )
+        "PASSK_UNCALIBRATED_JUDGES": "gating",
+    }
+    s = Settings(**values | overrides)
     create_topics(s)
     return s
 

@@ -85,6 +85,22 @@ def make_verdict(
     )
 
 
+def answered_verdict(
+    trial: ConversationFinished,
+    scenario: Scenario,
+    spec: JudgeSpec,
+    *,
+    passed: bool,
+    reason: str,
+    **facts: object,
+) -> JudgeVerdict:
+    """The verdict of a judge that answered (a kind's decision, a model's or the cache's
+    answer): `passed` or `failed` with its reason."""
+    return make_verdict(
+        trial, scenario, spec, result="passed" if passed else "failed", reason=reason, **facts
+    )
+
+
 def deterministic_verdict(
     trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec
 ) -> JudgeVerdict:
@@ -113,13 +129,7 @@ def deterministic_verdict(
             result="error",
             reason=error_reason("judge_failed", f"{type(exc).__name__}: {exc}"),
         )
-    return make_verdict(
-        trial,
-        scenario,
-        spec,
-        result="passed" if decision.passed else "failed",
-        reason=decision.reason,
-    )
+    return answered_verdict(trial, scenario, spec, passed=decision.passed, reason=decision.reason)
 
 
 def llm_verdict(
@@ -152,11 +162,11 @@ def cached_verdict(
     trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec, hit: CachedAnswer
 ) -> JudgeVerdict:
     """A verdict served from the cache: the stored answer, no call, no tokens spent."""
-    return make_verdict(
+    return answered_verdict(
         trial,
         scenario,
         spec,
-        result="passed" if hit.passed else "failed",
+        passed=hit.passed,
         reason=hit.reason,
         model=hit.answered_by,
         prompt_hash=PROMPT_HASH,

@@ -185,10 +185,15 @@ def advisory_judges(
     return out
 
 
+def not_counted(what: str, failed: int, trials: int, example_reason: str | None) -> str:
+    """The report's line for something advisory: how often it failed, and an example."""
+    said = f"; e.g. {example_reason}" if example_reason else ""
+    return f"advisory {what}: failed {failed} of {trials} trials, not counted{said}"
+
+
 def advisory_text(judge: AdvisoryJudge) -> str:
-    said = f"; e.g. {judge.example_reason}" if judge.example_reason else ""
-    return (f"advisory judge {judge.judge_id} ({judge.why}): failed {judge.failed} of "
-            f"{judge.verdicts} trials, not counted{said}")
+    return not_counted(f"judge {judge.judge_id} ({judge.why})", judge.failed, judge.verdicts,
+                       judge.example_reason)
 
 
 def advisory_checks(trials: Sequence[TrialLine]) -> list[AdvisoryCheck]:
@@ -208,9 +213,8 @@ def advisory_checks(trials: Sequence[TrialLine]) -> list[AdvisoryCheck]:
 
 
 def advisory_check_text(check: AdvisoryCheck) -> str:
-    said = f"; e.g. {check.example_reason}" if check.example_reason else ""
-    return (f"advisory check {check.check} (not in the scenario's external_checks): failed "
-            f"{check.failed} of {check.trials} trials, not counted{said}")
+    return not_counted(f"check {check.check} (not in the scenario's external_checks)",
+                       check.failed, check.trials, check.example_reason)
 
 
 def build_report(

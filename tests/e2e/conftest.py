@@ -115,18 +115,33 @@ class Pipeline:
             env.setdefault("PASSK_DATA_DIR", str(self.logs.parent / "data" / instance))
         self.start(instance or name, "worker", name, env=env)
 
-    def publish_and_generate(self, scenarios: Path, out: Path, run_id: str, *,
+    def publish_and_generate(self, scenarios: Path, out: Path, run_id: str, *generate: str,
                              trials: int, seed: int, pass_prob: float) -> tuple[Path, dict]:
-        """Publish `scenarios` and generate a run's traffic in `out`: the traffic file and
-        the expected outcomes (the generator's, independent of the pipeline)."""
+        """Publish `scenarios` and generate a run's traffic in `out` (with more `generate`
+        options, if any): the traffic file and the expected outcomes (the generator's,
+        independent of the pipeline), which stay in out/expected.json."""
         traffic, expected_file = out / "traffic.jsonl", out / "expected.json"
         assert self.passk("scenarios", "publish", str(scenarios)).returncode == 0
         gen = self.passk(
             "generate", "--scenarios", str(scenarios), "--run-id", run_id,
             "--out", str(traffic), "--expected", str(expected_file),
-            "--trials", str(trials), "--seed", str(seed), "--default-pass-prob", str(pass_prob))
+            "--trials", str(trials), "--seed", str(seed), "--default-pass-prob", str(pass_prob),
+            *generate)
         assert gen.returncode == 0, gen.stderr
         return traffic, json.loads(expected_file.read_text())
+
+    @contextmanager
+    def replaying(self, traffic: Path, rate: int) -> Iterator[subprocess.Popen[bytes]]:
+        """`passk replay` of `traffic`, `rate` events a second, running in the background
+        while the block runs; still running when it ends (a failing test), it is killed."""
+        replay = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate", str(rate)],
+            env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            yield replay
+        finally:
+            if replay.poll() is None:
+                replay.kill()
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crash: no shutdown hooks, no final commit."""
@@ -172,6 +187,16 @@ class Pipeline:
                 proc.kill()
                 proc.wait(10)
         self.procs.clear()
+
+
+def trials_in(store: Store, run_id: str) -> int:
+    """How many trials of `run_id` the projection holds (none before the sink made it)."""
+    return len(store.trials(run_id)) if store.has_schema() else 0
+
+
+def assert_replayed(replay: subprocess.Popen[bytes], timeout: float) -> None:
+    """The replay ends within `timeout` seconds, and ends well (else its output says why)."""
+    assert replay.wait(timeout) == 0, replay.stdout.read() if replay.stdout else ""
 
 
 def assert_each_trial_once_as_expected(store: Store, settings: Settings, run_id: str,

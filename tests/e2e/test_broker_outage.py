@@ -6,7 +6,6 @@ This test starts its OWN broker on free ports (never the shared one other tests 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from services.contract.settings import Settings
-from services.kafka.admin import create_topics
 from services.runtime.outage import health_path, read_health
 from services.storage.store import Store
-from tests.e2e.conftest import PROCESSORS, Pipeline, free_port
-from tests.support import ROOT, isolated_env, new_prefix, settled, wait_for
+from tests.conftest import make_settings
+from tests.e2e.conftest import PROCESSORS, Pipeline, free_port, trials_in
+from tests.support import ROOT, isolated_env, settled, wait_for
 
 pytestmark = pytest.mark.e2e
 SCENARIOS = ROOT / "examples" / "scenarios"
@@ -81,21 +80,16 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
     broker.up()
     pipeline: Pipeline | None = None
     try:
-        settings = Settings(  # type: ignore[call-arg]
-            KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap,
-            PASSK_TOPIC_PREFIX=new_prefix(),
-            PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
-            PASSK_DATA_DIR=str(tmp_path / "data"),
+        settings = make_settings(
+            broker.bootstrap, tmp_path,
             # longer than the outage (a SIGKILLed broker can take minutes to recover its
             # logs on a busy machine) and a re-sent replay: a session they delay is still
             # in time. Deadlines run on broker time, which an outage does not stop; no
             # trial waits for them here (no session is missing from this traffic).
+            # Uncalibrated judges fail trials, as make_settings has it: about outages.
             PASSK_SESSION_WAIT_S=900,
             PASSK_JUDGE_WAIT_S=900,
-            # About outages, not calibration: uncalibrated judges fail trials, as in conftest.
-            PASSK_UNCALIBRATED_JUDGES="gating",
         )
-        create_topics(settings)
         standin = free_port()
         env = isolated_env(settings, OPENAI_BASE_URL=f"http://127.0.0.1:{standin}/v1",
                            OPENAI_API_KEY="stand-in", PASSK_JUDGE_MODEL="passk-standin")
@@ -110,27 +104,15 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
                  what="every worker up")
 
         run_id = "outage-run"
-        traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
-        assert pipeline.passk("scenarios", "publish", str(SCENARIOS)).returncode == 0
-        gen = pipeline.passk(
-            "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id,
-            "--out", str(traffic), "--expected", str(expected_file),
-            "--trials", "20", "--seed", "7", "--default-pass-prob", "0.8",
-            "--quirk-rate", "session_missing=0",
-        )
-        assert gen.returncode == 0, gen.stderr
-        total = len(json.loads(expected_file.read_text())["trials"])
+        traffic, expected = pipeline.publish_and_generate(
+            SCENARIOS, tmp_path, run_id, "--quirk-rate", "session_missing=0",
+            trials=20, seed=7, pass_prob=0.8)
+        expected_file = tmp_path / "expected.json"
+        total = len(expected["trials"])
         store = Store(settings.database_url)
 
-        def in_projection() -> int:
-            return len(store.trials(run_id)) if store.has_schema() else 0
-
-        replay = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate", "8"],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_for(lambda: in_projection() >= 5, timeout=300, interval=0.5,
+        with pipeline.replaying(traffic, rate=8) as replay:
+            wait_for(lambda: trials_in(store, run_id) >= 5, timeout=300, interval=0.5,
                      what="the first verdicts")
             broker.kill()
             killed_at = time.monotonic()
@@ -154,15 +136,12 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
                 print(f"replay exited {replay.returncode} across the outage; sending again")
                 again = pipeline.passk("replay", str(traffic))
                 assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
-        finally:
-            if replay.poll() is None:
-                replay.kill()
 
         waited = pipeline.passk("wait", "--run-id", run_id, "--expected", str(expected_file),
                                 "--timeout", "600")
         assert waited.returncode == 0, waited.stdout[-4000:] + waited.stderr[-2000:]
         pipeline.wait_settled(timeout=300)
-        assert in_projection() == total
+        assert trials_in(store, run_id) == total
         dead = {n: p.returncode for n, p in pipeline.procs.items() if p.poll() is not None}
         assert not dead, f"workers died: {dead}"
         wait_for(lambda: not any(degraded(settings, n) for n in PROCESSORS), timeout=60,

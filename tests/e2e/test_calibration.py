@@ -50,6 +50,18 @@ def verdict_of(settings: Settings, trial_id: str) -> dict[str, Any]:
     return wait_for(found, timeout=180, interval=1.0, what=f"the verdict of {trial_id}")
 
 
+def calibrate_then_grade(
+    p: Pipeline, suite: Path, counts: tuple[int, int, int, int], trial_id: str, said: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Judge `checked`'s labelled set made of `counts` (as `items` takes them), calibrated;
+    then a trial of calib-flow in which the user says `said`: the calibration's JSON and
+    the trial's verdict."""
+    write_set(suite / "calibration", "checked", items("checked", *counts))
+    calibrated = json.loads(ok(p.passk("calibrate", str(suite / "calibration"), "--json")))
+    send_trial(p.settings, trial_id, "calib-flow", said)
+    return calibrated, verdict_of(p.settings, trial_id)
+
+
 @pytest.fixture
 def advisory_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"uncalibrated_judges": "advisory"})
@@ -66,11 +78,8 @@ def test_a_judge_gates_only_while_calibrated_above_the_bar(
         said = "Replaced the pump. [[fail:checked]] [[fail:fresh]]"
 
         # below the bar (precision 6/10): advisory; `fresh` has no calibration: advisory
-        write_set(suite / "calibration", "checked", items("checked", 6, 4, 0, 5))
-        low = json.loads(ok(p.passk("calibrate", str(suite / "calibration"), "--json")))
+        low, first = calibrate_then_grade(p, suite, (6, 4, 0, 5), "t-low", said)
         assert low["judges"][0]["gating"] is False
-        send_trial(settings, "t-low", "calib-flow", said)
-        first = verdict_of(settings, "t-low")
         assert first["outcome"] == "passed", first
         assert first["gating_judges"] == []
         why = {a["judge_id"]: a["why"] for a in first["advisory_judges"]}
@@ -79,11 +88,8 @@ def test_a_judge_gates_only_while_calibrated_above_the_bar(
         assert {a["result"] for a in first["advisory_judges"]} == {"failed"}
 
         # the method's example (precision 0.85 on 20 labels): it gates again
-        write_set(suite / "calibration", "checked", items("checked", 11, 2, 1, 6))
-        high = json.loads(ok(p.passk("calibrate", str(suite / "calibration"), "--json")))
+        high, second = calibrate_then_grade(p, suite, (11, 2, 1, 6), "t-high", said)
         assert high["judges"][0]["gating"] is True
-        send_trial(settings, "t-high", "calib-flow", said)
-        second = verdict_of(settings, "t-high")
         assert second["outcome"] == "failed", second
         assert [c["check"] for c in second["failed_checks"]] == ["judge:checked"]
         assert second["gating_judges"] == ["checked"]

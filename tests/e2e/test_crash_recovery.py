@@ -4,9 +4,6 @@ the one it must be, and the same figures as the undisturbed computation."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import defaultdict
 from math import comb
 from pathlib import Path
@@ -19,7 +16,9 @@ from tests.e2e.conftest import (
     PROCESSORS,
     Pipeline,
     assert_each_trial_once_as_expected,
+    assert_replayed,
     running_pipeline,
+    trials_in,
 )
 from tests.support import ROOT, wait_for
 
@@ -46,43 +45,26 @@ def test_killed_workers_lose_nothing_and_count_nothing_twice(
 
 def _kill_mid_replay_and_check(pipeline: Pipeline, tmp_path: Path) -> None:
     run_id = "crash-run"
-    traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
-    assert pipeline.passk("scenarios", "publish", str(SCENARIOS)).returncode == 0
-    gen = pipeline.passk(
-        "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id,
-        "--out", str(traffic), "--expected", str(expected_file),
-        "--trials", str(TRIALS_PER_SCENARIO), "--seed", "5", "--default-pass-prob", "0.85",
-    )
-    assert gen.returncode == 0, gen.stderr
-    expected = json.loads(expected_file.read_text())
+    traffic, expected = pipeline.publish_and_generate(
+        SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=5, pass_prob=0.85)
     total = len(expected["trials"])
     assert total >= 2000
 
     store = Store(pipeline.settings.database_url)
 
-    def verdicts_in_projection() -> int:
-        return len(store.trials(run_id)) if store.has_schema() else 0
-
     # paced, so the kills land while traffic is still flowing
-    replay = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate", "400"],
-        env=pipeline.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for(lambda: verdicts_in_projection() >= total // 5, timeout=300, interval=0.5,
+    with pipeline.replaying(traffic, rate=400) as replay:
+        wait_for(lambda: trials_in(store, run_id) >= total // 5, timeout=300, interval=0.5,
                  what="a fifth of the verdicts")
         pipeline.kill("gate")
         pipeline.start_worker("gate")
-        wait_for(lambda: verdicts_in_projection() >= total // 2, timeout=300, interval=0.5,
+        wait_for(lambda: trials_in(store, run_id) >= total // 2, timeout=300, interval=0.5,
                  what="half of the verdicts")
         pipeline.kill("verdict")
         pipeline.start_worker("verdict")
-        assert replay.wait(600) == 0, replay.stdout.read() if replay.stdout else ""
-    finally:
-        if replay.poll() is None:
-            replay.kill()
+        assert_replayed(replay, 600)
 
-    wait_for(lambda: verdicts_in_projection() >= total, timeout=600, interval=1.0,
+    wait_for(lambda: trials_in(store, run_id) >= total, timeout=600, interval=1.0,
              what=f"all {total} verdicts in the projection")
     # every worker, the restarted ones too, has consumed and committed all of its inputs
     pipeline.wait_settled(timeout=300)

@@ -13,8 +13,6 @@ this is the same take-over through real processes, cheap enough for `make test` 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,13 @@ from services.contract.settings import Settings
 from services.contract.topics import topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
 from services.storage.store import Store
-from tests.e2e.conftest import PROCESSORS, assert_each_trial_once_as_expected, running_pipeline
+from tests.e2e.conftest import (
+    PROCESSORS,
+    assert_each_trial_once_as_expected,
+    assert_replayed,
+    running_pipeline,
+    trials_in,
+)
 from tests.support import ROOT, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -53,24 +57,15 @@ def test_survivor_drains_the_partitions_of_a_killed_worker(
         total = len(expected["trials"])
         store = Store(settings.database_url)
 
-        def projected() -> int:
-            return len(store.trials(run_id)) if store.has_schema() else 0
-
-        replay = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate", "100"],
-            env=pipeline.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: projected() >= total // 5, timeout=600, interval=0.5,
+        with pipeline.replaying(traffic, rate=100) as replay:
+            wait_for(lambda: trials_in(store, run_id) >= total // 5, timeout=600, interval=0.5,
                      what="a fifth of the verdicts")
             for name in DOUBLED:
                 pipeline.kill(name)  # for good: its partitions must move to `name-2`
-            assert replay.wait(900) == 0, replay.stdout.read() if replay.stdout else ""
-        finally:
-            if replay.poll() is None:
-                replay.kill()
+            assert_replayed(replay, 900)
 
         try:
-            wait_for(lambda: projected() >= total, timeout=600, interval=1.0,
+            wait_for(lambda: trials_in(store, run_id) >= total, timeout=600, interval=1.0,
                      what=f"all {total} verdicts in the projection")
             pipeline.wait_settled(timeout=300)
         except AssertionError as exc:

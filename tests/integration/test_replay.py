@@ -30,21 +30,8 @@ from tests.support import ROOT, isolated_env, new_prefix, read_topic
 pytestmark = pytest.mark.integration
 
 SCENARIOS = {
-    "billable.yaml": """
-id: billable-repair
-trials: 3
-expected_exit: product_closed
-limits: {max_turns: 12, max_duration_s: 900}
-outcome:
-  - {path: report.fault, present: true}
-  - path: billability
-    equals: [{code: LAB-2H, qty: 1}, {code: PART-PUMP, qty: 1}]
-    unordered: true
-  - {path: follow_up, present: false}
-  - {path: report.summary, matches: "(?i)replaced"}
-judges:
-  - {id: covered_topics, assertion: "The agent asked about fault and parts."}
-""",
+    # the shipped example (examples/scenarios/), and a small one beside it
+    "billable.yaml": (ROOT / "examples" / "scenarios" / "debrief-billable-repair.yaml").read_text(),
     "warranty.yaml": """
 id: warranty-no-charge
 trials: 3

@@ -16,6 +16,15 @@ def _one(*pb, resource=None):  # type: ignore[no-untyped-def]
     return assemble(next(iter(traces.values())))
 
 
+def _transcript(*chats):  # type: ignore[no-untyped-def]
+    """The (role, content) of each message of the one trial made of these chat spans
+    under an agent root span."""
+    root = span(1, 1, None, "invoke_agent", {"gen_ai.operation.name": "invoke_agent", **PASSK})
+    taken = _one(*chats, root)
+    assert isinstance(taken, Taken)
+    return [(m.role, m.content) for m in taken.conversation.transcript]
+
+
 def test_a_complete_agent_trace_is_one_trial() -> None:
     taken = _one(*agent_trace())
     assert isinstance(taken, Taken)
@@ -97,11 +106,8 @@ def test_the_older_per_message_events_make_the_transcript() -> None:
         ("gen_ai.choice", {"gen_ai.event.content": json.dumps(
             {"index": 1, "message": {"content": "other choice"}})}),
     ]
-    spans = [span(1, 2, 1, "chat", {"gen_ai.operation.name": "chat"}, events=events),
-             span(1, 1, None, "invoke_agent", {"gen_ai.operation.name": "invoke_agent", **PASSK})]
-    taken = _one(*spans)
-    assert isinstance(taken, Taken)
-    assert [(m.role, m.content) for m in taken.conversation.transcript] == [
+    chat = span(1, 2, 1, "chat", {"gen_ai.operation.name": "chat"}, events=events)
+    assert _transcript(chat) == [
         ("system", "Be brief."), ("user", "Job 4112."), ("assistant", "Noted.")]
 
 
@@ -111,12 +117,8 @@ def test_the_last_chat_span_wins_and_system_instructions_lead() -> None:
                       [{"role": "assistant", "parts": [{"type": "text", "content": "c"}]},
                        {"role": "assistant", "parts": [{"type": "text", "content": "alt"}]}])
     late["gen_ai.system_instructions"] = json.dumps([{"type": "text", "content": "sys"}])
-    spans = [span(1, 3, 1, "chat", late, 5, 9), span(1, 2, 1, "chat", early, 1, 4),
-             span(1, 1, None, "invoke_agent", {"gen_ai.operation.name": "invoke_agent", **PASSK})]
-    taken = _one(*spans)
-    assert isinstance(taken, Taken)
-    assert [(m.role, m.content) for m in taken.conversation.transcript] == [
-        ("system", "sys"), ("user", "b"), ("assistant", "c")]
+    chats = span(1, 3, 1, "chat", late, 5, 9), span(1, 2, 1, "chat", early, 1, 4)
+    assert _transcript(*chats) == [("system", "sys"), ("user", "b"), ("assistant", "c")]
 
 
 def test_a_root_that_reports_total_usage_is_not_counted_twice() -> None:

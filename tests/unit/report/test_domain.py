@@ -12,6 +12,7 @@ from services.report.domain import (
     EXIT_PASS,
     build_report,
     gate_decision,
+    not_counted,
     previous_run,
     report_json,
 )
@@ -231,3 +232,12 @@ def test_advisory_judges_are_listed_apart_with_why_and_their_failures() -> None:
     assert decision.advisory == ["advisory judge rep (below the bar: precision 0.60 < 0.80): "
                                  "failed 2 of 3 trials, not counted; e.g. asked twice"]
     assert report_json(report)["advisory_judges"][0]["why"] == line.why
+
+
+@pytest.mark.parametrize(("example", "said"), [
+    ("asked twice", "advisory judge j: failed 1 of 4 trials, not counted; e.g. asked twice"),
+    (None, "advisory judge j: failed 1 of 4 trials, not counted"),
+    ("", "advisory judge j: failed 1 of 4 trials, not counted"),
+])
+def test_an_advisory_line_says_how_often_it_failed_and_an_example(example, said) -> None:  # type: ignore[no-untyped-def]
+    assert not_counted("judge j", 1, 4, example) == said
