@@ -30,11 +30,11 @@ PINNED_VERSION = "0.15.3"  # requirements.lock and pyproject.toml pin this one
 
 # Each patch: its name (docs/faust.md has a section per name) and the module installing it.
 PATCHES = (
-    ("seek_guard", seek_guard),
-    ("flush", flush),
-    ("fetch", fetch),
-    ("controller", controller),
-    ("worker_log", worker_log),
+    ("seek_guard", seek_guard.PATCH),
+    ("flush", flush.PATCH),
+    ("fetch", fetch.PATCH),
+    ("controller", controller.PATCH),
+    ("worker_log", worker_log.PATCH),
 )
 
 
@@ -62,7 +62,7 @@ def apply() -> None:
 
 def applied() -> dict[str, bool]:
     """Which patches are installed in this process (for tests and diagnostics)."""
-    return {name: patch.installed() for name, patch in PATCHES}
+    return {name: patch.installed for name, patch in PATCHES}
 
 
 __all__ = [

@@ -23,6 +23,8 @@ from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from services.runtime.faust_compat.patching import Patch
+
 _ORIGINAL: dict[str, Any] = {}  # faust's own _get_controller_node, once installed
 
 
@@ -65,13 +67,10 @@ async def _get_controller_node(
     raise last or Exception("Controller node not found")
 
 
-def installed() -> bool:
-    return "lookup" in _ORIGINAL
-
-
-def apply() -> None:
-    """Wrap faust's controller lookup (once)."""
-    if installed():
-        return
+def _install() -> None:
+    """Wrap faust's controller lookup."""
     _ORIGINAL["lookup"] = faust_aiokafka.Transport._get_controller_node
     faust_aiokafka.Transport._get_controller_node = _get_controller_node  # type: ignore[method-assign]
+
+
+PATCH = Patch(_install)

@@ -19,6 +19,8 @@ from typing import Any
 import faust
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
+from services.runtime.faust_compat.patching import Patch
+
 
 @dataclass(frozen=True)
 class Fetch:
@@ -33,14 +35,8 @@ def set_fetch(app: faust.App, min_bytes: int, max_wait_ms: int) -> None:
     _FETCH[app.conf.id] = Fetch(min_bytes, max_wait_ms)
 
 
-def installed() -> bool:
-    return bool(getattr(AIOKafkaConsumerThread, "_passk_fetch", False))
-
-
-def apply() -> None:
-    """Wrap faust's worker-consumer factory to pass on what `set_fetch` asked (once)."""
-    if installed():
-        return
+def _install() -> None:
+    """Wrap faust's worker-consumer factory to pass on what `set_fetch` asked."""
     original = AIOKafkaConsumerThread._create_worker_consumer
 
     def _create_worker_consumer(self: Any, transport: Any) -> Any:
@@ -53,5 +49,7 @@ def apply() -> None:
         return consumer
 
     AIOKafkaConsumerThread._create_worker_consumer = _create_worker_consumer  # type: ignore[method-assign]
-    AIOKafkaConsumerThread._passk_fetch = True  # type: ignore[attr-defined]
+
+
+PATCH = Patch(_install)
 

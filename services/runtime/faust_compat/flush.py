@@ -25,17 +25,13 @@ from typing import Any
 
 from faust.transport.producer import ProducerBuffer
 
+from services.runtime.faust_compat.patching import Patch
+
 PROGRESS_CHECK_S = 1.0  # how often a waiting flush looks whether the buffer still runs
 
 
-def installed() -> bool:
-    return bool(getattr(ProducerBuffer, "_passk_full_flush", False))
-
-
-def apply() -> None:
-    """Install the counting flush on faust's ProducerBuffer (once)."""
-    if installed():
-        return
+def _install() -> None:
+    """Install the counting flush on faust's ProducerBuffer."""
     original_post_init = ProducerBuffer.__post_init__
     original_put = ProducerBuffer.put
     original_send_pending = ProducerBuffer._send_pending
@@ -77,5 +73,7 @@ def apply() -> None:
     ProducerBuffer.put = put  # type: ignore[method-assign]
     ProducerBuffer._send_pending = _send_pending  # type: ignore[method-assign]
     ProducerBuffer.flush = flush  # type: ignore[method-assign]
-    ProducerBuffer._passk_full_flush = True  # type: ignore[attr-defined]
+
+
+PATCH = Patch(_install)
 

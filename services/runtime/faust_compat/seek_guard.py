@@ -43,6 +43,8 @@ from typing import Any
 from faust.transport import consumer as faust_consumer
 from faust.types import TP
 
+from services.runtime.faust_compat.patching import Patch
+
 
 class SeekGuardedReadOffsets(defaultdict):  # type: ignore[type-arg]
     """Faust's `_read_offset` map (TP -> last read offset), aware of pending seeks."""
@@ -98,15 +100,9 @@ class SeekGuardedReadOffsets(defaultdict):  # type: ignore[type-arg]
         return super().pop(tp, *default)
 
 
-def installed() -> bool:
-    return bool(getattr(faust_consumer.Consumer, "_passk_seek_guard", False))
-
-
-def apply() -> None:
-    """Install the guard on faust's Consumer (once; the version is checked by the caller)."""
+def _install() -> None:
+    """Install the guard on faust's Consumer (the version is checked by the caller)."""
     Consumer = faust_consumer.Consumer
-    if installed():
-        return
     ThreadDelegate = faust_consumer.ThreadDelegateConsumer
     original_init = Consumer.__init__
     original_add_gap = Consumer._add_gap
@@ -140,7 +136,9 @@ def apply() -> None:
     Consumer._add_gap = _add_gap  # type: ignore[method-assign]
     Consumer.seek = seek  # type: ignore[method-assign]
     ThreadDelegate.seek_to_committed = seek_to_committed  # type: ignore[method-assign,assignment]
-    Consumer._passk_seek_guard = True  # type: ignore[attr-defined]
+
+
+PATCH = Patch(_install)
 
 
 async def read_committed(consumer: Any) -> dict[TP, int | None]:

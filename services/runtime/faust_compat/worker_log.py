@@ -15,6 +15,8 @@ from typing import Any
 
 from faust.worker import Worker
 
+from services.runtime.faust_compat.patching import Patch
+
 _ORIGINAL: dict[str, Any] = {}
 
 
@@ -23,12 +25,9 @@ def _setup_spinner_handler(self: Any, logger: logging.Logger, level: int) -> Non
     and lowers the root logger to DEBUG; this does none of it."""
 
 
-def installed() -> bool:
-    return "setup" in _ORIGINAL
-
-
-def apply() -> None:
-    if installed():
-        return
+def _install() -> None:
     _ORIGINAL["setup"] = Worker._setup_spinner_handler
     Worker._setup_spinner_handler = _setup_spinner_handler  # type: ignore[method-assign]
+
+
+PATCH = Patch(_install)
