@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,7 +173,10 @@ def _export(folder: Path, settings: Settings) -> None:
         Console(stderr=True).print(f"{path}: {added} item(s) added")
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, *,
+             judge_grader: Callable[[Settings], tuple[Any, str]]) -> None:
+    """`judge_grader(settings)`: the production judge path and its prompt hash (the judge
+    processor's, handed over by the CLI: services/cli/wiring.py)."""
     @app.command()
     def calibrate(
         directory: Path = typer.Argument(None, help="labelled sets: <judge_id>.jsonl files"),
@@ -197,8 +201,6 @@ def register(app: typer.Typer) -> None:
         from services.calibration.store import CalibrationStore
         from services.contract.settings import get_settings
         from services.grading.calibration import Bar
-        from services.judge.grading import build_grader
-        from services.judge.prompt import PROMPT_HASH
 
         settings = get_settings()
         if history:
@@ -226,8 +228,8 @@ def register(app: typer.Typer) -> None:
             raise _err(str(exc), EXIT_UNREACHABLE if exc.unreachable else EXIT_USAGE) from None
         if note:
             Console(stderr=True).print(note, soft_wrap=True, markup=False)
-        grader = build_grader(judge_settings, None)
-        results, more = asyncio.run(run(sets, plan, grader, bar=bar, prompt_hash=PROMPT_HASH,
+        grader, prompt_hash = judge_grader(judge_settings)
+        results, more = asyncio.run(run(sets, plan, grader, bar=bar, prompt_hash=prompt_hash,
                                         transcript_of=_transcripts(settings)))
         problems += more
         for p in problems:

@@ -9,6 +9,7 @@ from importlib.metadata import version
 
 import typer
 
+from services.cli.wiring import WIRED
 from services.contract.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
 from services.contract.processors import PROCESSORS, co_partitioning_problem
 from services.contract.settings import Settings, get_settings
@@ -46,7 +47,8 @@ def _options(
 ) -> None:
     pass
 
-# Modules that add commands: each defines `register(app: typer.Typer) -> None`.
+# Modules that add commands: each defines `register(app: typer.Typer) -> None`; the two
+# that compose two processors take what they need of the other as keywords (wiring).
 COMMAND_MODULES = (
     "services.cli.commands",
     "services.replay.commands",
@@ -114,7 +116,7 @@ def refuse_unless_co_partitioned(service: str, settings: Settings) -> None:
 
 
 for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(app)
+    importlib.import_module(_name).register(app, **WIRED.get(_name, {}))
 
 
 def main() -> None:

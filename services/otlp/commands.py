@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from services.contract.exits import BROKER_WAIT
+
+if TYPE_CHECKING:
+    from services.otlp.importer import Probe
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 SHOWN = 10
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Probe]]
+             ) -> None:
+    """`state_probe(path)`: opens a target file's state probe (the harness's target format,
+    handed over by the CLI: services/cli/wiring.py)."""
     importer = typer.Typer(help="Import trials from other formats.", no_args_is_help=True)
 
     @importer.command("otel")
@@ -24,7 +32,7 @@ def register(app: typer.Typer) -> None:
                                            help="OTLP JSON lines (Collector file exporter) "
                                                 "or OTLP protobuf files"),
         dry_run: bool = typer.Option(False, "--dry-run", help="map every trace, send nothing"),
-        state_probe: Path = typer.Option(
+        state_probe_file: Path = typer.Option(
             None, "--state-probe", exists=True, dir_okay=False,
             help="a target file (passk run --target) whose `state:` probe reads the "
                  "persisted session of each trial whose trace has no passk.session.state"),
@@ -39,25 +47,14 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Table
 
-        from services.contract.exits import Unreachable, UsageError, require_broker
+        from services.contract.exits import Unreachable, require_broker
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
         from services.kafka.producer import TrafficProducer
         from services.otlp.importer import plan_import
 
-        probe = None
-        if state_probe is not None:
-            from services.harness.target import InvalidTarget, NoProbe, load_target
-
-            try:
-                target = load_target(state_probe)
-            except InvalidTarget as exc:
-                raise UsageError(str(exc)) from None
-            if isinstance(target.state, NoProbe):
-                raise UsageError(f"{state_probe}: state: the target has no state probe "
-                                 "(kind: none)")
-            probe = target.state
+        open_probe = state_probe(state_probe_file) if state_probe_file is not None else None
         settings = get_settings()
         out, err = make_console(), make_console(stderr=True)
         if not dry_run:
@@ -68,17 +65,16 @@ def register(app: typer.Typer) -> None:
         with Progress(*columns, console=err) as progress:
             task = progress.add_task("mapping traces", total=None)
             plan = plan_import(files, lambda i, n: progress.update(task, completed=i, total=n))
-            if probe is not None:
+            if open_probe is not None:
                 import asyncio
 
-                from services.harness.probes import make_probe
                 from services.otlp.importer import probe_sessions
 
                 asking = progress.add_task("state probe", total=sum(
                     1 for t in plan.taken if t.session is None))
 
                 async def ask() -> None:
-                    reader = make_probe(probe)
+                    reader = open_probe()
                     try:
                         await probe_sessions(plan, reader,
                                              on_trial=lambda: progress.advance(asking))
@@ -111,7 +107,7 @@ def register(app: typer.Typer) -> None:
                       str(len(plan.taken)))
         with_state = sum(1 for t in plan.taken if t.session is not None)
         table.add_row("  with a persisted session", str(with_state))
-        if probe is not None:
+        if open_probe is not None:
             table.add_row("  of which read by the state probe", str(plan.probed))
             table.add_row("  no session from the state probe", str(len(plan.not_probed)))
         for reason, n in sorted(Counter(s.reason for s in plan.skipped).items()):
@@ -125,8 +121,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({
                 "dry_run": dry_run, "spans": plan.spans, "taken": len(plan.taken),
                 "with_session": with_state,
-                "probed": plan.probed if probe is not None else None,
-                "not_probed": len(plan.not_probed) if probe is not None else None,
+                "probed": plan.probed if open_probe is not None else None,
+                "not_probed": len(plan.not_probed) if open_probe is not None else None,
                 "skipped": dict(sorted(Counter(s.reason for s in plan.skipped).items())),
                 "bad_lines": len(plan.bad_lines),
                 "acknowledged": None if dry_run else sent["acked"],

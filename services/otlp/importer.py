@@ -54,6 +54,8 @@ def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | No
 class Probe(Protocol):
     async def find(self, session_id: str) -> tuple[Any, str | None]: ...
 
+    async def close(self) -> None: ...
+
 
 async def probe_sessions(plan: ImportPlan, probe: Probe, concurrency: int = 8,
                          on_trial: Callable[[], None] | None = None) -> None:
