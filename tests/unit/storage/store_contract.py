@@ -1,5 +1,5 @@
 """The store's contract, written once and run against every backend by subclassing
-(as eventsourcing does): SQLite in tests/unit/storage/test_store_sqlite.py, PostgreSQL in
+(as eventsourcing does): SQLite in tests/unit/storage/test_store.py, PostgreSQL in
 tests/integration/test_store_postgres.py. A subclass provides the `store` fixture."""
 
 from __future__ import annotations
