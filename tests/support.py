@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -68,10 +68,17 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# The ports handed out lately in this process. A port is free until its server binds it,
+# and a test draws several before starting any server: without this, two draws of one test
+# could return the same free port (seen: Prometheus and Alertmanager both given one port).
+# Bounded: far more than any one test draws, far fewer than a worker's slice of the range.
+_HANDED: deque[int] = deque(maxlen=512)
+
+
 def free_ports(count: int, *, stride: int = 1, groups: int = 1) -> int:
     """A base port such that base + g*stride + i is free for every i < count, g < groups
     (consecutive ports for workers' /metrics; brokers and, `stride` up, their controllers),
-    drawn at random from the test port range."""
+    drawn at random from the test port range, none of them handed out lately."""
     low, high = test_port_range()
     span = count + (groups - 1) * stride
     if high - low < span:
@@ -79,7 +86,9 @@ def free_ports(count: int, *, stride: int = 1, groups: int = 1) -> int:
     rng = random.Random()
     for _ in range(500):
         base = rng.randrange(low, high - span + 1)
-        if all(port_is_free(base + g * stride + i) for g in range(groups) for i in range(count)):
+        ports = [base + g * stride + i for g in range(groups) for i in range(count)]
+        if not set(ports) & set(_HANDED) and all(port_is_free(p) for p in ports):
+            _HANDED.extend(ports)
             return base
     raise RuntimeError(f"no {count} free ports (x{groups}) in {low}-{high - 1}")
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 
 from tests import support  # its test_port_range would be collected as a test if imported
-from tests.support import TEST_PORTS_ENV, xdist_slice
+from tests.support import TEST_PORTS_ENV, free_ports, xdist_slice
 
 
 def test_outside_xdist_the_whole_range(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,3 +31,15 @@ def test_the_configured_block_is_sliced_too(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     assert support.test_port_range() == (18_000, 19_000)
+
+
+def test_ports_drawn_one_after_another_are_never_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 20 draws from a range of 20 ports: all different only if no free port is handed out
+    # twice (at random, 20 distinct draws of 20 would happen 2 times in 10^8); then none left.
+    monkeypatch.setenv(TEST_PORTS_ENV, "24000-24019")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.setattr(support, "_HANDED", deque(maxlen=512))  # none handed by other tests
+    assert sorted(free_ports(1) for _ in range(20)) == list(range(24000, 24020))
+    with pytest.raises(RuntimeError, match="no 1 free ports"):
+        free_ports(1)
