@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from tests.support import ROOT, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -24,14 +24,8 @@ pytestmark = pytest.mark.integration
 BOUND_S = 20.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def passk(*args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    full = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+    full = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_ports(1)}",
             "PASSK_BROKER_WAIT_S": "1", **env}
     full.pop("COLUMNS", None)
     started = time.monotonic()
@@ -116,7 +110,7 @@ def test_a_malformed_database_url_is_a_usage_error(args: list[str]) -> None:
 
 
 def test_an_unreachable_database_exits_4() -> None:
-    url = f"postgresql://passk@127.0.0.1:{free_port()}/passk"
+    url = f"postgresql://passk@127.0.0.1:{free_ports(1)}/passk"
     done, took = passk("report", "--run-id", "r", PASSK_DATABASE_URL=url)
     assert done.returncode == 4, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "database is unreachable" in done.stderr
@@ -177,7 +171,7 @@ def test_replay_of_a_huge_file_stays_in_bounded_memory_and_says_nothing_was_vali
     huge = tmp_path / "huge.jsonl"
     with open(huge, "wb") as f:
         f.truncate(400 << 20)
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_ports(1)}"}
     done = subprocess.run(
         [sys.executable, "-c", MEASURE_RSS, "replay", "--dry-run", str(huge)],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from services.contract.settings import Settings
 from services.contract.topics import Topic
 from services.judge.prompt import PROMPT_HASH
 from tests.support import (
+    free_ports,
     isolated_env,
     produce,
     publish_scenarios,
@@ -45,11 +45,6 @@ def joined(settings: Settings) -> bool:
     # Its group is stable with a member (the judge commits nothing before its first trial).
     return all(s.ready for s in processor_status(["judge"], settings))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_json(url: str, method: str = "GET") -> dict[str, Any]:
@@ -104,7 +99,7 @@ def test_every_judge_gets_a_verdict_faults_error_replays_hit_the_cache_outages_d
 ) -> None:
     sc = scenario(judges=JUDGES)
     publish_scenarios(settings, [sc])
-    standin_port, metrics_port = free_port(), free_port()
+    standin_port, metrics_port = free_ports(1), free_ports(1)
     standin_url = f"http://127.0.0.1:{standin_port}"
     env = isolated_env(
         settings,
