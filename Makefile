@@ -49,11 +49,14 @@ demo: install ## the main job, end to end: scenarios, traffic, verdicts, report,
 # Most of the suite waits on the broker and on workers it started, not on the CPU: run on
 # TEST_WORKERS pytest-xdist processes (each its own slice of the test ports). loadgroup keeps
 # a group on one worker (the shared pipeline's tests, a module's own broker); e2e goes
-# first so that the longest tests start first and the short ones fill in after.
+# first so that the longest tests start first and the short ones fill in after. Then the
+# tests marked `alone` (a worker or broker SIGKILLed mid-stream) one at a time, with the
+# machine to themselves: under the parallel run's load one lost a trial (docs/known-limits.md).
 TEST_WORKERS ?= 4
-test: kafka-up ## the whole suite on TEST_WORKERS workers (4): e2e, integration (real Kafka), unit
-	$(BIN)/pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup \
+test: kafka-up ## the whole suite: on TEST_WORKERS workers (4), then the `alone` tests one by one
+	$(BIN)/pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup -m "not alone" \
 	  tests/e2e tests/integration tests/unit
+	$(BIN)/pytest -q -ra --durations=5 -m alone tests/e2e
 
 test-unit: install ## pure logic only, in seconds
 	$(BIN)/pytest -q tests/unit

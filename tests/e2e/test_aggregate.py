@@ -29,7 +29,7 @@ from tests.e2e.conftest import free_port
 from tests.support import ROOT, isolated_env, produce, publish_scenarios, read_topic, stop, wait_for
 from tests.unit.factories import scenario
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 SCENARIOS = {"steady": (3, 0.95), "flaky": (5, 0.6)}  # id: (k, pass probability)
 TRIALS = 3000
 HOURS = 6

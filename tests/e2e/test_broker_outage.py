@@ -23,7 +23,7 @@ from tests.conftest import make_settings
 from tests.e2e.conftest import PROCESSORS, Pipeline, free_port, trials_in
 from tests.support import ROOT, isolated_env, settled, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 SCENARIOS = ROOT / "examples" / "scenarios"
 OUTAGE_S = 20.0
 REPLAY_GRACE_S = 45.0  # after the broker is back, for the paced replay to finish

@@ -115,6 +115,7 @@ def test_a_judge_gates_only_while_calibrated_above_the_bar(
             "t-low": "passed", "t-high": "failed"}
 
 
+@pytest.mark.alone
 def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
     advisory_settings: Settings, tmp_path: Path
 ) -> None:

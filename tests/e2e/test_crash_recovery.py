@@ -22,7 +22,7 @@ from tests.e2e.conftest import (
 )
 from tests.support import ROOT, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 SCENARIOS = ROOT / "examples" / "scenarios"
 TRIALS_PER_SCENARIO = 400  # 5 scenarios: 2,000 trials, about 3,500 input events
 

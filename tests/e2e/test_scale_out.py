@@ -33,7 +33,7 @@ from tests.e2e.conftest import (
 )
 from tests.support import ROOT, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800), pytest.mark.alone]
 SCENARIOS = ROOT / "examples" / "scenarios"
 TRIALS_PER_SCENARIO = 300  # 5 scenarios: 1,500 trials, about 2,600 input events
 DOUBLED = PROCESSORS  # two workers of every processor, as in the cluster test
