@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeAlias
 
 import faust
 from aiokafka.errors import KafkaError as AIOKafkaError
@@ -29,6 +30,10 @@ log = logging.getLogger(__name__)
 INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
     AIOKafkaError, KafkaError, OperationalError, InterfaceError, ConnectionError,
 )
+
+# One input record being handled (its value, key, topic, partition, offset, timestamp in
+# `.message`). A processor's steps name it by this alias: only the runtime imports faust.
+Record: TypeAlias = faust.types.EventT
 
 
 def make_app(name: str, settings: Settings, linger_ms: int = 0,

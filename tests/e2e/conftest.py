@@ -157,13 +157,17 @@ class Pipeline:
             capture_output=True, text=True, timeout=timeout,
         )
 
+    def status_line(self, statuses: list | None = None) -> str:
+        """Each processor's group state, members and lag, on one line (for failures)."""
+        statuses = statuses or processor_status(PROCESSORS, self.settings)
+        return "; ".join(f"{s.processor}: {s.state}/{s.members}/lag {s.lag}" for s in statuses)
+
     def wait_settled(self, timeout: float = 120, processors: list[str] | None = None) -> None:
         def check() -> bool | str:
             statuses = processor_status(processors or PROCESSORS, self.settings)
             if all(s.settled for s in statuses):
                 return True
-            self.last_status = "; ".join(f"{s.processor}: {s.state}/{s.members}/lag {s.lag}"
-                                         for s in statuses)
+            self.last_status = self.status_line(statuses)
             return False
 
         self.last_status = ""
