@@ -101,6 +101,15 @@ def _checked(condition: Callable[[], T], deadline: float, timeout: float, what: 
     return value
 
 
+def stacks_of(pid: int) -> str:
+    """What a live worker's threads are doing (py-spy, installed with the dev extras), for
+    a failure that waited on the worker in vain."""
+    spy = Path(sys.executable).with_name("py-spy")
+    done = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True,
+                          text=True, timeout=60)
+    return (done.stdout + done.stderr)[-6000:]
+
+
 def wait_for(
     condition: Callable[[], T], *, timeout: float, interval: float = 0.2, what: str = "condition"
 ) -> T:

@@ -31,6 +31,7 @@ from tests.support import (
     isolated_env,
     read_topic,
     settled,
+    stacks_of,
     stop,
     wait_for,
 )
@@ -156,6 +157,11 @@ class Pipeline:
             cwd=ROOT,
             capture_output=True, text=True, timeout=timeout,
         )
+
+    def stacks(self, name: str) -> str:
+        """What worker `name`'s threads are doing now (py-spy, installed with the dev
+        extras), for a failure that waited on a worker in vain."""
+        return stacks_of(self.procs[name].pid)
 
     def status_line(self, statuses: list | None = None) -> str:
         """Each processor's group state, members and lag, on one line (for failures)."""

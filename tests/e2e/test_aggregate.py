@@ -26,21 +26,22 @@ from services.cli.status import processor_status
 from services.contract.settings import Settings
 from services.contract.topics import Topic
 from tests.e2e.conftest import free_port
-from tests.support import ROOT, isolated_env, produce, publish_scenarios, read_topic, stop, wait_for
+from tests.support import (
+    ROOT,
+    isolated_env,
+    produce,
+    publish_scenarios,
+    read_topic,
+    stacks_of,
+    stop,
+    wait_for,
+)
 from tests.unit.factories import scenario
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 SCENARIOS = {"steady": (3, 0.95), "flaky": (5, 0.6)}  # id: (k, pass probability)
 TRIALS = 3000
 HOURS = 6
-
-
-def stacks_of(pid: int) -> str:
-    """What a live worker's threads are doing (py-spy, installed with the dev extras)."""
-    spy = Path(sys.executable).with_name("py-spy")
-    done = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True,
-                          text=True, timeout=60)
-    return (done.stdout + done.stderr)[-6000:]
 
 
 def traffic(now: float) -> list[TrialVerdict]:
