@@ -18,6 +18,7 @@ from services.judge.steps import Steps
 from services.runtime.metrics import CommonMetrics
 from services.runtime.outage import STORE, Dependency, OutageMetrics
 from tests.unit.factories import conversation, judge_verdict, scenario
+from tests.unit.fakes import RecordedDeadLetters
 
 SCENARIO = scenario()
 AWAITS_GATES = scenario(judging={"skip_when_gates_fail": True})
@@ -68,7 +69,8 @@ class Judge:
 
     def __init__(self, *scenarios: Any, settings: Settings | None = None,
                  catalog_ready: bool = True) -> None:
-        self.rejected: list[tuple[Any, Any]] = []
+        self.letters = RecordedDeadLetters("judge")
+        self.rejected = self.letters.sent
         self.sent: list[tuple[str, bytes, JudgeVerdict]] = []
         self.known: list[set[str]] = []
         self.made = 0
@@ -76,9 +78,6 @@ class Judge:
                               judge_verdict("polite", result="failed", gating=False)])
         self.catalog = Catalog(*(scenarios or (SCENARIO,)), ready=catalog_ready)
         self.common = CommonMetrics(CollectorRegistry())
-
-        async def reject(event: Any, rejection: Any) -> None:
-            self.rejected.append((event, rejection))
 
         def way_out(name: str) -> Any:
             async def send(key: bytes, value: bytes) -> None:
@@ -90,7 +89,7 @@ class Judge:
             return self.grader
 
         self.steps = Steps(
-            settings or Settings(), catalog=self.catalog, reject=reject,  # type: ignore[arg-type]
+            settings or Settings(), catalog=self.catalog, reject=self.letters,  # type: ignore[arg-type]
             send_verdict=way_out("batch"), send_verdict_after_gates=way_out("after_gates"),
             deliver_regraded=way_out("regrade"), make_grader=make_grader,  # type: ignore[arg-type]
             store=Dependency(STORE, "test", metrics=OutageMetrics(CollectorRegistry())),
@@ -101,7 +100,7 @@ class Judge:
         return self.common.events.labels("judge", note)._value.get()
 
     def reasons(self) -> list[str]:
-        return [rejection.reason for _, rejection in self.rejected]
+        return self.letters.reasons()
 
 
 async def test_a_trial_gets_the_graders_verdicts_keyed_by_trial_and_is_counted_graded() -> None:
