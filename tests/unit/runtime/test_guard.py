@@ -9,26 +9,13 @@ import pytest
 from kafka.errors import KafkaTimeoutError
 from sqlalchemy.exc import OperationalError
 
-from services.contract.codec import Rejection
-from services.runtime.app import DeadLetters
-
-
-class Recorded(DeadLetters):
-    """The real guard, with the dead letters recorded instead of sent."""
-
-    def __init__(self) -> None:
-        self.processor = "gate"
-        self.sent: list[tuple[object, Rejection]] = []
-
-    async def __call__(self, event, rejection):  # type: ignore[no-untyped-def, override]
-        self.sent.append((event, rejection))
-
+from tests.unit.fakes import RecordedDeadLetters
 
 EVENT = SimpleNamespace(message=SimpleNamespace(topic="t", partition=0, offset=7))
 
 
-def run(handler) -> Recorded:  # type: ignore[no-untyped-def]
-    letters = Recorded()
+def run(handler) -> RecordedDeadLetters:  # type: ignore[no-untyped-def]
+    letters = RecordedDeadLetters()
     asyncio.run(letters.guard(EVENT, handler))  # type: ignore[arg-type]
     return letters
 
