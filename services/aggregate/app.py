@@ -5,9 +5,6 @@ batch.py (coalescing a batch's writes) and windows.py (window arithmetic)."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 import faust
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -17,17 +14,12 @@ from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import topic_name
 from services.kafka.catalog import ScenarioCatalog
-from services.runtime.app import DeadLetters, make_app, raw_topic, run_alongside
+from services.runtime.agents import each_record, in_batches, subscribe
+from services.runtime.app import DeadLetters, make_app, run_alongside, unawaited_sender
 from services.runtime.metrics import common_metrics
 
 PROCESSOR = "aggregate"
 SPEC = PROCESSORS[PROCESSOR]  # its topics and table
-log = logging.getLogger(__name__)
-
-
-def _log_failure(delivery: asyncio.Future) -> None:  # type: ignore[type-arg]
-    if not delivery.cancelled() and delivery.exception() is not None:
-        log.warning("aggregate: a record was not delivered: %r", delivery.exception())
 
 
 def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.App:
@@ -41,29 +33,16 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
     # bench/README.md).
     app = make_app(PROCESSOR, settings, linger_ms=10, fetch_min_bytes=100_000,
                    fetch_max_wait_ms=500)
-    (verdicts_in,) = SPEC.agents["rekey"]
     (by_scenario_in,) = SPEC.agents["count"]
-    trial_verdicts = raw_topic(app, verdicts_in, settings)
-    by_scenario = raw_topic(app, by_scenario_in, settings)
     by_scenario_name = topic_name(by_scenario_in, settings)
     reject = DeadLetters(app, PROCESSOR, settings)
     (STATE,) = SPEC.tables  # one table: one verdict's writes, one changelog partition
     state = app.Table(STATE.name, default=None, partitions=settings.topic_partitions)
     catalog = ScenarioCatalog(settings)
     run_alongside(app, settings, catalog)
-
-    async def send_unawaited(topic: str, key: bytes, value: bytes) -> None:
-        """Hand a record to the Kafka producer without awaiting its delivery: Faust flushes
-        the producer before each offset commit, so an offset is committed only after the
-        records sent for it were delivered. Straight to the producer, not through the
-        Faust topic, whose per-record bookkeeping (futures, sensors, codecs) showed in
-        the profile."""
-        delivery = await app.producer.send(topic, key, value, partition=None, timestamp=None,
-                                           headers=None)
-        delivery.add_done_callback(_log_failure)  # type: ignore[attr-defined]
-
-    steps = Steps(settings=settings, processor=PROCESSOR, state=state, send=send_unawaited,
-                  by_scenario=by_scenario_name, reject=reject, catalog=catalog,
+    steps = Steps(settings=settings, processor=PROCESSOR, state=state,
+                  send=unawaited_sender(app, PROCESSOR), by_scenario=by_scenario_name,
+                  reject=reject, catalog=catalog,
                   gauges=ReliabilityGauges(registry), metrics=AggregateMetrics(registry),
                   events=common_metrics().events)
 
@@ -72,21 +51,11 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
         steps.restore_gauges({tp.partition for tp in app.consumer.assignment()
                               if tp.topic == by_scenario_name})
 
-    async def rekey(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            await reject.guard(event, steps.rekey)
-
-    async def count(stream: faust.StreamT) -> None:
-        """Verdicts are counted in batches (Steps.count). A batch is acked once its writes
-        are applied, so an offset is committed only after they were delivered (Faust
-        flushes before each commit)."""
-        # take_events is on faust.Stream, missing from the StreamT protocol in its stubs.
-        batches = stream.take_events(  # type: ignore[attr-defined]
-            settings.aggregate_batch_max, within=settings.aggregate_batch_within_s)
-        async for events in batches:
-            await steps.count(events)
-
-    app.agent(trial_verdicts)(rekey)
-    app.agent(by_scenario)(count)
+    # Counted in batches (Steps.count), each acked once its writes are applied: an offset
+    # is committed only after they were delivered (Faust flushes before each commit).
+    subscribe(app, SPEC, settings, {
+        "rekey": each_record(reject, steps.rekey),
+        "count": in_batches(steps.count, batch_max=settings.aggregate_batch_max,
+                            within_s=settings.aggregate_batch_within_s)})
     app.timer(interval=5.0)(steps.alert_targets)
     return app

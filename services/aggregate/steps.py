@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Notes
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +73,7 @@ class Steps:
             return await self.reject(event, verdict)
         await self.send(self.by_scenario, verdict.scenario_id.encode(), event.value)
 
-    async def count(self, events: list[Record]) -> None:
+    async def count(self, events: Sequence[Record]) -> None:
         """One batch: its table writes and figures are coalesced (batch.py), a bucket
         written, and its figure published, once per batch rather than once per verdict."""
         batch: Batch[Record] = Batch(self.read)

@@ -21,7 +21,8 @@ from services.calibration.store import CalibrationStore
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import Topic
-from services.runtime.app import DeadLetters, make_app, raw_inputs, raw_topic, run_alongside
+from services.runtime.agents import each_record, subscribe
+from services.runtime.app import DeadLetters, make_app, raw_topic, run_alongside
 from services.runtime.metrics import common_metrics
 
 PROCESSOR = "calibration"
@@ -32,8 +33,6 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
     """The calibration's Faust app, its topics, tables, agents and store, from `settings`
     (`registry`: where its judge-calibration gauges are registered)."""
     app = make_app(PROCESSOR, settings)
-    join_inputs = raw_inputs(app, *SPEC.agents["join"], settings=settings)
-    fold_inputs = raw_inputs(app, *SPEC.agents["fold"], settings=settings)
     labelled = raw_topic(app, Topic.LABELLED_VERDICTS, settings)
     calibrations = raw_topic(app, Topic.JUDGE_CALIBRATIONS, settings)
     reject = DeadLetters(app, PROCESSOR, settings)
@@ -45,16 +44,7 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
                   send_labelled=labelled.send, send_calibration=calibrations.send,
                   reject=reject, store=CalibrationStore(settings.database_url),
                   metrics=CalibrationMetrics(registry), events=common_metrics().events)
-
-    async def join(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            await reject.guard(event, steps.join)
-
-    async def fold(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            await reject.guard(event, steps.fold)
-
-    app.agent(join_inputs)(join)
-    app.agent(fold_inputs)(fold)
+    subscribe(app, SPEC, settings, {"join": each_record(reject, steps.join),
+                                    "fold": each_record(reject, steps.fold)})
     app.task(steps.start)
     return app

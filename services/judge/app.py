@@ -25,6 +25,7 @@ from services.judge.grading import build_grader
 from services.judge.metrics import default_metrics
 from services.judge.steps import Steps
 from services.kafka.catalog import ScenarioCatalog
+from services.runtime.agents import each_record, subscribe, through_outbox
 from services.runtime.app import DeadLetters, Delivery, make_app, raw_topic, run_alongside
 from services.runtime.metrics import common_metrics
 from services.runtime.outage import STORE, Dependency
@@ -37,12 +38,7 @@ SPEC = PROCESSORS[PROCESSOR]  # its topics
 def build(settings: Settings) -> faust.App:
     """The judge's Faust app, its topics, agents and timer, from `settings`."""
     app = make_app(PROCESSOR, settings)
-    (conversations_in,) = SPEC.agents["judge_trials"]
-    (regrades_in,) = SPEC.agents["regrade_trials"]
-    (judge_requests_in,) = SPEC.agents["judge_after_gates"]
-    conversations, regrade_requests, judge_requests, judge_verdicts = (
-        raw_topic(app, t, settings)
-        for t in (conversations_in, regrades_in, judge_requests_in, Topic.JUDGE_VERDICTS))
+    judge_verdicts = raw_topic(app, Topic.JUDGE_VERDICTS, settings)
     reject = DeadLetters(app, PROCESSOR, settings)
     outbox, request_outbox = Outbox(PROCESSOR), Outbox(PROCESSOR)  # the agents run side by side
     catalog = ScenarioCatalog(settings)
@@ -58,25 +54,13 @@ def build(settings: Settings) -> faust.App:
         store=Dependency(STORE, "judge: creating the verdict cache"),
         metrics=metrics, processor=PROCESSOR, common=common_metrics())
     # A batch's trials are graded at once: its model calls overlap (bounded by the client).
-    batched = partial(Outbox.run, concurrently=True, batch_max=settings.batch_max,
-                      within_s=settings.batch_within_s)
-
-    async def judge_trials(stream: faust.StreamT) -> None:
-        await catalog.ready()
-        steps.known_judges_now()
-        await batched(outbox, stream, partial(reject.guard, handle=steps.judge_trial))
-
-    async def judge_after_gates(stream: faust.StreamT) -> None:
-        await catalog.ready()
-        await batched(request_outbox, stream, partial(reject.guard, handle=steps.judge_after_gates))
-
-    async def regrade_trials(stream: faust.StreamT) -> None:
-        await catalog.ready()
-        async for record in stream.events():
-            await reject.guard(record, steps.regrade)
-
-    app.agent(conversations)(judge_trials)
+    batched = partial(through_outbox, reject=reject, concurrently=True,
+                      batch_max=settings.batch_max, within_s=settings.batch_within_s)
+    subscribe(app, SPEC, settings, {
+        "judge_trials": batched(outbox, handle=steps.judge_trial, before=steps.ready),
+        "judge_after_gates": batched(request_outbox, handle=steps.judge_after_gates,
+                                     before=catalog.ready),
+        "regrade_trials": each_record(reject, steps.regrade, before=catalog.ready),
+    }, concurrency={"regrade_trials": settings.judge_concurrency})
     app.timer(interval=5.0)(steps.known_judges)
-    app.agent(judge_requests)(judge_after_gates)
-    app.agent(regrade_requests, concurrency=settings.judge_concurrency)(regrade_trials)
     return app

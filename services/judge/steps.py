@@ -69,6 +69,11 @@ class Steps:
                     retry_on=(SQLAlchemyError,))
         return self._grader
 
+    async def ready(self) -> None:
+        """Before the first trial: the catalog read, and each of its judges' series shown."""
+        await self.catalog.ready()
+        self.known_judges_now()
+
     def known_judges_now(self) -> None:
         self.metrics.known_judges({j.id for s in self.catalog.latest().values()
                                    for j in s.judges})

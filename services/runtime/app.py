@@ -119,6 +119,25 @@ class Delivery:
         await self.broker.call("send", send)
 
 
+def unawaited_sender(app: faust.App, processor: str
+                     ) -> Callable[[str, bytes, bytes], Awaitable[None]]:
+    """(topic name, key, value) handed to the Kafka producer without awaiting delivery: for
+    a processor whose outputs need only be delivered before its offsets are committed
+    (Faust flushes the producer before each commit). Straight to the producer, not
+    through the Faust topic, whose per-record bookkeeping (futures, sensors, codecs)
+    showed in the aggregate's profile. A record that failed is logged."""
+    def failed(delivery: asyncio.Future) -> None:  # type: ignore[type-arg]
+        if not delivery.cancelled() and delivery.exception() is not None:
+            log.warning("%s: a record was not delivered: %r", processor, delivery.exception())
+
+    async def send(topic: str, key: bytes, value: bytes) -> None:
+        delivery = await app.producer.send(topic, key, value, partition=None, timestamp=None,
+                                           headers=None)
+        delivery.add_done_callback(failed)  # type: ignore[attr-defined]
+
+    return send
+
+
 async def broker_reachable(bootstrap: str, timeout: float = 3.0) -> None:
     """Raises OSError unless some bootstrap address accepts a TCP connection."""
     last: OSError = OSError(f"no bootstrap address in {bootstrap!r}")

@@ -29,7 +29,8 @@ from services.contract.processors import ProcessorSpec
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.catalog import SCENARIO_GRACE_S, ScenarioCatalog, unknown_scenario
-from services.runtime.app import DeadLetters, raw_inputs, raw_topic
+from services.runtime.agents import subscribe
+from services.runtime.app import DeadLetters, raw_topic
 from services.runtime.flow import JoinFlow, join_flow
 from services.runtime.graded import KeyedStates, graded_table
 from services.runtime.outbox import Outbox
@@ -159,5 +160,4 @@ class KeyedJoin(Generic[S]):
                                   batch_max=self.settings.batch_max,
                                   within_s=self.settings.batch_within_s)
 
-        channel = raw_inputs(self.app, *self.spec.agents[name], settings=self.settings)
-        self.app.agent(channel, name=f"{self.spec.module}.{name}")(run)
+        subscribe(self.app, self.spec, self.settings, {name: run})

@@ -14,7 +14,8 @@ import faust
 
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
-from services.runtime.app import DeadLetters, make_app, raw_inputs, run_alongside
+from services.runtime.agents import in_batches, subscribe
+from services.runtime.app import DeadLetters, make_app, run_alongside
 from services.runtime.metrics import common_metrics
 from services.runtime.outage import STORE, Dependency
 from services.sink.steps import Steps
@@ -27,20 +28,13 @@ SPEC = PROCESSORS[PROCESSOR]  # its topics
 def build(settings: Settings) -> faust.App:
     """The sink's Faust app, its inputs, agent and store, from `settings`."""
     app = make_app(PROCESSOR, settings)
-    inputs = raw_inputs(app, *SPEC.agents["sink"], settings=settings)
     reject = DeadLetters(app, PROCESSOR, settings)
     run_alongside(app, settings)
     steps = Steps(settings, store=Store(settings.database_url),
                   database=Dependency(STORE, "sink: writing the projection"),
                   reject=reject, processor=PROCESSOR, common=common_metrics())
-
-    async def sink(stream: faust.StreamT) -> None:
-        # take_events is on faust.Stream, missing from the StreamT protocol in its stubs.
-        batches = stream.take_events(  # type: ignore[attr-defined]
-            settings.sink_batch_max, within=settings.sink_batch_within_s)
-        async for records in batches:
-            await steps.sink_batch(records)
-
-    app.agent(inputs)(sink)
+    subscribe(app, SPEC, settings, {"sink": in_batches(
+        steps.sink_batch, batch_max=settings.sink_batch_max,
+        within_s=settings.sink_batch_within_s)})
     app.task(steps.create_tables)
     return app
