@@ -3,8 +3,9 @@
 Reads every partition of the sink's five topics from its first retained offset up to the
 end offsets taken at the start, applies each event with the live sink's own store code,
 into a fresh schema, and then computes every summary from scratch from the trial rows.
-Since every write is an order-tolerant upsert (see domain.py), the result equals what the
-live sink holds once it has consumed the same records.
+It keeps what the live sink keeps (domain.storable), and every write is an order-tolerant
+upsert (services/storage/records.py), so the result equals what the live sink holds once
+it has consumed the same records.
 Stop the sink first, or rebuild into another database and point the report at it: a sink
 writing while the tables are dropped would fail its writes until they exist again.
 """
@@ -15,30 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kafka import KafkaConsumer, TopicPartition
-from pydantic import BaseModel
 from sqlalchemy.exc import DataError, IntegrityError
 
-from schemas.events import (
-    ConversationFinished,
-    GateResult,
-    JudgeVerdict,
-    ScenarioReliability,
-    TrialVerdict,
-)
-from services.contract.codec import Rejection, decode
+from services.contract.codec import Rejection
 from services.contract.settings import Settings
-from services.contract.topics import Topic, topic_name
+from services.contract.topics import topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
+from services.sink.domain import MODELS, storable
 from services.storage import records as domain
 from services.storage.store import Store
-
-SOURCES: tuple[tuple[Topic, type[BaseModel]], ...] = (
-    (Topic.CONVERSATION_FINISHED, ConversationFinished),
-    (Topic.GATE_RESULTS, GateResult),
-    (Topic.JUDGE_VERDICTS, JudgeVerdict),
-    (Topic.TRIAL_VERDICTS, TrialVerdict),
-    (Topic.SCENARIO_RELIABILITY, ScenarioReliability),
-)
 
 
 @dataclass
@@ -78,7 +64,7 @@ def rebuild(
     batch_timeout_ms: int = 1000,
 ) -> RebuildStats:
     store = Store(database_url or settings.database_url)
-    models = {topic_name(topic, settings): model for topic, model in SOURCES}
+    models = {topic_name(topic, settings): model for topic, model in MODELS.items()}
     consumer = KafkaConsumer(
         **kafka_client_kwargs(settings),
         group_id=None,  # no offsets committed: a rebuild leaves the live sink's group alone
@@ -104,7 +90,6 @@ def rebuild(
         if progress:
             progress(0, total)
         remaining = {tp for tp in partitions if end[tp] > start[tp]}
-        limit = settings.max_event_bytes
         while remaining:
             batch: list[domain.SinkEvent] = []
             for tp, records in consumer.poll(timeout_ms=batch_timeout_ms).items():
@@ -112,14 +97,11 @@ def rebuild(
                     if record.offset >= end[tp]:
                         continue  # written after the rebuild started: the live sink's part
                     stats.records += 1
-                    event = decode(record.value, models[tp.topic], max_bytes=limit,
-                                   max_depth=settings.max_json_depth)
+                    event = storable(record.value, models[tp.topic], settings)
                     if isinstance(event, Rejection):
                         stats.skip(event.reason)
-                    elif domain.problem_with(event) is not None:  # type: ignore[arg-type]
-                        stats.skip("invalid_field")
                     else:
-                        batch.append(event)  # type: ignore[arg-type]
+                        batch.append(event)
             stats.stored += _store_batch(store, batch, stats)
             remaining = {tp for tp in remaining if consumer.position(tp) < end[tp]}
             if progress:

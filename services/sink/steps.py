@@ -14,35 +14,19 @@ import logging
 from collections.abc import Sequence
 from functools import partial
 
-from pydantic import BaseModel
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
-from schemas.events import (
-    ConversationFinished,
-    GateResult,
-    JudgeVerdict,
-    ScenarioReliability,
-    TrialVerdict,
-)
-from services.contract.codec import Rejection, decode_or_reject
+from services.contract.codec import Rejection
 from services.contract.settings import Settings
-from services.contract.topics import Topic, topic_name
+from services.contract.topics import topic_name
 from services.runtime.app import INFRASTRUCTURE_ERRORS, DeadLetters, Record
 from services.runtime.metrics import CommonMetrics
 from services.runtime.outage import Dependency
-from services.storage import records as domain
+from services.sink.domain import MODELS, storable
+from services.storage.records import SinkEvent
 from services.storage.store import Store
 
 log = logging.getLogger(__name__)
-# What each input topic holds.
-MODELS: dict[Topic, type[BaseModel]] = {
-    Topic.TRIAL_VERDICTS: TrialVerdict,
-    Topic.GATE_RESULTS: GateResult,
-    Topic.JUDGE_VERDICTS: JudgeVerdict,
-    Topic.CONVERSATION_FINISHED: ConversationFinished,
-    # The aggregate's window records, for `passk windows` and the pictures over time.
-    Topic.SCENARIO_RELIABILITY: ScenarioReliability,
-}
 
 
 class Steps:
@@ -66,7 +50,7 @@ class Steps:
         except (OperationalError, InterfaceError) as exc:  # the first write will try again
             log.warning("sink: could not create the projection's tables yet (%s)", exc)
 
-    async def write(self, batch: list[domain.SinkEvent]) -> Exception | None:
+    async def write(self, batch: list[SinkEvent]) -> Exception | None:
         """Store a batch in one transaction. A database that is down or locked is waited
         for (the stream waits with it, so nothing is skipped; logged once per outage, every
         failed try counted); the error of a row the database refuses is returned."""
@@ -78,18 +62,11 @@ class Steps:
             return exc
         return None
 
-    def usable(self, record: Record) -> domain.SinkEvent | Rejection:
-        decoded = decode_or_reject(record.value, self.models[record.message.topic],
-                                   self.settings)
-        if isinstance(decoded, Rejection):
-            return decoded
-        problem = domain.problem_with(decoded)  # type: ignore[arg-type]
-        if problem is not None:
-            return Rejection("invalid_field", problem)
-        return decoded  # type: ignore[return-value]
+    def usable(self, record: Record) -> SinkEvent | Rejection:
+        return storable(record.value, self.models[record.message.topic], self.settings)
 
     async def sink_batch(self, records: Sequence[Record]) -> None:
-        good: list[tuple[Record, domain.SinkEvent]] = []
+        good: list[tuple[Record, SinkEvent]] = []
 
         async def take(record: Record) -> None:
             found = self.usable(record)
@@ -117,7 +94,7 @@ class Steps:
         for record, event in good:
             await self.reject.guard(record, partial(self.store_one, event=event))
 
-    async def store_one(self, record: Record, event: domain.SinkEvent) -> None:
+    async def store_one(self, record: Record, event: SinkEvent) -> None:
         problem = await self.write([event])
         if problem is not None:
             orig = getattr(problem, "orig", None) or problem
