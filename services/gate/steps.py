@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -30,23 +31,20 @@ PROCESSOR = "gate"
 OutputTopic = Any
 
 
+@dataclass
 class Steps:
-    def __init__(self, settings: Settings, timing: domain.Timing,
-                 join: KeyedJoin[domain.JoinState], *, catalog: ScenarioCatalog,
-                 reject: DeadLetters, deliver: Delivery, gate_results: OutputTopic,
-                 judge_requests: OutputTopic, session_topic: str, metrics: GateMetrics,
-                 common: CommonMetrics) -> None:
-        self.settings = settings
-        self.timing = timing
-        self.join = join
-        self.catalog = catalog
-        self.reject = reject
-        self.deliver = deliver  # re-grades: each awaited (rare, and apart from the batches)
-        self.gate_results = gate_results
-        self.judge_requests = judge_requests
-        self.session_topic = session_topic
-        self.metrics = metrics
-        self.common = common
+    settings: Settings
+    timing: domain.Timing
+    join: KeyedJoin[domain.JoinState]
+    _: KW_ONLY
+    catalog: ScenarioCatalog
+    reject: DeadLetters
+    deliver: Delivery  # re-grades: each awaited (rare, and apart from the batches)
+    gate_results: OutputTopic
+    judge_requests: OutputTopic
+    session_topic: str  # where a held session that is refused came from
+    metrics: GateMetrics
+    common: CommonMetrics
 
     # ------------------------------------------------------------------ the joined inputs
     async def on_conversation(self, event: Record) -> None:
