@@ -66,6 +66,8 @@ class FakeDelivery:
 class FakeCatalog:
     """Scenarios by (id, version); the latest of an id under (id, None)."""
 
+    is_ready = True
+
     def __init__(self, *scenarios: Scenario) -> None:
         self.by: dict[tuple[str, str | None], Scenario] = {}
         for scenario in scenarios:
@@ -74,6 +76,9 @@ class FakeCatalog:
 
     def get(self, scenario_id: str, version: str | None = None) -> Scenario | None:
         return self.by.get((scenario_id, version))
+
+    def latest(self) -> dict[str, Scenario]:
+        return {sid: sc for (sid, version), sc in self.by.items() if version is None}
 
     async def published(self, scenario_id: str, version: str | None = None, *,
                         timeout: float = 0.0) -> Scenario | None:
