@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection
+from services.contract.settings import Settings
 
 Note = Literal[
     "waiting",  # stored; the other half has not arrived
@@ -68,6 +69,13 @@ class Timing:
     session_wait_s: float
     orphan_ttl_s: float
     retention_s: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> Timing:
+        # A persisted session waits for its conversation ten session waits, an hour at least.
+        return cls(session_wait_s=settings.session_wait_s,
+                   orphan_ttl_s=max(10 * settings.session_wait_s, 3600.0),
+                   retention_s=settings.dedup_retention_s)
 
 
 def _graded(state: JoinState, grade: Grade, now: float) -> Decision:

@@ -32,6 +32,7 @@ from schemas.events import (
     with_attempt,
 )
 from schemas.scenario import Scenario
+from services.contract.settings import Settings
 from services.grading.calibration import CalibrationBook, GatingPolicy
 
 GATES = ("exit", "state")
@@ -72,6 +73,12 @@ class Timing:
     judge_wait_s: float  # after both gates are in, how long to wait for the judges
     gate_wait_s: float  # after the first judge verdict, how long to wait for the gates
     retention_s: float  # how long an emitted trial is remembered, to drop repeats
+
+    @classmethod
+    def of(cls, settings: Settings) -> Timing:
+        # The gates are waited for as long as the gate waits for a session.
+        return cls(judge_wait_s=settings.judge_wait_s, gate_wait_s=settings.session_wait_s,
+                   retention_s=settings.dedup_retention_s)
 
 
 # What a trial's state keeps of the trial it assembles: its identity but the scenario

@@ -175,3 +175,12 @@ def test_the_trial_a_session_is_claimed_by() -> None:
     held = domain.on_session(None, session(**SP_B), 0).state
     assert domain.claimed_by(held) == "B" and domain.joined_trial(held) is None
     assert domain.claimed_by(domain.on_session(None, session(), 0).state) is None
+
+
+def test_timing_from_the_settings_keeps_an_orphan_session_an_hour_at_least() -> None:
+    from services.contract.settings import Settings
+
+    short = domain.Timing.of(Settings(PASSK_SESSION_WAIT_S=30, PASSK_DEDUP_RETENTION_S=500))
+    assert (short.session_wait_s, short.orphan_ttl_s, short.retention_s) == (30, 3600, 500)
+    long = domain.Timing.of(Settings(PASSK_SESSION_WAIT_S=600))
+    assert long.orphan_ttl_s == 6000  # ten session waits

@@ -264,3 +264,11 @@ def test_the_first_trial_is_graded_as_if_the_second_never_came() -> None:
     assert verdict.outcome == "passed"
     emitted = domain.emitted(state, verdict, now=5)  # remembered as emitted: still known
     assert domain.identity_conflict(emitted, run_b[0]) is not None
+
+
+def test_timing_from_the_settings_waits_for_the_gates_as_long_as_for_a_session() -> None:
+    from services.contract.settings import Settings
+
+    timing = domain.Timing.of(Settings(PASSK_JUDGE_WAIT_S=45, PASSK_SESSION_WAIT_S=20,
+                                       PASSK_DEDUP_RETENTION_S=700))
+    assert (timing.judge_wait_s, timing.gate_wait_s, timing.retention_s) == (45, 20, 700)
