@@ -18,7 +18,7 @@ from services.aggregate import domain
 from services.aggregate.batch import Batch
 from services.aggregate.metrics import AggregateMetrics, ReliabilityGauges
 from services.aggregate.windows import parse_windows
-from services.contract.codec import Rejection, decode_or_reject, encode
+from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.catalog import CatalogUnavailable, ScenarioCatalog
@@ -68,9 +68,8 @@ class Steps:
     async def rekey(self, event: Record) -> None:
         """Trial verdicts arrive keyed by trial; a scenario's windows need its every trial
         on one partition, so they go on keyed by scenario."""
-        verdict = decode_or_reject(event.value, TrialVerdict, self.settings)
-        if isinstance(verdict, Rejection):
-            return await self.reject(event, verdict)
+        if (verdict := await self.reject.decoded(event, TrialVerdict)) is None:
+            return
         await self.send(self.by_scenario, verdict.scenario_id.encode(), event.value)
 
     async def count(self, events: Sequence[Record]) -> None:
@@ -80,9 +79,9 @@ class Steps:
         notes: Notes[str] = Notes()
 
         async def count_one(event: Record) -> None:
-            verdict = decode_or_reject(event.value, TrialVerdict, self.settings)
-            if isinstance(verdict, Rejection):  # checked upstream; a foreign writer, perhaps
-                return await self.reject(event, verdict)
+            # checked upstream; refused here too (a foreign writer, perhaps)
+            if (verdict := await self.reject.decoded(event, TrialVerdict)) is None:
+                return
             if batch.starts_group(verdict):
                 self.apply_group(batch)
             partition = event.message.partition

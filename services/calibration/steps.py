@@ -8,26 +8,27 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import Counter
+from pydantic import BaseModel
 from sqlalchemy.exc import SQLAlchemyError
 
 from schemas.events import JudgeCalibration, JudgeVerdict, Label, LabelledVerdict
 from services.calibration import domain
 from services.calibration.metrics import CalibrationMetrics
 from services.calibration.store import CalibrationStore, LabelledItemRow, now
-from services.contract.codec import Rejection, decode_or_reject, encode
+from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.grading.calibration import Bar
-from services.runtime.app import Record
+from services.runtime.app import DeadLetters, Record
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 30.0
 
 Send = Callable[..., Awaitable[Awaitable[Any]]]  # (key=, value=) -> its delivery, to await
-Reject = Callable[[Record, Rejection], Awaitable[None]]
+S = TypeVar("S", bound=BaseModel)
 
 
 async def stored(write: Callable[..., object], *args: object) -> None:
@@ -43,6 +44,12 @@ async def stored(write: Callable[..., object], *args: object) -> None:
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
+def loaded(table: MutableMapping[str, Any], key: str, model: type[S]) -> S | None:
+    """A table's state for `key` as `model` (None: nothing yet)."""
+    raw = table.get(key)
+    return model.model_validate(raw) if raw else None
+
+
 @dataclass(kw_only=True)
 class Steps:
     """`joins` (by trial) and `matrices` (by judge) are the worker's tables: each changes
@@ -54,7 +61,7 @@ class Steps:
     matrices: MutableMapping[str, Any]
     send_labelled: Send
     send_calibration: Send
-    reject: Reject
+    reject: DeadLetters
     store: CalibrationStore
     metrics: CalibrationMetrics
     events: Counter  # passk_events_total: by processor, what it made of a record
@@ -66,13 +73,12 @@ class Steps:
 
     async def join(self, event: Record) -> None:
         is_label = event.message.topic == self.labels_topic
-        model: type[Label] | type[JudgeVerdict] = Label if is_label else JudgeVerdict
-        decoded = decode_or_reject(event.value, model, self.settings)
-        if isinstance(decoded, Rejection):
-            return await self.reject(event, decoded)
+        model: type[Label | JudgeVerdict] = Label if is_label else JudgeVerdict
+        decoded = await self.reject.decoded(event, model)
+        if decoded is None:
+            return
         key = decoded.trial_id
-        raw = self.joins.get(key)
-        state = domain.JoinState.model_validate(raw) if raw else None
+        state = loaded(self.joins, key, domain.JoinState)
         if isinstance(decoded, Label):
             state = domain.on_label(state, decoded)
         else:
@@ -86,14 +92,13 @@ class Steps:
 
     async def fold(self, event: Record) -> None:
         is_calibration = event.message.topic == self.calibrations_topic
-        model: type[JudgeCalibration] | type[LabelledVerdict] = (
+        model: type[JudgeCalibration | LabelledVerdict] = (
             JudgeCalibration if is_calibration else LabelledVerdict)
-        decoded = decode_or_reject(event.value, model, self.settings)
-        if isinstance(decoded, Rejection):
-            return await self.reject(event, decoded)
+        decoded = await self.reject.decoded(event, model)
+        if decoded is None:
+            return
         key = decoded.judge_id
-        raw = self.matrices.get(key)
-        state = domain.JudgeState.model_validate(raw) if raw else None
+        state = loaded(self.matrices, key, domain.JudgeState)
         running: JudgeCalibration | None
         if isinstance(decoded, JudgeCalibration):
             await stored(self.store.record_calibration, decoded)  # the drift history, every source

@@ -9,7 +9,6 @@ import asyncio
 import time
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
-from typing import Any
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection, encode
@@ -20,15 +19,12 @@ from services.gate import domain
 from services.gate.gates import gates_for, judge_request, regrade_gates
 from services.gate.metrics import GateMetrics
 from services.kafka.catalog import ScenarioCatalog, unknown_scenario
-from services.runtime.app import DeadLetters, Delivery, Record
+from services.runtime.app import DeadLetters, Delivery, OutputTopic, Record
 from services.runtime.keyed_join import KeyedJoin
 from services.runtime.metrics import CommonMetrics
 from services.runtime.regrades import read_regrade
 
 PROCESSOR = "gate"
-# An output topic (services.runtime.app.raw_topic): only handed on to the join's or the
-# delivery's send, so named without importing faust.
-OutputTopic = Any
 
 
 @dataclass

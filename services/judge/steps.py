@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy.exc import SQLAlchemyError
 
 from schemas.events import ConversationFinished, JudgeRequest
-from services.contract.codec import Rejection, decode, decode_or_reject, encode
+from services.contract.codec import Rejection, decode, encode
 from services.contract.eventtime import in_future, reference_time
 from services.contract.settings import Settings
 from services.judge import domain
@@ -85,9 +85,8 @@ class Steps:
             self.known_judges_now()
 
     async def judge_trial(self, record: Record) -> None:
-        trial = decode_or_reject(record.value, ConversationFinished, self.settings)
-        if isinstance(trial, Rejection):
-            return await self.reject(record, trial)
+        if (trial := await self.reject.decoded(record, ConversationFinished)) is None:
+            return
         # The gate refuses the same record (same reference time): no trial, nothing to judge.
         reference = reference_time(record.message.timestamp, time.time())
         if future := in_future(trial.occurred_at, reference, self.settings.max_clock_skew_s):

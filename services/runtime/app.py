@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 import faust
 from aiokafka.errors import KafkaError as AIOKafkaError
 from kafka.errors import KafkaError
+from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from services.contract.codec import Rejection, encode
+from services.contract.codec import Rejection, decode_or_reject, encode
 from services.contract.deadletter import dead_letter
 from services.contract.settings import Settings
 from services.contract.topics import Topic, partitions_for, spec_for, topic_name
@@ -24,6 +25,7 @@ from services.runtime.metrics import common_metrics, serve_metrics
 from services.runtime.outage import BROKER, HEARTBEAT_S, Dependency, health, outage_metrics
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 # Failures of the infrastructure, not of the record: they are not the record's fault, so
 # they are never turned into dead letters (the outage handling retries or restarts).
@@ -34,6 +36,8 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
 # One input record being handled (its value, key, topic, partition, offset, timestamp in
 # `.message`). A processor's steps name it by this alias: only the runtime imports faust.
 Record: TypeAlias = faust.types.EventT
+# A topic a processor's steps send to, named likewise.
+OutputTopic: TypeAlias = faust.TopicT
 
 
 def make_app(name: str, settings: Settings, linger_ms: int = 0,
@@ -230,7 +234,17 @@ class DeadLetters:
     def __init__(self, app: faust.App, processor: str, settings: Settings):
         self.topic = raw_topic(app, Topic.DEAD_LETTERS, settings)
         self.processor = processor
+        self.settings = settings
         self.deliver = Delivery(processor)
+
+    async def decoded(self, event: faust.types.EventT, model: type[M]) -> M | None:
+        """The record as `model`, within the settings' bounds on every input; None once it
+        is a dead letter (why: the codec's reason)."""
+        found = decode_or_reject(event.value, model, self.settings)
+        if isinstance(found, Rejection):
+            await self(event, found)
+            return None
+        return found
 
     async def __call__(self, event: faust.types.EventT, rejection: Rejection) -> None:
         message = event.message

@@ -24,7 +24,6 @@ import faust
 from pydantic import BaseModel
 
 from schemas.scenario import Scenario
-from services.contract.codec import Rejection, decode_or_reject
 from services.contract.processors import ProcessorSpec
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
@@ -108,11 +107,7 @@ class KeyedJoin(Generic[S]):
     # ------------------------------------------------------------------ inputs
     async def decoded(self, event: faust.types.EventT, model: type[M]) -> M | None:
         """The record as `model`, or None once it is a dead letter."""
-        found = decode_or_reject(event.value, model, self.settings)
-        if isinstance(found, Rejection):
-            await self.reject(event, found)
-            return None
-        return found
+        return await self.reject.decoded(event, model)
 
     async def scenario(self, event: faust.types.EventT, scenario_id: str,
                        version: str | None = None) -> Scenario | None:

@@ -9,7 +9,6 @@ import logging
 import time
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from schemas.events import GateResult, JudgeVerdict
 from schemas.scenario import Scenario
@@ -18,16 +17,13 @@ from services.contract.settings import Settings
 from services.grading.calibration import Bar, GatingPolicy
 from services.kafka.calibrations import CalibrationFollower
 from services.kafka.catalog import ScenarioCatalog
-from services.runtime.app import DeadLetters, Record
+from services.runtime.app import DeadLetters, OutputTopic, Record
 from services.runtime.keyed_join import KeyedJoin
 from services.runtime.metrics import CommonMetrics
 from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
 
 PROCESSOR = "verdict"
-# An output topic (services.runtime.app.raw_topic): only handed on to the join's send, so
-# named without importing faust.
-OutputTopic = Any
 log = logging.getLogger(__name__)
 
 

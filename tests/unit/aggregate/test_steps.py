@@ -13,13 +13,14 @@ from prometheus_client import CollectorRegistry
 from schemas.events import ScenarioReliability
 from services.aggregate.metrics import AggregateMetrics, ReliabilityGauges
 from services.aggregate.steps import Steps
-from services.contract.codec import Rejection, decode, encode
+from services.contract.codec import decode, encode
 from services.contract.settings import Settings
 from services.kafka.catalog import CatalogUnavailable
 from services.runtime.faust_compat import current_event
 from services.runtime.metrics import CommonMetrics
 from tests.unit.aggregate.test_domain import NOW, T0, verdict
 from tests.unit.factories import scenario
+from tests.unit.fakes import RecordedDeadLetters
 
 BY_SCENARIO = "t.aggregate-by-scenario"
 RELIABILITY = "t.scenario-reliability.v1"
@@ -55,17 +56,6 @@ class Table(dict[str, Any]):
         return super().pop(key, default)
 
 
-class DeadLetters:
-    def __init__(self) -> None:
-        self.rejected: list[tuple[Any, Rejection]] = []
-
-    async def __call__(self, event: Any, rejection: Rejection) -> None:
-        self.rejected.append((event, rejection))
-
-    async def guard(self, event: Any, handle: Any) -> None:
-        await handle(event)
-
-
 class Catalog:
     def __init__(self, scenarios: list[Any] | None) -> None:
         self.scenarios = scenarios
@@ -82,10 +72,11 @@ class Harness:
     def __init__(self, catalog: list[Any] | None = None, **env: Any) -> None:
         self.log: list[tuple[Any, ...]] = []
         self.state = Table(self.log)
-        self.reject = DeadLetters()
+        settings = Settings(PASSK_TOPIC_PREFIX="t.", **env)  # type: ignore[call-arg]
+        self.reject = RecordedDeadLetters("aggregate", settings)
         self.registry = CollectorRegistry()
         self.steps = Steps(
-            settings=Settings(PASSK_TOPIC_PREFIX="t.", **env),  # type: ignore[call-arg]
+            settings=settings,
             processor="aggregate", state=self.state, send=self.send, by_scenario=BY_SCENARIO,
             reject=self.reject, catalog=Catalog(catalog),  # type: ignore[arg-type]
             gauges=ReliabilityGauges(self.registry), metrics=AggregateMetrics(self.registry),
@@ -136,7 +127,7 @@ async def test_an_unreadable_verdict_is_dead_lettered_not_rekeyed() -> None:
     h = Harness()
     bad = Event(b"[1, 2]")
     await h.steps.rekey(bad)
-    assert [(e, r.reason) for e, r in h.reject.rejected] == [(bad, "not_an_object")]
+    assert [(e, r.reason) for e, r in h.reject.sent] == [(bad, "not_an_object")]
     assert h.log == []
 
 
@@ -183,7 +174,7 @@ async def test_a_bad_record_in_a_batch_is_dead_lettered_and_the_rest_counted() -
     h = Harness()
     bad = Event(b"\xff\xfe")
     await h.steps.count([event("a"), bad, event("b")])
-    assert [(e, r.reason) for e, r in h.reject.rejected] == [(bad, "invalid_utf8")]
+    assert [(e, r.reason) for e, r in h.reject.sent] == [(bad, "invalid_utf8")]
     (run,) = [r for r in h.published() if r.run_id == "run-1"]
     assert run.n == 2
     assert h.count("counted") == (2, 2)

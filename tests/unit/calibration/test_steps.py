@@ -16,11 +16,12 @@ from schemas.events import JudgeCalibration, Label, LabelledVerdict
 from services.calibration import steps as steps_module
 from services.calibration.metrics import CalibrationMetrics
 from services.calibration.steps import Steps
-from services.contract.codec import Rejection, encode
+from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.grading.calibration import Bar, Matrix, calibration_event
 from services.runtime.metrics import CommonMetrics
 from tests.unit.factories import judge_verdict
+from tests.unit.fakes import RecordedDeadLetters
 
 SETTINGS = Settings(PASSK_TOPIC_PREFIX="t.")  # type: ignore[call-arg]
 LABELS = "t.labels.v1"
@@ -68,7 +69,8 @@ class Harness:
     def __init__(self) -> None:
         self.log: list[tuple[Any, ...]] = []
         self.sent: list[tuple[str, bytes, dict[str, Any]]] = []
-        self.rejected: list[tuple[Any, Rejection]] = []
+        self.letters = RecordedDeadLetters("calibration", SETTINGS)
+        self.rejected = self.letters.sent
         self.joins = Table("joins", self.log)
         self.matrices = Table("matrices", self.log)
         self.store = Store(self.log)
@@ -76,7 +78,7 @@ class Harness:
         self.steps = Steps(
             settings=SETTINGS, processor="calibration", joins=self.joins, matrices=self.matrices,
             send_labelled=self.sender(LABELLED), send_calibration=self.sender(CALIBRATIONS),
-            reject=self.reject, store=self.store,  # type: ignore[arg-type]
+            reject=self.letters, store=self.store,  # type: ignore[arg-type]
             metrics=CalibrationMetrics(self.registry),
             events=CommonMetrics(self.registry).events)
 
@@ -88,9 +90,6 @@ class Harness:
                 self.log.append(("delivered", topic, key))
             return delivered()
         return send
-
-    async def reject(self, event: Any, rejection: Rejection) -> None:
-        self.rejected.append((event, rejection))
 
     def count(self, note: str) -> float:
         return self.registry.get_sample_value(
