@@ -14,12 +14,13 @@ from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.gate import domain
 from services.gate.metrics import GateMetrics
-from services.gate.steps import PROCESSOR, Steps
+from services.gate.steps import Steps
 from services.runtime.app import Delivery, make_app, raw_topic, run_alongside
 from services.runtime.keyed_join import KeyedJoin
 from services.runtime.metrics import common_metrics
 
-SPEC = PROCESSORS[PROCESSOR]  # its topics and tables (PROCESSOR: "gate")
+PROCESSOR = "gate"
+SPEC = PROCESSORS[PROCESSOR]  # its topics and tables
 
 
 def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.App:
@@ -33,8 +34,8 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
                      awaiting=domain.awaiting, due_at=lambda s: domain.due_at(s, timing),
                      is_marker=domain.is_marker)
     run_alongside(app, settings, join.catalog)
-    steps = Steps(settings, timing, join, catalog=join.catalog, reject=join.reject,
-                  deliver=Delivery(PROCESSOR),
+    steps = Steps(settings, timing, join, processor=PROCESSOR, catalog=join.catalog,
+                  reject=join.reject, deliver=Delivery(PROCESSOR),
                   gate_results=raw_topic(app, Topic.GATE_RESULTS, settings),
                   judge_requests=raw_topic(app, Topic.JUDGE_REQUESTS, settings),
                   session_topic=topic_name(Topic.SESSION_PERSISTED, settings),

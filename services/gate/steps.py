@@ -24,8 +24,6 @@ from services.runtime.keyed_join import KeyedJoin
 from services.runtime.metrics import CommonMetrics
 from services.runtime.regrades import read_regrade
 
-PROCESSOR = "gate"
-
 
 @dataclass
 class Steps:
@@ -33,6 +31,7 @@ class Steps:
     timing: domain.Timing
     join: KeyedJoin[domain.JoinState]
     _: KW_ONLY
+    processor: str  # its name in metric labels and dead letters
     catalog: ScenarioCatalog
     reject: DeadLetters
     deliver: Delivery  # re-grades: each awaited (rare, and apart from the batches)
@@ -93,7 +92,7 @@ class Steps:
         results = regrade_gates(request, scenario, session_wait_s=self.settings.session_wait_s)
         await asyncio.gather(*(self.deliver(self.gate_results, request.trial_id.encode(),
                                              encode(r)) for r in results))
-        self.common.events.labels(PROCESSOR, "regraded").inc()
+        self.common.events.labels(self.processor, "regraded").inc()
 
     # ------------------------------------------------------------------ what a decision does
     def _future(self, event: Record, occurred_at: datetime, now: float) -> Rejection | None:
@@ -123,7 +122,7 @@ class Steps:
         return True
 
     async def _settle(self, event: Record, key: str, decision: domain.Decision) -> None:
-        self.common.events.labels(PROCESSOR, decision.note).inc()
+        self.common.events.labels(self.processor, decision.note).inc()
         if decision.note == "orphan_expired":
             self.metrics.orphan_sessions.inc()
         if decision.grade is not None and not await self._grade(event, decision.grade):
@@ -132,17 +131,17 @@ class Steps:
             self.join.store(key, decision.state)
 
     async def _refuse(self, event: Record, decision: domain.Decision, why: Rejection) -> None:
-        self.common.events.labels(PROCESSOR, decision.note).inc()
+        self.common.events.labels(self.processor, decision.note).inc()
         await self.reject(event, why)
 
     async def _refuse_held(self, event: Record, held: SessionPersisted, owner: str) -> None:
         """A SessionPersisted held before any conversation, naming another trial than the
         one whose conversation then claimed the session: dead-lettered as itself (its topic,
         its bytes), though the record being handled is the conversation."""
-        record = dead_letter(processor=PROCESSOR, source_topic=self.session_topic,
+        record = dead_letter(processor=self.processor, source_topic=self.session_topic,
                              partition=event.message.partition, offset=None,
                              key=held.session_id.encode(), value=encode(held),
                              rejection=domain.session_conflict(held, owner))
         await self.deliver(self.reject.topic, held.session_id.encode(), encode(record))
         self.common.dead_letters.labels(self.session_topic, "session_conflict").inc()
-        self.common.events.labels(PROCESSOR, "session_conflict").inc()
+        self.common.events.labels(self.processor, "session_conflict").inc()

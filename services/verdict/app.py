@@ -17,9 +17,10 @@ from services.runtime.keyed_join import KeyedJoin
 from services.runtime.metrics import common_metrics
 from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
-from services.verdict.steps import PROCESSOR, Steps
+from services.verdict.steps import Steps
 
-SPEC = PROCESSORS[PROCESSOR]  # its topics and tables (PROCESSOR: "verdict")
+PROCESSOR = "verdict"
+SPEC = PROCESSORS[PROCESSOR]  # its topics and tables
 
 
 def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.App:
@@ -33,8 +34,8 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
                      due_at=lambda s: domain.due_at(s, timing), is_marker=domain.is_marker)
     run_alongside(app, settings, join.catalog)
     calibrations = CalibrationFollower(settings)
-    steps = Steps(settings, timing, join, catalog=join.catalog, reject=join.reject,
-                  calibrations=calibrations,
+    steps = Steps(settings, timing, join, processor=PROCESSOR, catalog=join.catalog,
+                  reject=join.reject, calibrations=calibrations,
                   trial_verdicts=raw_topic(app, Topic.TRIAL_VERDICTS, settings),
                   metrics=VerdictMetrics(registry), common=common_metrics())
     join.agent("collect", on_input={Topic.GATE_RESULTS: steps.on_gate_result,

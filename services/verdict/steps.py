@@ -23,7 +23,6 @@ from services.runtime.metrics import CommonMetrics
 from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
 
-PROCESSOR = "verdict"
 log = logging.getLogger(__name__)
 
 
@@ -33,6 +32,7 @@ class Steps:
     timing: domain.Timing
     join: KeyedJoin[domain.TrialState]
     _: KW_ONLY
+    processor: str  # its name in metric labels and dead letters
     catalog: ScenarioCatalog
     reject: DeadLetters
     calibrations: CalibrationFollower
@@ -66,7 +66,7 @@ class Steps:
         elif decision.action == "emit" and (
                 done := await self._emit(state, decision.missing, decision.waited_s)) is not None:
             self.join.store(key, done)
-            self.common.events.labels(PROCESSOR, "deadline").inc()
+            self.common.events.labels(self.processor, "deadline").inc()
 
     # ------------------------------------------------------------------ a timer
     async def known_scenarios(self) -> None:
@@ -87,7 +87,7 @@ class Steps:
             return await self.reject(event, Rejection("trial_id_conflict", conflict))
         if domain.is_duplicate(state, result):
             self.metrics.duplicates.inc()
-            self.common.events.labels(PROCESSOR, "duplicate").inc()
+            self.common.events.labels(self.processor, "duplicate").inc()
             return
         if isinstance(result, GateResult):
             state = domain.on_gate_result(state, result, now)
@@ -96,7 +96,7 @@ class Steps:
         # the broker's arrival time of this input (LogAppendTime; faust gives seconds)
         emitted = None if domain.missing_checks(state, self._scenario_for(state)) else (
             await self._emit(state, [], 0.0, arrived_at=event.message.timestamp))
-        self.common.events.labels(PROCESSOR, "waiting" if emitted is None else "emitted").inc()
+        self.common.events.labels(self.processor, "waiting" if emitted is None else "emitted").inc()
         self.join.store(result.trial_id, state if emitted is None else emitted)
 
     def _scenario_for(self, state: domain.TrialState) -> Scenario | None:
@@ -112,7 +112,7 @@ class Steps:
         if (scenario := self._scenario_for(state)) is None:
             log.error("verdict: scenario %r of trial %r left the catalog; verdict held",
                       state.scenario_id, state.trial_id)
-            self.common.events.labels(PROCESSOR, "scenario_missing").inc()
+            self.common.events.labels(self.processor, "scenario_missing").inc()
             return None
         # Gating is decided on every calibration published before the last input arrived.
         await self.calibrations.sync(arrived_at)

@@ -42,7 +42,7 @@ class Gate:
         self.reject = FakeDeadLetters(self.log)
         catalog = FakeCatalog(*(scenarios or (scenario(),)))
         self.join = FakeJoin(self.log, catalog, self.reject, self.settings)
-        self.steps = Steps(self.settings, TIMING, self.join, catalog=catalog,
+        self.steps = Steps(self.settings, TIMING, self.join, processor="gate", catalog=catalog,
                            reject=self.reject, deliver=FakeDelivery(self.log),
                            gate_results="gate-results", judge_requests="judge-requests",
                            session_topic=SESS, metrics=GateMetrics(self.registry),

@@ -56,7 +56,7 @@ class Verdict:
         self.catalog = FakeCatalog(*(scenarios or (SCENARIO,)))
         self.join = FakeJoin(self.log, self.catalog, self.reject, settings)
         self.calibrations = FakeCalibrations()
-        self.steps = Steps(settings, TIMING, self.join, catalog=self.catalog,
+        self.steps = Steps(settings, TIMING, self.join, processor="verdict", catalog=self.catalog,
                            reject=self.reject, calibrations=self.calibrations,
                            trial_verdicts="trial-verdicts",
                            metrics=VerdictMetrics(self.registry),
