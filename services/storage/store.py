@@ -184,7 +184,10 @@ class Store:
             self._schema_ready = True
 
     def has_schema(self) -> bool:
-        return inspect(self.engine).has_table(TrialRow.__tablename__)
+        """Every table of the projection exists: while a sink is creating them (one by one),
+        a reader sees no schema rather than a table missing halfway through a query."""
+        names = set(inspect(self.engine).get_table_names())
+        return all(table.name in names for table in METADATA.sorted_tables)
 
     def close(self) -> None:
         self.engine.dispose()
