@@ -163,6 +163,13 @@ class Pipeline:
         extras), for a failure that waited on a worker in vain."""
         return stacks_of(self.procs[name].pid)
 
+    def explain(self, name: str) -> str:
+        """For a failure that waited on worker `name` in vain: every group's state, members
+        and lag, the end of the worker's log and what its threads are doing."""
+        tail = (self.logs / f"{name}.log").read_text(errors="replace")[-4000:]
+        return (f"processors: {self.status_line()}\n{name}'s log:\n{tail}\n"
+                f"{name}'s threads:\n{self.stacks(name)}")
+
     def status_line(self, statuses: list | None = None) -> str:
         """Each processor's group state, members and lag, on one line (for failures)."""
         statuses = statuses or processor_status(PROCESSORS, self.settings)

@@ -153,10 +153,8 @@ def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
         except AssertionError as exc:  # say what was published, and what the worker said
             seen = [(v["source"], v["n"]) for _, v, _ in
                     read_topic(settings, Topic.JUDGE_CALIBRATIONS)]
-            worker_log = (p.logs / "calibration.log").read_text()[-4000:]
-            raise AssertionError(f"{exc}\npublished: {seen}\nstatus: {p.status_line()}"
-                                 f"\ncalibration log:\n{worker_log}"
-                                 f"\nits threads:\n{p.stacks('calibration')}") from None
+            raise AssertionError(f"{exc}\npublished: {seen}\n{p.explain('calibration')}"
+                                 ) from None
         assert (final["tp"], final["fp"], final["fn"], final["tn"]) == (6, 1, 1, 5)
         assert final["precision"] == pytest.approx(6 / 7)
         assert final["recall"] == pytest.approx(6 / 7)

@@ -123,6 +123,12 @@ def test_a_trial_dated_2099_blinds_nothing_and_one_dated_1970_counts(
              interval=1.0, what="the gauge restored after the restart")
     check()
     replay(pipeline, tmp_path / "after.jsonl", trial("c0", "run-4"))
-    wait_for(lambda: gauge(pipeline, "passk_scenario_trials") == 13, timeout=120,
-             interval=1.0, what="a present trial counted after the restart")
+    try:
+        wait_for(lambda: gauge(pipeline, "passk_scenario_trials") == 13, timeout=120,
+                 interval=1.0, what="a present trial counted after the restart")
+    except AssertionError as exc:  # upstream late, or the restarted aggregate stuck?
+        verdict = [v["outcome"] for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS)
+                   if v["trial_id"] == "c0"]
+        raise AssertionError(f"{exc}\nc0's verdict: {verdict}\n{pipeline.explain('aggregate')}"
+                             ) from None
     assert records(settings)["run-4"]["n"] == 1
