@@ -4,8 +4,10 @@ group has a member. A worker that is down is shown as down, not only as a restar
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import tempfile
 import xmlrpc.client
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +19,27 @@ NOT_RUNNING = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED", "STOPPING", "U
 RPC_TIMEOUT_S = 3.0
 
 
+# A unix socket's path holds at most 107 bytes, and supervisord first binds
+# "<file>.<its pid>", then renames it: a longer path refuses to start ("AF_UNIX path too
+# long"), as a checkout in a deep directory would.
+MAX_SOCKET_PATH = 96
+
+
+def socket_in(run_dir: Path) -> Path:
+    """Where supervisord listens for a run directory: run_dir/supervisor.sock, or, when that
+    path is too long for a unix socket, a short one in the temporary directory named by
+    the run directory's own path (so each checkout has its own)."""
+    run_dir = run_dir.resolve()
+    natural = run_dir / "supervisor.sock"
+    if len(os.fsencode(natural)) <= MAX_SOCKET_PATH:
+        return natural
+    digest = hashlib.sha256(os.fsencode(run_dir)).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"passk-supervisor-{digest}.sock"
+
+
 def supervisor_socket(data_dir: Path) -> Path:
     """Where `make up` has supervisord listen (`passk supervise config --out var/run/...`)."""
-    return data_dir / "run" / "supervisor.sock"
+    return socket_in(data_dir / "run")
 
 
 def supervisor_states(sock: Path) -> dict[str, str] | None:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
+import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from services.cli.liveness import socket_in, supervisor_socket
 from services.cli.supervise import supervisord_conf, worker_programs, write_private
 from services.contract.processors import WORKERS
 from services.kafka.kafka_users import UnknownKafkaUser, processor_user
@@ -79,3 +83,27 @@ def test_the_configuration_is_readable_by_its_owner_only(tmp_path: Path) -> None
     write_private(conf, "KAFKA_SASL_PASSWORD=x")
     assert stat.S_IMODE(conf.stat().st_mode) == 0o600
     assert conf.read_text() == "KAFKA_SASL_PASSWORD=x"
+
+
+def test_a_short_run_dir_keeps_its_socket(tmp_path: Path) -> None:
+    conf = _conf([], tmp_path)
+    assert f"file={tmp_path.resolve() / 'supervisor.sock'}" in conf
+    assert f"serverurl=unix://{tmp_path.resolve() / 'supervisor.sock'}" in conf
+
+
+def test_a_run_dir_too_deep_for_a_unix_socket_gets_a_short_one_that_binds(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "var" / "run"
+    deep.mkdir(parents=True)
+    sock = socket_in(deep)
+    assert sock.parent == Path(tempfile.gettempdir()) and sock != socket_in(tmp_path)
+    assert sock == socket_in(deep / ".." / "run")  # one checkout, one socket
+    conf = _conf([], deep)
+    assert f"file={sock}" in conf and f"serverurl=unix://{sock}" in conf
+    # what `passk status` asks is where supervisord listens
+    assert supervisor_socket(deep.parent) == sock
+    # supervisord binds "<file>.<pid>" first: that must fit in a unix socket's path too
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(f"{sock}.4194304")
+    os.unlink(f"{sock}.4194304")
+    with socket.socket(socket.AF_UNIX) as s, pytest.raises(OSError, match="too long"):
+        s.bind(str(deep / "supervisor.sock.4194304"))  # why: the natural path would not
