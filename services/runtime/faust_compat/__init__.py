@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import faust
 
-from services.runtime.faust_compat import controller, fetch, flush, seek_guard, worker_log
+from services.runtime.faust_compat import controller, fetch, flush, seek_guard, stop, worker_log
 from services.runtime.faust_compat.fetch import set_fetch
 from services.runtime.faust_compat.internals import (
     RECOVERY_ORDER,
@@ -35,6 +35,7 @@ PATCHES = (
     ("fetch", fetch.PATCH),
     ("controller", controller.PATCH),
     ("worker_log", worker_log.PATCH),
+    ("stop", stop.PATCH),
 )
 
 

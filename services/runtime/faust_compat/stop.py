@@ -1,0 +1,50 @@
+"""A worker that stops promptly when its broker is gone (installed by `apply`).
+
+On SIGTERM Faust stops its consumer thread, which stops the aiokafka consumer, whose
+`Fetcher.close` cancels the fetch requests in flight and awaits each. With the broker
+gone, a fetch request is in its error branch, sleeping its retry backoff; cancelled
+there, it ends with the CancelledError itself, and `close` (aiokafka 0.14.0) awaits it
+without suppressing that, as its own fetch routine does for the same tasks. The error
+leaves the consumer thread without saying it stopped, and the worker waited out mode's
+60 s shutdown timeout before it exited (seen: a supervised worker needed SIGKILL).
+
+The wrapper first cancels and awaits those tasks as the fetch routine does (their
+cancellation is their expected end; the closing task's own cancellation still
+propagates), then runs aiokafka's `close`, which then has none left to await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka.consumer.fetcher import Fetcher
+
+from services.runtime.faust_compat.patching import Patch
+
+
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # the close itself is being cancelled: not ours to swallow
+
+
+def _install() -> None:
+    original = Fetcher.close
+
+    async def close(self: Any) -> None:
+        await _cancelled(self._fetch_task)  # no new fetch request may start meanwhile
+        for task in list(self._pending_tasks):
+            await _cancelled(task)
+        self._pending_tasks.clear()
+        await original(self)
+
+    close.__wrapped__ = original  # type: ignore[attr-defined]  # for the tests
+    Fetcher.close = close  # type: ignore[method-assign]
+
+
+PATCH = Patch(_install)
