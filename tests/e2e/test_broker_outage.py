@@ -6,6 +6,7 @@ This test starts its OWN broker on free ports (never the shared one other tests 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 SCENARIOS = ROOT / "examples" / "scenarios"
 OUTAGE_S = 20.0
 REPLAY_GRACE_S = 45.0  # after the broker is back, for the paced replay to finish
+STOP_S = 20.0  # SIGTERM to exit, broker gone: far below mode's 60 s shutdown timeout
 
 
 class OwnBroker:
@@ -153,6 +155,20 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
             callers = Counter(line.split("broker unreachable (")[1].split(":")[1]
                               for line in log.splitlines() if "broker unreachable (" in line)
             assert callers and all(n == 1 for n in callers.values()), (name, callers)
+
+        # The broker gone for good: SIGTERM still stops every worker within seconds (the
+        # consumer's close used to wait out a 60 s timeout then: docs/faust.md, patch 8).
+        broker.kill()
+        wait_for(lambda: degraded(settings, "gate") and degraded(settings, "verdict"),
+                 timeout=60, interval=0.5, what="gate and verdict report the broker gone")
+        asked = time.monotonic()
+        for proc in pipeline.procs.values():
+            proc.terminate()
+        for proc in pipeline.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(STOP_S - (time.monotonic() - asked), 0.1))
+        running = [n for n, p in pipeline.procs.items() if p.poll() is None]
+        assert not running, f"still running {STOP_S:.0f} s after SIGTERM: {running}"
     finally:
         if pipeline is not None:
             pipeline.stop_all()
