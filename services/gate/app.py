@@ -34,8 +34,7 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
                      awaiting=domain.awaiting, due_at=lambda s: domain.due_at(s, timing),
                      is_marker=domain.is_marker)
     run_alongside(app, settings, join.catalog)
-    steps = Steps(settings, timing, join, processor=PROCESSOR, catalog=join.catalog,
-                  reject=join.reject, deliver=Delivery(PROCESSOR),
+    steps = Steps(settings, timing, join, deliver=Delivery(PROCESSOR),
                   gate_results=raw_topic(app, Topic.GATE_RESULTS, settings),
                   judge_requests=raw_topic(app, Topic.JUDGE_REQUESTS, settings),
                   session_topic=topic_name(Topic.SESSION_PERSISTED, settings),

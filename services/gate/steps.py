@@ -18,22 +18,19 @@ from services.contract.settings import Settings
 from services.gate import domain
 from services.gate.gates import gates_for, judge_request, regrade_gates
 from services.gate.metrics import GateMetrics
-from services.kafka.catalog import ScenarioCatalog, unknown_scenario
-from services.runtime.app import DeadLetters, Delivery, OutputTopic, Record
-from services.runtime.keyed_join import KeyedJoin
+from services.kafka.catalog import unknown_scenario
+from services.runtime.app import Delivery, OutputTopic, Record
+from services.runtime.keyed_join import JoinSteps, KeyedJoin
 from services.runtime.metrics import CommonMetrics
 from services.runtime.regrades import read_regrade
 
 
 @dataclass
-class Steps:
+class Steps(JoinSteps):
     settings: Settings
     timing: domain.Timing
     join: KeyedJoin[domain.JoinState]
     _: KW_ONLY
-    processor: str  # its name in metric labels and dead letters
-    catalog: ScenarioCatalog
-    reject: DeadLetters
     deliver: Delivery  # re-grades: each awaited (rare, and apart from the batches)
     gate_results: OutputTopic
     judge_requests: OutputTopic

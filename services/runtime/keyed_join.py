@@ -156,3 +156,23 @@ class KeyedJoin(Generic[S]):
                                   within_s=self.settings.batch_within_s)
 
         subscribe(self.app, self.spec, self.settings, {name: run})
+
+
+class JoinSteps:
+    """Base of a keyed join's steps (the gate's, the verdict's): the processor's name, its
+    scenario catalog and its dead letters are its join's, so a step cannot refuse or wait
+    on another than the join does."""
+
+    join: KeyedJoin[Any]
+
+    @property
+    def processor(self) -> str:
+        return self.join.spec.name
+
+    @property
+    def catalog(self) -> ScenarioCatalog:
+        return self.join.catalog
+
+    @property
+    def reject(self) -> DeadLetters:
+        return self.join.reject

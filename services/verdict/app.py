@@ -34,8 +34,7 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
                      due_at=lambda s: domain.due_at(s, timing), is_marker=domain.is_marker)
     run_alongside(app, settings, join.catalog)
     calibrations = CalibrationFollower(settings)
-    steps = Steps(settings, timing, join, processor=PROCESSOR, catalog=join.catalog,
-                  reject=join.reject, calibrations=calibrations,
+    steps = Steps(settings, timing, join, calibrations=calibrations,
                   trial_verdicts=raw_topic(app, Topic.TRIAL_VERDICTS, settings),
                   metrics=VerdictMetrics(registry), common=common_metrics())
     join.agent("collect", on_input={Topic.GATE_RESULTS: steps.on_gate_result,

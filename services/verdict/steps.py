@@ -16,9 +16,8 @@ from services.contract.codec import Rejection, encode
 from services.contract.settings import Settings
 from services.grading.calibration import Bar, GatingPolicy
 from services.kafka.calibrations import CalibrationFollower
-from services.kafka.catalog import ScenarioCatalog
-from services.runtime.app import DeadLetters, OutputTopic, Record
-from services.runtime.keyed_join import KeyedJoin
+from services.runtime.app import OutputTopic, Record
+from services.runtime.keyed_join import JoinSteps, KeyedJoin
 from services.runtime.metrics import CommonMetrics
 from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
@@ -27,14 +26,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Steps:
+class Steps(JoinSteps):
     settings: Settings
     timing: domain.Timing
     join: KeyedJoin[domain.TrialState]
     _: KW_ONLY
-    processor: str  # its name in metric labels and dead letters
-    catalog: ScenarioCatalog
-    reject: DeadLetters
     calibrations: CalibrationFollower
     trial_verdicts: OutputTopic
     metrics: VerdictMetrics

@@ -90,8 +90,9 @@ class FakeJoin:
     one (what is refused, and why, is the steps' contract)."""
 
     def __init__(self, log: Log, catalog: FakeCatalog, reject: FakeDeadLetters,
-                 settings: Settings) -> None:
+                 settings: Settings, processor: str) -> None:
         self.log, self.catalog, self.reject, self.settings = log, catalog, reject, settings
+        self.spec = SimpleNamespace(name=processor)
         self.states: dict[str, Any] = {}
 
     def load(self, key: str) -> Any:

@@ -41,9 +41,8 @@ class Gate:
         self.registry = CollectorRegistry()
         self.reject = FakeDeadLetters(self.log)
         catalog = FakeCatalog(*(scenarios or (scenario(),)))
-        self.join = FakeJoin(self.log, catalog, self.reject, self.settings)
-        self.steps = Steps(self.settings, TIMING, self.join, processor="gate", catalog=catalog,
-                           reject=self.reject, deliver=FakeDelivery(self.log),
+        self.join = FakeJoin(self.log, catalog, self.reject, self.settings, "gate")
+        self.steps = Steps(self.settings, TIMING, self.join, deliver=FakeDelivery(self.log),
                            gate_results="gate-results", judge_requests="judge-requests",
                            session_topic=SESS, metrics=GateMetrics(self.registry),
                            common=CommonMetrics(self.registry))

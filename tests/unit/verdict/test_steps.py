@@ -54,10 +54,9 @@ class Verdict:
         self.registry = CollectorRegistry()
         self.reject = FakeDeadLetters(self.log)
         self.catalog = FakeCatalog(*(scenarios or (SCENARIO,)))
-        self.join = FakeJoin(self.log, self.catalog, self.reject, settings)
+        self.join = FakeJoin(self.log, self.catalog, self.reject, settings, "verdict")
         self.calibrations = FakeCalibrations()
-        self.steps = Steps(settings, TIMING, self.join, processor="verdict", catalog=self.catalog,
-                           reject=self.reject, calibrations=self.calibrations,
+        self.steps = Steps(settings, TIMING, self.join, calibrations=self.calibrations,
                            trial_verdicts="trial-verdicts",
                            metrics=VerdictMetrics(self.registry),
                            common=CommonMetrics(self.registry))
