@@ -94,3 +94,30 @@ def test_aiokafkas_close_still_awaits_its_fetch_requests_unguarded() -> None:
     source = inspect.getsource(unpatched_close())
     assert "for x in self._pending_tasks:" in source
     assert "x.cancel()\n            await x" in source
+
+
+def test_a_close_begun_by_a_task_already_cancelled_still_closes() -> None:
+    """Shutdown code often closes the consumer in the `except CancelledError` of a
+    cancelled task: that earlier cancellation is not the close's to raise, or the close
+    would stop at its first await and leave the fetch request running."""
+    stop.PATCH.apply()
+
+    async def scenario() -> None:
+        fetcher = await fetcher_retrying_a_fetch()
+        (in_flight,) = fetcher._pending_tasks
+        closed = asyncio.Event()
+
+        async def stopping_consumer() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                await Fetcher.close(fetcher)
+                closed.set()
+
+        consumer = asyncio.ensure_future(stopping_consumer())
+        await asyncio.sleep(0)
+        consumer.cancel()
+        await asyncio.wait_for(closed.wait(), 5)
+        assert fetcher._closed and in_flight.cancelled() and not fetcher._pending_tasks
+
+    asyncio.run(scenario())
