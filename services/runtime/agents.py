@@ -37,10 +37,24 @@ def subscribe(app: faust.App, spec: ProcessorSpec, settings: Settings,
     if set(agents) != set(spec.agents):
         raise ValueError(f"{spec.name}: agents {sorted(agents)} do not match the "
                          f"registry's {sorted(spec.agents)}")
+    concurrency = concurrency or {}
+    if stray := set(concurrency) - set(agents):
+        raise ValueError(f"{spec.name}: concurrency for agents it has not: {sorted(stray)}")
     for name, run in agents.items():
         channel = raw_inputs(app, *spec.agents[name], settings=settings)
         app.agent(channel, name=f"{spec.module}.{name}",
-                  concurrency=(concurrency or {}).get(name, 1))(run)
+                  concurrency=concurrency.get(name, 1))(_labelled(run, spec.module, name))
+
+
+def _labelled(run: Agent, module: str, name: str) -> Agent:
+    """`run` as the agent it is: Faust labels an agent in its logs and its crash reports by
+    its function's module and qualified name, which would otherwise be this module's
+    closure (`services.runtime.agents.each_record.<locals>.run`) for them all."""
+    async def agent(stream: faust.StreamT) -> None:
+        await run(stream)
+
+    agent.__module__, agent.__name__, agent.__qualname__ = module, name, name
+    return agent
 
 
 def each_record(reject: DeadLetters, handle: Handler, *, before: Before | None = None

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from mode.utils.objects import qualname
 
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
@@ -136,3 +137,26 @@ def test_through_outbox_runs_the_outbox_loop_with_the_guard_and_its_batching() -
     asyncio.run(run(Stream([record(9)], log)))  # type: ignore[arg-type]
     assert log == ["ready", "run [('batch_max', 50), ('concurrently', True), ('within_s', 0.1)]"]
     assert letters.reasons() == ["processing_error"]  # the guard wraps the handler
+
+
+def test_each_agent_is_labelled_by_its_registry_name_in_fausts_logs(tmp_path: Path) -> None:
+    settings = settings_in(tmp_path)
+    spec = PROCESSORS["judge"]
+    app = make_app(spec.name, settings)
+    subscribe(app, spec, settings, {"judge_trials": each_record(RecordedDeadLetters(), nothing),
+                                    "judge_after_gates": nothing, "regrade_trials": nothing})
+    # what Faust's labels (Agent.label, shortlabel) print, shortened when long
+    assert {name: qualname(agent.fun) for name, agent in app.agents.items()} == {
+        name: name for name in ("services.judge.app.judge_trials",
+                                "services.judge.app.judge_after_gates",
+                                "services.judge.app.regrade_trials")}
+    assert "regrade_trials" in app.agents["services.judge.app.regrade_trials"].shortlabel
+
+
+def test_concurrency_for_an_agent_it_has_not_is_refused(tmp_path: Path) -> None:
+    settings = settings_in(tmp_path)
+    app = make_app("judge", settings)
+    with pytest.raises(ValueError, match=r"concurrency for agents it has not: \['regrade'\]"):
+        subscribe(app, PROCESSORS["judge"], settings,
+                  dict.fromkeys(PROCESSORS["judge"].agents, nothing), concurrency={"regrade": 3})
+    assert not app.agents
