@@ -28,7 +28,7 @@ from services.contract.processors import ProcessorSpec
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.catalog import SCENARIO_GRACE_S, ScenarioCatalog, unknown_scenario
-from services.runtime.agents import subscribe
+from services.runtime.agents import subscribe, through_outbox
 from services.runtime.app import DeadLetters, raw_topic
 from services.runtime.flow import JoinFlow, join_flow
 from services.runtime.graded import KeyedStates, graded_table
@@ -147,15 +147,14 @@ class KeyedJoin(Generic[S]):
             self.clock.observe(topic, message.partition, message.offset, message.timestamp)
             return await routes[topic](event)
 
-        async def run(stream: faust.StreamT) -> None:
+        async def ready() -> None:
             await self.catalog.ready()
             if before is not None:
                 await before()
-            await self.outbox.run(stream, lambda event: self.reject.guard(event, handle),
-                                  batch_max=self.settings.batch_max,
-                                  within_s=self.settings.batch_within_s)
 
-        subscribe(self.app, self.spec, self.settings, {name: run})
+        subscribe(self.app, self.spec, self.settings, {name: through_outbox(
+            self.outbox, self.reject, handle, batch_max=self.settings.batch_max,
+            within_s=self.settings.batch_within_s, before=ready)})
 
 
 class JoinSteps:
