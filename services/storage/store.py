@@ -9,10 +9,12 @@ that share the database (the judge cache, say).
 from __future__ import annotations
 
 import threading
+import types
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Index, and_, case, func, inspect, select
+from sqlalchemy import Index, Table, and_, case, func, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import registry
@@ -44,60 +46,49 @@ class SinkTable(SQLModel, registry=registry()):
     """Base of the projection's tables; its own metadata, apart from any other tables."""
 
 
-class TrialRow(TrialRecord, SinkTable, table=True):
-    __tablename__ = "trials"
-    # A summary's newest trial (its k) is one index probe, however many trials it has.
-    __table_args__ = (Index("ix_trials_latest", "run_id", "scenario_id", "verdict_at", "trial_id"),)
+@dataclass(frozen=True)
+class Stored:
+    """One table of the projection: its columns are its record type's, `version` orders
+    the versions of one key, and `identity` names the columns that say which trial a row
+    of a trial id belongs to."""
+
+    table: Table
+    version: str
+    identity: tuple[str, ...] = ()
 
 
-class TrialAttemptRow(TrialAttemptRecord, SinkTable, table=True):
-    __tablename__ = "trial_attempts"
+def _stored(record: type[SQLModel], name: str, *, version: str,
+            identity: tuple[str, ...] = (), args: tuple[Any, ...] = ()) -> Stored:
+    """The table `name` of `record`'s rows (a table model of its columns, in SinkTable's
+    metadata)."""
+    namespace = {"__module__": __name__, "__tablename__": name, "__table_args__": args}
+    row = types.new_class(f"{record.__name__}Row", (record, SinkTable), {"table": True},
+                          lambda body: body.update(namespace))
+    return Stored(row.__table__, version, identity)  # type: ignore[attr-defined]
 
 
-class GateResultRow(GateRecord, SinkTable, table=True):
-    __tablename__ = "gate_results"
-
-
-class JudgeVerdictRow(JudgeRecord, SinkTable, table=True):
-    __tablename__ = "judge_verdicts"
-
-
-class TranscriptRow(TranscriptRecord, SinkTable, table=True):
-    __tablename__ = "transcripts"
-
-
-class ScenarioSummaryRow(ScenarioSummary, SinkTable, table=True):
-    __tablename__ = "scenario_summaries"
-
-
-class WindowRow(WindowRecord, SinkTable, table=True):
-    __tablename__ = "scenario_windows"
-
-
+# A row whose identity differs from the stored one is another trial reusing the id (the
+# verdict dead-letters it as trial_id_conflict): it never replaces what the graded trial
+# was computed from. Judge rows carry no session, so only run and scenario are compared.
+TABLES: dict[type[SQLModel], Stored] = {
+    TrialRecord: _stored(
+        TrialRecord, "trials", version="verdict_at",
+        # A summary's newest trial (its k) is one index probe, however many trials it has.
+        args=(Index("ix_trials_latest", "run_id", "scenario_id", "verdict_at", "trial_id"),)),
+    TrialAttemptRecord: _stored(TrialAttemptRecord, "trial_attempts", version="verdict_at"),
+    GateRecord: _stored(GateRecord, "gate_results", version="occurred_at",
+                        identity=("run_id", "scenario_id", "session_id")),
+    JudgeRecord: _stored(JudgeRecord, "judge_verdicts", version="occurred_at",
+                         identity=("run_id", "scenario_id")),
+    TranscriptRecord: _stored(TranscriptRecord, "transcripts", version="occurred_at",
+                              identity=("run_id", "scenario_id", "session_id")),
+    ScenarioSummary: _stored(ScenarioSummary, "scenario_summaries", version="last_verdict_at"),
+    WindowRecord: _stored(WindowRecord, "scenario_windows", version="seq"),
+}
+TRIALS = TABLES[TrialRecord].table
 METADATA = SinkTable.metadata
 # Nullable columns of `trials` added after projections existed; create_schema adds them.
 ADDED_COLUMNS = ("advisory_checks",)
-TABLES: dict[type[SQLModel], tuple[Any, str]] = {
-    # record type -> (table, the column that orders versions of one key)
-    TrialRecord: (TrialRow.__table__, "verdict_at"),  # type: ignore[attr-defined]
-    TrialAttemptRecord: (TrialAttemptRow.__table__, "verdict_at"),  # type: ignore[attr-defined]
-    GateRecord: (GateResultRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
-    JudgeRecord: (JudgeVerdictRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
-    TranscriptRecord: (TranscriptRow.__table__, "occurred_at"),  # type: ignore[attr-defined]
-    ScenarioSummary: (ScenarioSummaryRow.__table__, "last_verdict_at"),  # type: ignore[attr-defined]
-    WindowRecord: (WindowRow.__table__, "seq"),  # type: ignore[attr-defined]
-}
-
-
-# The columns naming which trial a row of a trial id belongs to. A row whose identity differs
-# from the stored one is another trial reusing the id (the verdict dead-letters it as
-# trial_id_conflict): it never replaces what the graded trial was computed from. Judge rows
-# carry no session, so only run and scenario are compared there.
-IDENTITY: dict[type[SQLModel], tuple[str, ...]] = {
-    GateRecord: ("run_id", "scenario_id", "session_id"),
-    JudgeRecord: ("run_id", "scenario_id"),
-    TranscriptRecord: ("run_id", "scenario_id", "session_id"),
-}
 
 
 def _newest_windows(rows: list[Any]) -> list[Any]:
@@ -136,8 +127,7 @@ class Store:
                 METADATA.create_all(self.engine)
             # A projection made before the index existed gets it too (create_all only
             # indexes the tables it creates).
-            latest = next(i for i in TrialRow.__table__.indexes  # type: ignore[attr-defined]
-                          if i.name == "ix_trials_latest")
+            latest = next(i for i in TRIALS.indexes if i.name == "ix_trials_latest")
             try:
                 latest.create(self.engine, checkfirst=True)
             except Exception:
@@ -148,7 +138,7 @@ class Store:
     def _add_columns(self) -> None:
         """Columns added to the projection since its tables were first made (nullable, so
         old rows need no value): create_all never alters a table that exists."""
-        table = TrialRow.__table__  # type: ignore[attr-defined]
+        table = TRIALS
         for name in ADDED_COLUMNS:
             if name in self._columns(table.name):
                 continue
@@ -170,7 +160,7 @@ class Store:
         """The trials table's columns this database has: a projection not yet given a
         newer column (no sink has started on it since) is still read, the column's
         default standing in."""
-        table = TrialRow.__table__  # type: ignore[attr-defined]
+        table = TRIALS
         if self._present is None:
             self._present = self._columns(table.name, conn)
         return [c for c in table.c if c.name in self._present]
@@ -232,10 +222,11 @@ class Store:
     def _upsert_many(self, conn: Connection, kind: type[SQLModel], records: list[SQLModel]) -> None:
         """One statement executed for many rows, in log order (a key seen twice in the
         batch ends as the rule says: equal-or-newer replaces)."""
-        table, version = TABLES[kind]
+        stored = TABLES[kind]
+        table, version = stored.table, stored.version
         keys = [c.name for c in table.primary_key.columns]
         stmt = self._insert(table)
-        same = [table.c[c] == stmt.excluded[c] for c in IDENTITY.get(kind, ())]
+        same = [table.c[c] == stmt.excluded[c] for c in stored.identity]
         stmt = stmt.on_conflict_do_update(
             index_elements=keys,
             set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys},
@@ -246,7 +237,7 @@ class Store:
     def _stored_trials(self, conn: Connection, trials: list[TrialRecord]) -> dict[str, Counted]:
         """The stored rows of these trials (by primary key), as the summaries count them."""
         ids = sorted({t.trial_id for t in trials})
-        table, _ = TABLES[TrialRecord]
+        table = TABLES[TrialRecord].table
         known: dict[str, Counted] = {}
         for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
             query = select(table.c.trial_id, table.c.run_id, table.c.scenario_id,
@@ -260,7 +251,7 @@ class Store:
         """Add the delta to a summary's counts (atomically: concurrent writers each add
         theirs under the row's lock), then set what follows from the counts."""
         run_id, scenario_id = home
-        table, _ = TABLES[ScenarioSummary]
+        table = TABLES[ScenarioSummary].table
         where = (table.c.run_id == run_id, table.c.scenario_id == scenario_id)
         added = {"passed": delta["passed"], "failed": delta["failed"], "errors": delta["error"]}
         stmt = self._insert(table).values(
@@ -284,7 +275,7 @@ class Store:
     def _latest_trial(self, conn: Connection, run_id: str, scenario_id: str) -> Any:
         """(k, verdict_at) of a summary's newest trial row, through the (run, scenario,
         verdict_at, trial_id) index: the same tie-break as `domain.summarize`."""
-        t = TrialRow.__table__  # type: ignore[attr-defined]
+        t = TRIALS
         query = (select(t.c.k, t.c.verdict_at)
                  .where(t.c.run_id == run_id, t.c.scenario_id == scenario_id)
                  .order_by(t.c.verdict_at.desc(), t.c.trial_id.desc()).limit(1))
@@ -294,8 +285,8 @@ class Store:
         """Every summary recomputed from scratch from the trial rows (what `passk rebuild`
         does after loading the log): the yardstick the incremental counts must equal."""
         self.create_schema()
-        t = TrialRow.__table__  # type: ignore[attr-defined]
-        table, _ = TABLES[ScenarioSummary]
+        t = TRIALS
+        table = TABLES[ScenarioSummary].table
         counts = select(
             t.c.run_id, t.c.scenario_id,
             *(func.sum(case((t.c.outcome == o, 1), else_=0)).label(o) for o in OUTCOMES),
@@ -317,18 +308,18 @@ class Store:
         self, conn: Connection, run_id: str, scenario_id: str | None = None
     ) -> list[TrialRecord]:
         query = select(*self._trial_columns(conn)).where(
-            TrialRow.__table__.c.run_id == run_id  # type: ignore[attr-defined]
+            TRIALS.c.run_id == run_id
         )
         if scenario_id is not None:
-            query = query.where(TrialRow.__table__.c.scenario_id == scenario_id)  # type: ignore[attr-defined]
-        table = TrialRow.__table__  # type: ignore[attr-defined]
+            query = query.where(TRIALS.c.scenario_id == scenario_id)
+        table = TRIALS
         rows = conn.execute(query.order_by(table.c.scenario_id, table.c.trial_id))
         return [TrialRecord.model_validate(dict(r._mapping)) for r in rows]
 
     def _select(self, record: type[SQLModel], *where: Any, order: tuple[str, ...]) -> list[Any]:
         if not self.has_schema():
             return []
-        table, _ = TABLES[record]
+        table = TABLES[record].table
         query = select(table).where(*where).order_by(*(table.c[o] for o in order))
         with self.engine.connect() as conn:
             return [record.model_validate(dict(r._mapping)) for r in conn.execute(query)]
@@ -340,39 +331,39 @@ class Store:
             return self._trials(conn, run_id)
 
     def summaries(self, run_id: str) -> list[ScenarioSummary]:
-        table, _ = TABLES[ScenarioSummary]
+        table = TABLES[ScenarioSummary].table
         return self._select(ScenarioSummary, table.c.run_id == run_id, order=("scenario_id",))
 
     def history(self, run_id: str) -> list[TrialAttemptRecord]:
         """Every grading attempt of the run's trials, by trial and attempt."""
-        table, _ = TABLES[TrialAttemptRecord]
+        table = TABLES[TrialAttemptRecord].table
         return self._select(TrialAttemptRecord, table.c.run_id == run_id,
                             order=("trial_id", "attempt"))
 
     def gate_results(self, run_id: str) -> list[GateRecord]:
-        table, _ = TABLES[GateRecord]
+        table = TABLES[GateRecord].table
         return self._select(GateRecord, table.c.run_id == run_id, order=("trial_id", "gate"))
 
     def judge_verdicts(self, run_id: str) -> list[JudgeRecord]:
-        table, _ = TABLES[JudgeRecord]
+        table = TABLES[JudgeRecord].table
         return self._select(JudgeRecord, table.c.run_id == run_id, order=("trial_id", "judge_id"))
 
     def trial(self, trial_id: str) -> TrialRecord | None:
-        table, _ = TABLES[TrialRecord]
+        table = TABLES[TrialRecord].table
         found = self._select(TrialRecord, table.c.trial_id == trial_id, order=("trial_id",))
         return found[0] if found else None
 
     def trial_gates(self, trial_id: str) -> list[GateRecord]:
-        table, _ = TABLES[GateRecord]
+        table = TABLES[GateRecord].table
         return self._select(GateRecord, table.c.trial_id == trial_id, order=("gate",))
 
     def trial_judges(self, trial_id: str) -> list[JudgeRecord]:
-        table, _ = TABLES[JudgeRecord]
+        table = TABLES[JudgeRecord].table
         return self._select(JudgeRecord, table.c.trial_id == trial_id, order=("judge_id",))
 
     def transcripts(self, trial_ids: Iterable[str]) -> dict[str, TranscriptRecord]:
         """The kept conversations of these trials (those the sink has), by trial id."""
-        table, _ = TABLES[TranscriptRecord]
+        table = TABLES[TranscriptRecord].table
         ids = sorted(set(trial_ids))
         out: dict[str, TranscriptRecord] = {}
         for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
@@ -382,7 +373,7 @@ class Store:
         return out
 
     def transcript(self, trial_id: str) -> TranscriptRecord | None:
-        table, _ = TABLES[TranscriptRecord]
+        table = TABLES[TranscriptRecord].table
         found = self._select(TranscriptRecord, table.c.trial_id == trial_id, order=("trial_id",))
         return found[0] if found else None
 
@@ -390,7 +381,7 @@ class Store:
                 scenarios: Iterable[str] | None = None) -> list[WindowRecord]:
         """Each scenario's windows (of every size, or of `size`), oldest first; with `last`,
         only the `last` most recent of each scenario and size."""
-        table, _ = TABLES[WindowRecord]
+        table = TABLES[WindowRecord].table
         where = []
         if size is not None:
             where.append(table.c.window == size)
@@ -411,7 +402,7 @@ class Store:
     def runs(self) -> list[str]:
         if not self.has_schema():
             return []
-        table, _ = TABLES[TrialRecord]
+        table = TABLES[TrialRecord].table
         with self.engine.connect() as conn:
             rows = conn.execute(select(table.c.run_id, func.count()).group_by(table.c.run_id))
             return sorted(r[0] for r in rows)
@@ -421,7 +412,7 @@ class Store:
         which scenarios, and when, so a report can name the previous run of its scenarios."""
         if not self.has_schema():
             return []
-        table, _ = TABLES[ScenarioSummary]
+        table = TABLES[ScenarioSummary].table
         query = select(table.c.run_id, table.c.scenario_id, table.c.last_verdict_at)
         with self.engine.connect() as conn:
             return [(r.run_id, r.scenario_id, r.last_verdict_at) for r in conn.execute(query)]
@@ -431,7 +422,7 @@ class Store:
         rebuilt projection is compared with, across backends."""
         out: dict[str, list[dict[str, Any]]] = {}
         for record in TABLES:
-            table, _ = TABLES[record]
+            table = TABLES[record].table
             keys = tuple(c.name for c in table.primary_key.columns)
             rows = self._select(record, order=keys)
             out[table.name] = [r.model_dump(mode="json") for r in rows]

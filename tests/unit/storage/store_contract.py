@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from services.storage.records import summarize
-from services.storage.store import METADATA, Store, TrialRow
+from services.storage.store import METADATA, TRIALS, Store
 from tests.unit.storage import factories as f
 
 
@@ -18,7 +18,7 @@ class StoreContract:
     store: Store
 
     def test_a_schema_created_halfway_is_no_schema_to_its_readers(self, store: Store) -> None:
-        TrialRow.__table__.create(store.engine, checkfirst=True)  # type: ignore[attr-defined]
+        TRIALS.create(store.engine, checkfirst=True)
         assert not store.has_schema()  # the sink is still creating the rest
         # read as empty, not as a table missing in the middle of a query
         assert store.dump() == {table.name: [] for table in METADATA.sorted_tables}
