@@ -20,6 +20,7 @@ import importlib
 import inspect
 import json
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import aiohttp
@@ -187,9 +188,10 @@ class PythonClient:
         pass
 
 
+# The client of each kind of `agent:` a target file can give.
+CLIENTS: dict[type, Callable[[Any], AgentClient]] = {
+    HttpAgent: HttpClient, OpenAIChatAgent: OpenAIChatClient, PythonAgent: PythonClient}
+
+
 def make_client(target: HttpAgent | OpenAIChatAgent | PythonAgent) -> AgentClient:
-    if isinstance(target, HttpAgent):
-        return HttpClient(target)
-    if isinstance(target, OpenAIChatAgent):
-        return OpenAIChatClient(target)
-    return PythonClient(target)
+    return CLIENTS[type(target)](target)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -157,6 +158,9 @@ class SqlStateProbe:
 
 
 class NoStateProbe:
+    def __init__(self, target: NoProbe | None = None) -> None:
+        self.target = target
+
     async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
         return None, "the target has no state probe"
 
@@ -164,9 +168,10 @@ class NoStateProbe:
         pass
 
 
+# The probe of each kind of `state:` a target file can give.
+PROBES: dict[type, Callable[[Any], StateProbe]] = {
+    HttpProbe: HttpStateProbe, SqlProbe: SqlStateProbe, NoProbe: NoStateProbe}
+
+
 def make_probe(target: HttpProbe | SqlProbe | NoProbe) -> StateProbe:
-    if isinstance(target, HttpProbe):
-        return HttpStateProbe(target)
-    if isinstance(target, SqlProbe):
-        return SqlStateProbe(target)
-    return NoStateProbe()
+    return PROBES[type(target)](target)
