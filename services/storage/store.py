@@ -8,6 +8,7 @@ that share the database (the judge cache, say).
 
 from __future__ import annotations
 
+import logging
 import threading
 import types
 from collections.abc import Iterable
@@ -40,6 +41,8 @@ from services.storage.records import (
     records_for,
     summary_of,
 )
+
+log = logging.getLogger(__name__)
 
 
 class SinkTable(SQLModel, registry=registry()):
@@ -112,6 +115,7 @@ class Store:
         self._schema_ready = False
         self._schema_lock = threading.Lock()
         self._present: set[str] | None = None  # the trials table's columns, once read
+        self._told_missing = False
 
     # ------------------------------------------------------------------ schema
 
@@ -177,7 +181,17 @@ class Store:
         """Every table of the projection exists: while a sink is creating them (one by one),
         a reader sees no schema rather than a table missing halfway through a query."""
         names = set(inspect(self.engine).get_table_names())
-        return all(table.name in names for table in METADATA.sorted_tables)
+        missing = [t.name for t in METADATA.sorted_tables if t.name not in names]
+        if missing and TRIALS.name in names and not self._told_missing:
+            # Seen for the moment a sink takes to create them, or for good on a projection
+            # made before these tables existed: said once, so an operator reading an old
+            # projection learns why it is empty.
+            self._told_missing = True
+            log.warning("the projection at %s has no table %s yet: it reads as empty until "
+                        "a sink (make up, passk worker sink) or passk rebuild creates it",
+                        self.engine.url.render_as_string(hide_password=True),
+                        ", ".join(missing))
+        return not missing
 
     def close(self) -> None:
         self.engine.dispose()

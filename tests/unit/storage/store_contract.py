@@ -4,14 +4,17 @@ tests/integration/test_store_postgres.py. A subclass provides the `store` fixtur
 
 from __future__ import annotations
 
+import logging
 import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from services.storage.records import summarize
-from services.storage.store import METADATA, TRIALS, Store
+from services.storage.records import WindowRecord, summarize
+from services.storage.store import METADATA, TABLES, TRIALS, Store
 from tests.unit.storage import factories as f
+
+WINDOWS = TABLES[WindowRecord].table
 
 
 class StoreContract:
@@ -25,6 +28,21 @@ class StoreContract:
         assert store.runs() == [] and store.trials("run-1") == []
         store.create_schema()
         assert store.has_schema()
+
+    def test_a_projection_older_than_a_table_says_which_table_it_lacks(
+            self, store: Store, caplog: pytest.LogCaptureFixture) -> None:
+        store.create_schema()
+        WINDOWS.drop(store.engine)  # as a projection made before the windows existed
+        fresh = Store(store.url)
+        try:
+            with caplog.at_level(logging.WARNING, logger="services.storage.store"):
+                assert not fresh.has_schema() and not fresh.has_schema()
+            told = [r.getMessage() for r in caplog.records]
+            assert len(told) == 1 and "no table scenario_windows yet" in told[0]
+            fresh.create_schema()  # what a sink does when it starts
+            assert fresh.has_schema()
+        finally:
+            fresh.close()
 
     def test_an_empty_store_answers_with_nothing(self, store: Store) -> None:
         assert store.trials("run-1") == []
