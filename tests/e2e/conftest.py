@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +78,15 @@ def free_port_block(size: int) -> int:
     """The first of `size` consecutive free ports: workers serve /metrics on base + i, the
     rule `make up` and the rendered Prometheus config follow."""
     return free_ports(size)
+
+
+def _or_why_not(part: Callable[[], str]) -> str:
+    """A part of a failure's explanation, or why it could not be had: explaining must not
+    replace the failure it explains with one of its own (a broker down, a worker gone)."""
+    try:
+        return part()
+    except Exception as exc:  # noqa: BLE001 - any reason is shown, none raised
+        return f"(not available: {type(exc).__name__}: {exc})"
 
 
 @dataclass
@@ -166,9 +175,13 @@ class Pipeline:
     def explain(self, name: str) -> str:
         """For a failure that waited on worker `name` in vain: every group's state, members
         and lag, the end of the worker's log and what its threads are doing."""
-        tail = (self.logs / f"{name}.log").read_text(errors="replace")[-4000:]
-        return (f"processors: {self.status_line()}\n{name}'s log:\n{tail}\n"
-                f"{name}'s threads:\n{self.stacks(name)}")
+        parts = {
+            "processors": self.status_line,
+            f"{name}'s log": lambda: (self.logs / f"{name}.log").read_text(
+                errors="replace")[-4000:],
+            f"{name}'s threads": lambda: self.stacks(name),
+        }
+        return "\n".join(f"{what}:\n{_or_why_not(part)}" for what, part in parts.items())
 
     def status_line(self, statuses: list | None = None) -> str:
         """Each processor's group state, members and lag, on one line (for failures)."""
