@@ -278,17 +278,13 @@ class GateResult(TrialRef):
     )
 
 
-class JudgeVerdict(TrialRef):
-    type: Literal["judge_verdict"] = "judge_verdict"
-    judge_id: str
-    judge_kind: str
-    judge_spec: dict[str, Any] = Field(default_factory=dict)
-    gating: bool = True
-    result: JudgeResult
-    reason: str
-    # The call's trace (LLM judges): the model that answered, the tokens the API's usage
-    # reported (summed over every attempt), the wall time of the whole call (retries and
-    # backoff included), how many requests it took, and whether the cache answered instead.
+class JudgeCall(BaseModel):
+    """The trace of a judge's model call (LLM judges; empty for the others): the model that
+    answered, the tokens the API's usage reported (summed over every attempt), the wall
+    time of the whole call (retries and backoff included), how many requests it took, and
+    whether the cache answered instead. Carried by the verdict, kept by the projection and
+    shown by the trial view alike."""
+
     model: str | None = None
     prompt_hash: str | None = None
     latency_ms: float | None = None
@@ -296,6 +292,16 @@ class JudgeVerdict(TrialRef):
     output_tokens: int | None = None
     attempts: int = 0
     cached: bool = False
+
+
+class JudgeVerdict(TrialRef, JudgeCall):
+    type: Literal["judge_verdict"] = "judge_verdict"
+    judge_id: str
+    judge_kind: str
+    judge_spec: dict[str, Any] = Field(default_factory=dict)
+    gating: bool = True
+    result: JudgeResult
+    reason: str
     judge_version: str | None = Field(
         None, description="hash of (judge id, assertion, prompt template hash, model)"
     )
@@ -389,7 +395,23 @@ class JudgeRequest(DerivedEvent):
     conversation: ConversationFinished
 
 
-class JudgeCalibration(DerivedEvent):
+class ConfusionCounts(BaseModel):
+    """A judge's confusion matrix over a labelled set (positive = the judge flags a
+    failure), its model errors apart, and the precision and recall that follow (None
+    without a flagged, or a failing, item). Carried by a calibration and kept by the
+    calibration store alike."""
+
+    tp: int = Field(ge=0)
+    fp: int = Field(ge=0)
+    fn: int = Field(ge=0)
+    tn: int = Field(ge=0)
+    errors: int = Field(0, ge=0)
+    n: int = Field(ge=0)
+    precision: float | None = None
+    recall: float | None = None
+
+
+class JudgeCalibration(DerivedEvent, ConfusionCounts):
     """One judge version's confusion matrix over a labelled set; positive = the judge
     flags a failure. Written by `passk calibrate` (source "set") and the calibration
     processor (source "labels": the set plus production labels)."""
@@ -402,14 +424,6 @@ class JudgeCalibration(DerivedEvent):
     model: str | None = None
     dimension: str | None = None
     source: Literal["set", "labels"] = "set"
-    tp: int = Field(ge=0)
-    fp: int = Field(ge=0)
-    fn: int = Field(ge=0)
-    tn: int = Field(ge=0)
-    errors: int = Field(0, ge=0)
-    n: int = Field(ge=0)
-    precision: float | None = None
-    recall: float | None = None
     bar: float
     min_labelled: int
     gating: bool

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import registry
 from sqlmodel import JSON, Field, SQLModel
 
-from schemas.events import JudgeCalibration
+from schemas.events import ConfusionCounts, JudgeCalibration
 from services.storage.db import engine_for
 from services.storage.records import Projection, as_utc, row_of
 
@@ -23,7 +23,7 @@ class CalibrationTable(SQLModel, registry=registry()):
     """Base of calibration's tables."""
 
 
-class CalibrationRow(Projection, CalibrationTable, table=True):
+class CalibrationRow(Projection, ConfusionCounts, CalibrationTable, table=True):
     __tablename__ = "judge_calibrations"
     projects = JudgeCalibration
     computed = ("occurred_at",)
@@ -34,14 +34,6 @@ class CalibrationRow(Projection, CalibrationTable, table=True):
     source: str
     dimension: str | None = None
     model: str | None = None
-    tp: int
-    fp: int
-    fn: int
-    tn: int
-    errors: int
-    n: int
-    precision: float | None = None
-    recall: float | None = None
     gating: bool
     reason: str
     occurred_at: datetime

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from schemas.events import JudgeCall
 from services.report.judge_cost import JudgeCostSummary, Prices, cost_lines, money, trial_costs
 from services.storage.records import GateRecord, JudgeRecord, TranscriptRecord, TrialRecord
 
@@ -50,18 +51,12 @@ class ShownExpectation(BaseModel):
     reason: str
 
 
-class ShownJudge(BaseModel):
+class ShownJudge(JudgeCall):
     judge_id: str
     kind: str
     result: str
     reason: str
     gating: bool
-    model: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    latency_ms: float | None = None
-    attempts: int = 0
-    cached: bool = False
 
 
 class TrialView(BaseModel):

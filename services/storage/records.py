@@ -27,7 +27,9 @@ from sqlmodel import JSON, Field, SQLModel
 from schemas.events import (
     ConversationFinished,
     GateResult,
+    JudgeCall,
     JudgeVerdict,
+    ReliabilityFigures,
     ScenarioReliability,
     TrialVerdict,
 )
@@ -134,7 +136,7 @@ class GateRecord(OfTrial):
     event_id: str
 
 
-class JudgeRecord(OfTrial):
+class JudgeRecord(OfTrial, JudgeCall):
     projects = JudgeVerdict
     computed = ("occurred_at",)
 
@@ -144,13 +146,6 @@ class JudgeRecord(OfTrial):
     gating: bool
     result: str
     reason: str
-    model: str | None = None
-    prompt_hash: str | None = None
-    latency_ms: float | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    attempts: int = 0
-    cached: bool = False
     occurred_at: datetime
     event_id: str
 
@@ -175,21 +170,14 @@ class TranscriptRecord(Projection):
     event_id: str
 
 
-class ScenarioSummary(SQLModel):
+class ScenarioSummary(SQLModel, ReliabilityFigures):
     run_id: str = Field(primary_key=True)
     scenario_id: str = Field(primary_key=True)
-    k: int
-    n: int
-    passed: int
-    failed: int
-    errors: int
-    pass_at_k: float | None = None
-    pass_hat_k: float | None = None
     scenario_passed: bool
     last_verdict_at: datetime | None = None
 
 
-class WindowRecord(Projection):
+class WindowRecord(Projection, ReliabilityFigures):
     """One event-time window of a scenario as the aggregate last published it (its run
     records are not kept: the summaries hold the runs). Versioned by the aggregate's
     sequence number of the window's changes, so the newest figure wins whatever the order
@@ -205,13 +193,6 @@ class WindowRecord(Projection):
     window_start: datetime = Field(primary_key=True)
     window_end: datetime
     scenario_version: str | None = None
-    k: int
-    n: int
-    passed: int
-    failed: int
-    errors: int
-    pass_at_k: float | None = None
-    pass_hat_k: float | None = None
     pass_hat_k_lower: float
     pass_hat_k_upper: float
     alert_min_pass_hat_k: float | None = None
