@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -108,6 +109,35 @@ def stacks_of(pid: int) -> str:
     done = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True,
                           text=True, timeout=60)
     return (done.stdout + done.stderr)[-6000:]
+
+
+def tasks_of(pid: int, log: Path, *, timeout: float = 30.0) -> str:
+    """What a live worker's asyncio tasks are awaiting: SIGUSR1 makes mode's worker print
+    every thread's and task's stack to its log (`mode.utils.logging.cry`); this returns
+    what that appended, each task's stack without its locals. py-spy sees threads, not
+    which coroutine waits on what: a stuck agent is idle to it."""
+    start = log.stat().st_size
+    os.kill(pid, signal.SIGUSR1)
+
+    sizes: list[int] = []
+
+    def dumped() -> str | None:
+        # done once it holds the task section and stopped growing (written in pieces)
+        sizes.append(log.stat().st_size)
+        with open(log, "rb") as f:
+            f.seek(start)
+            added = f.read().decode(errors="replace")
+        steady = len(sizes) > 1 and sizes[-1] == sizes[-2]
+        return added if steady and "TASKS" in added else None
+
+    added = wait_for(dumped, timeout=timeout, interval=0.5, what=f"pid {pid}'s task dump")
+    kept: list[str] = []
+    lines = added.splitlines()
+    for i, line in enumerate(lines):  # each frame's file and code line, not its locals
+        if line.startswith(("THREAD", "TASKS", "  TASK", "   <Task", "   -> ", "  File")) \
+                or i and lines[i - 1].startswith("  File"):
+            kept.append(line)
+    return "\n".join(kept)[-60000:]
 
 
 def wait_for(

@@ -33,6 +33,7 @@ from tests.support import (
     settled,
     stacks_of,
     stop,
+    tasks_of,
     wait_for,
 )
 
@@ -180,6 +181,8 @@ class Pipeline:
             f"{name}'s log": lambda: (self.logs / f"{name}.log").read_text(
                 errors="replace")[-4000:],
             f"{name}'s threads": lambda: self.stacks(name),
+            f"{name}'s asyncio tasks": lambda: tasks_of(self.procs[name].pid,
+                                                        self.logs / f"{name}.log"),
         }
         return "\n".join(f"{what}:\n{_or_why_not(part)}" for what, part in parts.items())
 

@@ -34,6 +34,7 @@ from tests.support import (
     read_topic,
     stacks_of,
     stop,
+    tasks_of,
     wait_for,
 )
 from tests.unit.factories import scenario
@@ -154,7 +155,8 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
         except AssertionError as exc:
             status = processor_status(["aggregate"], settings)[0]
             raise AssertionError(f"{exc}; status {status}; the worker's threads:\n"
-                                 f"{stacks_of(worker.pid)}") from None
+                                 f"{stacks_of(worker.pid)}\nits asyncio tasks:\n"
+                                 f"{tasks_of(worker.pid, log)}") from None
 
         def figures() -> dict[tuple[Any, ...], dict[str, Any]]:
             last: dict[tuple[Any, ...], dict[str, Any]] = {}
