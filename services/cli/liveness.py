@@ -4,14 +4,18 @@ group has a member. A worker that is down is shown as down, not only as a restar
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import os
 import socket
+import stat
 import tempfile
 import xmlrpc.client
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from services.contract.exits import UsageError
 
 # supervisord's states of a program that is not running, and will not be without help
 # (FATAL, STOPPED), or is between failed starts (BACKOFF, EXITED).
@@ -20,26 +24,96 @@ RPC_TIMEOUT_S = 3.0
 
 
 # A unix socket's path holds at most 107 bytes, and supervisord first binds
-# "<file>.<its pid>", then renames it: a longer path refuses to start ("AF_UNIX path too
-# long"), as a checkout in a deep directory would.
+# "<file>.<its pid>", then hard-links that to the name and unlinks it: a longer path
+# refuses to start ("AF_UNIX path too long"), as a checkout in a deep directory would.
 MAX_SOCKET_PATH = 96
+
+
+class SocketPlaceError(UsageError):
+    """No place for supervisord's socket that only this user can reach."""
 
 
 def socket_in(run_dir: Path) -> Path:
     """Where supervisord listens for a run directory: run_dir/supervisor.sock, or, when that
-    path is too long for a unix socket, a short one in the temporary directory named by
-    the run directory's own path (so each checkout has its own)."""
+    path is too long for a unix socket, a short one named by the run directory's own path
+    (so each checkout has its own) in a directory only this user can enter: the
+    temporary directory is everyone's, and a socket there could be taken first by another
+    user, who would then answer `passk status` and `make down`."""
     run_dir = run_dir.resolve()
     natural = run_dir / "supervisor.sock"
     if len(os.fsencode(natural)) <= MAX_SOCKET_PATH:
         return natural
     digest = hashlib.sha256(os.fsencode(run_dir)).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"passk-supervisor-{digest}.sock"
+    sock = private_dir() / f"passk-supervisor-{digest}.sock"
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+        raise SocketPlaceError(
+            f"supervisord's socket needs a path of at most {MAX_SOCKET_PATH} bytes: "
+            f"{natural} is too long and so is {sock}; use a checkout nearer the root, or "
+            "set XDG_RUNTIME_DIR (or TMPDIR) to a shorter directory")
+    return sock
+
+
+def private_dir() -> Path:
+    """$XDG_RUNTIME_DIR (the login session's own directory), else <tempdir>/passk-<uid>,
+    made mode 0700; either is refused unless it is a directory of this user's that no one
+    else may enter, and not a link (one made by someone else first would be theirs)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        place, made = Path(runtime), False
+    else:
+        place = Path(tempfile.gettempdir()) / f"passk-{os.getuid()}"
+        try:
+            place.mkdir(mode=0o700)
+            made = True
+        except FileExistsError:
+            made = False
+    if (problem := not_private(place)) is not None:
+        where = "XDG_RUNTIME_DIR" if runtime else "the directory for supervisord's socket"
+        raise SocketPlaceError(f"{where} {place} {problem}; refusing to put supervisord's "
+                               "socket there" + ("" if made else
+                                                 " (remove it, or set XDG_RUNTIME_DIR)"))
+    return place
+
+
+def not_private(place: Path) -> str | None:
+    """Why `place` is not a directory only this user can enter, or None."""
+    try:
+        found = os.lstat(place)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(found.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(found.st_mode):
+        return "is not a directory"
+    if found.st_uid != os.getuid():
+        return f"belongs to uid {found.st_uid}, not to this user ({os.getuid()})"
+    if found.st_mode & 0o077:
+        return f"is open to other users (mode {stat.S_IMODE(found.st_mode):o})"
+    return None
 
 
 def supervisor_socket(data_dir: Path) -> Path:
-    """Where `make up` has supervisord listen (`passk supervise config --out var/run/...`)."""
-    return socket_in(data_dir / "run")
+    """Where `make up`'s supervisord listens: the `serverurl` its configuration says
+    (`var/run/supervisord.conf`, written by `passk supervise config`), so that a reader
+    finds it whatever its own environment; where it would be, when none was written."""
+    conf = data_dir / "run" / "supervisord.conf"
+    parser = configparser.RawConfigParser(strict=False)
+    try:
+        parser.read(conf)
+        url = parser.get("supervisorctl", "serverurl", fallback="")
+    except (OSError, configparser.Error):
+        url = ""
+    run_dir = (data_dir / "run").resolve()
+    if url.startswith("unix://"):
+        sock = Path(url[len("unix://"):])
+        # Outside the checkout only in a directory that is still this user's alone.
+        if sock.parent == run_dir or not_private(sock.parent) is None:
+            return sock
+        return run_dir / "supervisor.sock"  # asked nowhere else: no supervisord found
+    try:
+        return socket_in(run_dir)
+    except SocketPlaceError:
+        return run_dir / "supervisor.sock"
 
 
 def supervisor_states(sock: Path) -> dict[str, str] | None:

@@ -6,15 +6,21 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import re
+import shutil
 import socket
 import stat
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from services.cli.liveness import socket_in, supervisor_socket
+from services.cli.liveness import SocketPlaceError, socket_in, supervisor_socket
+from services.cli.main import app as cli
 from services.cli.supervise import supervisord_conf, worker_programs, write_private
+from services.contract.exits import ExitCode
 from services.contract.processors import WORKERS
 from services.kafka.kafka_users import UnknownKafkaUser, processor_user
 
@@ -91,19 +97,118 @@ def test_a_short_run_dir_keeps_its_socket(tmp_path: Path) -> None:
     assert f"serverurl=unix://{tmp_path.resolve() / 'supervisor.sock'}" in conf
 
 
-def test_a_run_dir_too_deep_for_a_unix_socket_gets_a_short_one_that_binds(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary directory of a short path (pytest's own are too deep for a unix socket),
+    as the one tempfile hands out, with no XDG_RUNTIME_DIR set."""
+    place = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(place))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    yield place
+    shutil.rmtree(place, ignore_errors=True)
+
+
+def _deep(tmp_path: Path) -> Path:
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "var" / "run"
     deep.mkdir(parents=True)
+    return deep
+
+
+def test_a_run_dir_too_deep_for_a_unix_socket_gets_a_short_one_that_binds(
+        tmp_path: Path, short_tmp: Path) -> None:
+    deep = _deep(tmp_path)
     sock = socket_in(deep)
-    assert sock.parent == Path(tempfile.gettempdir()) and sock != socket_in(tmp_path)
+    # in a directory of this user's that no one else may enter, not in the shared /tmp
+    assert sock.parent == short_tmp / f"passk-{os.getuid()}"
+    assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    assert sock != socket_in(tmp_path)
     assert sock == socket_in(deep / ".." / "run")  # one checkout, one socket
     conf = _conf([], deep)
     assert f"file={sock}" in conf and f"serverurl=unix://{sock}" in conf
-    # what `passk status` asks is where supervisord listens
-    assert supervisor_socket(deep.parent) == sock
     # supervisord binds "<file>.<pid>" first: that must fit in a unix socket's path too
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(f"{sock}.4194304")
     os.unlink(f"{sock}.4194304")
     with socket.socket(socket.AF_UNIX) as s, pytest.raises(OSError, match="too long"):
         s.bind(str(deep / "supervisor.sock.4194304"))  # why: the natural path would not
+
+
+def test_the_login_sessions_runtime_dir_is_used_when_it_is_private(
+        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = short_tmp / "run-user"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    assert socket_in(_deep(tmp_path)).parent == runtime
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda p: p.mkdir(mode=0o777) or p.chmod(0o777), "is open to other users (mode 777)"),
+    (lambda p: p.mkdir(mode=0o750), "is open to other users (mode 750)"),
+    (lambda p: p.symlink_to(p.parent), "is a symbolic link"),
+    (lambda p: p.write_text("x"), "is not a directory"),
+])
+def test_a_socket_directory_someone_could_have_made_first_is_refused(
+        tmp_path: Path, short_tmp: Path, make: Callable[[Path], object], problem: str) -> None:
+    place = short_tmp / f"passk-{os.getuid()}"
+    make(place)
+    with pytest.raises(SocketPlaceError, match=re.escape(problem)) as refused:
+        socket_in(_deep(tmp_path))
+    assert str(place) in str(refused.value) and refused.value.code == ExitCode.USAGE
+
+
+def test_a_socket_directory_of_another_user_is_refused(
+        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.getuid()
+    (short_tmp / f"passk-{real + 1}").mkdir(mode=0o700)  # made by us: not theirs
+    monkeypatch.setattr(os, "getuid", lambda: real + 1)
+    with pytest.raises(SocketPlaceError, match=f"belongs to uid {real}, not to this user"):
+        socket_in(_deep(tmp_path))
+
+
+def test_an_open_runtime_dir_is_refused_not_used(
+        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = short_tmp / "run-user"
+    runtime.mkdir()
+    runtime.chmod(0o755)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    with pytest.raises(SocketPlaceError, match=r"XDG_RUNTIME_DIR .* is open to other users"):
+        socket_in(_deep(tmp_path))
+
+
+def test_a_fallback_still_too_long_is_refused_with_what_to_do(
+        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # pytest's: deep
+    with pytest.raises(SocketPlaceError, match="at most 96 bytes.*set XDG_RUNTIME_DIR"):
+        socket_in(_deep(tmp_path))
+
+
+def test_status_asks_where_the_written_configuration_says_whatever_its_tmpdir(
+        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / ("d" * 60) / ("e" * 60) / "var"
+    run = data / "run"
+    run.mkdir(parents=True)
+    (run / "supervisord.conf").write_text(_conf([], run))
+    sock = socket_in(run)
+    # `passk status` run later with another temporary directory
+    other = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(other))
+    try:
+        assert socket_in(run) != sock
+        assert supervisor_socket(data) == sock
+        # a configuration naming a socket in a directory open to others is not followed
+        sock.parent.chmod(0o777)
+        assert supervisor_socket(data) == run.resolve() / "supervisor.sock"
+    finally:
+        sock.parent.chmod(0o700)
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def test_supervise_config_with_no_private_place_is_a_usage_error(
+        tmp_path: Path, short_tmp: Path) -> None:
+    (short_tmp / f"passk-{os.getuid()}").symlink_to(short_tmp)
+    out = tmp_path / ("d" * 60) / ("e" * 60) / "var" / "run" / "supervisord.conf"
+    result = CliRunner().invoke(cli, ["supervise", "config", "--out", str(out),
+                                      "--log-dir", str(tmp_path / "log")])
+    assert result.exit_code == 2, result.output
+    assert "is a symbolic link" in result.output and "Traceback" not in result.output
+    assert not out.exists()
