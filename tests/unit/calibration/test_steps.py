@@ -17,13 +17,12 @@ from services.calibration import steps as steps_module
 from services.calibration.metrics import CalibrationMetrics
 from services.calibration.steps import Steps
 from services.contract.codec import encode
-from services.contract.settings import Settings
 from services.grading.calibration import Bar, Matrix, calibration_event
 from services.runtime.metrics import CommonMetrics
 from tests.unit.factories import judge_verdict
-from tests.unit.fakes import RecordedDeadLetters
+from tests.unit.fakes import RecordedDeadLetters, default_settings
 
-SETTINGS = Settings(PASSK_TOPIC_PREFIX="t.")  # type: ignore[call-arg]
+SETTINGS = default_settings(PASSK_TOPIC_PREFIX="t.")
 LABELS = "t.labels.v1"
 VERDICTS = "t.judge-verdicts.v1"
 CALIBRATIONS = "t.judge-calibrations.v1"

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from schemas.events import TrialVerdict
-from services.contract.settings import Settings
 from services.contract.topics import Topic
 from services.sink.domain import MODELS, storable
+from tests.unit.fakes import default_settings
 from tests.unit.storage.factories import verdict
 
-SETTINGS = Settings(PASSK_MAX_EVENT_BYTES=4096)  # type: ignore[call-arg]
+SETTINGS = default_settings(PASSK_MAX_EVENT_BYTES=4096)
 
 
 def test_every_projected_topic_has_its_model() -> None:

@@ -12,15 +12,14 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from services.contract.codec import encode
-from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.runtime.metrics import CommonMetrics
 from services.runtime.outage import STORE, Dependency, OutageMetrics
 from services.sink.steps import Steps
-from tests.unit.fakes import RecordedDeadLetters
+from tests.unit.fakes import RecordedDeadLetters, default_settings
 from tests.unit.storage.factories import conversation, gate, judge, verdict
 
-SETTINGS = Settings()
+SETTINGS = default_settings()
 
 
 def record(topic: Topic, value: bytes | None, offset: int = 0) -> Any:
