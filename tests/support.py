@@ -112,32 +112,22 @@ def stacks_of(pid: int) -> str:
 
 
 def tasks_of(pid: int, log: Path, *, timeout: float = 30.0) -> str:
-    """What a live worker's asyncio tasks are awaiting: SIGUSR1 makes mode's worker print
-    every thread's and task's stack to its log (`mode.utils.logging.cry`); this returns
-    what that appended, each task's stack without its locals. py-spy sees threads, not
-    which coroutine waits on what: a stuck agent is idle to it."""
+    """What each of a live worker's asyncio tasks awaits, followed to the innermost await:
+    SIGUSR2 makes the worker log it (services/runtime/awaiting.py); this returns that part
+    of its log. py-spy sees threads, not which coroutine waits on what: a stuck agent is
+    an idle thread to it."""
     start = log.stat().st_size
-    os.kill(pid, signal.SIGUSR1)
-
-    sizes: list[int] = []
+    os.kill(pid, signal.SIGUSR2)
 
     def dumped() -> str | None:
-        # done once it holds the task section and stopped growing (written in pieces)
-        sizes.append(log.stat().st_size)
         with open(log, "rb") as f:
             f.seek(start)
             added = f.read().decode(errors="replace")
-        steady = len(sizes) > 1 and sizes[-1] == sizes[-2]
-        return added if steady and "TASKS" in added else None
+        begin = added.find("asyncio tasks and what each awaits")
+        end = added.find("end of tasks", begin)
+        return added[begin:end] if begin >= 0 and end >= 0 else None
 
-    added = wait_for(dumped, timeout=timeout, interval=0.5, what=f"pid {pid}'s task dump")
-    kept: list[str] = []
-    lines = added.splitlines()
-    for i, line in enumerate(lines):  # each frame's file and code line, not its locals
-        if line.startswith(("THREAD", "TASKS", "  TASK", "   <Task", "   -> ", "  File")) \
-                or i and lines[i - 1].startswith("  File"):
-            kept.append(line)
-    return "\n".join(kept)[-60000:]
+    return wait_for(dumped, timeout=timeout, interval=0.5, what=f"pid {pid}'s task dump")
 
 
 def wait_for(

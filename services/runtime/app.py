@@ -20,6 +20,7 @@ from services.contract.topics import Topic, partitions_for, spec_for, topic_name
 from services.kafka.catalog import ScenarioCatalog
 from services.kafka.lag import LagMonitor, lag_metrics
 from services.runtime import faust_compat
+from services.runtime.awaiting import log_on_signal
 from services.runtime.credentials import faust_broker_credentials
 from services.runtime.metrics import common_metrics, serve_metrics
 from services.runtime.outage import BROKER, HEARTBEAT_S, Dependency, health, outage_metrics
@@ -174,6 +175,7 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
     @app.task
     async def first_heartbeat() -> None:  # a timer's first call is an interval late
         health().beat(outage_metrics())
+        log_on_signal(asyncio.get_running_loop())  # SIGUSR2: what each task awaits
 
     @app.timer(interval=HEARTBEAT_S)
     async def heartbeat() -> None:
