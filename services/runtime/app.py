@@ -22,6 +22,7 @@ from services.kafka.lag import LagMonitor, lag_metrics
 from services.runtime import faust_compat
 from services.runtime.awaiting import log_on_signal
 from services.runtime.credentials import faust_broker_credentials
+from services.runtime.faust_compat.internals import consumer_state
 from services.runtime.metrics import common_metrics, serve_metrics
 from services.runtime.outage import BROKER, HEARTBEAT_S, Dependency, health, outage_metrics
 
@@ -175,7 +176,8 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
     @app.task
     async def first_heartbeat() -> None:  # a timer's first call is an interval late
         health().beat(outage_metrics())
-        log_on_signal(asyncio.get_running_loop())  # SIGUSR2: what each task awaits
+        # SIGUSR2: the consumer's partitions and what each task awaits
+        log_on_signal(asyncio.get_running_loop(), lambda: "consumer:\n" + consumer_state(app))
 
     @app.timer(interval=HEARTBEAT_S)
     async def heartbeat() -> None:

@@ -13,7 +13,7 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
@@ -78,10 +78,16 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def log_on_signal(loop: asyncio.AbstractEventLoop) -> None:
-    """Log every task's await chain on this loop when the process gets SIGUSR2."""
+def log_on_signal(loop: asyncio.AbstractEventLoop,
+                  state: Callable[[], str] = lambda: "") -> None:
+    """Log every task's await chain on this loop, after `state` (what else the worker
+    can say about itself), when the process gets SIGUSR2."""
     def dump() -> None:
-        log.warning("asyncio tasks and what each awaits (SIGUSR2):\n%s\nend of tasks",
-                    describe(asyncio.all_tasks(loop)))
+        try:
+            said = state()
+        except Exception as exc:  # noqa: BLE001 - the tasks are still worth logging
+            said = f"(state unreadable: {type(exc).__name__}: {exc})"
+        log.warning("asyncio tasks and what each awaits (SIGUSR2):\n%s\n%s\nend of tasks",
+                    said, describe(asyncio.all_tasks(loop)))
 
     loop.add_signal_handler(SIGNAL, dump)

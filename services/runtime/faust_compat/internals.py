@@ -32,6 +32,47 @@ def as_current_event(event: faust.types.EventT) -> Iterator[None]:
         faust_streams._current_event.reset(token)
 
 
+# --- what a worker's consumer is doing, for an operator -------------------------------
+
+
+def consumer_state(app: faust.App) -> str:
+    """The consumer's view of its partitions, for a worker that is up and does not read:
+    whether the flow runs and the app is recovering, what is assigned, what is active
+    (fetched and handed out), paused or buffered, and each partition's read and committed
+    offset. Read from another thread's objects without a lock: a snapshot to look at."""
+    consumer: Any = app.consumer  # the transport's Consumer, beyond the ConsumerT protocol
+    tables: Any = app.tables
+    parts: dict[str, Any] = {}
+    for name, read in (
+        ("flow_active", lambda: consumer.flow_active),
+        ("in_recovery", lambda: app.in_recovery),
+        ("recovery_in_progress", lambda: tables.recovery.in_recovery),
+        ("assigned", lambda: _by_topic(consumer.assignment())),
+        ("active", lambda: _by_topic(consumer._active_partitions or ())),
+        ("paused", lambda: _by_topic(consumer._paused_partitions)),
+        ("buffered", lambda: _by_topic(consumer._buffered_partitions)),
+        ("read_offset", lambda: _by_topic(consumer._read_offset)),
+        ("committed", lambda: _by_topic(consumer._committed_offset)),
+    ):
+        try:
+            parts[name] = read()
+        except Exception as exc:  # noqa: BLE001 - a snapshot shows what it cannot read
+            parts[name] = f"(unreadable: {type(exc).__name__}: {exc})"
+    return "\n".join(f"  {name}: {value}" for name, value in parts.items())
+
+
+def _by_topic(tps: Any) -> dict[str, Any]:
+    """Partitions (or a partition -> offset map) grouped by topic: {topic: [0, 1]} or
+    {topic: {0: offset}}."""
+    grouped: dict[str, Any] = {}
+    for tp in sorted(tps):
+        if isinstance(tps, dict):
+            grouped.setdefault(tp.topic, {})[tp.partition] = tps[tp]
+        else:
+            grouped.setdefault(tp.topic, []).append(tp.partition)
+    return grouped
+
+
 # --- pausing a partition without dropping what was fetched --------------------------
 
 
