@@ -121,7 +121,7 @@ def supervisor_socket(data_dir: Path) -> Path:
     try:
         parser.read(conf)
         url = parser.get("supervisorctl", "serverurl", fallback="")
-    except (OSError, configparser.Error):
+    except (OSError, ValueError, configparser.Error):  # ValueError: not text
         url = ""
     run_dir = (data_dir / "run").resolve()
     if url.startswith("unix://"):

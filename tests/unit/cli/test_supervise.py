@@ -226,6 +226,15 @@ def test_status_asks_where_the_written_configuration_says_whatever_its_tmpdir(
         shutil.rmtree(other, ignore_errors=True)
 
 
+def test_status_reads_past_a_configuration_that_is_not_text(
+        tmp_path: Path, short_tmp: Path) -> None:
+    data = tmp_path / ("d" * 60) / ("e" * 60) / "var"
+    run = data / "run"
+    run.mkdir(parents=True)
+    (run / "supervisord.conf").write_bytes(b"[supervisorctl]\nserverurl=unix:///x\xff\n")
+    assert supervisor_socket(data) == socket_in(run)
+
+
 def test_supervise_config_with_no_private_place_is_a_usage_error(
         tmp_path: Path, short_tmp: Path) -> None:
     (short_tmp / f"passk-{os.getuid()}").symlink_to(short_tmp)
