@@ -44,35 +44,55 @@ def socket_in(run_dir: Path) -> Path:
     if len(os.fsencode(natural)) <= MAX_SOCKET_PATH:
         return natural
     digest = hashlib.sha256(os.fsencode(run_dir)).hexdigest()[:16]
-    sock = private_dir() / f"passk-supervisor-{digest}.sock"
-    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+    place, runtime = socket_place()
+    sock = place / f"passk-supervisor-{digest}.sock"
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:  # before making anything there
+        shorter = ("set XDG_RUNTIME_DIR to a shorter directory, or unset it to use "
+                   "TMPDIR's" if runtime else
+                   "set TMPDIR (or XDG_RUNTIME_DIR) to a shorter directory")
         raise SocketPlaceError(
             f"supervisord's socket needs a path of at most {MAX_SOCKET_PATH} bytes: "
             f"{natural} is too long and so is {sock}; use a checkout nearer the root, or "
-            "set XDG_RUNTIME_DIR (or TMPDIR) to a shorter directory")
+            + shorter)
+    private_dir(place, runtime)
     return sock
 
 
-def private_dir() -> Path:
-    """$XDG_RUNTIME_DIR (the login session's own directory), else <tempdir>/passk-<uid>,
-    made mode 0700; either is refused unless it is a directory of this user's that no one
-    else may enter, and not a link (one made by someone else first would be theirs)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        place, made = Path(runtime), False
-    else:
-        place = Path(tempfile.gettempdir()) / f"passk-{os.getuid()}"
+def socket_place() -> tuple[Path, bool]:
+    """The directory for supervisord's socket when the run directory's is too long, and
+    whether it is $XDG_RUNTIME_DIR (the login session's own directory; a relative one is
+    ignored, as the XDG Base Directory specification says), else <tempdir>/passk-<uid>."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):
+        return Path(runtime), True
+    return Path(tempfile.gettempdir()) / f"passk-{os.getuid()}", False
+
+
+def private_dir(place: Path, runtime: bool) -> None:
+    """Make <tempdir>/passk-<uid> mode 0700 if it is not there; refuse either place unless
+    it is a directory of this user's that no one else may enter, and not a link (one made
+    by someone else first would be theirs)."""
+    made = False
+    if not runtime:
         try:
             place.mkdir(mode=0o700)
             made = True
         except FileExistsError:
-            made = False
+            pass
+        except OSError as exc:
+            raise SocketPlaceError(
+                f"cannot make the directory for supervisord's socket {place} "
+                f"({exc.strerror}); set TMPDIR or XDG_RUNTIME_DIR to a directory of "
+                "yours") from exc
     if (problem := not_private(place)) is not None:
-        where = "XDG_RUNTIME_DIR" if runtime else "the directory for supervisord's socket"
+        if runtime:
+            where = "XDG_RUNTIME_DIR"
+            hint = " (unset it, or make it a directory of yours of mode 0700)"
+        else:
+            where = "the directory for supervisord's socket"
+            hint = "" if made else " (remove it, or set XDG_RUNTIME_DIR)"
         raise SocketPlaceError(f"{where} {place} {problem}; refusing to put supervisord's "
-                               "socket there" + ("" if made else
-                                                 " (remove it, or set XDG_RUNTIME_DIR)"))
-    return place
+                               "socket there" + hint)
 
 
 def not_private(place: Path) -> str | None:
@@ -101,7 +121,7 @@ def supervisor_socket(data_dir: Path) -> Path:
     try:
         parser.read(conf)
         url = parser.get("supervisorctl", "serverurl", fallback="")
-    except (OSError, configparser.Error):
+    except (OSError, ValueError, configparser.Error):  # ValueError: not text
         url = ""
     run_dir = (data_dir / "run").resolve()
     if url.startswith("unix://"):

@@ -171,15 +171,38 @@ def test_an_open_runtime_dir_is_refused_not_used(
     runtime.mkdir()
     runtime.chmod(0o755)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
-    with pytest.raises(SocketPlaceError, match=r"XDG_RUNTIME_DIR .* is open to other users"):
+    with pytest.raises(SocketPlaceError,
+                       match=r"XDG_RUNTIME_DIR .* is open to other users") as refused:
         socket_in(_deep(tmp_path))
+    assert "unset it" in str(refused.value) and "remove it" not in str(refused.value)
+
+
+def test_a_relative_runtime_dir_is_ignored(
+        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "run-user")  # the XDG specification: invalid
+    assert socket_in(_deep(tmp_path)).parent == short_tmp / f"passk-{os.getuid()}"
+
+
+def test_a_temporary_directory_that_cannot_hold_one_is_a_clear_error(
+        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = short_tmp / "gone"
+    monkeypatch.setattr(tempfile, "tempdir", str(gone))
+    with pytest.raises(SocketPlaceError, match="No such file or directory") as refused:
+        socket_in(_deep(tmp_path))
+    assert str(gone / f"passk-{os.getuid()}") in str(refused.value)
 
 
 def test_a_fallback_still_too_long_is_refused_with_what_to_do(
         tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # pytest's: deep
-    with pytest.raises(SocketPlaceError, match="at most 96 bytes.*set XDG_RUNTIME_DIR"):
+    with pytest.raises(SocketPlaceError, match="at most 96 bytes.*set TMPDIR"):
         socket_in(_deep(tmp_path))
+    assert not (tmp_path / f"passk-{os.getuid()}").exists()  # refused before it is made
+    runtime = tmp_path / "run-user"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    with pytest.raises(SocketPlaceError, match="at most 96 bytes.*set XDG_RUNTIME_DIR"):
+        socket_in(_deep(tmp_path / "x"))
 
 
 def test_status_asks_where_the_written_configuration_says_whatever_its_tmpdir(
@@ -201,6 +224,15 @@ def test_status_asks_where_the_written_configuration_says_whatever_its_tmpdir(
     finally:
         sock.parent.chmod(0o700)
         shutil.rmtree(other, ignore_errors=True)
+
+
+def test_status_reads_past_a_configuration_that_is_not_text(
+        tmp_path: Path, short_tmp: Path) -> None:
+    data = tmp_path / ("d" * 60) / ("e" * 60) / "var"
+    run = data / "run"
+    run.mkdir(parents=True)
+    (run / "supervisord.conf").write_bytes(b"[supervisorctl]\nserverurl=unix:///x\xff\n")
+    assert supervisor_socket(data) == socket_in(run)
 
 
 def test_supervise_config_with_no_private_place_is_a_usage_error(
