@@ -176,7 +176,9 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
     @app.task
     async def first_heartbeat() -> None:  # a timer's first call is an interval late
         health().beat(outage_metrics())
-        # SIGUSR2: the consumer's partitions and what each task awaits
+
+    @app.task
+    async def tell_on_sigusr2() -> None:  # on the worker's loop, once it runs
         log_on_signal(asyncio.get_running_loop(), lambda: "consumer:\n" + consumer_state(app))
 
     @app.timer(interval=HEARTBEAT_S)
