@@ -39,9 +39,9 @@ class Gate:
         self.log = Log()
         self.settings = default_settings(**settings)
         self.registry = CollectorRegistry()
-        self.reject = FakeDeadLetters(self.log)
+        self.reject = FakeDeadLetters(self.log, "gate", self.settings)
         catalog = FakeCatalog(*(scenarios or (scenario(),)))
-        self.join = FakeJoin(self.log, catalog, self.reject, self.settings, "gate")
+        self.join = FakeJoin(self.log, catalog, self.reject)
         self.steps = Steps(self.settings, TIMING, self.join, deliver=FakeDelivery(self.log),
                            gate_results="gate-results", judge_requests="judge-requests",
                            session_topic=SESS, metrics=GateMetrics(self.registry),

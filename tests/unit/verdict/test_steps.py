@@ -52,9 +52,9 @@ class Verdict:
         self.log = Log()
         settings = default_settings(**settings_given)
         self.registry = CollectorRegistry()
-        self.reject = FakeDeadLetters(self.log)
+        self.reject = FakeDeadLetters(self.log, "verdict", settings)
         self.catalog = FakeCatalog(*(scenarios or (SCENARIO,)))
-        self.join = FakeJoin(self.log, self.catalog, self.reject, settings, "verdict")
+        self.join = FakeJoin(self.log, self.catalog, self.reject)
         self.calibrations = FakeCalibrations()
         self.steps = Steps(settings, TIMING, self.join, calibrations=self.calibrations,
                            trial_verdicts="trial-verdicts",
