@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from pydantic import BaseModel
-
 from schemas.scenario import Scenario
-from services.contract.codec import Rejection, decode_or_reject
+from services.contract.codec import Rejection
 from services.contract.settings import Settings
 from services.kafka.catalog import unknown_scenario
+from services.runtime.keyed_join import KeyedJoin
+from tests.unit.fakes import RecordedDeadLetters
 
 
 def record(topic: str, value: bytes | None, *, key: bytes | None = b"k", partition: int = 0,
@@ -45,13 +45,17 @@ class Log:
         return [rejection.reason for _, rejection in self.of("reject")]
 
 
-class FakeDeadLetters:
+class FakeDeadLetters(RecordedDeadLetters):
+    """The real dead letters' decoding and guard, each dead letter logged instead of sent."""
+
     topic = "dead-letters"
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, processor: str, settings: Settings) -> None:
+        super().__init__(processor, settings)
         self.log = log
 
     async def __call__(self, event: Any, rejection: Rejection) -> None:
+        await super().__call__(event, rejection)
         self.log.entries.append(("reject", event, rejection))
 
 
@@ -87,12 +91,13 @@ class FakeCatalog:
 
 class FakeJoin:
     """The KeyedJoin methods the steps call, over a dict of states; decoding is the real
-    one (what is refused, and why, is the steps' contract)."""
+    one, KeyedJoin's own through the real DeadLetters.decoded (what is refused, and why,
+    is the steps' contract)."""
 
-    def __init__(self, log: Log, catalog: FakeCatalog, reject: FakeDeadLetters,
-                 settings: Settings, processor: str) -> None:
-        self.log, self.catalog, self.reject, self.settings = log, catalog, reject, settings
-        self.spec = SimpleNamespace(name=processor)
+    def __init__(self, log: Log, catalog: FakeCatalog, reject: FakeDeadLetters) -> None:
+        self.log, self.catalog, self.reject = log, catalog, reject
+        self.settings = reject.settings
+        self.spec = SimpleNamespace(name=reject.processor)
         self.states: dict[str, Any] = {}
 
     def load(self, key: str) -> Any:
@@ -105,12 +110,7 @@ class FakeJoin:
     async def send(self, topic: Any, key: str, value: bytes) -> None:
         self.log.entries.append(("send", topic, key, value))
 
-    async def decoded(self, event: Any, model: type[BaseModel]) -> Any:
-        found = decode_or_reject(event.value, model, self.settings)
-        if isinstance(found, Rejection):
-            await self.reject(event, found)
-            return None
-        return found
+    decoded = KeyedJoin.decoded
 
     async def scenario(self, event: Any, scenario_id: str,
                        version: str | None = None) -> Scenario | None:

@@ -14,13 +14,12 @@ from schemas.events import ScenarioReliability
 from services.aggregate.metrics import AggregateMetrics, ReliabilityGauges
 from services.aggregate.steps import Steps
 from services.contract.codec import decode, encode
-from services.contract.settings import Settings
 from services.kafka.catalog import CatalogUnavailable
 from services.runtime.faust_compat import current_event
 from services.runtime.metrics import CommonMetrics
 from tests.unit.aggregate.test_domain import NOW, T0, verdict
 from tests.unit.factories import scenario
-from tests.unit.fakes import RecordedDeadLetters
+from tests.unit.fakes import RecordedDeadLetters, default_settings
 
 BY_SCENARIO = "t.aggregate-by-scenario"
 RELIABILITY = "t.scenario-reliability.v1"
@@ -72,7 +71,7 @@ class Harness:
     def __init__(self, catalog: list[Any] | None = None, **env: Any) -> None:
         self.log: list[tuple[Any, ...]] = []
         self.state = Table(self.log)
-        settings = Settings(PASSK_TOPIC_PREFIX="t.", **env)  # type: ignore[call-arg]
+        settings = default_settings(PASSK_TOPIC_PREFIX="t.", **env)
         self.reject = RecordedDeadLetters("aggregate", settings)
         self.registry = CollectorRegistry()
         self.steps = Steps(

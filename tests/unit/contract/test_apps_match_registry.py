@@ -21,6 +21,7 @@ import pytest
 from services.contract.processors import PROCESSORS, WORKERS, ProcessorSpec
 from services.contract.settings import Settings
 from services.contract.topics import topic_name
+from tests.unit.fakes import without_setting_variables
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -55,8 +56,11 @@ def prefix() -> str:
 def built(prefix: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data = tmp_path_factory.mktemp("apps")
     modules = [PROCESSORS[name].module for name in WORKERS]
-    done = subprocess.run([sys.executable, "-c", DESCRIBE, prefix, str(data), *modules],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # A module's fixture is made before conftest clears the environment for a test: the
+    # subprocess's settings are its defaults and the values given, whatever the shell says.
+    with without_setting_variables():
+        done = subprocess.run([sys.executable, "-c", DESCRIBE, prefix, str(data), *modules],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 

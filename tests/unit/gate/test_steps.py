@@ -13,12 +13,12 @@ from prometheus_client import CollectorRegistry
 
 from schemas.events import ConversationFinished, GateResult, JudgeRequest, RegradeRequest
 from services.contract.codec import encode
-from services.contract.settings import Settings
 from services.gate import domain
 from services.gate.metrics import GateMetrics
 from services.gate.steps import Steps
 from services.runtime.metrics import CommonMetrics
 from tests.unit.factories import conversation, scenario, session
+from tests.unit.fakes import default_settings
 from tests.unit.join_fakes import (
     FakeCatalog,
     FakeDeadLetters,
@@ -37,11 +37,11 @@ class Gate:
 
     def __init__(self, *scenarios: Any, **settings: Any) -> None:
         self.log = Log()
-        self.settings = Settings(**settings)
+        self.settings = default_settings(**settings)
         self.registry = CollectorRegistry()
-        self.reject = FakeDeadLetters(self.log)
+        self.reject = FakeDeadLetters(self.log, "gate", self.settings)
         catalog = FakeCatalog(*(scenarios or (scenario(),)))
-        self.join = FakeJoin(self.log, catalog, self.reject, self.settings, "gate")
+        self.join = FakeJoin(self.log, catalog, self.reject)
         self.steps = Steps(self.settings, TIMING, self.join, deliver=FakeDelivery(self.log),
                            gate_results="gate-results", judge_requests="judge-requests",
                            session_topic=SESS, metrics=GateMetrics(self.registry),

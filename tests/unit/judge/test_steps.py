@@ -18,7 +18,7 @@ from services.judge.steps import Steps
 from services.runtime.metrics import CommonMetrics
 from services.runtime.outage import STORE, Dependency, OutageMetrics
 from tests.unit.factories import conversation, judge_verdict, scenario
-from tests.unit.fakes import RecordedDeadLetters
+from tests.unit.fakes import RecordedDeadLetters, default_settings
 
 SCENARIO = scenario()
 AWAITS_GATES = scenario(judging={"skip_when_gates_fail": True})
@@ -69,7 +69,8 @@ class Judge:
 
     def __init__(self, *scenarios: Any, settings: Settings | None = None,
                  catalog_ready: bool = True) -> None:
-        self.letters = RecordedDeadLetters("judge")
+        settings = settings or default_settings()
+        self.letters = RecordedDeadLetters("judge", settings)  # the app gives both the same
         self.rejected = self.letters.sent
         self.sent: list[tuple[str, bytes, JudgeVerdict]] = []
         self.known: list[set[str]] = []
@@ -89,7 +90,7 @@ class Judge:
             return self.grader
 
         self.steps = Steps(
-            settings or Settings(), catalog=self.catalog, reject=self.letters,  # type: ignore[arg-type]
+            settings, catalog=self.catalog, reject=self.letters,  # type: ignore[arg-type]
             send_verdict=way_out("batch"), send_verdict_after_gates=way_out("after_gates"),
             deliver_regraded=way_out("regrade"), make_grader=make_grader,  # type: ignore[arg-type]
             store=Dependency(STORE, "test", metrics=OutageMetrics(CollectorRegistry())),
@@ -198,12 +199,12 @@ async def test_gates_that_failed_without_a_name_are_passed_on_as_unknown() -> No
 
 async def test_a_judge_request_may_be_twice_an_inputs_size_but_no_more() -> None:
     request = encode(judge_request(True, []))
-    settings = Settings(PASSK_MAX_EVENT_BYTES=len(request) // 2 + 1)  # type: ignore[call-arg]
+    settings = default_settings(PASSK_MAX_EVENT_BYTES=len(request) // 2 + 1)
     fits = Judge(AWAITS_GATES, settings=settings)
     await fits.steps.judge_after_gates(record(request))
     assert fits.rejected == [] and len(fits.sent) == 2
 
-    settings = Settings(PASSK_MAX_EVENT_BYTES=len(request) // 2 - 1)  # type: ignore[call-arg]
+    settings = default_settings(PASSK_MAX_EVENT_BYTES=len(request) // 2 - 1)
     too_big = Judge(AWAITS_GATES, settings=settings)
     await too_big.steps.judge_after_gates(record(request))
     assert too_big.reasons() == ["oversized"]

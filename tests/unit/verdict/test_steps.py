@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry
 
 from schemas.scenario import Scenario
 from services.contract.codec import encode
-from services.contract.settings import Settings
 from services.grading.calibration import CalibrationBook
 from services.runtime.metrics import CommonMetrics
 from services.verdict import domain
 from services.verdict.metrics import VerdictMetrics
 from services.verdict.steps import Steps
 from tests.unit.factories import gate_result, judge_verdict, scenario
+from tests.unit.fakes import default_settings
 from tests.unit.join_fakes import FakeCatalog, FakeDeadLetters, FakeJoin, Log, record
 
 GATES, JUDGES = "p.gate-results", "p.judge-verdicts"
@@ -50,11 +50,11 @@ class Verdict:
 
     def __init__(self, *scenarios: Scenario, **settings_given: Any) -> None:
         self.log = Log()
-        settings = Settings(**settings_given)
+        settings = default_settings(**settings_given)
         self.registry = CollectorRegistry()
-        self.reject = FakeDeadLetters(self.log)
+        self.reject = FakeDeadLetters(self.log, "verdict", settings)
         self.catalog = FakeCatalog(*(scenarios or (SCENARIO,)))
-        self.join = FakeJoin(self.log, self.catalog, self.reject, settings, "verdict")
+        self.join = FakeJoin(self.log, self.catalog, self.reject)
         self.calibrations = FakeCalibrations()
         self.steps = Steps(settings, TIMING, self.join, calibrations=self.calibrations,
                            trial_verdicts="trial-verdicts",
