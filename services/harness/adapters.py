@@ -34,7 +34,8 @@ class AgentClient(Protocol):
     async def send(self, trial: PlannedTrial, run_id: str, session_id: str | None,
                    message: str, history: list[Message]) -> AgentReply: ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release what the client holds (a connection pool); most hold nothing."""
 
 
 def trial_headers(trial: PlannedTrial, run_id: str) -> dict[str, str]:
@@ -156,7 +157,7 @@ class OpenAIChatClient:
         await self._client.close()
 
 
-class PythonClient:
+class PythonClient(AgentClient):
     def __init__(self, target: PythonAgent) -> None:
         module_name, _, name = target.callable.partition(":")
         try:
@@ -183,9 +184,6 @@ class PythonClient:
             raise AgentError(f"the agent raised {type(exc).__name__}: {_short(str(exc))}") \
                 from None
         return parse_reply(payload)
-
-    async def close(self) -> None:
-        pass
 
 
 # The client of each kind of `agent:` a target file can give.

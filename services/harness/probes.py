@@ -28,7 +28,8 @@ class StateProbe(Protocol):
     async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
         """The persisted session (None: not there within the wait) and, if not, why."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release what the probe holds (a pool, an engine); most hold nothing."""
 
 
 def as_state(value: Any) -> dict[str, Any] | None:
@@ -157,15 +158,12 @@ class SqlStateProbe:
         self._engine.dispose()
 
 
-class NoStateProbe:
+class NoStateProbe(StateProbe):
     def __init__(self, target: NoProbe | None = None) -> None:
         self.target = target
 
     async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
         return None, "the target has no state probe"
-
-    async def close(self) -> None:
-        pass
 
 
 # The probe of each kind of `state:` a target file can give.

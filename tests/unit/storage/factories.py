@@ -16,6 +16,7 @@ from schemas.events import (
     TrialMetrics,
     TrialVerdict,
 )
+from tests.unit import factories
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -93,36 +94,24 @@ def verdict(
     )
 
 
+# What the report tests show of a trial's conversation.
+TRANSCRIPT = [
+    Message(role="user", content="The pump was broken, I replaced it."),
+    Message(role="assistant", content=None, tool_calls=[{
+        "id": "call-1", "type": "function",
+        "function": {"name": "save_report", "arguments": '{"fault": "pump"}'}}]),
+    Message(role="tool", tool_call_id="call-1", content='{"ok": true}'),
+    Message(role="assistant", content="Saved. Anything else?"),
+]
+
+
 def conversation(
     trial_id: str, *, run_id: str = "run-1", scenario_id: str = "billing", when: float = 0.0
 ) -> ConversationFinished:
-    return ConversationFinished(
-        event_id=f"cf:{trial_id}",
-        occurred_at=at(when),
-        run_id=run_id,
-        scenario_id=scenario_id,
-        trial_id=trial_id,
-        session_id=f"session-{trial_id}",
-        agent_version="agent-7",
-        exit_reason="product_closed",
-        transcript=[
-            Message(role="user", content="The pump was broken, I replaced it."),
-            Message(
-                role="assistant",
-                content=None,
-                tool_calls=[
-                    {
-                        "id": "call-1",
-                        "type": "function",
-                        "function": {"name": "save_report", "arguments": '{"fault": "pump"}'},
-                    }
-                ],
-            ),
-            Message(role="tool", tool_call_id="call-1", content='{"ok": true}'),
-            Message(role="assistant", content="Saved. Anything else?"),
-        ],
-        metrics=TrialMetrics(turns=3, duration_ms=4200.0),
-    )
+    return factories.conversation(
+        trial_id, event_id=f"cf:{trial_id}", occurred_at=at(when), run_id=run_id,
+        scenario_id=scenario_id, session_id=f"session-{trial_id}", agent_version="agent-7",
+        transcript=TRANSCRIPT, metrics=TrialMetrics(turns=3, duration_ms=4200.0))
 
 
 def run_events(run_id: str = "run-1") -> list:
