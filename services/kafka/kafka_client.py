@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from services.contract.settings import Settings
+from services.kafka import kafka_python_compat
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,9 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext:
 
 def kafka_client_kwargs(settings: Settings) -> dict[str, Any]:
     """bootstrap_servers plus whatever the security protocol needs, for kafka-python and
-    aiokafka alike. Plain PLAINTEXT adds nothing, so the default clients are unchanged."""
+    aiokafka alike. Plain PLAINTEXT adds nothing, so the default clients are unchanged.
+    Every kafka-python client is made with these, so this is where its one fix goes in."""
+    kafka_python_compat.install()
     protocol = settings.kafka_security_protocol.upper()
     if protocol not in PROTOCOLS:
         raise KafkaConfigError(
