@@ -15,7 +15,13 @@ if [ -f "$run/supervisord.pid" ]; then
   pid="$(cat "$run/supervisord.pid")"
   if kill -0 "$pid" 2>/dev/null; then
     # shutdown stops every program (TERM to its group, KILL after stopwaitsecs), then exits
-    "$bin/supervisorctl" -c "$conf" shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null
+    # shutdown only through a socket still ours (else another user's server would be
+    # asked); TERM to the pid does the same, the workers' groups included
+    if "$bin/passk" supervise socket --conf "$conf" >/dev/null; then
+      "$bin/supervisorctl" -c "$conf" shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null
+    else
+      kill -TERM "$pid" 2>/dev/null
+    fi
     for _ in $(seq 1 90); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
     echo "down: stopped supervisord ($pid) and its workers"

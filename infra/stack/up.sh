@@ -45,7 +45,10 @@ export PASSK_AGENT_FAULTS="${PASSK_AGENT_FAULTS:-@$root/examples/agent/faults.de
 # (services/contract/masking.py), Kafka passwords and API keys not recorded at all.
 "$bin/python" -m services.contract.runfiles env "$run/env"
 
-if "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
+# An earlier `make up`'s configuration is asked only while the socket it names is in a
+# place no other user can reach (exit 2 and why, otherwise: its supervisord would be theirs).
+[ -f "$conf" ] && "$passk" supervise socket --conf "$conf" >/dev/null
+if [ -f "$conf" ] && "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
   echo "up: supervisord already running (pid $("$bin/supervisorctl" -c "$conf" pid))"
 else
   "$passk" supervise config --out "$conf" --log-dir "$logs" --metrics-base "$base" \

@@ -94,6 +94,19 @@ def register(app: typer.Typer) -> None:
                                             log_dir=log_dir.resolve(), cwd=Path.cwd()))
         typer.echo(str(out))
 
+    @supervise.command("socket")
+    def supervise_socket(
+        conf: Path = typer.Option(..., help="a configuration `passk supervise config` wrote"),
+    ) -> None:
+        """Print the socket of the supervisord a configuration names, if it is still in a
+        place only this user can reach; else exit 2 and say why (`make up` and `make down`
+        ask this before they talk to it)."""
+        from services.cli.liveness import configured_socket
+
+        sock = configured_socket(conf)
+        if sock is not None:
+            typer.echo(str(sock))
+
     @supervise.command("workers")
     def supervise_workers() -> None:
         """Print the workers, comma-separated (what `passk status` checks after `make up`)."""

@@ -112,24 +112,41 @@ def not_private(place: Path) -> str | None:
     return None
 
 
-def supervisor_socket(data_dir: Path) -> Path:
-    """Where `make up`'s supervisord listens: the `serverurl` its configuration says
-    (`var/run/supervisord.conf`, written by `passk supervise config`), so that a reader
-    finds it whatever its own environment; where it would be, when none was written."""
-    conf = data_dir / "run" / "supervisord.conf"
+def configured_socket(conf: Path) -> Path | None:
+    """The unix socket a written supervisord configuration names (`serverurl`), None when
+    it names none; SocketPlaceError when it is outside the configuration's own directory
+    in a directory no longer this user's alone (a tmp cleaner removed ours, another user
+    made theirs there): what answers on it would be theirs."""
     parser = configparser.RawConfigParser(strict=False)
     try:
         parser.read(conf)
         url = parser.get("supervisorctl", "serverurl", fallback="")
     except (OSError, ValueError, configparser.Error):  # ValueError: not text
         url = ""
+    if not url.startswith("unix://"):
+        return None
+    sock = Path(url[len("unix://"):])
+    if sock.parent == conf.parent.resolve():
+        return sock
+    if (problem := not_private(sock.parent)) is not None:
+        raise SocketPlaceError(
+            f"{conf} names supervisord's socket {sock}, but {sock.parent} {problem}; "
+            "refusing to talk to whatever listens there (stop our supervisord by its pid, "
+            f"then remove {conf})")
+    return sock
+
+
+def supervisor_socket(data_dir: Path) -> Path:
+    """Where `make up`'s supervisord listens: the `serverurl` its configuration says
+    (`var/run/supervisord.conf`, written by `passk supervise config`), so that a reader
+    finds it whatever its own environment; where it would be, when none was written."""
     run_dir = (data_dir / "run").resolve()
-    if url.startswith("unix://"):
-        sock = Path(url[len("unix://"):])
-        # Outside the checkout only in a directory that is still this user's alone.
-        if sock.parent == run_dir or not_private(sock.parent) is None:
-            return sock
+    try:
+        sock = configured_socket(run_dir / "supervisord.conf")
+    except SocketPlaceError:
         return run_dir / "supervisor.sock"  # asked nowhere else: no supervisord found
+    if sock is not None:
+        return sock
     try:
         return socket_in(run_dir)
     except SocketPlaceError:

@@ -244,3 +244,31 @@ def test_supervise_config_with_no_private_place_is_a_usage_error(
     assert result.exit_code == 2, result.output
     assert "is a symbolic link" in result.output and "Traceback" not in result.output
     assert not out.exists()
+
+def test_supervise_socket_answers_only_while_the_socket_is_ours(
+        tmp_path: Path, short_tmp: Path) -> None:
+    """What `make up` and `make down` ask before they talk to the supervisord a written
+    configuration names."""
+    run = tmp_path / ("d" * 60) / ("e" * 60) / "var" / "run"
+    run.mkdir(parents=True)
+    conf = run / "supervisord.conf"
+    conf.write_text(_conf([], run))
+    sock = socket_in(run)
+    asked = CliRunner().invoke(cli, ["supervise", "socket", "--conf", str(conf)])
+    assert asked.exit_code == 0 and asked.output.strip() == str(sock), asked.output
+    # a tmp cleaner removed ours and another user's directory, open to all, stands there
+    sock.parent.chmod(0o777)
+    try:
+        refused = CliRunner().invoke(cli, ["supervise", "socket", "--conf", str(conf)])
+    finally:
+        sock.parent.chmod(0o700)
+    assert refused.exit_code == 2, refused.output
+    assert "is open to other users" in refused.output and "refusing" in refused.output
+    assert "Traceback" not in refused.output
+    # in the configuration's own directory: always ours
+    near = tmp_path / "var" / "run"
+    near.mkdir(parents=True)
+    (near / "supervisord.conf").write_text(_conf([], near))
+    asked = CliRunner().invoke(cli, ["supervise", "socket", "--conf",
+                                     str(near / "supervisord.conf")])
+    assert asked.output.strip() == str(near.resolve() / "supervisor.sock")
