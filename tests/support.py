@@ -234,7 +234,9 @@ def read_topic(
             while any(consumer.position(tp) < end[tp] for tp in tps):
                 for records in consumer.poll(timeout_ms=1000).values():
                     for r in records:
-                        out.append((r.key, json.loads(r.value), r.partition))
+                        # a tombstone (a compacted table's deleted key) reads as None
+                        out.append((r.key, None if r.value is None else json.loads(r.value),
+                                    r.partition))
             return out
         finally:
             consumer.close()

@@ -23,6 +23,7 @@ from scipy.stats import beta
 
 from schemas.events import Outcome, TrialVerdict
 from services.cli.status import processor_status
+from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import Topic
 from tests.e2e.conftest import free_port
@@ -43,6 +44,34 @@ pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 SCENARIOS = {"steady": (3, 0.95), "flaky": (5, 0.6)}  # id: (k, pass probability)
 TRIALS = 3000
 HOURS = 6
+
+
+def table_account(settings: Settings, verdicts: list[TrialVerdict],
+                  wrong: list[str]) -> str:
+    """What the aggregate's table (its changelog, last value per key) says of the scopes
+    that are off: for a lost count, whether the trial was never remembered (its verdict
+    committed past unread) or remembered with a change its bucket does not hold (a
+    write lost after the memory's), and which trials."""
+    (changelog,) = PROCESSORS["aggregate"].changelogs
+    state: dict[str, Any] = {}
+    for key, value, _ in read_topic(settings, changelog):  # type: ignore[arg-type]
+        state[(key or b"").decode().strip('"')] = value
+    lines = []
+    for scenario_id in sorted({w.split("'")[1] for w in wrong if "'" in w}):
+        sent = {v.trial_id for v in verdicts if v.scenario_id == scenario_id}
+        memories = {k.split("|", 2)[2]: m for k, m in state.items()
+                    if k.startswith(f"t|{scenario_id}|") and isinstance(m, dict)}
+        lines.append(f"{scenario_id}: {len(sent)} trials sent, {len(memories)} remembered; "
+                     f"never remembered: {sorted(sent - set(memories))[:20]}")
+        for bucket_key, bucket in state.items():
+            if not bucket_key.startswith(f"b|{scenario_id}|") or not isinstance(bucket, dict):
+                continue
+            ahead = sorted(t for t, m in memories.items()
+                           if (m.get("seqs") or {}).get(bucket_key, -1) > bucket.get("seq", 0))
+            if ahead:
+                lines.append(f"  {bucket_key} at seq {bucket.get('seq')}: changes of {ahead[:20]} "
+                             "remembered but not in it")
+    return "\n".join(lines)
 
 
 def traffic(now: float) -> list[TrialVerdict]:
@@ -187,9 +216,13 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
                 .read().decode()) for s in f.samples
                 if s.name == "passk_aggregate_verdicts_total"}
+            try:
+                account = table_account(settings, verdicts, off(last))
+            except Exception as exc:  # the failure below matters more than its account
+                account = f"(the table could not be read: {exc!r})"
             pytest.fail(f"figures off after the restart: {off(last)}; verdicts counted "
                         f"by note since the restart: {notes}; sent {len(inputs)} verdicts "
-                        f"of {TRIALS} trials (log: {log})")
+                        f"of {TRIALS} trials (log: {log}); the table:\n{account}")
         assert set(last) == set(expected)
         for scope, (k, c, failed, errors) in expected.items():
             r = last[scope]
