@@ -1,4 +1,4 @@
-"""The one fix passk puts on kafka-python (docs/faust.md, "kafka-python"), installed by
+"""The one fix passk puts on kafka-python (docs/faust.md, patch 9), installed by
 `kafka_client_kwargs`, which every kafka-python client passk makes takes its arguments
 from; at most once per process, and only on the release it was written for.
 
@@ -19,7 +19,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-WRITTEN_FOR = "3.0.12"  # requirements.lock pins it; the tests read its transport's source
+WRITTEN_FOR = "3.0.12"  # requirements.lock pins it; the tests run its real read loop
 _PENDING = "_passk_close_after_data"
 _installed = False
 
