@@ -8,8 +8,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from services.contract.exits import BROKER_WAIT, UsageError, console, require_broker
+from services.contract.exits import BROKER_WAIT, UsageError, console
 from services.contract.processors import PROCESSORS, WORKERS
+from services.kafka.reach import require_broker
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 

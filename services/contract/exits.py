@@ -18,17 +18,16 @@ Using it from a command (new commands need nothing else):
 - let a Kafka, SQLAlchemy or settings exception escape: `main` maps it with `classify`
   (unreachable broker or database -> 4, malformed URL or setting -> 2);
 - take `wait: float | None = BROKER_WAIT` (the one `--wait`) and call
-  `require_broker(wait, settings)` before the first Kafka client: it answers "unreachable"
-  within `wait_s` (`--wait`, else `PASSK_BROKER_WAIT_S`) instead of kafka-python's 30 s
-  bootstrap timeout, and returns at once when the broker listens.
+  `services.kafka.reach.require_broker(wait, settings)` before the first Kafka client: it
+  answers "unreachable" within `wait_s` (`--wait`, else `PASSK_BROKER_WAIT_S`) instead of
+  kafka-python's 30 s bootstrap timeout, and "refused" as soon as a SASL broker turns our
+  credentials down (kafka-python would retry them for those 30 s too).
 """
 
 from __future__ import annotations
 
 import errno
-import socket
 import sys
-import time
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,7 @@ import typer
 # typer vendors click; its ClickException is what typer's main loop reports and exits on.
 from typer._click.exceptions import ClickException
 
-from services.contract.settings import Settings, get_settings
+from services.contract.settings import get_settings
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -89,50 +88,16 @@ class Unreachable(CliError):
     code = ExitCode.UNREACHABLE
 
 
+class KafkaRefused(CliError):
+    code = ExitCode.KAFKA_REFUSED
+
+
 # The one `--wait` of every command that talks to the broker (pass it to require_broker).
 BROKER_WAIT: Any = typer.Option(
     None, "--wait", min=0,
     help="wait at most this many seconds for the Kafka broker before exit 4 "
          "(default PASSK_BROKER_WAIT_S)",
 )
-
-
-def _brokers(bootstrap: str) -> list[tuple[str, int]]:
-    out = []
-    for part in bootstrap.split(","):
-        host, _, port = part.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise UsageError(
-                f"KAFKA_BOOTSTRAP_SERVERS={bootstrap!r}: expected host:port[,host:port...]"
-            )
-        out.append((host.strip("[]"), int(port)))
-    return out
-
-
-def require_broker(wait_s: float | None, settings: Settings) -> None:
-    """Return once a bootstrap broker accepts a connection; raise Unreachable after
-    `wait_s` seconds (None: PASSK_BROKER_WAIT_S; at least one attempt is made, each
-    bounded to 2 s)."""
-    wait_s = settings.broker_wait_s if wait_s is None else wait_s
-    brokers = _brokers(settings.kafka_bootstrap_servers)
-    deadline = time.monotonic() + wait_s
-    last: OSError | None = None
-    while True:
-        for host, port in brokers:
-            remaining = max(deadline - time.monotonic(), 0.2)
-            try:
-                socket.create_connection((host, port), timeout=min(remaining, 2.0)).close()
-                return
-            except OSError as exc:
-                last = exc
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
-    raise Unreachable(
-        f"no Kafka broker answers at {settings.kafka_bootstrap_servers} "
-        f"(waited {wait_s:g} s; {last}). Start it with `make kafka-up` or set "
-        "KAFKA_BOOTSTRAP_SERVERS."
-    )
 
 
 # kafka-python's names for "no broker answered" (some exist only in some versions).

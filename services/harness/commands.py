@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         this run already in the log are skipped, so a re-run publishes nothing twice).
         Exit 1 when a trial could not be published, 2 for invalid scenarios or target,
         4 when the broker is down, 130 when stopped (finished trials are published)."""
-        from services.contract.exits import Unreachable, require_broker
+        from services.contract.exits import Unreachable
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
@@ -59,6 +59,7 @@ def register(app: typer.Typer) -> None:
         from services.harness.runner import Harness, UserFactory
         from services.harness.target import InvalidTarget, load_target
         from services.kafka.producer import TrafficProducer
+        from services.kafka.reach import require_broker
 
         settings = get_settings()
         console, err = make_console(), make_console(stderr=True)

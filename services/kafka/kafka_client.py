@@ -133,13 +133,17 @@ def refusal_message(exc: BaseException, watch: AuthFailureWatch,
     if not refused and not isinstance(exc, AuthorizationError):
         return None  # read no settings: a malformed one is what the caller reports next
     settings = read_settings()
-    user = settings.kafka_sasl_username or "(none)"
     if refused:
-        return (f"Kafka authentication failed for user {user!r} "
-                f"({settings.kafka_security_protocol} {settings.kafka_sasl_mechanism} at "
-                f"{settings.kafka_bootstrap_servers}); check KAFKA_SASL_USERNAME and "
-                "KAFKA_SASL_PASSWORD")
+        return authentication_failed(settings)
     if isinstance(exc, AuthorizationError):
-        return (f"Kafka refused user {user!r} an operation its ACLs do not allow: "
-                f"{type(exc).__name__}: {exc}")
+        return (f"Kafka refused user {settings.kafka_sasl_username or '(none)'!r} an "
+                f"operation its ACLs do not allow: {type(exc).__name__}: {exc}")
     return None
+
+
+def authentication_failed(settings: Settings) -> str:
+    """What to tell a user whose SASL credentials the broker refused (never the password)."""
+    return (f"Kafka authentication failed for user {settings.kafka_sasl_username or '(none)'!r} "
+            f"({settings.kafka_security_protocol} {settings.kafka_sasl_mechanism} at "
+            f"{settings.kafka_bootstrap_servers}); check KAFKA_SASL_USERNAME and "
+            "KAFKA_SASL_PASSWORD")

@@ -47,11 +47,12 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Table
 
-        from services.contract.exits import Unreachable, require_broker
+        from services.contract.exits import Unreachable
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
         from services.kafka.producer import TrafficProducer
+        from services.kafka.reach import require_broker
         from services.otlp.importer import plan_import
 
         open_probe = state_probe(state_probe_file) if state_probe_file is not None else None

@@ -40,10 +40,10 @@ def register(app: typer.Typer) -> None:
         from kafka import KafkaProducer
 
         from services.contract.exits import console as make_console
-        from services.contract.exits import require_broker
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
         from services.kafka.kafka_client import kafka_client_kwargs
+        from services.kafka.reach import require_broker
         from services.regrade.log import find_inputs
         from services.regrade.plan import prepare, targets
         from services.storage.store import Store

@@ -74,11 +74,12 @@ def register(app: typer.Typer) -> None:
         whole) are reported on stderr with their line number and skipped, never sent.
         Exit 1 when any send failed, 3 when no line was valid, 4 when the broker is down.
         """
-        from services.contract.exits import Unreachable, require_broker
+        from services.contract.exits import Unreachable
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import topic_name
         from services.kafka.producer import TrafficProducer
+        from services.kafka.reach import require_broker
         from services.replay.replay import REPLAYED_TOPICS, count_lines, replay_file
 
         settings = get_settings()

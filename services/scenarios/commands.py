@@ -14,10 +14,10 @@ from services.contract.exits import (
     ExitCode,
     Unreachable,
     classify,
-    require_broker,
 )
 from services.contract.exits import console as _console
 from services.grading.scenario_loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
+from services.kafka.reach import require_broker
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
