@@ -20,7 +20,6 @@ from services.kafka.kafka_client import (
     refusal_message,
     watch_authentication,
 )
-from services.kafka.reach import CREDENTIALS_MIN_S, refuse_wrong_credentials
 
 app = typer.Typer(
     name="passk",
@@ -77,9 +76,6 @@ def worker(
             f"unknown service {service!r}; choose from {', '.join(PROCESSORS)}")
     # Where the worker's settings are read, once; everything it builds is handed these.
     settings = get_settings()
-    # A wrong password is exit 5 within seconds, not after kafka-python's 30 s bootstrap of
-    # the topic check below; a broker that is down is waited for, as before.
-    refuse_wrong_credentials(settings, max(settings.broker_wait_s, CREDENTIALS_MIN_S))
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
     # Faust subscribes, or a fresh broker's metadata can lag behind the first event.
     statuses = create_topics_retrying(settings)

@@ -155,8 +155,11 @@ def test_a_wrong_password_is_refused_with_a_clear_error(
         started = time.monotonic()
         return pipeline.passk(*args, timeout=300), time.monotonic() - started
 
-    # All three at once, as a supervisor starts workers beside an operator's command.
-    commands = (["status"], ["worker", "gate"], ["topics", "create"])
+    # All at once, as a supervisor starts workers beside an operator's commands. A worker
+    # keeps kafka-python's own 30 s wait (a supervised one is then restarted, never left
+    # FATAL by fast failed starts); a command is told within its wait by its credentials
+    # check (BOUND_S: a loaded machine's start).
+    commands = (["status"], ["topics", "create"], ["worker", "gate"])
     with ThreadPoolExecutor(len(commands)) as pool:
         results = list(pool.map(timed, commands))
     for args, (result, took) in zip(commands, results, strict=True):
@@ -164,9 +167,8 @@ def test_a_wrong_password_is_refused_with_a_clear_error(
         assert "authentication failed for user 'passk-cli'" in result.stderr
         assert "Traceback" not in result.stderr
         assert wrong not in result.stdout + result.stderr
-        # Told by its own credentials check, within the wait: kafka-python's bootstrap
-        # retries a refusal for 30 s before it gives up (BOUND_S: a loaded machine's start).
-        assert took < BOUND_S, (args, took)
+        if args[0] != "worker":
+            assert took < BOUND_S, (args, took)
     # the right password passes the same door
     ok = pipeline.passk("status", "--processors", "gate", env=kafka.client_env("passk-cli"))
     assert ok.returncode in (0, 1), ok.stderr  # 1: no gate worker runs; not a refusal
