@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Index, Table, and_, case, func, inspect, select
+from sqlalchemy import Index, Table, and_, case, func, inspect, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import registry
@@ -90,8 +90,9 @@ TABLES: dict[type[SQLModel], Stored] = {
 }
 TRIALS = TABLES[TrialRecord].table
 METADATA = SinkTable.metadata
-# Nullable columns of `trials` added after projections existed; create_schema adds them.
-ADDED_COLUMNS = ("advisory_checks",)
+# Columns of `trials` added after projections existed; create_schema adds them, each
+# nullable or with its model default, which is what every older trial was.
+ADDED_COLUMNS = ("advisory_checks", "exit_source", "completion")
 
 
 def _newest_windows(rows: list[Any]) -> list[Any]:
@@ -140,14 +141,20 @@ class Store:
             self._schema_ready = True
 
     def _add_columns(self) -> None:
-        """Columns added to the projection since its tables were first made (nullable, so
-        old rows need no value): create_all never alters a table that exists."""
+        """Columns added to the projection since its tables were first made: create_all
+        never alters a table that exists. A nullable one leaves old rows NULL (read as its
+        default); one that is not takes its model default in every old row (a trial
+        projected before `completion` existed was graded with its state gate: "product")."""
         table = TRIALS
         for name in ADDED_COLUMNS:
             if name in self._columns(table.name):
                 continue
             column = table.c[name]
             kind = column.type.compile(dialect=self.engine.dialect)
+            if not column.nullable:
+                default = literal(TrialRecord.model_fields[name].default).compile(
+                    dialect=self.engine.dialect, compile_kwargs={"literal_binds": True})
+                kind += f" NOT NULL DEFAULT {default}"
             try:
                 with self.engine.begin() as conn:
                     conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {name} {kind}")

@@ -9,6 +9,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from sqlalchemy import inspect
 
 from services.storage.records import WindowRecord, summarize
 from services.storage.store import METADATA, TABLES, TRIALS, Store
@@ -208,6 +209,33 @@ class StoreContract:
         assert sorted((r, s) for r, s, _ in rows) == [("r1", "s1"), ("r2", "s1"), ("r3", "s2")]
         assert previous_run("r2", rows) == "r1"
         assert previous_run("r3", rows) is None
+
+    def test_a_projection_older_than_a_column_gets_it_and_keeps_its_rows(
+            self, store: Store) -> None:
+        store.apply(f.verdict("t-old", "failed", failed=[("judge:polite", "was rude")]))
+        with store.engine.begin() as conn:  # as a projection made before these columns
+            for name in ("advisory_checks", "exit_source", "completion"):
+                conn.exec_driver_sql(f"ALTER TABLE trials DROP COLUMN {name}")
+        fresh = Store(store.url)
+        try:
+            (old,) = fresh.trials("run-1")  # read before any sink started on it
+            assert (old.outcome, old.exit_source, old.completion) == ("failed", None, "product")
+            fresh.create_schema()  # what a sink does when it starts
+            assert {"advisory_checks", "exit_source", "completion"} <= {
+                c["name"] for c in inspect(fresh.engine).get_columns("trials")}
+            fresh.apply(f.verdict("t-new", "passed", exit_source="session",
+                                  completion="conversation"))
+            rows = {t.trial_id: t for t in fresh.trials("run-1")}
+            # the old row as it was, with what every trial then was; the new one as sent
+            assert (rows["t-old"].failed_checks, rows["t-old"].exit_source,
+                    rows["t-old"].completion, rows["t-old"].advisory_checks) == (
+                [{"check": "judge:polite", "reason": "was rude"}], None, "product", [])
+            assert (rows["t-new"].exit_source, rows["t-new"].completion) == (
+                "session", "conversation")
+            fresh.create_schema()
+            Store(store.url).create_schema()  # again, by another process: nothing to add
+        finally:
+            fresh.close()
 
     def test_whose_exit_and_the_completion_are_kept(self, store: Store) -> None:
         store.apply(f.verdict("t-1", "passed", exit_source="session", completion="conversation"))
