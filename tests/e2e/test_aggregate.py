@@ -26,7 +26,9 @@ from services.cli.status import processor_status
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import Topic
+from tests.conftest import make_settings
 from tests.e2e.conftest import free_port
+from tests.own_kafka import own_kafka
 from tests.support import (
     ROOT,
     isolated_env,
@@ -127,6 +129,39 @@ def scope_of(record: dict[str, Any]) -> tuple[Any, ...]:
     return (record["scenario_id"], record["window"], start)
 
 
+def figures(settings: Settings) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The last figure published for each scope."""
+    last: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for key, record, _ in read_topic(settings, Topic.SCENARIO_RELIABILITY):
+        assert key == record["scenario_id"].encode()
+        last[scope_of(record)] = record  # one scenario, one partition: log order
+    return last
+
+
+def off(last: dict[tuple[Any, ...], dict[str, Any]],
+        expected: dict[tuple[Any, ...], tuple[int, int, int, int]]) -> list[str]:
+    """Every scope whose last figure is not the undisturbed count, and how."""
+    wrong = []
+    for scope, (k, c, f, e) in expected.items():
+        r = last.get(scope)
+        got = r and (r["k"], r["n"], r["passed"], r["failed"], r["errors"])
+        if got != (k, c + f + e, c, f, e):
+            wrong.append(f"{scope}: got {got}, want {(k, c + f + e, c, f, e)}")
+    return wrong + [f"{scope}: not expected" for scope in set(last) - set(expected)]
+
+
+def settled_figures(settings: Settings, expected: dict[tuple[Any, ...], tuple[int, int, int, int]]
+                    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Settled means every verdict was read and committed; the last figures are then on
+    the topic. Read until they agree, for a while: a count lost for good never does."""
+    last = figures(settings)
+    deadline = time.monotonic() + 60
+    while off(last, expected) and time.monotonic() < deadline:
+        time.sleep(1.0)
+        last = figures(settings)
+    return last
+
+
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -193,31 +228,8 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
                                  f"{stacks_of(worker.pid)}\nits asyncio tasks:\n"
                                  f"{tasks_of(worker.pid, log)}") from None
 
-        def figures() -> dict[tuple[Any, ...], dict[str, Any]]:
-            last: dict[tuple[Any, ...], dict[str, Any]] = {}
-            for key, record, _ in read_topic(settings, Topic.SCENARIO_RELIABILITY):
-                assert key == record["scenario_id"].encode()
-                last[scope_of(record)] = record  # one scenario, one partition: log order
-            return last
-
-        def off(last: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
-            wrong = []
-            for scope, (k, c, f, e) in expected.items():
-                r = last.get(scope)
-                got = r and (r["k"], r["n"], r["passed"], r["failed"], r["errors"])
-                if got != (k, c + f + e, c, f, e):
-                    wrong.append(f"{scope}: got {got}, want {(k, c + f + e, c, f, e)}")
-            return wrong + [f"{scope}: not expected" for scope in set(last) - set(expected)]
-
-        # Settled means every verdict was read and committed; the last figures are then
-        # on the topic. Read until they agree, for a while: a count lost for good never
-        # does, and the failure names every scope that is off and how each verdict counted.
-        last = figures()
-        deadline = time.monotonic() + 60
-        while off(last) and time.monotonic() < deadline:
-            time.sleep(1.0)
-            last = figures()
-        if off(last):
+        last = settled_figures(settings, expected)
+        if off(last, expected):
             notes = {s.labels["note"]: s.value for f in text_string_to_metric_families(
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
                 .read().decode()) for s in f.samples
@@ -225,10 +237,10 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
             try:
                 account = "\n".join(table_account(
                     changelog_state(settings), verdicts,
-                    {w.split("'")[1] for w in off(last) if "'" in w}))
+                    {w.split("'")[1] for w in off(last, expected) if "'" in w}))
             except Exception as exc:  # the failure below matters more than its account
                 account = f"(the table could not be read: {exc!r})"
-            pytest.fail(f"figures off after the restart: {off(last)}; verdicts counted "
+            pytest.fail(f"figures off after the restart: {off(last, expected)}; verdicts counted "
                         f"by note since the restart: {notes}; sent {len(inputs)} verdicts "
                         f"of {TRIALS} trials (log: {log}); the table:\n{account}")
         assert set(last) == set(expected)
@@ -308,3 +320,58 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
         assert published() == sent
     finally:
         stop(worker)
+
+
+def test_an_outage_past_the_producer_timeout_loses_no_figure(tmp_path: Path) -> None:
+    """The broker gone longer than the producer keeps a record (PASSK_PRODUCER_TIMEOUT_S,
+    3 s here, 20 min by default): the aggregate's re-keyed verdicts, figures and table
+    writes of that time fail. The worker must then stop before committing past them, and
+    its restart (what its supervisor does; this test plays that part) count every verdict
+    once: the same figures as undisturbed."""
+    with own_kafka(tmp_path / "kafka") as kafka:
+        settings = make_settings(kafka.bootstrap, tmp_path)
+        publish_scenarios(settings, [scenario(id="steady", trials=3), scenario(id="flaky",
+                                                                               trials=5)])
+        verdicts = traffic(datetime.now(UTC).timestamp())
+        inputs = [(v.trial_id, v.model_dump_json().encode()) for v in verdicts]
+        expected = undisturbed(verdicts)
+        env = isolated_env(settings, PASSK_METRICS_PORT=str(free_port()),
+                           PASSK_PRODUCER_TIMEOUT_S="3", PASSK_AGGREGATE_BATCH_MAX="100")
+        log = tmp_path / "aggregate.log"
+        starts: list[subprocess.Popen[bytes]] = []
+
+        def start() -> None:
+            with open(log, "ab") as out:
+                starts.append(subprocess.Popen(
+                    [sys.executable, "-m", "services.cli", "worker", "aggregate"], env=env,
+                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+
+        def restarted() -> bool:  # the supervisor's part: a worker that stopped starts again
+            if starts[-1].poll() is not None:
+                start()
+            return False
+
+        # The whole backlog first: the outage then falls in the middle of it, while the
+        # worker holds fetched verdicts whose outputs it cannot deliver.
+        produce(settings, Topic.TRIAL_VERDICTS, inputs)
+        start()
+        try:
+            wait_for(lambda: len(read_topic(settings, Topic.SCENARIO_RELIABILITY)) > 0,
+                     timeout=300, interval=0.2, what="the first figures")
+            kafka.kill(1)
+            # Past the producer's 3 s: every record it held then fails.
+            time.sleep(15)
+            kafka.up()
+            wait_for(lambda: restarted() or (starts[-1].poll() is None and processor_status(
+                ["aggregate"], settings)[0].settled), timeout=300, interval=1.0,
+                what=f"the aggregate settled after the outage ({log})")
+            last = settled_figures(settings, expected)
+            told = log.read_text(errors="replace")
+            assert not off(last, expected), (off(last, expected), told[-3000:])
+            assert table_account(changelog_state(settings), verdicts, set(SCENARIOS)) == []
+            # It did not commit past what failed: it said so and stopped, and was restarted.
+            assert "not delivered since the last offset commit" in told, told[-3000:]
+            assert len(starts) >= 2
+        finally:
+            for worker in starts:
+                stop(worker)

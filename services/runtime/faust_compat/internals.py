@@ -53,12 +53,33 @@ def consumer_state(app: faust.App) -> str:
         ("buffered", lambda: _by_topic(consumer._buffered_partitions)),
         ("read_offset", lambda: _by_topic(consumer._read_offset)),
         ("committed", lambda: _by_topic(consumer._committed_offset)),
+        ("client", lambda: client_partitions(consumer)),
+        ("client_buffered", lambda: _by_topic(_client(consumer)._fetcher._records)),
     ):
         try:
             parts[name] = read()
         except Exception as exc:  # noqa: BLE001 - a snapshot shows what it cannot read
             parts[name] = f"(unreadable: {type(exc).__name__}: {exc})"
     return "\n".join(f"  {name}: {value}" for name, value in parts.items())
+
+
+def _client(consumer: Any) -> Any:
+    """The aiokafka consumer under Faust's (in its own thread)."""
+    return consumer._thread._ensure_consumer()
+
+
+def client_partitions(consumer: Any) -> dict[str, Any]:
+    """The aiokafka client's own state of each assigned partition, which decides what it
+    fetches and can differ from Faust's view: paused, status (awaiting a reset, consuming)
+    and position. A partition Faust calls active that the client has paused, or left
+    awaiting a position, is never fetched."""
+    assignment = _client(consumer)._subscription.subscription.assignment
+    states = {}
+    for tp in assignment.tps:
+        state = assignment.state_value(tp)
+        states[tp] = (f"{'paused ' if state.paused else ''}{state._status.name.lower()} "
+                      f"at {state._position}")
+    return _by_topic(states)
 
 
 def _by_topic(tps: Any) -> dict[str, Any]:
