@@ -81,7 +81,6 @@ def make_app(name: str, settings: Settings, linger_ms: int = 0,
         broker_commit_interval=1.0,
         producer_acks=-1,
         producer_linger_ms=linger_ms,
-        producer_request_timeout=settings.producer_timeout_s,
         # Up to passk's broker limit (message.max.bytes 4 MiB): a dead letter carries an
         # input in base64, a third larger than the input (see deadletter.MAX_KEPT_BYTES).
         producer_max_request_size=4_000_000,

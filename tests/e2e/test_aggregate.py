@@ -26,9 +26,7 @@ from services.cli.status import processor_status
 from services.contract.processors import PROCESSORS
 from services.contract.settings import Settings
 from services.contract.topics import Topic
-from tests.conftest import make_settings
 from tests.e2e.conftest import free_port
-from tests.own_kafka import own_kafka
 from tests.support import (
     ROOT,
     isolated_env,
@@ -321,57 +319,3 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
     finally:
         stop(worker)
 
-
-def test_an_outage_past_the_producer_timeout_loses_no_figure(tmp_path: Path) -> None:
-    """The broker gone longer than the producer keeps a record (PASSK_PRODUCER_TIMEOUT_S,
-    3 s here, 20 min by default): the aggregate's re-keyed verdicts, figures and table
-    writes of that time fail. The worker must then stop before committing past them, and
-    its restart (what its supervisor does; this test plays that part) count every verdict
-    once: the same figures as undisturbed."""
-    with own_kafka(tmp_path / "kafka") as kafka:
-        settings = make_settings(kafka.bootstrap, tmp_path)
-        publish_scenarios(settings, [scenario(id="steady", trials=3), scenario(id="flaky",
-                                                                               trials=5)])
-        verdicts = traffic(datetime.now(UTC).timestamp())
-        inputs = [(v.trial_id, v.model_dump_json().encode()) for v in verdicts]
-        expected = undisturbed(verdicts)
-        env = isolated_env(settings, PASSK_METRICS_PORT=str(free_port()),
-                           PASSK_PRODUCER_TIMEOUT_S="3", PASSK_AGGREGATE_BATCH_MAX="100")
-        log = tmp_path / "aggregate.log"
-        starts: list[subprocess.Popen[bytes]] = []
-
-        def start() -> None:
-            with open(log, "ab") as out:
-                starts.append(subprocess.Popen(
-                    [sys.executable, "-m", "services.cli", "worker", "aggregate"], env=env,
-                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
-
-        def restarted() -> bool:  # the supervisor's part: a worker that stopped starts again
-            if starts[-1].poll() is not None:
-                start()
-            return False
-
-        # The whole backlog first: the outage then falls in the middle of it, while the
-        # worker holds fetched verdicts whose outputs it cannot deliver.
-        produce(settings, Topic.TRIAL_VERDICTS, inputs)
-        start()
-        try:
-            wait_for(lambda: len(read_topic(settings, Topic.SCENARIO_RELIABILITY)) > 0,
-                     timeout=300, interval=0.2, what="the first figures")
-            kafka.kill(1)
-            # Past the producer's 3 s: every record it held then fails.
-            time.sleep(15)
-            kafka.up()
-            wait_for(lambda: restarted() or (starts[-1].poll() is None and processor_status(
-                ["aggregate"], settings)[0].settled), timeout=300, interval=1.0,
-                what=f"the aggregate settled after the outage ({log})")
-            last = settled_figures(settings, expected)
-            told = log.read_text(errors="replace")
-            assert not off(last, expected), (off(last, expected), told[-3000:])
-            assert table_account(changelog_state(settings), verdicts, set(SCENARIOS)) == []
-            # It did not commit past what failed: it said so and stopped, and was restarted.
-            assert "not delivered since the last offset commit" in told, told[-3000:]
-            assert len(starts) >= 2
-        finally:
-            for worker in starts:
-                stop(worker)
