@@ -36,8 +36,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from schemas.events import Outcome, ScenarioReliability, TrialVerdict
-from services.aggregate.windows import WindowSize, as_datetime, rfc3339
 from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
+from services.grading.windows import WindowSize, as_datetime, rfc3339
 
 Read = Callable[[str], dict[str, Any] | None]
 

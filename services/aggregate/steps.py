@@ -17,10 +17,10 @@ from schemas.events import TrialVerdict
 from services.aggregate import domain
 from services.aggregate.batch import Batch
 from services.aggregate.metrics import AggregateMetrics, ReliabilityGauges
-from services.aggregate.windows import parse_windows
 from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
+from services.grading.windows import parse_windows
 from services.kafka.catalog import CatalogUnavailable, ScenarioCatalog
 from services.runtime.app import DeadLetters, Record
 from services.runtime.outbox import handling

@@ -62,6 +62,8 @@ COMMAND_MODULES = (
     "services.calibration.commands",
     "services.harness.commands",
     "services.otlp.commands",
+    "services.aggregate.commands",
+    "services.audit.commands",
 )
 
 

@@ -7,7 +7,8 @@ these to their modules' `register`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,46 @@ def state_probe(path: Path) -> Callable[[], Any]:
     return lambda: make_probe(spec)
 
 
+def worker_paused(service: str, settings: Settings) -> AbstractContextManager[None]:
+    """No worker of `service` runs inside the block (services/cli/pause.py)."""
+    from services.cli.pause import worker_paused as paused
+
+    return paused(service, settings)
+
+
+def aggregate_table(settings: Settings) -> Any:
+    """The aggregate's table as its changelog holds it, read as the audit asks, for
+    `passk audit`."""
+    from services.aggregate.recount import TableView
+    from services.aggregate.table import read_table
+
+    return TableView(read_table(settings))
+
+
+def regrade_trials(settings: Settings, trials: Sequence[tuple[Any, int]], reason: str) -> int:
+    """`passk regrade`'s path for `passk audit --repair`: each (identity, newest attempt)
+    graded again as the next attempt; how many requests were sent."""
+    from services.regrade.plan import Target
+    from services.regrade.request import request_regrades
+
+    chosen = [Target(identity, "none", attempt) for identity, attempt in trials]
+    return sum(1 for p in request_regrades(settings, chosen, reason=reason)
+               if p.payload is not None)
+
+
+def recount_scenarios(settings: Settings, scenarios: set[str]) -> int:
+    """`passk aggregate recount --scenario ...` for `passk audit --repair`: how many
+    scopes' counts moved."""
+    from services.aggregate.commands import recount_aggregate
+
+    return len(recount_aggregate(settings, scenarios, worker_paused).scopes)
+
+
 # The composed commands' modules, and what each `register` is handed.
 WIRED: dict[str, dict[str, Callable[..., Any]]] = {
     "services.calibration.commands": {"judge_grader": judge_grader},
     "services.otlp.commands": {"state_probe": state_probe},
+    "services.aggregate.commands": {"paused": worker_paused},
+    "services.audit.commands": {"read_table": aggregate_table, "regrade": regrade_trials,
+                                "recount": recount_scenarios},
 }

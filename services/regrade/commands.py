@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -37,15 +37,11 @@ def register(app: typer.Typer) -> None:
         windows and the gauges, while the projection's history keeps both. Exit 3 when
         no trial is to be re-graded, 1 when a trial's conversation is not in the log or
         a new verdict did not come within --await-verdicts."""
-        from kafka import KafkaProducer
-
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
-        from services.contract.topics import Topic, topic_name
-        from services.kafka.kafka_client import kafka_client_kwargs
         from services.kafka.reach import require_broker
-        from services.regrade.log import find_inputs
-        from services.regrade.plan import prepare, targets
+        from services.regrade.plan import targets
+        from services.regrade.request import request_regrades
         from services.storage.store import Store
 
         settings = get_settings()
@@ -59,26 +55,15 @@ def register(app: typer.Typer) -> None:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())
         with Progress(*columns, console=make_console(stderr=True)) as progress:
-            reading = progress.add_task("reading the log", total=None)
-            found = find_inputs(chosen, settings, progress=lambda done, total: progress.update(
-                reading, completed=done, total=total))
+            tasks: dict[str, Any] = {}
+
+            def advance(step: str, done: int, total: int | None) -> None:
+                if step not in tasks:
+                    tasks[step] = progress.add_task(step, total=total)
+                progress.update(tasks[step], completed=done, total=total)
+
             reason = "passk regrade" + (" --errors-only" if errors_only else "")
-            prepared = prepare(chosen, found, reason=reason, max_bytes=settings.max_event_bytes)
-            sending = progress.add_task("requesting", total=len(chosen))
-            producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
-                                     request_timeout_ms=15000, max_block_ms=15000,
-                                     max_request_size=settings.max_event_bytes + 4096)
-            try:
-                name = topic_name(Topic.REGRADE_REQUESTS, settings)
-                futures = [producer.send(name, key=p.target.identity.trial_id.encode(),
-                                         value=p.payload)
-                           for p in prepared if p.payload is not None]
-                for future in futures:
-                    future.get(timeout=30)
-                    progress.advance(sending)
-            finally:
-                producer.close(timeout=10)
-            progress.update(sending, completed=len(chosen))
+            prepared = request_regrades(settings, chosen, reason=reason, progress=advance)
         table = Table("trial", "scenario", "was", "attempt", "request",
                       title=f"re-grades requested for run {run_id}")
         for p in prepared:

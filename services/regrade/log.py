@@ -7,21 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.partitioner.default import murmur2
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection, decode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.kafka_client import kafka_client_kwargs
+from services.kafka.scan import partition_of
 from services.regrade.plan import FoundInputs, Target
 
 Progress = Callable[[int, int], None]  # (records read so far, records to read)
-
-
-def partition_of(key: str, partitions: int) -> int:
-    """Where Kafka's default partitioner (Java's, kafka-python's, aiokafka's) puts a key."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
 def find_inputs(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -344,6 +344,19 @@ class Store:
         query = select(table).where(*where).order_by(*(table.c[o] for o in order))
         with self.engine.connect() as conn:
             return [record.model_validate(dict(r._mapping)) for r in conn.execute(query)]
+
+    def verdict_ids(self, run_id: str | None = None) -> Iterator[tuple[str, str]]:
+        """(trial_id, event_id of the verdict its row holds) of every trial (of `run_id`),
+        streamed: an audit of a week of trials holds none of them in memory."""
+        if not self.has_schema():
+            return
+        query = select(TRIALS.c.trial_id, TRIALS.c.event_id)
+        if run_id is not None:
+            query = query.where(TRIALS.c.run_id == run_id)
+        with self.engine.connect() as conn:
+            result = conn.execution_options(yield_per=5000).execute(query)
+            for row in result:
+                yield row[0], row[1]
 
     def trials(self, run_id: str) -> list[TrialRecord]:
         if not self.has_schema():

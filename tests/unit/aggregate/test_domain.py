@@ -15,7 +15,7 @@ from scipy.stats import beta
 
 from schemas.events import Outcome, ScenarioReliability, TrialVerdict
 from services.aggregate import domain
-from services.aggregate.windows import parse_windows
+from services.grading.windows import parse_windows
 
 CONFIG = domain.Config(sizes=parse_windows("1h,1d"), retention_s=7 * 86400)
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp()  # 10:00 UTC

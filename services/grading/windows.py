@@ -50,3 +50,23 @@ def as_datetime(epoch_s: float) -> datetime:
 
 def rfc3339(epoch_s: float) -> str:
     return as_datetime(epoch_s).isoformat().replace("+00:00", "Z")
+
+
+def scope_key(scope: str, run_id: str | None, window_start: int | None) -> str:
+    """A count's scope as the aggregate's table and the audit name it between them:
+    `run:<run id>` for a run, `<size label>:<epoch start>` for a window."""
+    return f"run:{run_id}" if scope == "run" else f"{scope}:{window_start}"
+
+
+def parse_scope(key: str) -> tuple[str, str | None, int | None]:
+    """(scope, run id, window start) of a scope key: `scope` is "run" or the size label."""
+    scope, _, rest = key.partition(":")
+    return (scope, rest, None) if scope == "run" else (scope, None, int(rest))
+
+
+def parse_duration(spec: str) -> float:
+    """"90m" -> 5400.0: a number and one of s, m, h, d, w."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*", spec)
+    if match is None:
+        raise ValueError(f"not a duration: {spec!r} (a number and one of s, m, h, d, w)")
+    return float(match.group(1)) * UNITS[match.group(2)]

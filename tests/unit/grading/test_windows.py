@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.aggregate.windows import WindowSize, parse_windows, rfc3339
+from services.grading.windows import WindowSize, parse_windows, rfc3339
 from services.contract.settings import Settings
 
 
