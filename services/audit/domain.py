@@ -65,6 +65,9 @@ class TrialFacts:
     verdict_outcome: str | None = None
     verdict_event_id: str | None = None
     verdict_logged_at: float | None = None
+    # the event time the verdict carries (None when assembled without its gate result):
+    # what the aggregate files the trial's windows by
+    verdict_finished_at: float | None = None
     projected_event_id: str | None = None  # the verdict the projection's row holds
     dead_letter: str | None = None  # the reason, when a processor dead-lettered its input
 
@@ -143,17 +146,18 @@ class AuditReport(BaseModel):
 
 
 def windows_of(facts: TrialFacts, b: Bounds) -> list[str]:
-    """The window scopes the aggregate counts a trial in: none for a trial with no event
-    time, one dated past the bound when its verdict was read (`future`), or one in a
-    window the audit does not compare (older than the retention)."""
-    if facts.finished_at is None:
+    """The window scopes the aggregate counts a trial in, by its verdict's event time: none
+    for a verdict with none, one dated past the bound when it was read (`future`), or one
+    in a window the audit does not compare (older than the retention)."""
+    at = facts.verdict_finished_at
+    if at is None:
         return []
     read_at = facts.verdict_logged_at if facts.verdict_logged_at is not None else b.now
-    if facts.finished_at > read_at + b.max_skew_s:
+    if at > read_at + b.max_skew_s:
         return []
     out = []
     for size in b.sizes:
-        start = size.start(facts.finished_at)
+        start = size.start(at)
         if start >= b.window_cutoff:
             out.append(scope_key(size.label, None, start))
     return out
@@ -315,7 +319,9 @@ class Audit:
             self.in_flight += 1
             self.tally.busy(facts, self.bounds)
             return
-        self.tally.explain(facts, self.bounds)
+        if stop[0] in ("aggregate_run", "aggregate_window"):
+            # its missing count is what makes its scopes differ: no entry of their own
+            self.tally.explain(facts, self.bounds)
         self.unaccounted.append(Unaccounted(
             trial_id=facts.trial_id, run_id=facts.run_id, scenario_id=facts.scenario_id,
             stopped_at=stop[0], detail=stop[1]))

@@ -24,7 +24,7 @@ CREATE TABLE finished (trial_id TEXT PRIMARY KEY, run_id TEXT, scenario_id TEXT,
 CREATE TABLE gated (trial_id TEXT PRIMARY KEY, scenario_version TEXT);
 CREATE TABLE judged (trial_id TEXT, judge_id TEXT, PRIMARY KEY (trial_id, judge_id));
 CREATE TABLE verdicts (trial_id TEXT PRIMARY KEY, attempt INTEGER, outcome TEXT,
-                       event_id TEXT, logged_at REAL, value BLOB);
+                       event_id TEXT, logged_at REAL, finished_at REAL, value BLOB);
 CREATE TABLE projected (trial_id TEXT PRIMARY KEY, event_id TEXT);
 CREATE TABLE dead (trial_id TEXT PRIMARY KEY, reason TEXT);
 CREATE TABLE attempts (trial_id TEXT PRIMARY KEY, attempt INTEGER);
@@ -114,12 +114,14 @@ class Ledger:
             if v and isinstance(v.get("trial_id"), str) and self._mine(v):
                 values.append(v)
                 rows.append((v["trial_id"], int(v.get("attempt") or 1), v.get("outcome"),
-                             v.get("event_id"), r.timestamp / 1000, r.value))
+                             v.get("event_id"), r.timestamp / 1000, _epoch(v.get("finished_at")),
+                             r.value))
         self.db.executemany(
-            "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (trial_id) DO UPDATE "
+            "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (trial_id) DO UPDATE "
             "SET attempt = excluded.attempt, outcome = excluded.outcome, "
             "event_id = excluded.event_id, logged_at = excluded.logged_at, "
-            "value = excluded.value WHERE excluded.attempt > verdicts.attempt", rows)
+            "finished_at = excluded.finished_at, value = excluded.value "
+            "WHERE excluded.attempt > verdicts.attempt", rows)
         self._attempts(values)
 
     def dead_letters(self, records: Sequence[Any]) -> None:
@@ -150,7 +152,8 @@ class Ledger:
                    g.trial_id IS NOT NULL, g.scenario_version,
                    (SELECT group_concat(judge_id, char(31)) FROM judged j
                      WHERE j.trial_id = f.trial_id),
-                   v.attempt, v.outcome, v.event_id, v.logged_at, p.event_id, d.reason
+                   v.attempt, v.outcome, v.event_id, v.logged_at, v.finished_at, p.event_id,
+                   d.reason
               FROM finished f
               LEFT JOIN gated g ON g.trial_id = f.trial_id
               LEFT JOIN verdicts v ON v.trial_id = f.trial_id
@@ -159,14 +162,16 @@ class Ledger:
              ORDER BY f.trial_id"""
         for row in self.db.execute(query):
             (trial_id, run_id, scenario_id, finished_at, logged_at, gated, version, judged,
-             attempt, outcome, event_id, verdict_logged_at, projected, dead) = row
+             attempt, outcome, event_id, verdict_logged_at, verdict_finished_at, projected,
+             dead) = row
             yield TrialFacts(
                 trial_id=trial_id, run_id=run_id, scenario_id=scenario_id,
                 finished_at=finished_at, logged_at=logged_at, gated=bool(gated),
                 judges=frozenset(judged.split("\x1f")) if judged else frozenset(),
                 expected_judges=judges_of(scenario_id, version),
                 verdict_attempt=attempt, verdict_outcome=outcome, verdict_event_id=event_id,
-                verdict_logged_at=verdict_logged_at, projected_event_id=projected,
+                verdict_logged_at=verdict_logged_at, verdict_finished_at=verdict_finished_at,
+                projected_event_id=projected,
                 dead_letter=dead)
 
     def identities(

@@ -16,12 +16,13 @@ from typing import Any
 from kafka import KafkaAdminClient
 
 from services.cli.liveness import RPC_TIMEOUT_S, supervisor_socket
-from services.contract.exits import UsageError
+from services.contract.exits import CliError, ExitCode, UsageError
 from services.contract.settings import Settings
 from services.kafka.kafka_client import kafka_client_kwargs
 
 LEAVE_WAIT_S = 45.0  # a worker stopped by SIGTERM leaves at once; one killed, a session later
 RUNNING = ("RUNNING", "STARTING", "BACKOFF")
+STOP_WAIT_S = 90.0  # supervisord's own stop wait, and more
 
 
 def group_members(group: str, settings: Settings) -> int:
@@ -35,6 +36,8 @@ def group_members(group: str, settings: Settings) -> int:
 
 
 def _supervisor(settings: Settings) -> Any | None:
+    """A fresh XML-RPC proxy to `make up`'s supervisord (each call its own: the transport
+    keeps its connection, with the timeout it was opened under)."""
     sock = supervisor_socket(settings.data_dir)
     if not sock.exists():
         return None
@@ -44,26 +47,36 @@ def _supervisor(settings: Settings) -> Any | None:
     return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
 
 
-def _state(proxy: Any, service: str) -> str | None:
+def _call(settings: Settings, timeout_s: float, method: str, *args: Any) -> Any:
+    """One call to supervisord, bounded; CliError (not a traceback) when it fails."""
+    proxy = _supervisor(settings)
+    if proxy is None:
+        raise CliError("make up's supervisord went away", ExitCode.UNREACHABLE)
     previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(RPC_TIMEOUT_S)
+    socket.setdefaulttimeout(timeout_s)
     try:
-        return str(proxy.supervisor.getProcessInfo(service)["statename"])
-    except (OSError, xmlrpc.client.Error):
-        return None
+        return getattr(proxy.supervisor, method)(*args)
+    except (OSError, xmlrpc.client.Error) as exc:
+        raise CliError(f"supervisord: {method}{args}: {exc}", ExitCode.UNREACHABLE) from None
     finally:
         socket.setdefaulttimeout(previous)
+
+
+def _state(settings: Settings, service: str) -> str | None:
+    try:
+        return str(_call(settings, RPC_TIMEOUT_S, "getProcessInfo", service)["statename"])
+    except CliError:
+        return None
 
 
 @contextmanager
 def worker_paused(service: str, settings: Settings) -> Iterator[None]:
     """No worker of `service` runs inside the block (UsageError when that cannot be had)."""
     group = f"{settings.topic_prefix}{service}"
-    proxy = _supervisor(settings)
-    supervised = proxy is not None and _state(proxy, service) in RUNNING
+    supervised = _supervisor(settings) is not None and _state(settings, service) in RUNNING
     if supervised:
-        assert proxy is not None
-        proxy.supervisor.stopProcess(service, True)
+        # waits for the worker to exit (supervisord's stopwaitsecs bounds it)
+        _call(settings, STOP_WAIT_S, "stopProcess", service, True)
     try:
         # a worker SIGKILLed a moment ago stays a member until its session times out
         deadline = time.monotonic() + LEAVE_WAIT_S
@@ -77,5 +90,4 @@ def worker_paused(service: str, settings: Settings) -> Iterator[None]:
         yield
     finally:
         if supervised:
-            assert proxy is not None
-            proxy.supervisor.startProcess(service, True)
+            _call(settings, STOP_WAIT_S, "startProcess", service, False)
