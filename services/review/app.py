@@ -121,11 +121,12 @@ class Review:
         self.sent = [label for label in self.sent if label.event_id not in seen]
         return domain.LabelBook.of([*read, *self.sent])
 
-    def rules(self) -> domain.QueueRules:
+    def rules(self, windows: list[domain.WindowFigures]) -> domain.QueueRules:
+        """The queues' rules now (in the event loop: the followers change what they hold
+        there, never while this reads it)."""
         c = self.config
         alerting = domain.alerting_scenarios(
-            self.source.windows(), default_min_pass_hat_k=c.min_pass_hat_k,
-            default_min_trials=c.min_trials)
+            windows, default_min_pass_hat_k=c.min_pass_hat_k, default_min_trials=c.min_trials)
         return domain.QueueRules(
             bar=c.bar, calibrations=domain.latest_by_judge(self.source.calibrations()),
             sample_rate=c.sample_rate, production_runs=c.production_runs,
@@ -133,8 +134,9 @@ class Review:
 
     async def _queues(self, reviewer: str) -> dict[str, list[domain.Candidate]]:
         await self._refresh()
-        candidates = await run_in_threadpool(self.source.candidates)
-        rules, book = await run_in_threadpool(self.rules), self.book()
+        candidates, windows = await run_in_threadpool(
+            lambda: (self.source.candidates(), self.source.windows()))
+        rules, book = self.rules(windows), self.book()
         return {name: domain.queue_items(name, candidates, rules, book, self.config.overlap,
                                          reviewer)
                 for name in domain.QUEUES}

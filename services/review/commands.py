@@ -28,6 +28,9 @@ def register(app: typer.Typer, *,
         queues pick, and label what the LLM judges decided; labels go to labels.v1 as
         `passk label` sends them."""
         import asyncio
+        import socket
+
+        from aiokafka.errors import KafkaError
 
         from services.contract.settings import get_settings
         from services.kafka.reach import require_broker
@@ -43,12 +46,16 @@ def register(app: typer.Typer, *,
         require_broker(wait, settings)
         chosen_host = host or settings.review_host
         chosen_port = settings.review_port if port is None else port
+        # A port in use is a usage error said in one line (services/contract/exits.py), not
+        # uvicorn's own exit 1 after the followers have started.
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((chosen_host, chosen_port))
         try:
             asyncio.run(serve(settings, trial_view(settings), host=chosen_host,
                               port=chosen_port))
-        except (TimeoutError, OSError) as exc:
-            raise Unreachable(f"passk review: cannot follow the labels and calibrations "
-                              f"at {settings.kafka_bootstrap_servers}, or bind "
-                              f"{chosen_host}:{chosen_port}: {exc}") from None
+        except (TimeoutError, KafkaError) as exc:
+            raise Unreachable(f"passk review: cannot follow the labels and calibrations at "
+                              f"{settings.kafka_bootstrap_servers}: {exc!r}") from None
         except KeyboardInterrupt:
             pass
