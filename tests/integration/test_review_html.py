@@ -43,21 +43,22 @@ HANDLER = ("<img src=x onerror=\"document.documentElement.setAttribute('data-pwn
            "'onerror')\">")
 BREAKOUT = "</textarea><script>document.documentElement.setAttribute('data-pwned','ta')</script>"
 PAYLOAD = f"{SCRIPT} then {HANDLER} and {BREAKOUT}"
+SCENARIO = f"hostile {HANDLER}"  # a scenario id is a producer's string too
 
 
 def seed(url: str) -> None:
     store = Store(url)
-    conv = f.conversation("h1", run_id=RUN, scenario_id="hostile")
+    conv = f.conversation("h1", run_id=RUN, scenario_id=SCENARIO)
     store.apply(conv.model_copy(update={"transcript": [
         *conv.transcript, Message(role="user", content=f"my answer: {PAYLOAD}")]}))
-    state = f.gate("h1", "state", False, run_id=RUN, scenario_id="hostile")
+    state = f.gate("h1", "state", False, run_id=RUN, scenario_id=SCENARIO)
     store.apply(state.model_copy(update={"checks": [CheckOutcome(
         check="state:report.fault present", passed=False,
         reason=f"report.fault: {PAYLOAD}", expected=True, found=PAYLOAD)]}))
-    store.apply(f.gate("h1", "exit", True, run_id=RUN, scenario_id="hostile"))
-    judge = f.judge("h1", "polite", "passed", run_id=RUN, scenario_id="hostile")
+    store.apply(f.gate("h1", "exit", True, run_id=RUN, scenario_id=SCENARIO))
+    judge = f.judge("h1", "polite", "passed", run_id=RUN, scenario_id=SCENARIO)
     store.apply(judge.model_copy(update={"reason": f"polite {PAYLOAD}"}))
-    store.apply(f.verdict("h1", "failed", run_id=RUN, scenario_id="hostile",
+    store.apply(f.verdict("h1", "failed", run_id=RUN, scenario_id=SCENARIO,
                           failed=[("gate:state", f"report.fault: {PAYLOAD}")]))
     store.close()
 
@@ -109,6 +110,13 @@ def test_hostile_text_runs_nothing_and_unsigned_or_forged_posts_publish_nothing(
         assert by_testid(driver, "note-polite").get_attribute("value") == ""
         assert html.count("<textarea") == 1
         assert not driver.find_elements("css selector", "main script")
+        assert SCENARIO in driver.find_element("css selector", "main p.sub").text
+
+        driver.get(f"{base}/queue/disagreements")  # the queue lists the scenario too
+        assert SCENARIO in by_testid(driver, "queue-items").text
+        assert not driver.find_elements("css selector", "main img")
+        assert driver.execute_script(
+            "return document.documentElement.getAttribute('data-pwned')") is None
 
         # forged and unsigned posts are refused, and publish nothing
         form = {"label-polite": "fail", "queue": "disagreements"}
@@ -120,6 +128,7 @@ def test_hostile_text_runs_nothing_and_unsigned_or_forged_posts_publish_nothing(
         assert read_topic(settings, Topic.LABELS) == []
 
         # the reviewer's own submission is published, with their name and note
+        driver.get(base + item)
         by_testid(driver, "label-polite-fail").click()
         by_testid(driver, "note-polite").send_keys("state never saved </textarea>")
         submit(driver, "submit-labels")
