@@ -179,9 +179,6 @@ class LabelBook:
     def given(self, trial_id: str, judge_id: str, reviewer: str) -> Given | None:
         return self.by_item.get((trial_id, judge_id), {}).get(reviewer)
 
-    def labelled(self, judge_id: str) -> int:
-        return sum(1 for (_, j), who in self.by_item.items() if j == judge_id and who)
-
 
 def reviewers_needed(trial_id: str, overlap: float) -> int:
     """Two for the items in the overlap (fraction `overlap`, by the sampling hash over a
