@@ -38,6 +38,9 @@ fi
 # against) on :8600, with the demo's fault plan unless PASSK_AGENT_FAULTS says otherwise
 # ('{}': no fault). PASSK_AGENT_PORT=0: not started.
 agent_port="${PASSK_AGENT_PORT:-8600}"
+# The review app (`passk review`, docs/review.md) on 127.0.0.1:8700; PASSK_REVIEW_PORT=0: not
+# started. Reviewers sign in with PASSK_REVIEW_TOKENS="name:token,...".
+review_port="${PASSK_REVIEW_PORT:-8700}"
 export PASSK_AGENT_FAULTS="${PASSK_AGENT_FAULTS:-@$root/examples/agent/faults.demo.json}"
 
 # Every process gets the same configuration (supervisord passes its environment on);
@@ -52,7 +55,7 @@ if [ -f "$conf" ] && "$bin/supervisorctl" -c "$conf" pid >/dev/null 2>&1; then
   echo "up: supervisord already running (pid $("$bin/supervisorctl" -c "$conf" pid))"
 else
   "$passk" supervise config --out "$conf" --log-dir "$logs" --metrics-base "$base" \
-      --standin-port "$standin_port" --agent-port "$agent_port" \
+      --standin-port "$standin_port" --agent-port "$agent_port" --review-port "$review_port" \
       ${secrets:+--kafka-secrets "$secrets"} >/dev/null
   rm -f "$run"/*.health.json  # restarts are counted from this `make up` on
   # The CLI user's name and password stay out of supervisord's environment: a worker

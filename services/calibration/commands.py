@@ -271,30 +271,17 @@ def register(app: typer.Typer, *,
     ) -> None:
         """Label one judge's verdict on one trial (a production miss goes back into its set)."""
         import getpass
-        import hashlib
 
-        from kafka import KafkaProducer
-
-        from schemas.events import Label
-        from services.contract.codec import encode
         from services.contract.settings import get_settings
-        from services.contract.topics import Topic, topic_name
+        from services.kafka.labels import label_event, publish_labels
 
         if passed is None:
             raise _err("say --pass or --fail", EXIT_USAGE)
         settings = get_settings()
         require_broker(wait, settings)
-        ident = hashlib.sha256(f"{trial_id}\x1f{judge}\x1f{passed}\x1f{note}".encode())
-        event = Label(event_id=f"label:{ident.hexdigest()[:24]}", trial_id=trial_id,
-                      judge_id=judge, passed=passed, note=note, labeller=getpass.getuser())
+        event = label_event(trial_id, judge, passed, note, getpass.getuser())
         try:
-            producer = KafkaProducer(**kafka_client_kwargs(settings),
-                                     acks="all", request_timeout_ms=15000, max_block_ms=15000)
-            try:
-                producer.send(topic_name(Topic.LABELS, settings), key=trial_id.encode(),
-                              value=encode(event)).get(timeout=30)
-            finally:
-                producer.close(timeout=10)
+            publish_labels(settings, [event])
         except Exception as exc:  # noqa: BLE001 - any broker failure: a clear error
             raise _err(f"cannot publish the label to {settings.kafka_bootstrap_servers}: {exc}",
                        EXIT_UNREACHABLE) from exc

@@ -46,6 +46,8 @@ def register(app: typer.Typer) -> None:
         standin_port: int = typer.Option(0, help="also supervise the judge stand-in on this port"),
         agent_port: int = typer.Option(0, help="also supervise the reference product "
                                                 "(examples/agent) on this port"),
+        review_port: int = typer.Option(0, help="also supervise the review app "
+                                                 "(`passk review`) on this port"),
         only: str = typer.Option("", help="comma-separated workers (default: every worker)"),
         kafka_secrets: Path | None = typer.Option(
             None, help="a secured broker's secrets directory (var/kafka/secrets): each "
@@ -81,6 +83,11 @@ def register(app: typer.Typer) -> None:
         if standin_port:
             programs.insert(0, Program("judge-standin", f"{passk} judge-standin --host "
                                        f"127.0.0.1 --port {standin_port}", {}))
+        if review_port:
+            # Its reviewers (PASSK_REVIEW_TOKENS) come from the environment supervisord
+            # passes on, never from this file.
+            programs.append(Program("review", f"{passk} review --port {review_port}",
+                                    {"PYTHONUNBUFFERED": "1"}))
         if agent_port:
             import sys
 

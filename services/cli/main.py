@@ -64,6 +64,7 @@ COMMAND_MODULES = (
     "services.otlp.commands",
     "services.aggregate.commands",
     "services.audit.commands",
+    "services.review.commands",
 )
 
 

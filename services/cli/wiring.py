@@ -79,6 +79,16 @@ def recount_scenarios(settings: Settings, scenarios: set[str]) -> int:
     return len(recount_aggregate(settings, scenarios, worker_paused).scopes)
 
 
+def trial_view(settings: Settings) -> Callable[[str], Any]:
+    """Trial id -> the view `passk show` builds of it (None: no such trial), for `passk
+    review`'s item page: the report processor's, over the projection."""
+    from services.report.commands import open_trial
+    from services.storage.store import Store
+
+    store = Store(settings.database_url)
+    return lambda trial_id: open_trial(store, trial_id)
+
+
 # The composed commands' modules, and what each `register` is handed.
 WIRED: dict[str, dict[str, Callable[..., Any]]] = {
     "services.calibration.commands": {"judge_grader": judge_grader},
@@ -86,4 +96,5 @@ WIRED: dict[str, dict[str, Callable[..., Any]]] = {
     "services.aggregate.commands": {"paused": worker_paused},
     "services.audit.commands": {"read_table": aggregate_table, "regrade": regrade_trials,
                                 "recount": recount_scenarios},
+    "services.review.commands": {"trial_view": trial_view},
 }

@@ -119,6 +119,16 @@ class Settings(BaseSettings):
     # Defaults of a scenario's `alert:` targets (the reliability-drop alert rule's inputs).
     alert_min_pass_hat_k: float = Field(0.8, alias="PASSK_ALERT_MIN_PASS_HAT_K", ge=0, le=1)
     alert_min_trials: int = Field(10, alias="PASSK_ALERT_MIN_TRIALS", ge=1)
+    # The review app (`passk review`, docs/review.md): where it listens (loopback unless an
+    # operator opens it), who may sign in ("name:token,name:token"; never logged), the
+    # fraction of queued items shown to a second reviewer (Cohen's kappa between them), and
+    # the `sampled` queue: the share of production trials (runs matching the glob) it takes.
+    review_host: str = Field("127.0.0.1", alias="PASSK_REVIEW_HOST")
+    review_port: int = Field(8700, alias="PASSK_REVIEW_PORT", ge=0, lt=65536)
+    review_tokens: SecretStr | None = Field(None, alias="PASSK_REVIEW_TOKENS")
+    review_overlap: float = Field(0.1, alias="PASSK_REVIEW_OVERLAP", ge=0, le=1)
+    review_sample_rate: float = Field(0.05, alias="PASSK_REVIEW_SAMPLE_RATE", ge=0, le=1)
+    review_production_runs: str = Field("production-*", alias="PASSK_REVIEW_PRODUCTION_RUNS")
 
     @field_validator("database_url")
     @classmethod

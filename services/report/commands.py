@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from services.report.judge_cost import Prices
     from services.report.trial_view import TrialView
     from services.storage.records import TranscriptRecord, TrialRecord
+    from services.storage.store import Store
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
@@ -66,6 +67,20 @@ def _own(trial: TrialRecord, kept: TranscriptRecord | None) -> TranscriptRecord 
     return kept if kept is not None and of_trial(trial, kept) else None
 
 
+def open_trial(store: Store, trial_id: str) -> TrialView | None:
+    """The view `passk show` prints of one trial in the projection, or None when there is
+    no such trial (the review app's item page shows the same, services/cli/wiring.py)."""
+    from services.report.trial_view import build_view
+    from services.storage.records import of_trial
+
+    trial = store.trial(trial_id)
+    if trial is None:
+        return None
+    return build_view(trial, [g for g in store.trial_gates(trial_id) if of_trial(trial, g)],
+                      [j for j in store.trial_judges(trial_id) if of_trial(trial, j)],
+                      _own(trial, store.transcript(trial_id)), _prices())
+
+
 def _opened_trials(run_id: str, database_url: str | None) -> tuple[list[TrialView], int]:
     """The trials the report page expands (services.report.trial_view.page_trials)."""
     from services.contract.settings import get_settings
@@ -99,21 +114,16 @@ def register(app: typer.Typer) -> None:
         reason, and the persisted state beside each expectation (the failing paths marked).
         Exit 3 when the projection has no such trial, 4 when the store is unreachable."""
         from services.contract.settings import get_settings
-        from services.report.trial_view import build_view, print_view, view_json
-        from services.storage.records import of_trial
+        from services.report.trial_view import print_view, view_json
         from services.storage.store import Store
 
         store = Store(database_url or get_settings().database_url)
         try:
-            trial = store.trial(trial_id)
-            if trial is None:
+            view = open_trial(store, trial_id)
+            if view is None:
                 raise NothingToJudge(
                     f"unknown trial {trial_id!r}: no trial verdict in the projection "
                     f"({redacted(store.url)})")
-            view = build_view(trial,
-                              [g for g in store.trial_gates(trial_id) if of_trial(trial, g)],
-                              [j for j in store.trial_judges(trial_id) if of_trial(trial, j)],
-                              _own(trial, store.transcript(trial_id)), _prices())
         finally:
             store.close()
         if as_json:

@@ -364,6 +364,27 @@ class Store:
         with self.engine.connect() as conn:
             return self._trials(conn, run_id)
 
+    def recent_trials(self, limit: int) -> list[TrialRecord]:
+        """The `limit` most recently graded trials of every run, newest first (the review
+        queues' candidates)."""
+        if not self.has_schema():
+            return []
+        t = TRIALS
+        with self.engine.connect() as conn:
+            query = (select(*self._trial_columns(conn))
+                     .order_by(t.c.verdict_at.desc(), t.c.trial_id.desc()).limit(limit))
+            return [TrialRecord.model_validate(dict(r._mapping)) for r in conn.execute(query)]
+
+    def judges_of(self, trial_ids: Iterable[str]) -> list[JudgeRecord]:
+        """The judge rows of these trials, by trial and judge."""
+        table = TABLES[JudgeRecord].table
+        ids = sorted(set(trial_ids))
+        out: list[JudgeRecord] = []
+        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+            out += self._select(JudgeRecord, table.c.trial_id.in_(chunk),
+                                order=("trial_id", "judge_id"))
+        return out
+
     def summaries(self, run_id: str) -> list[ScenarioSummary]:
         table = TABLES[ScenarioSummary].table
         return self._select(ScenarioSummary, table.c.run_id == run_id, order=("scenario_id",))

@@ -48,6 +48,7 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
         PASSK_STANDIN_PORT=str(standin),
         PASSK_AGENT_PORT=str(agent),
+        PASSK_REVIEW_PORT=str(free_port()),  # the review app, as make up serves it
         PASSK_METRICS_PORT_BASE=str(metrics_base),
         PASSK_PROMETHEUS_URL=f"http://127.0.0.1:{prometheus}",
         PASSK_ALERTMANAGER_URL=f"http://127.0.0.1:{alertmanager}",

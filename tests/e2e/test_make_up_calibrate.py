@@ -42,6 +42,7 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
     env.update(
         PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
         PASSK_STANDIN_PORT=str(free_port()),
+        PASSK_REVIEW_PORT=str(free_port()),  # the review app, as make up serves it
         PASSK_METRICS_PORT_BASE=str(free_port_block(len(WORKERS))),
         PASSK_PROMETHEUS_URL=f"http://127.0.0.1:{free_port()}",
         PASSK_ALERTMANAGER_URL=f"http://127.0.0.1:{free_port()}",

@@ -47,6 +47,7 @@ def db(tmp_path: Path) -> str:
     ["scenarios", "publish", "examples/scenarios"],
     ["rebuild"],
     ["replay", "examples/traffic/sample.jsonl"],
+    ["review"],
 ], ids=lambda a: " ".join(a))
 def test_with_the_broker_down_every_command_says_so_and_exits_4(
     args: list[str], db: str
@@ -78,6 +79,7 @@ BROKER_COMMANDS = [
     ["regrade", "--run-id", "r", "--errors-only"],
     ["label", "t", "--judge", "j", "--pass"],
     ["calibrate", "examples/calibration"],
+    ["review"],
 ]
 
 
@@ -183,12 +185,17 @@ def test_replay_of_a_huge_file_stays_in_bounded_memory_and_says_nothing_was_vali
     assert rss_mb < 200, f"{rss_mb:.0f} MB resident for a 400 MB file"
 
 
-def test_a_port_already_in_use_is_a_usage_error_not_a_traceback() -> None:
+@pytest.mark.parametrize("command", [["judge-standin"], ["review"]], ids=lambda a: a[0])
+def test_a_port_already_in_use_is_a_usage_error_not_a_traceback(command: list[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        done, _ = passk("judge-standin", "--port", port)
+        # `review` asks the broker first: the real one
+        env = {"KAFKA_BOOTSTRAP_SERVERS": os.environ.get("KAFKA_BOOTSTRAP_SERVERS",
+                                                         "127.0.0.1:9092")} \
+            if command == ["review"] else {}
+        done, _ = passk(*command, "--port", port, **env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "already in use" in done.stderr and "Traceback" not in done.stderr
 

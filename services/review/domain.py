@@ -1,0 +1,291 @@
+"""The review queue's rules, pure: which trials each queue holds, who still has to label
+an item, and how much two reviewers agree (Cohen's kappa).
+
+A queue item is a graded trial with at least one LLM judge verdict a person can label
+(passed or failed). Queues, each newest first:
+
+- `disagreements`: an LLM judge failed a trial whose gates passed, or passed one whose
+  state gate failed;
+- `uncalibrated`: an LLM judge of the trial has fewer than `min_labelled` labels in its
+  latest calibration, or that calibration is below the bar (or it has none);
+- `sampled`: a production trial (its run id matches the production glob) in the sample of
+  the review rate, by the sampling hash (services/grading/sampling.py);
+- `alerting`: a trial of a scenario whose drop alert condition holds now.
+
+An item leaves a queue once enough reviewers labelled it: one, or two for the items in the
+overlap (a fixed fraction, by the same hash over another key), whose pairs of labels give
+the kappa between reviewers.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from schemas.events import JudgeCalibration, Label
+from services.grading.calibration import Bar, decide, matrix_of
+from services.grading.sampling import sampled
+
+QUEUES: tuple[str, ...] = ("disagreements", "uncalibrated", "sampled", "alerting")
+LABELLABLE = ("passed", "failed")
+
+
+@dataclass(frozen=True)
+class JudgeSeen:
+    """One judge's verdict on a trial, as the projection kept it."""
+
+    judge_id: str
+    kind: str
+    result: str
+    reason: str = ""
+
+    @property
+    def labellable(self) -> bool:
+        return self.kind == "llm" and self.result in LABELLABLE
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A graded trial the queues look at."""
+
+    trial_id: str
+    run_id: str
+    scenario_id: str
+    outcome: str
+    verdict_at: datetime
+    gates_passed: bool  # the exit gate and (when the trial has one) the state gate passed
+    state_failed: bool  # the state gate failed
+    judges: tuple[JudgeSeen, ...] = ()
+
+    @property
+    def llm_judges(self) -> tuple[JudgeSeen, ...]:
+        return tuple(j for j in self.judges if j.labellable)
+
+
+def candidate(trial_id: str, run_id: str, scenario_id: str, outcome: str,
+              verdict_at: datetime, checks_passed: Iterable[str],
+              failed_checks: Iterable[str], judges: Iterable[JudgeSeen]) -> Candidate:
+    """A candidate from a trial's passed and failed check names (`gate:exit`, `gate:state`)."""
+    passed, failed = set(checks_passed), set(failed_checks)
+    gates = {"gate:exit", "gate:state"}
+    return Candidate(
+        trial_id=trial_id, run_id=run_id, scenario_id=scenario_id, outcome=outcome,
+        verdict_at=verdict_at, gates_passed="gate:exit" in passed and not (gates & failed),
+        state_failed="gate:state" in failed,
+        judges=tuple(sorted(judges, key=lambda j: j.judge_id)))
+
+
+# ------------------------------------------------------------------- calibrations
+
+
+def latest_by_judge(calibrations: Iterable[JudgeCalibration]) -> dict[str, JudgeCalibration]:
+    """Each judge id's most recent calibration (of whichever version): what the queue and
+    the agreement page take as the judge's live figures."""
+    out: dict[str, JudgeCalibration] = {}
+    for c in calibrations:
+        seen = out.get(c.judge_id)
+        if seen is None or c.occurred_at >= seen.occurred_at:
+            out[c.judge_id] = c
+    return out
+
+
+def judge_gates(calibration: JudgeCalibration | None, bar: Bar) -> tuple[bool, str]:
+    """Whether a calibrated LLM judge gates under this bar, and why (uncalibrated: no)."""
+    if calibration is None:
+        return False, "uncalibrated"
+    return decide(matrix_of(calibration), bar)
+
+
+def uncalibrated(judge_id: str, calibrations: Mapping[str, JudgeCalibration], bar: Bar) -> bool:
+    """Fewer than `min_labelled` labels, below the bar, or no calibration at all."""
+    return not judge_gates(calibrations.get(judge_id), bar)[0]
+
+
+# ------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class WindowFigures:
+    """The newest window of one size of one scenario, as the drop alert reads it."""
+
+    scenario_id: str
+    window: str
+    window_start: datetime
+    n: int
+    errors: int
+    pass_hat_k_upper: float
+    alert_min_pass_hat_k: float | None = None
+    alert_min_trials: int | None = None
+
+
+def alerting_scenarios(windows: Iterable[WindowFigures], *, default_min_pass_hat_k: float,
+                       default_min_trials: int) -> set[str]:
+    """Scenarios whose drop alert condition (infra/prometheus/alerts.yml,
+    PasskScenarioReliabilityDrop) holds on the newest window of some size: the upper bound
+    of pass^k below the scenario's target, with at least its minimum of judged trials, and
+    not mostly errors."""
+    newest: dict[tuple[str, str], WindowFigures] = {}
+    for w in windows:
+        key = (w.scenario_id, w.window)
+        if key not in newest or w.window_start >= newest[key].window_start:
+            newest[key] = w
+    out = set()
+    for w in newest.values():
+        target = (w.alert_min_pass_hat_k if w.alert_min_pass_hat_k is not None
+                  else default_min_pass_hat_k)
+        least = w.alert_min_trials if w.alert_min_trials is not None else default_min_trials
+        if (w.pass_hat_k_upper < target and w.n - w.errors >= least
+                and not w.errors * 2 > w.n):
+            out.add(w.scenario_id)
+    return out
+
+
+# ------------------------------------------------------------------- labels
+
+
+@dataclass(frozen=True)
+class Given:
+    passed: bool
+    note: str | None = None
+
+
+@dataclass
+class LabelBook:
+    """Who said what: (trial, judge) -> labeller -> their latest label, labellers in the
+    order of their first label."""
+
+    by_item: dict[tuple[str, str], dict[str, Given]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, labels: Iterable[Label]) -> LabelBook:
+        book = cls()
+        for label in labels:
+            book.add(label)
+        return book
+
+    def add(self, label: Label) -> None:
+        who = label.labeller or "(unnamed)"
+        self.by_item.setdefault((label.trial_id, label.judge_id), {})[who] = Given(
+            label.passed, label.note)
+
+    def reviewers(self, trial_id: str, judge_ids: Iterable[str]) -> set[str]:
+        out: set[str] = set()
+        for judge_id in judge_ids:
+            out |= set(self.by_item.get((trial_id, judge_id), {}))
+        return out
+
+    def given(self, trial_id: str, judge_id: str, reviewer: str) -> Given | None:
+        return self.by_item.get((trial_id, judge_id), {}).get(reviewer)
+
+
+def reviewers_needed(trial_id: str, overlap: float) -> int:
+    """Two for the items in the overlap (fraction `overlap`, by the sampling hash over a
+    key of its own, so the overlap is independent of the production sample), else one."""
+    return 2 if sampled(f"review-overlap\x1f{trial_id}", overlap) else 1
+
+
+# ------------------------------------------------------------------- queues
+
+
+@dataclass(frozen=True)
+class QueueRules:
+    bar: Bar
+    calibrations: Mapping[str, JudgeCalibration]  # judge id -> latest calibration
+    sample_rate: float
+    production_runs: str  # a glob over run ids
+    alerting: frozenset[str]  # scenarios whose drop alert holds now
+
+
+def holds(queue: str, c: Candidate, rules: QueueRules) -> bool:
+    """Whether the queue's rule takes the candidate (one with an LLM judge to label)."""
+    judges = c.llm_judges
+    if not judges:
+        return False
+    if queue == "disagreements":
+        return any((j.result == "failed" and c.gates_passed)
+                   or (j.result == "passed" and c.state_failed) for j in judges)
+    if queue == "uncalibrated":
+        return any(uncalibrated(j.judge_id, rules.calibrations, rules.bar) for j in judges)
+    if queue == "sampled":
+        return (fnmatch.fnmatchcase(c.run_id, rules.production_runs)
+                and sampled(c.trial_id, rules.sample_rate))
+    if queue == "alerting":
+        return c.scenario_id in rules.alerting
+    raise ValueError(f"unknown queue {queue!r}; one of {', '.join(QUEUES)}")
+
+
+def waiting(c: Candidate, book: LabelBook, overlap: float) -> bool:
+    """Fewer reviewers labelled it than it needs."""
+    who = book.reviewers(c.trial_id, (j.judge_id for j in c.llm_judges))
+    return len(who) < reviewers_needed(c.trial_id, overlap)
+
+
+def queue_items(queue: str, candidates: Iterable[Candidate], rules: QueueRules,
+                book: LabelBook, overlap: float, reviewer: str | None = None) -> list[Candidate]:
+    """The queue, newest first: the candidates its rule takes that still wait for a
+    reviewer, and (given a reviewer) that this reviewer has not labelled yet."""
+    out = []
+    for c in candidates:
+        if not holds(queue, c, rules) or not waiting(c, book, overlap):
+            continue
+        if reviewer is not None and reviewer in book.reviewers(
+                c.trial_id, (j.judge_id for j in c.llm_judges)):
+            continue
+        out.append(c)
+    return sorted(out, key=lambda c: (c.verdict_at, c.trial_id), reverse=True)
+
+
+# ------------------------------------------------------------------- agreement
+
+
+def cohen_kappa(pairs: Sequence[tuple[bool, bool]]) -> float | None:
+    """Cohen's kappa of two raters' pass/fail labels on the same items:
+    (p_o - p_e) / (1 - p_e); None with no pair, or when chance agreement is certain (both
+    raters gave one and the same label throughout: kappa is 0/0)."""
+    n = len(pairs)
+    if n == 0:
+        return None
+    observed = sum(1 for a, b in pairs if a == b) / n
+    a_pass = sum(1 for a, _ in pairs if a) / n
+    b_pass = sum(1 for _, b in pairs if b) / n
+    chance = a_pass * b_pass + (1 - a_pass) * (1 - b_pass)
+    if chance == 1:
+        return None
+    return (observed - chance) / (1 - chance)
+
+
+def reviewer_pairs(book: LabelBook, judge_id: str) -> list[tuple[bool, bool]]:
+    """(first reviewer's label, second reviewer's label) on each trial two or more people
+    labelled for the judge (the first two to label it, in the order they did)."""
+    pairs = []
+    for (_trial, j), who in sorted(book.by_item.items(), key=lambda kv: kv[0]):
+        if j != judge_id or len(who) < 2:
+            continue
+        first, second = list(who.values())[:2]
+        pairs.append((first.passed, second.passed))
+    return pairs
+
+
+@dataclass(frozen=True)
+class AgreementRow:
+    judge_id: str
+    calibration: JudgeCalibration | None
+    gating: bool
+    why: str
+    kappa: float | None
+    pairs: int
+
+
+def agreement(judge_ids: Iterable[str], calibrations: Mapping[str, JudgeCalibration],
+              book: LabelBook, bar: Bar) -> list[AgreementRow]:
+    """One row per judge: its live calibration, whether it gates, and the kappa between
+    reviewers on the items two of them labelled."""
+    rows = []
+    for judge_id in sorted(set(judge_ids) | set(calibrations)):
+        c = calibrations.get(judge_id)
+        gating, why = judge_gates(c, bar)
+        pairs = reviewer_pairs(book, judge_id)
+        rows.append(AgreementRow(judge_id, c, gating, why, cohen_kappa(pairs), len(pairs)))
+    return rows

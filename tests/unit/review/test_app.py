@@ -1,0 +1,183 @@
+"""The review app's pages over fakes (Starlette's test client, no broker): nothing served
+unsigned, a wrong token cannot sign in, a POST without a session or with a wrong CSRF token
+is refused and publishes nothing, labels carry the reviewer's name, text is escaped."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from schemas.events import Label
+from services.grading.calibration import Bar
+from services.report.trial_view import ShownCheck, ShownExpectation, ShownJudge, TrialView
+from services.review import domain as d
+from services.review.app import ReviewConfig, ReviewSource, create_app
+from services.review.auth import BadTokens, Reviewers
+
+HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> </textarea>"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def view(trial_id: str) -> TrialView:
+    return TrialView(
+        trial_id=trial_id, run_id="r1", scenario_id="s1", scenario_version="v",
+        session_id="x", outcome="passed", exit_reason="product_closed", exit_source="session",
+        agent_version=None,
+        checks=[ShownCheck(check="gate:exit", verdict="passed", reason="")],
+        expectations=[ShownExpectation(gate="state", check="state:a present", path="a",
+                                       passed=False, expected=True, actual=HOSTILE,
+                                       reason=f"a: {HOSTILE}")],
+        judges=[ShownJudge(judge_id="polite", kind="llm", result="failed",
+                           reason=f"rude {HOSTILE}", gating=False),
+                ShownJudge(judge_id="rx", kind="regex", result="passed", reason="ok",
+                           gating=True)],
+        transcript=[{"role": "user", "content": f"hi {HOSTILE}"}])
+
+
+class World:
+    def __init__(self) -> None:
+        self.published: list[Label] = []
+        self.labels: list[Label] = []
+        ids = ["t1", "t2"]
+        self.candidates = [d.candidate(t, "r1", "s1", "passed", T0, ["gate:exit", "gate:state"],
+                                       [], [d.JudgeSeen("polite", "llm", "failed")])
+                           for t in ids]
+
+    def publish(self, labels: list[Label]) -> None:
+        self.published.extend(labels)
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+@pytest.fixture
+def client(world: World) -> TestClient:
+    source = ReviewSource(candidates=lambda: world.candidates,
+                          trial_view=lambda t: view(t) if t in ("t1", "t2") else None,
+                          windows=lambda: [], labels=lambda: world.labels,
+                          calibrations=lambda: [])
+    config = ReviewConfig(reviewers=Reviewers("ann:s3cret-ann,bob:s3cret-bob"), bar=Bar(),
+                          overlap=0.0, sample_rate=0.0, production_runs="production-*",
+                          min_pass_hat_k=0.8, min_trials=10)
+    return TestClient(create_app(source, world.publish, config), base_url="http://127.0.0.1")
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
+
+
+def sign_in(client: TestClient, name: str = "ann", token: str = "s3cret-ann") -> str:
+    page = client.get("/login")
+    answer = client.post("/login", data={"csrf": csrf_of(page.text), "name": name,
+                                         "token": token}, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/"
+    return csrf_of(client.get("/").text)
+
+
+def test_nothing_is_served_unsigned(client: TestClient) -> None:
+    for path in ("/", "/queue/uncalibrated", "/item/t1", "/agreement"):
+        answer = client.get(path, follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["location"] == "/login", path
+    assert client.get("/login").status_code == 200
+
+
+def test_a_wrong_token_cannot_sign_in_and_nothing_logs_it(
+        client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    page = client.get("/login")
+    for name, token in (("ann", "s3cret-bob"), ("eve", "s3cret-ann"), ("ann", "")):
+        answer = client.post("/login", data={"csrf": csrf_of(page.text), "name": name,
+                                             "token": token}, follow_redirects=False)
+        assert answer.status_code == 401
+        page = answer
+        assert client.get("/", follow_redirects=False).status_code == 303
+    assert "s3cret" not in caplog.text
+
+
+def test_a_login_without_its_csrf_token_is_refused(client: TestClient) -> None:
+    client.get("/login")
+    answer = client.post("/login", data={"name": "ann", "token": "s3cret-ann"},
+                         follow_redirects=False)
+    assert answer.status_code == 403
+    assert client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_posts_without_a_session_or_with_a_wrong_csrf_token_publish_nothing(
+        client: TestClient, world: World) -> None:
+    form = {"label-polite": "fail", "queue": "uncalibrated"}
+    assert client.post("/item/t1", data={**form, "csrf": "x"}).status_code == 403
+    csrf = sign_in(client)
+    assert client.post("/item/t1", data={**form, "csrf": csrf + "x"}).status_code == 403
+    assert client.post("/item/t1", data=form).status_code == 403
+    assert world.published == []
+    answer = client.post("/item/t1", data={**form, "csrf": csrf}, follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/item/t2?queue=uncalibrated"
+    [sent] = world.published
+    assert (sent.trial_id, sent.judge_id, sent.passed, sent.labeller) == (
+        "t1", "polite", False, "ann")
+    # the item left ann's queue at once, before the labels topic is read back
+    assert "t1" not in client.get("/queue/uncalibrated").text.split("queue-items")[-1]
+
+
+def test_every_string_from_a_producer_or_a_model_is_escaped(client: TestClient) -> None:
+    sign_in(client)
+    page = client.get("/item/t1?queue=uncalibrated")
+    assert page.status_code == 200
+    assert "<script>alert" not in page.text and "<img src=x" not in page.text
+    assert "</textarea> " not in page.text.replace("</textarea>\n", "")  # only our own
+    assert page.text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4
+    assert "script-src" not in page.headers["content-security-policy"]
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")
+    for testid in ("transcript", "state", "judge-polite", "label-polite-pass",
+                   "label-polite-fail", "note-polite", "submit-labels", "next-item"):
+        assert f'data-testid="{testid}"' in page.text
+    assert 'data-testid="judge-rx"' not in page.text  # a regex judge is not labelled
+
+
+def test_the_index_lists_each_queue_with_its_count(client: TestClient) -> None:
+    sign_in(client)
+    page = client.get("/").text
+    for name in d.QUEUES:
+        assert f'data-testid="queue-{name}"' in page
+    assert re.search(r'data-testid="queue-count-uncalibrated">2<', page)
+    assert re.search(r'data-testid="queue-count-disagreements">2<', page)
+    assert re.search(r'data-testid="queue-count-sampled">0<', page)
+
+
+def test_malformed_tokens_are_refused_without_echoing_them() -> None:
+    with pytest.raises(BadTokens) as caught:
+        Reviewers("ann:one,bob-no-token-secret")
+    assert "secret" not in str(caught.value)
+    assert "one" not in repr(Reviewers("ann:one").__dict__)
+
+
+def test_make_up_records_that_reviewers_are_set_never_their_tokens() -> None:
+    from services.contract.masking import mask_value
+
+    assert mask_value("PASSK_REVIEW_TOKENS", "ann:s3cret-ann") == "(set; not recorded)"
+
+
+def test_make_up_supervises_the_review_app(tmp_path: Path) -> None:
+    out = tmp_path / "run" / "supervisord.conf"
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(out),
+         "--log-dir", str(tmp_path / "log"), "--review-port", "8711"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PASSK_REVIEW_TOKENS": "ann:s3cret-ann"})
+    assert done.returncode == 0, done.stderr
+    conf = out.read_text()
+    assert "[program:review]" in conf and "review --port 8711" in conf
+    assert "s3cret" not in conf
