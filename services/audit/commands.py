@@ -32,7 +32,8 @@ def render(report: AuditReport) -> None:
     console.print(stages)
     if report.unaccounted:
         lost = Table("trial", "run", "scenario", "stopped at", "detail",
-                     title=f"{len(report.unaccounted)} unaccounted (first 50)")
+                     title=f"{sum(report.unaccounted_by_stage.values())} unaccounted "
+                           "(the first 50)")
         for u in report.unaccounted[:50]:
             lost.add_row(*(Text(cell) for cell in (u.trial_id or "(a count)", u.run_id or "",
                                                     u.scenario_id, u.stopped_at, u.detail)))
@@ -115,6 +116,7 @@ def register(app: typer.Typer, *, read_table: TableReader, regrade: Regrader,
         else:
             render(report)
         if not report.clean:
-            raise CliError(f"{len(report.unaccounted)} unaccounted, {len(report.scopes)} "
+            raise CliError(f"{sum(report.unaccounted_by_stage.values())} unaccounted, "
+                           f"{len(report.scopes)} "
                            "counts off" + (" after the repair" if repaired else ""),
                            ExitCode.NO)

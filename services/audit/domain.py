@@ -131,13 +131,19 @@ class Repaired(BaseModel):
     recounted_scopes: int = 0
 
 
+# At most this many unaccounted trials are listed (all are counted, by stage): an audit
+# of a week in which a stage was down must not hold every lost trial in memory.
+LISTED = 10_000
+
+
 class AuditReport(BaseModel):
     clean: bool
     trials: int
     stages: dict[str, int]
     in_flight: int = 0
     dead_lettered: dict[str, int] = Field(default_factory=dict)
-    unaccounted: list[Unaccounted] = Field(default_factory=list)
+    unaccounted_by_stage: dict[str, int] = Field(default_factory=dict)
+    unaccounted: list[Unaccounted] = Field(default_factory=list)  # the first LISTED
     scopes: list[ScopeMismatch] = Field(default_factory=list)
     repaired: Repaired | None = None
 
@@ -297,6 +303,7 @@ class Audit:
     reached: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REACHED, 0))
     dead_lettered: dict[str, int] = field(default_factory=dict)
     unaccounted: list[Unaccounted] = field(default_factory=list)
+    by_stage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAGES, 0))
     tally: ScopeTally = field(default_factory=ScopeTally)
 
     def add(self, facts: TrialFacts) -> None:
@@ -322,17 +329,23 @@ class Audit:
         if stop[0] in ("aggregate_run", "aggregate_window"):
             # its missing count is what makes its scopes differ: no entry of their own
             self.tally.explain(facts, self.bounds)
-        self.unaccounted.append(Unaccounted(
-            trial_id=facts.trial_id, run_id=facts.run_id, scenario_id=facts.scenario_id,
-            stopped_at=stop[0], detail=stop[1]))
+        self.by_stage[stop[0]] += 1
+        if len(self.unaccounted) < LISTED:
+            self.unaccounted.append(Unaccounted(
+                trial_id=facts.trial_id, run_id=facts.run_id, scenario_id=facts.scenario_id,
+                stopped_at=stop[0], detail=stop[1]))
 
     def report(self, *, run_id: str | None = None, since: float | None = None) -> AuditReport:
         counted = list(self.table.scopes()) if self.table is not None else []
         mismatches = list(compare_scopes(self.tally, counted, self.bounds, run_id=run_id,
                                          since=since)) if self.table is not None else []
-        unaccounted = [*self.unaccounted, *unexplained(mismatches, self.tally)]
+        counts = list(unexplained(mismatches, self.tally))
+        by_stage = dict(self.by_stage)
+        for entry in counts:
+            by_stage[entry.stopped_at] += 1
         return AuditReport(
-            clean=not unaccounted and not mismatches, trials=self.trials,
+            clean=not any(by_stage.values()) and not mismatches, trials=self.trials,
             stages=dict(self.reached), in_flight=self.in_flight,
             dead_lettered=dict(sorted(self.dead_lettered.items())),
-            unaccounted=unaccounted, scopes=mismatches)
+            unaccounted_by_stage=by_stage, unaccounted=[*self.unaccounted, *counts],
+            scopes=mismatches)

@@ -175,3 +175,15 @@ def test_run_and_since_limit_which_scopes_are_compared() -> None:
     # since: windows wholly after it only, and no run (read in part)
     since = NOW - 3 * HOUR
     assert {s.scope for s in audit.report(since=since).scopes} == {"1h"}
+
+
+def test_every_lost_trial_is_counted_and_the_first_ones_listed() -> None:
+    from services.audit import domain
+
+    audit = Audit(b(), Table())
+    for i in range(domain.LISTED + 5):
+        audit.add(replace(done(f"t{i:06d}"), projected_event_id=None))
+    report = audit.report(run_id="nothing")  # no scope of this run: trials only
+    assert report.unaccounted_by_stage["projection"] == domain.LISTED + 5
+    assert len(report.unaccounted) == domain.LISTED
+    assert not report.clean
