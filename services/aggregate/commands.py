@@ -121,6 +121,7 @@ def register(app: typer.Typer, *, paused: Paused) -> None:
 
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
+        from services.contract.terminal import literal
         from services.kafka.reach import require_broker
 
         settings = get_settings()
@@ -139,7 +140,7 @@ def register(app: typer.Typer, *, paused: Paused) -> None:
             where = f"run {s['run_id']}" if s["scope"] == "run" else (
                 f"{s['scope']} @ {s['window_start']}")
             before = s["before"]
-            table.add_row(s["scenario_id"], where,
+            table.add_row(literal(s["scenario_id"]), literal(where),
                           "/".join(str(v) for v in before.values()) if before else "(none)",
                           "/".join(str(v) for v in s["after"].values()))
         make_console().print(table)

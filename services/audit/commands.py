@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
 def render(report: AuditReport) -> None:
     from rich.table import Table
-    from rich.text import Text
 
     from services.contract.exits import console as make_console
+    from services.contract.terminal import literal
 
     console = make_console()
     stages = Table("stage", "trials", title=f"{report.trials} trials audited"
@@ -28,22 +28,22 @@ def render(report: AuditReport) -> None:
     for stage, n in report.stages.items():
         stages.add_row(stage, str(n))
     for reason, n in report.dead_lettered.items():
-        stages.add_row(f"dead-lettered: {reason}", str(n))
+        stages.add_row(f"dead-lettered: {literal(reason)}", str(n))
     console.print(stages)
     if report.unaccounted:
         lost = Table("trial", "run", "scenario", "stopped at", "detail",
                      title=f"{sum(report.unaccounted_by_stage.values())} unaccounted "
                            "(the first 50)")
         for u in report.unaccounted[:50]:
-            lost.add_row(*(Text(cell) for cell in (u.trial_id or "(a count)", u.run_id or "",
-                                                    u.scenario_id, u.stopped_at, u.detail)))
+            lost.add_row(*(literal(cell) for cell in (u.trial_id or "(a count)", u.run_id or "",
+                                                       u.scenario_id, u.stopped_at, u.detail)))
         console.print(lost)
     if report.scopes:
         scopes = Table("scenario", "scope", "counted (p/f/e)", "expected (p/f/e)",
                        title="counts that differ from their verdicts")
         for s in report.scopes:
             where = f"run {s.run_id}" if s.scope == "run" else f"{s.scope} @ {s.window_start}"
-            scopes.add_row(Text(s.scenario_id), Text(where),
+            scopes.add_row(literal(s.scenario_id), literal(where),
                            f"{s.counted.passed}/{s.counted.failed}/{s.counted.errors}",
                            f"{s.expected.passed}/{s.expected.failed}/{s.expected.errors}")
         console.print(scopes)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from services.contract.terminal import literal as escape
 from services.report.compare import Comparison, RunFigures, ScenarioChange
 from services.report.domain import (
     GateDecision,

@@ -183,10 +183,10 @@ def message_text(message: dict[str, Any]) -> str:
 
 
 def print_view(view: TrialView, console: Any) -> None:
-    from rich.markup import escape as rich_escape
     from rich.table import Table
 
-    e = rich_escape
+    from services.contract.terminal import literal as e
+
     colour = {"passed": "green", "failed": "red", "error": "yellow"}.get(view.outcome, "white")
     console.print(f"trial [bold]{e(view.trial_id)}[/bold] of scenario {e(view.scenario_id)} "
                   f"(run {e(view.run_id)}): [{colour}]{e(view.outcome)}[/{colour}]; exit "

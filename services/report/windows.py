@@ -34,6 +34,7 @@ def load_windows(database_url: str, last: int, size: str | None,
 def print_windows(items: list[WindowView], out: Console) -> None:
     from rich.table import Table
 
+    from services.contract.terminal import literal
     from services.report.over_time import stamp
 
     table = Table(title="reliability per event-time window (latest last)")
@@ -47,8 +48,8 @@ def print_windows(items: list[WindowView], out: Console) -> None:
 
     for w in items:
         table.add_row(
-            w.scenario_id, w.window, stamp(w.window_start), str(w.n), str(w.passed),
-            str(w.failed), str(w.errors), num(w.pass_hat_k),
+            literal(w.scenario_id), literal(w.window), stamp(w.window_start), str(w.n),
+            str(w.passed), str(w.failed), str(w.errors), num(w.pass_hat_k),
             f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]", num(w.pass_at_k),
             num(w.judged_pass_hat_k), "[bold red]ALERT[/]" if w.alert_condition else "",
         )
