@@ -26,7 +26,7 @@ echo "== continuous 1/5 Prometheus, Alertmanager and a loopback webhook receiver
 monitoring=1
 if ! command -v prometheus >/dev/null || ! { command -v prometheus-alertmanager >/dev/null \
     || command -v alertmanager >/dev/null; }; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  if [ "${PASSK_DEMO_INSTALL:-1}" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "demo: installing Debian's prometheus and prometheus-alertmanager (as .ci/run does)"
     apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       prometheus prometheus-alertmanager >/dev/null || monitoring=0

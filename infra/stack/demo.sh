@@ -17,6 +17,15 @@ run_id="${PASSK_DEMO_RUN_ID:-demo-$(date -u +%Y%m%dT%H%M%SZ)}"
 out="$root/var/demo/$run_id"
 mkdir -p "$out"
 
+# Said before anything is installed: what the demo would add to this machine, and how not to.
+if ! command -v prometheus >/dev/null || ! { command -v prometheus-alertmanager >/dev/null \
+    || command -v alertmanager >/dev/null; }; then
+  if [ "${PASSK_DEMO_INSTALL:-1}" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "demo: its second half installs Debian's prometheus and prometheus-alertmanager with"
+    echo "      apt-get (you are root); PASSK_DEMO_INSTALL=0 make demo skips that (no alert shown)"
+  fi
+fi
+
 echo "== 1/6 stack: Kafka, processors, judge, reference product"
 bash infra/stack/up.sh
 

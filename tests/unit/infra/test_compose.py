@@ -233,3 +233,16 @@ def test_grafana_loads_the_dashboards_from_where_compose_mounts_them(
     assert mounts["./grafana/dashboards"] == provider["options"]["path"]
     assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
     assert env_of(services["grafana"])["PASSK_PROMETHEUS_URL"] == "http://prometheus:9090"
+
+
+def test_every_passk_variable_the_compose_file_sets_is_a_setting(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """A variable nothing reads is a setting silently not applied (PASSK_METRICS_ADDR was)."""
+    from services.contract.settings import Settings
+
+    known = {field.alias for field in Settings.model_fields.values() if field.alias}
+    set_here = {name for key, service in services.items() if key != "kafka"
+                for name in env_of(service) if name.startswith(("PASSK_", "KAFKA_"))}
+    assert set_here, "the compose file sets no passk variable at all"
+    assert set_here <= known, f"not passk settings: {sorted(set_here - known)}"
