@@ -129,6 +129,10 @@ def register(app: typer.Typer) -> None:
             "", help="comma-separated processors to show (default: every worker)"
         ),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        partitions: bool = typer.Option(
+            False, "--partitions",
+            help="list every input partition's leader (default: only those with no leader "
+                 "or a replica out of sync, after a one-line count)"),
     ) -> None:
         """Show each processor's consumer group (state, members, lag), its restarts,
         whether it is degraded (cannot reach the broker or the store) or down (its
@@ -175,10 +179,22 @@ def register(app: typer.Typer) -> None:
                           "\n".join(s.member_names))
         out = console()
         out.print(table)
-        leaders = Table("input topic", "partition", "leader broker", "in-sync replicas")
-        for p in input_leaders(names, settings):
-            leaders.add_row(p.topic, str(p.partition), "none" if p.leader is None else
-                            str(p.leader), ",".join(map(str, p.in_sync)))
-        out.print(leaders)
+        every = input_leaders(names, settings)
+        widest = max((len(p.in_sync) for p in every), default=0)
+        # A partition is worth a row when it has no leader or fewer replicas in sync than
+        # the best of them; the rest is one line (a hundred rows said nothing on one broker).
+        shown = every if partitions else [p for p in every
+                                          if p.leader is None or len(p.in_sync) < widest]
+        out.print(f"input partitions: {len(every)} across {len({p.topic for p in every})} "
+                  f"topics, {len(every) - len([p for p in every if p.leader is None])} led, "
+                  f"{len([p for p in every if len(p.in_sync) < widest])} with a replica out "
+                  "of sync" + ("" if partitions else " (--partitions lists them all)"),
+                  markup=False, soft_wrap=True)
+        if shown:
+            leaders = Table("input topic", "partition", "leader broker", "in-sync replicas")
+            for p in shown:
+                leaders.add_row(p.topic, str(p.partition), "none" if p.leader is None else
+                                str(p.leader), ",".join(map(str, p.in_sync)))
+            out.print(leaders)
         if not all(s.healthy for s in statuses):  # not ready, down, stalled or degraded
             raise typer.Exit(1)
