@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from schemas.events import TrialVerdict
 from services.aggregate import domain
@@ -38,13 +38,26 @@ def bucket_scope(bucket: dict[str, Any]) -> str:
     return scope_key(str(bucket["window"]), None, int(bucket["window_start"]))
 
 
+class Keyed(Protocol):
+    """A table to read: a dict, or the changelog copied to disk (table.DiskTable)."""
+
+    def get(self, key: str) -> Any: ...
+
+    def buckets(self) -> Iterable[tuple[str, Any]]: ...
+
+
+class InMemory(dict[str, Any]):
+    def buckets(self) -> Iterator[tuple[str, Any]]:
+        return ((k, v) for k, v in self.items() if k.startswith("b|"))
+
+
 class TableView:
     """The aggregate's table as the audit reads it: which scopes a trial's change landed in
     (a memory numbers each change; the bucket holds it when its number reached that), and
     every bucket's counts."""
 
-    def __init__(self, table: Table) -> None:
-        self.table = table
+    def __init__(self, table: Keyed | Table) -> None:
+        self.table: Keyed = table if hasattr(table, "buckets") else InMemory(table)
 
     def trial(self, scenario_id: str, trial_id: str) -> tuple[int, str, frozenset[str]] | None:
         memory = self.table.get(domain.trial_key(scenario_id, trial_id))
@@ -58,8 +71,8 @@ class TableView:
         return int(memory["attempt"]), str(memory["outcome"]), frozenset(landed)
 
     def scopes(self) -> Iterator[tuple[str, str, int, int, int]]:
-        for key, bucket in self.table.items():
-            if key.startswith("b|") and isinstance(bucket, dict):
+        for _, bucket in self.table.buckets():
+            if isinstance(bucket, dict):
                 yield (bucket["scenario_id"], bucket_scope(bucket), bucket["passed"],
                        bucket["failed"], bucket["errors"])
 

@@ -6,7 +6,9 @@ recounted table. Only while no aggregate worker runs (the commands check)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -63,6 +65,56 @@ def read_table(settings: Settings, progress: Progress | None = None) -> Table:
                 table[key] = json.loads(r.value)
 
     scan(settings, changelog_name(settings), fold, progress=progress)
+    return table
+
+
+class DiskTable:
+    """The table as its changelog holds it, copied into a SQLite file: the audit of a week
+    of trials reads it one key at a time instead of holding every trial's memory."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path)
+        self.db.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT)")
+
+    def fold(self, records: Sequence[Any]) -> None:
+        upserts, deletes = [], []
+        for r in records:
+            key = json.loads(r.key) if r.key else None
+            if not isinstance(key, str):
+                continue
+            if r.value is None:
+                deletes.append((key,))
+            else:
+                upserts.append((key, r.value.decode("utf-8")))
+        # one record at a time would be exact; a batch's deletes after its writes is too,
+        # unless a key is written after its tombstone within one batch: keep log order
+        if deletes and upserts:
+            for r in records:
+                key = json.loads(r.key) if r.key else None
+                if not isinstance(key, str):
+                    continue
+                if r.value is None:
+                    self.db.execute("DELETE FROM state WHERE key = ?", (key,))
+                else:
+                    self.db.execute("INSERT OR REPLACE INTO state VALUES (?, ?)",
+                                    (key, r.value.decode("utf-8")))
+            return
+        self.db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", upserts)
+        self.db.executemany("DELETE FROM state WHERE key = ?", deletes)
+
+    def get(self, key: str) -> Any:
+        row = self.db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def buckets(self) -> Iterator[tuple[str, Any]]:
+        rows = self.db.execute("SELECT key, value FROM state WHERE key >= 'b|' AND key < 'b}'")
+        return ((key, json.loads(value)) for key, value in rows)
+
+
+def copy_table(settings: Settings, path: Path, progress: Progress | None = None) -> DiskTable:
+    """The aggregate's table, from its changelog, in a SQLite file at `path`."""
+    table = DiskTable(path)
+    scan(settings, changelog_name(settings), table.fold, progress=progress)
     return table
 
 

@@ -24,7 +24,7 @@ from services.storage.store import Store
 
 Progress = Callable[[str, int, int | None], None]  # (step, done, total)
 # What the audit is handed of other processors (services/cli/wiring.py):
-TableReader = Callable[[Settings], AggregateTable]
+TableReader = Callable[[Settings, Path], AggregateTable]  # (settings, a scratch directory)
 # (settings, [(identity, attempt of its newest grading)], reason) -> how many were sent
 Regrader = Callable[[Settings, Sequence[tuple[TrialIdentity, int]], str], int]
 Recounter = Callable[[Settings, set[str]], int]  # -> scopes whose counts moved
@@ -82,7 +82,7 @@ def audit(settings: Settings, scope: Scope, read_table: TableReader,
                 scenario = state.get(scenario_id, version) or state.get(scenario_id)
                 return frozenset(j.id for j in scenario.judges) if scenario else frozenset()
 
-            table = read_table(settings)
+            table = read_table(settings, Path(scratch))
             b = bounds(parse_windows(settings.windows), now=now,
                        retention_s=settings.dedup_retention_s,
                        max_skew_s=settings.max_clock_skew_s, grace_s=scope.grace_s,

@@ -51,13 +51,13 @@ def worker_paused(service: str, settings: Settings) -> AbstractContextManager[No
     return paused(service, settings)
 
 
-def aggregate_table(settings: Settings) -> Any:
-    """The aggregate's table as its changelog holds it, read as the audit asks, for
-    `passk audit`."""
+def aggregate_table(settings: Settings, scratch: Path) -> Any:
+    """The aggregate's table as its changelog holds it, copied into `scratch` (a directory
+    the audit removes), read as the audit asks, for `passk audit`."""
     from services.aggregate.recount import TableView
-    from services.aggregate.table import read_table
+    from services.aggregate.table import copy_table
 
-    return TableView(read_table(settings))
+    return TableView(copy_table(settings, scratch / "aggregate-table.db"))
 
 
 def regrade_trials(settings: Settings, trials: Sequence[tuple[Any, int]], reason: str) -> int:

@@ -102,3 +102,25 @@ def test_corrections_of_one_scenario_leave_the_others_alone() -> None:
                                          CONFIG, part), {"a"}, part)
     assert all(c.key.split("|")[1] == "a" or c.key.startswith("p|") for c in writes)
     assert other  # scenario b had state, and none of it was touched
+
+
+def test_the_table_copied_to_disk_reads_as_the_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    from types import SimpleNamespace
+
+    from services.aggregate.table import DiskTable
+
+    pairs = verdicts(80)
+    table = recount(pairs, CONFIG, part)
+    gone = next(k for k in table if k.startswith("t|"))
+    records = [SimpleNamespace(key=json.dumps(k).encode(), value=json.dumps(v).encode())
+               for k, v in table.items()]
+    # a tombstone after its key was written, then the key again in a later batch
+    records.append(SimpleNamespace(key=json.dumps(gone).encode(), value=None))
+    disk = DiskTable(tmp_path / "t.db")
+    disk.fold(records)
+    del table[gone]
+    assert sorted(TableView(disk).scopes()) == sorted(TableView(table).scopes())
+    for v, _ in pairs:
+        assert TableView(disk).trial(v.scenario_id, v.trial_id) == TableView(table).trial(
+            v.scenario_id, v.trial_id)
