@@ -81,6 +81,11 @@ def known_kinds() -> list[str]:
     return sorted([LLM, *_KINDS])
 
 
+def params_of(name: str) -> type[BaseModel] | None:
+    """A deterministic kind's argument model (None: it takes none, or it is `llm`)."""
+    return _PARAMS.get(name)
+
+
 def _params(model: type[BaseModel], spec: JudgeSpec) -> BaseModel:
     try:
         return model.model_validate(spec.params)

@@ -20,6 +20,7 @@ import importlib
 import inspect
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -157,13 +158,27 @@ class OpenAIChatClient:
         await self._client.close()
 
 
+def import_path() -> list[str]:
+    """Where a `python` agent's module is looked for: the current directory first (as
+    `python -m` does; the `passk` script alone would not look there), then PYTHONPATH,
+    then the installed packages."""
+    cwd = os.getcwd()
+    return [cwd, *(p for p in sys.path if p not in ("", cwd))]
+
+
 class PythonClient(AgentClient):
     def __init__(self, target: PythonAgent) -> None:
         module_name, _, name = target.callable.partition(":")
+        path = import_path()
+        if sys.path[:1] != path[:1]:
+            sys.path.insert(0, path[0])
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise AgentError(f"cannot import {module_name}: {exc}") from None
+            tried = ", ".join(path[:6]) + (", …" if len(path) > 6 else "")
+            raise AgentError(f"cannot import {module_name}: {exc} (looked in: {tried}; run "
+                             "passk from the directory that holds it, or add that directory "
+                             "to PYTHONPATH)") from None
         function = getattr(module, name, None)
         if not callable(function):
             raise AgentError(f"{target.callable} is not a callable")
