@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,10 @@ from services.kafka.admin import create_topics
 from tests.support import delete_topics_with_prefix, new_prefix
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
+# What a `make up` in this checkout wrote down for a fresh shell (var/run/passk.env) is
+# not this suite's configuration: every test and every command it starts reads only the
+# environment it is given (the tests of that file set PASSK_ENV_FILE themselves).
+os.environ["PASSK_ENV_FILE"] = ""
 
 
 def _bootstrap() -> str:

@@ -14,7 +14,7 @@ cache="${PASSK_CACHE_DIR:-$HOME/.cache/passk}/kafka-$version"
 data="${PASSK_KAFKA_DIR:-$root/var/kafka}"
 brokers="${PASSK_KAFKA_BROKERS:-1}"
 security="${PASSK_KAFKA_SECURITY:-plaintext}"
-port="${PASSK_KAFKA_PORT:-9092}"
+port="${PASSK_KAFKA_PORT:-$((9092 + ${PASSK_PORT_OFFSET:-0}))}"  # services/contract/ports.py
 # One node: controller on the next port (9093). Several: brokers take port..port+N-1, so
 # the controllers move 100 up (9192..).
 if [ "$brokers" -gt 1 ]; then cport="${PASSK_KAFKA_CONTROLLER_PORT:-$((port + 100))}"

@@ -10,6 +10,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 passk="$root/.venv/bin/passk"
+export PASSK_ENV_FILE=""  # this demo's settings, not what an earlier `make up` wrote down
+eval "$("$root/.venv/bin/python" -m services.contract.ports)"  # PASSK_PORT_OFFSET moves them all
 # A demo should not make you wait two minutes for a session that never comes.
 export PASSK_SESSION_WAIT_S="${PASSK_SESSION_WAIT_S:-15}"
 export PASSK_JUDGE_WAIT_S="${PASSK_JUDGE_WAIT_S:-120}"
@@ -37,7 +39,7 @@ echo "== 2/6 scenarios"
 echo "== 3/6 judge calibration"
 if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
   # the same stand-in up.sh started for the judge worker, so the same judge versions
-  export OPENAI_BASE_URL="http://127.0.0.1:${PASSK_STANDIN_PORT:-8400}/v1" OPENAI_API_KEY="stand-in"
+  export OPENAI_BASE_URL="http://127.0.0.1:$PASSK_STANDIN_PORT/v1" OPENAI_API_KEY="stand-in"
 fi
 "$passk" calibrate examples/calibration
 

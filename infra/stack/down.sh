@@ -41,6 +41,7 @@ for pidfile in "$run"/*.pid; do  # from a `make up` before supervisord
   rm -f "$pidfile"
 done
 rm -f "$run/judge.json"  # the stand-in it names is stopped: the CLI must not use it
+rm -f "$run/passk.env"  # the stack it describes is gone: a fresh shell takes the defaults
 if [ -f "$run/kafka.started-by-up" ]; then
   bash "$root/infra/kafka/kafka-down.sh"
   rm -f "$run/kafka.started-by-up"

@@ -9,7 +9,12 @@ run="$root/var/run"; logs="$root/var/log"
 mkdir -p "$run" "$logs"
 bin="$root/.venv/bin"; passk="$bin/passk"
 conf="$run/supervisord.conf"
-base="${PASSK_METRICS_PORT_BASE:-9464}"  # a worker serves /metrics on base + its metrics_offset (services/contract/processors.py)
+# This stack's own settings only: not those an earlier `make up` wrote down for a fresh
+# shell (var/run/passk.env, rewritten below).
+export PASSK_ENV_FILE=""
+# Every port, PASSK_PORT_OFFSET added to each default (services/contract/ports.py).
+eval "$("$bin/python" -m services.contract.ports)"
+base="$PASSK_METRICS_PORT_BASE"  # a worker serves /metrics on base + its metrics_offset (services/contract/processors.py)
 
 # The mark says this `make up` started the broker, so `make down` stops it; a broker that
 # already ran (`make kafka-up`, CI, another clone's) is reused and left running.
@@ -25,7 +30,7 @@ fi
 
 standin_port=0
 if [ -z "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
-  standin_port="${PASSK_STANDIN_PORT:-8400}"
+  standin_port="$PASSK_STANDIN_PORT"
   export OPENAI_BASE_URL="http://127.0.0.1:$standin_port/v1" OPENAI_API_KEY="stand-in"
   echo "up: no model configured; judges use the offline stand-in (not a model) on :$standin_port"
   # The CLI (`passk calibrate`), run later in another shell, grades with the same one.
@@ -37,16 +42,19 @@ fi
 # The reference product (examples/agent/, the debrief assistant `make demo` runs scenarios
 # against) on :8600, with the demo's fault plan unless PASSK_AGENT_FAULTS says otherwise
 # ('{}': no fault). PASSK_AGENT_PORT=0: not started.
-agent_port="${PASSK_AGENT_PORT:-8600}"
+agent_port="$PASSK_AGENT_PORT"
 # The review app (`passk review`, docs/review.md) on 127.0.0.1:8700; PASSK_REVIEW_PORT=0: not
 # started. Reviewers sign in with PASSK_REVIEW_TOKENS="name:token,...".
-review_port="${PASSK_REVIEW_PORT:-8700}"
+review_port="$PASSK_REVIEW_PORT"
 export PASSK_AGENT_FAULTS="${PASSK_AGENT_FAULTS:-@$root/examples/agent/faults.demo.json}"
 
 # Every process gets the same configuration (supervisord passes its environment on);
 # record it so an operator can see it: mode 0600, every password in a URL masked
 # (services/contract/masking.py), Kafka passwords and API keys not recorded at all.
 "$bin/python" -m services.contract.runfiles env "$run/env"
+# What a command in a fresh shell reads to reach this stack (no secrets): `passk status`
+# with no export talks to these ports and this topic prefix. `make down` removes it.
+env -u PASSK_ENV_FILE "$bin/python" -m services.contract.runfiles settings "$run/passk.env"
 
 # An earlier `make up`'s configuration is asked only while the socket it names is in a
 # place no other user can reach (exit 2 and why, otherwise: its supervisord would be theirs).

@@ -3,6 +3,7 @@ every worker got (`env`, secrets masked, mode 0600) and the judge endpoint the w
 grade with (`judge.json`), so a CLI command run later in another shell uses the same one.
 
     python -m services.contract.runfiles env var/run/env
+    python -m services.contract.runfiles settings var/run/passk.env
     python -m services.contract.runfiles judge --base-url URL [--stand-in]
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from services.contract.masking import mask_url, masked_lines
+from services.contract.masking import mask_url, mask_value, masked_lines
 from services.contract.settings import Settings, get_settings
 
 ENV_NAMES = re.compile(r"KAFKA_BOOTSTRAP_SERVERS|PASSK_[A-Z0-9_]*|OPENAI_BASE_URL")
@@ -39,6 +40,27 @@ def write_private(path: Path, text: str) -> None:
 def write_env(path: Path, environ: Mapping[str, str]) -> None:
     lines = masked_lines(environ, ENV_NAMES)
     write_private(path, "".join(f"{line}\n" for line in lines))
+
+
+def settings_lines(environ: Mapping[str, str]) -> list[str]:
+    """The settings a later command in a fresh shell needs to reach this stack (its ports,
+    topic prefix, database, data dir, every other setting it was given), as a dotenv file:
+    nothing secret at all (a secret's name, or a URL with a password in it, is left out:
+    a command that needs one takes it from its own environment)."""
+    out = []
+    for name, value in sorted(environ.items()):
+        if not ENV_NAMES.fullmatch(name) or name == "PASSK_ENV_FILE":
+            continue
+        if mask_value(name, value) != value or "\n" in value:
+            continue  # a secret, or masked in part: not written down
+        out.append(f"{name}={json.dumps(value)}")
+    return out
+
+
+def write_settings(path: Path, environ: Mapping[str, str]) -> None:
+    write_private(path, "# written by `make up`: what a command in a fresh shell reads "
+                        "(services/contract/settings.py)\n"
+                  + "".join(f"{line}\n" for line in settings_lines(environ)))
 
 
 def judge_path(settings: Settings) -> Path:
@@ -113,6 +135,9 @@ def cli_judge(settings: Settings) -> tuple[Settings, str | None]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["env"] and len(argv) == 2:
         write_env(Path(argv[1]), os.environ)
+        return 0
+    if argv[:1] == ["settings"] and len(argv) == 2:
+        write_settings(Path(argv[1]), os.environ)
         return 0
     if argv[:2] == ["judge", "--base-url"] and len(argv) in (3, 4):
         record_judge(judge_path(get_settings()), argv[2], argv[3:] == ["--stand-in"])

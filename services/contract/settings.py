@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.contract.ports import DEFAULT_PORTS, MAX_OFFSET
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,6 +20,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
+    # Added to every default port (services/contract/ports.py): a second stack on one machine.
+    port_offset: int = Field(0, alias="PASSK_PORT_OFFSET", ge=0, le=MAX_OFFSET)
     kafka_bootstrap_servers: str = Field("127.0.0.1:9092", alias="KAFKA_BOOTSTRAP_SERVERS")
     # How long a CLI command waits for the broker before answering "unreachable" (exit 4).
     broker_wait_s: float = Field(5.0, alias="PASSK_BROKER_WAIT_S", ge=0)
@@ -130,6 +136,18 @@ class Settings(BaseSettings):
     review_sample_rate: float = Field(0.05, alias="PASSK_REVIEW_SAMPLE_RATE", ge=0, le=1)
     review_production_runs: str = Field("production-*", alias="PASSK_REVIEW_PRODUCTION_RUNS")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _ports_moved_by_the_offset(cls, data: Any) -> Any:
+        """The defaults that name a port, moved by PASSK_PORT_OFFSET (a value given wins)."""
+        return with_port_offset(cls, data, {
+            "kafka_bootstrap_servers": "127.0.0.1:{PASSK_KAFKA_PORT}",
+            "metrics_port_base": "{PASSK_METRICS_PORT_BASE}",
+            "prometheus_url": "http://127.0.0.1:{PASSK_PROMETHEUS_PORT}",
+            "alertmanager_url": "http://127.0.0.1:{PASSK_ALERTMANAGER_PORT}",
+            "review_port": "{PASSK_REVIEW_PORT}",
+        })
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
@@ -197,6 +215,43 @@ class Settings(BaseSettings):
         return ",".join(parts)
 
 
+def with_port_offset(model: type[BaseSettings], data: Any,
+                     templates: dict[str, str]) -> Any:
+    """`data` with each field of `templates` not given set to its template, the ports in
+    it moved by the offset in `data` (none: unchanged)."""
+    if not isinstance(data, dict):
+        return data
+    raw = data.get("PASSK_PORT_OFFSET", data.get("port_offset"))
+    try:
+        moved = int(raw) if raw not in (None, "") else 0
+    except (TypeError, ValueError):
+        return data  # the field's own validation says what is wrong with it
+    if moved <= 0:
+        return data
+    ports = {name: port + moved for name, port in DEFAULT_PORTS.items()}
+    out = dict(data)
+    for name, template in templates.items():
+        alias = model.model_fields[name].alias
+        if name not in data and alias not in data:
+            value = template.format(**ports)
+            out[alias or name] = int(value) if value.isdigit() else value
+    return out
+
+
+# The settings files a command reads besides its environment (which wins over them): the
+# one `make up` writes (var/run/passk.env), then passk.env in the working directory.
+# PASSK_ENV_FILE names another one; empty, none at all (the tests).
+RUN_SETTINGS = PROJECT_ROOT / "var" / "run" / "passk.env"
+
+
+def settings_files(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    environ = os.environ if environ is None else environ
+    chosen = environ.get("PASSK_ENV_FILE")
+    if chosen is not None:
+        return (Path(chosen),) if chosen.strip() else ()
+    return tuple(p for p in (RUN_SETTINGS, Path.cwd() / "passk.env") if p.is_file())
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()  # type: ignore[call-arg]
+    return Settings(_env_file=settings_files() or None)  # type: ignore[call-arg]

@@ -3,13 +3,18 @@ by the worker and passed in."""
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from typing import Any
+
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.contract.settings import with_port_offset
 
 
 class OtlpSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
+    port_offset: int = Field(0, alias="PASSK_PORT_OFFSET", ge=0)  # see services/contract/ports.py
     host: str = Field("127.0.0.1", alias="PASSK_OTLP_HOST")
     port: int = Field(4318, alias="PASSK_OTLP_PORT", ge=0)
     token: SecretStr | None = Field(None, alias="PASSK_OTLP_TOKEN")
@@ -25,3 +30,8 @@ class OtlpSettings(BaseSettings):
     export_headers: str = Field("", alias="PASSK_OTLP_EXPORT_HEADERS")  # k=v,k2=v2
     export_timeout_s: float = Field(10.0, alias="PASSK_OTLP_EXPORT_TIMEOUT_S", gt=0)
     export_batch: int = Field(256, alias="PASSK_OTLP_EXPORT_BATCH", gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _port_moved_by_the_offset(cls, data: Any) -> Any:
+        return with_port_offset(cls, data, {"port": "{PASSK_OTLP_PORT}"})

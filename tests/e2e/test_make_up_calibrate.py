@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from services.contract.processors import WORKERS
-from tests.e2e.conftest import free_port, free_port_block
 from tests.support import ROOT, new_prefix
 
 
@@ -33,19 +32,47 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 RUN = ROOT / "var" / "run"
 
 
+def free_offset() -> int:
+    """A PASSK_PORT_OFFSET that puts every port of the stack on a free port of the test
+    range (services/contract/ports.py; each worker's /metrics above the base)."""
+    import random
+
+    from services.contract.ports import DEFAULT_PORTS
+    from services.contract.processors import PROCESSORS
+    from tests.support import port_is_free, test_port_range
+
+    low, high = test_port_range()
+    top = max(DEFAULT_PORTS.values()) + len(PROCESSORS) + 2
+    for _ in range(200):
+        offset = random.randint(low - min(DEFAULT_PORTS.values()), high - top)
+        wanted = [p + offset for p in DEFAULT_PORTS.values()] + [
+            DEFAULT_PORTS["PASSK_METRICS_PORT_BASE"] + offset + i for i in range(
+                len(PROCESSORS) + 2)]
+        if all(port_is_free(p) for p in wanted):
+            return offset
+    raise RuntimeError("no free port offset in the test range")
+
+
+def fresh_shell() -> dict[str, str]:
+    """A shell that has exported nothing of passk's: what `make up` wrote down is all it
+    knows of the stack."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("PASSK_", "OPENAI_", "KAFKA_", "VIRTUAL_ENV"))}
+
+
 def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Path) -> None:
     pid = RUN / "supervisord.pid"
     if pid.exists() and Path(f"/proc/{pid.read_text().strip()}").exists():
         pytest.fail(f"a `make up` already runs in {ROOT}; `make down` first")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PASSK_", "OPENAI_", "VIRTUAL_ENV"))}
+    prefix = new_prefix()
     env.update(
-        PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
-        PASSK_STANDIN_PORT=str(free_port()),
-        PASSK_REVIEW_PORT=str(free_port()),  # the review app, as make up serves it
-        PASSK_METRICS_PORT_BASE=str(free_port_block(len(WORKERS))),
-        PASSK_PROMETHEUS_URL=f"http://127.0.0.1:{free_port()}",
-        PASSK_ALERTMANAGER_URL=f"http://127.0.0.1:{free_port()}",
+        PASSK_TOPIC_PREFIX=prefix,  # the shared broker is reused; our topics are ours
+        # every port of the stack moved by one setting (README: a second stack)
+        PASSK_PORT_OFFSET=str(free_offset()),
+        # a port of its own wins over the offset: the shared broker, not one of make up's
+        KAFKA_BOOTSTRAP_SERVERS=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
         PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
         PASSK_CACHE_DIR=os.environ.get("PASSK_CACHE_DIR", str(Path.home() / ".cache/passk")),
         # a query-string password, which the old sed mask wrote out whole
@@ -63,10 +90,22 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
         assert "PASSK_WITNESS_URL=postgresql://db/passk?user=u&password=***" in body, body
         assert "hunter2" not in body and "OPENAI_API_KEY" not in body
 
-        # Another shell: none of `make up`'s OPENAI_* exports.
+        # Another shell: none of `make up`'s exports, not even the offset or the prefix.
+        status = subprocess.run(
+            [sys.executable, "-m", "services.cli", "status", "--json"], cwd=ROOT,
+            env=fresh_shell(), capture_output=True, text=True, timeout=300)
+        assert status.returncode == 0, status.stdout + status.stderr
+        groups = {p["group"] for p in json.loads(status.stdout)["processors"]}
+        assert groups == {f"{prefix}{w}" for w in WORKERS}, groups
+        report = subprocess.run(
+            [sys.executable, "-m", "services.cli", "report", "--run-id", "nothing-yet"],
+            cwd=ROOT, env=fresh_shell(), capture_output=True, text=True, timeout=300)
+        assert report.returncode == 3, report.stdout + report.stderr  # its store: no trials
+        assert str(tmp_path / "passk.db") in report.stderr, report.stderr  # the stack's store
         calibrate = subprocess.run(
             [sys.executable, "-m", "services.cli", "calibrate", "examples/calibration",
-             "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+             "--json"], cwd=ROOT, env=fresh_shell(), capture_output=True, text=True,
+            timeout=600)
         assert calibrate.returncode == 0, calibrate.stdout + calibrate.stderr
         assert "the offline stand-in `make up` started" in calibrate.stderr, calibrate.stderr
         judges = {j["judge_id"]: j for j in json.loads(calibrate.stdout)["judges"]}
@@ -80,6 +119,7 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
                               capture_output=True, text=True, timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not (RUN / "judge.json").exists()  # the stand-in it named is stopped
+    assert not (RUN / "passk.env").exists()  # a fresh shell takes the defaults again
     # `make up` reused the broker that already ran (CI's `make kafka-up`), so `make down`
     # leaves it running: it once stopped it, and every later test lost its broker.
     assert "the broker was not started by make up; left running" in down.stdout, down.stdout
