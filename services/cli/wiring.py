@@ -43,8 +43,17 @@ def state_probe(path: Path) -> Callable[[], Any]:
     return lambda: make_probe(spec)
 
 
+def publish(scenarios: list[Any], settings: Settings) -> list[tuple[str, str]]:
+    """`passk scenarios publish`'s, for `passk run --publish`: every new or changed
+    scenario sent in one transaction; (id, new | updated | unchanged) of each."""
+    from services.scenarios.publish import publish_scenarios
+
+    return [(p.scenario.id, p.status) for p in publish_scenarios(scenarios, settings)]
+
+
 # The composed commands' modules, and what each `register` is handed.
 WIRED: dict[str, dict[str, Callable[..., Any]]] = {
     "services.calibration.commands": {"judge_grader": judge_grader},
     "services.otlp.commands": {"state_probe": state_probe},
+    "services.harness.commands": {"publish": publish},
 }
