@@ -4,6 +4,7 @@
 # consecutive ports from PASSK_KAFKA_PORT. PASSK_KAFKA_SECURITY=sasl_ssl puts the client
 # listener on TLS with SCRAM-SHA-512 users and ACLs (see secure.py).
 # Idempotent: fetches once, formats once, and reuses a broker that already answers.
+# PASSK_KAFKA_SERVER_PROPS: extra server.properties lines (key=value, one a line).
 # PASSK_KAFKA_STARTED_MARK=FILE: touched only when this run started the node(s) itself, so
 # a caller (`make up`) knows whether stopping the broker later is its business.
 set -euo pipefail
@@ -100,6 +101,9 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 PROPS
   fi
+  # PASSK_KAFKA_SERVER_PROPS: more server properties, one key=value per line (a later
+  # line wins); `passk ci` gives its throw-away broker one partition per internal topic.
+  if [ -n "${PASSK_KAFKA_SERVER_PROPS:-}" ]; then printf '%s\n' "$PASSK_KAFKA_SERVER_PROPS" >> "$props"; fi
   chmod 600 "$props"
   if [ ! -f "$dir/log/meta.properties" ]; then
     java_opts "$dir"

@@ -62,6 +62,7 @@ COMMAND_MODULES = (
     "services.calibration.commands",
     "services.harness.commands",
     "services.otlp.commands",
+    "services.ci.commands",
 )
 
 
