@@ -89,7 +89,8 @@ def ci_args(scenarios: Path, target_file: Path, out: Path, run_id: str, *more: s
 
 
 def started_pids(stderr: str) -> list[int]:
-    """The pids ci says it started (`ci: started ... (pid N)` / `(process group N)`)."""
+    """The process groups ci says it started (`ci: started ... (pid N)` / `(process group
+    N)`): each process it starts leads its own group."""
     pids = []
     for line in stderr.splitlines():
         if line.startswith("ci: started") and line.endswith(")"):
@@ -98,14 +99,19 @@ def started_pids(stderr: str) -> list[int]:
 
 
 def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:  # a zombie of a finished child is gone too
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z"
-    except OSError:
-        return True
+    """No live process in the group `pid` leads (ci starts each process as a group leader;
+    kafka-up.sh exits once the broker serves, its broker living on in its group)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return not members
 
 
 def check_junit(path: Path, run_id: str, failing: dict[str, str]) -> ET.Element:
