@@ -27,6 +27,17 @@ case "$security" in plaintext|sasl_ssl) ;; *)
   echo "kafka: PASSK_KAFKA_SECURITY must be plaintext or sasl_ssl, not $security" >&2; exit 2;;
 esac
 
+fetch() {
+  [ -f "$cache/.complete" ] && return 0
+  echo "kafka: fetching Apache Kafka $version and its runtime dependencies from Maven Central"
+  mkdir -p "$cache/libs"
+  mvn -q -B -f "$here/pom.xml" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$cache/libs"
+  touch "$cache/.complete"
+}
+# --fetch-only: the jars into the cache, nothing started (CI caches the directory).
+if [ "${1:-}" = --fetch-only ]; then fetch; echo "kafka: Apache Kafka $version in $cache"; exit 0; fi
+
 node_dir() { if [ "$brokers" -gt 1 ]; then echo "$data/node$1"; else echo "$data"; fi; }
 bootstrap=""; voters=""
 for i in $(seq 1 "$brokers"); do
@@ -52,13 +63,7 @@ if [ "$running" = 0 ] && ready 1 2>/dev/null; then
   echo "kafka: a broker already answers on $bootstrap; reusing it"; exit 0
 fi
 
-if [ ! -f "$cache/.complete" ]; then
-  echo "kafka: fetching Apache Kafka $version and its runtime dependencies from Maven Central"
-  mkdir -p "$cache/libs"
-  mvn -q -B -f "$here/pom.xml" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$cache/libs"
-  touch "$cache/.complete"
-fi
+fetch
 cp_="$cache/libs/*"
 
 replication=$(( brokers < 3 ? brokers : 3 ))
