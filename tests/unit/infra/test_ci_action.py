@@ -21,7 +21,10 @@ FAKE_PASSK = r"""#!/usr/bin/env bash
 printf '%s\n' "$@" > "$CALLS/passk.args"
 if [ "$WRITE" = 1 ]; then
   while [ $# -gt 0 ]; do
-    case "$1" in --markdown) printf '<!-- passk-ci -->\n## ok\n' > "$2";; --junit|--html) : > "$2";; esac
+    case "$1" in
+      --markdown) printf '<!-- passk-ci -->\n## ok\n' > "$2";;
+      --junit|--html) : > "$2";;
+    esac
     shift
   done
 fi
