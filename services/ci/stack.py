@@ -44,6 +44,10 @@ BROKER_START_S = 180.0  # kafka-up.sh's own readiness wait, and then some
 OWN_PARTITIONS = 1
 OWN_BROKER_PROPS = "\n".join(["transaction.state.log.num.partitions=1",
                               "offsets.topic.num.partitions=1", "num.partitions=1"])
+# A broker that lives a few minutes: the quick JIT only (C2's compiler threads would take
+# the CPU the workers start on), one GC thread of each kind, no perf-data file.
+OWN_BROKER_JVM = ("-XX:TieredStopAtLevel=1 -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 "
+                  "-XX:-UsePerfData")
 WORKER_GRACE_S = 10.0  # a worker's clean stop (its last commit) before SIGKILL
 Say = Callable[[str], None]
 
@@ -229,7 +233,7 @@ def _start_broker(stack: Stack, say: Say, processors: Sequence[str]) -> None:
                PASSK_KAFKA_CONTROLLER_PORT=str(controller), PASSK_KAFKA_BROKERS="1",
                PASSK_KAFKA_SECURITY="plaintext", PASSK_KAFKA_HEAP="512m",
                PASSK_KAFKA_READY_S=str(int(BROKER_START_S)), PYTHON=sys.executable,
-               PASSK_KAFKA_SERVER_PROPS=OWN_BROKER_PROPS)
+               PASSK_KAFKA_SERVER_PROPS=OWN_BROKER_PROPS, PASSK_KAFKA_JAVA_OPTS=OWN_BROKER_JVM)
     env.pop("PASSK_KAFKA_STARTED_MARK", None)
     say(f"ci: starting a broker of its own on 127.0.0.1:{port} ({data})")
     # kafka-up.sh leaves the broker in its process group: stopping the group stops it.
