@@ -235,6 +235,8 @@ def _start_broker(stack: Stack, say: Say, processors: Sequence[str]) -> None:
                PASSK_KAFKA_READY_S=str(int(BROKER_START_S)), PYTHON=sys.executable,
                PASSK_KAFKA_SERVER_PROPS=OWN_BROKER_PROPS, PASSK_KAFKA_JAVA_OPTS=OWN_BROKER_JVM)
     env.pop("PASSK_KAFKA_STARTED_MARK", None)
+    formatted = _formatted_template()
+    reused = _place_formatted(formatted, data / "log")
     say(f"ci: starting a broker of its own on 127.0.0.1:{port} ({data})")
     # kafka-up.sh leaves the broker in its process group: stopping the group stops it.
     stack.broker = _spawn("kafka", ["bash", str(KAFKA_UP)], env, stack.workdir / "kafka.log")
@@ -252,6 +254,8 @@ def _start_broker(stack: Stack, say: Say, processors: Sequence[str]) -> None:
                               f"{stack.broker.tail()}")
         if _listens(port):
             stack.timings.setdefault("broker_listening_s", time.monotonic() - began)
+            if not reused:
+                _keep_formatted(data / "log", formatted)
             if _topics_created(stack.settings):
                 break
         time.sleep(0.1)
@@ -271,6 +275,46 @@ def _topics_created(settings: Settings) -> bool:
     except KafkaError:
         return False
     return True
+
+
+def _formatted_template() -> Path:
+    """Where the first own broker's freshly formatted storage is kept, per Kafka version:
+    `StorageTool format` writes two files (meta.properties, bootstrap.checkpoint) that
+    name no port, so every later throw-away broker starts from a copy of them and
+    kafka-up.sh skips formatting (a JVM start of its own)."""
+    pom = (PROJECT_ROOT / "infra" / "kafka" / "pom.xml").read_text()
+    version = pom.split("<kafka.version>", 1)[1].split("</kafka.version>", 1)[0]
+    cache = Path(os.environ.get("PASSK_CACHE_DIR") or Path.home() / ".cache" / "passk")
+    return cache / f"kafka-{version}" / "ci-formatted"
+
+
+FORMATTED = ("meta.properties", "bootstrap.checkpoint")
+
+
+def _place_formatted(template: Path, log: Path) -> bool:
+    if not all((template / name).is_file() for name in FORMATTED):
+        return False
+    log.mkdir(parents=True, exist_ok=True)
+    for name in FORMATTED:
+        shutil.copyfile(template / name, log / name)
+    return True
+
+
+def _keep_formatted(log: Path, template: Path) -> None:
+    """Copy the formatted files aside once (into a fresh directory, renamed into place, so
+    a reader never sees half of them); a failure only costs the next run a format."""
+    if template.exists() or not all((log / name).is_file() for name in FORMATTED):
+        return
+    fresh: Path | None = None
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=".ci-formatted-", dir=template.parent))
+        for name in FORMATTED:
+            shutil.copyfile(log / name, fresh / name)
+        fresh.rename(template)
+    except OSError:
+        if fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
 
 
 def _listens(port: int) -> bool:
