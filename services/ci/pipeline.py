@@ -32,6 +32,17 @@ from services.report.domain import GateDecision, RunReport, gate_decision
 Say = Callable[[str], None]
 
 
+def process_age_s() -> float:
+    """How long this process has run (the interpreter's start and the CLI's imports
+    count as ci's own time too); 0 where /proc does not say."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+
+
 def default_run_id(now: datetime | None = None) -> str:
     return f"ci-{(now or datetime.now(UTC)).strftime('%Y%m%dT%H%M%SZ')}"
 
@@ -102,14 +113,10 @@ def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: No
     """Everything `passk ci` does but writing its outputs. Raises UsageError (2),
     NothingToJudge (3), Unreachable (4) and Stopped (130) with everything stopped."""
     from services.grading.scenario_loader import validate_paths
-    from services.harness.play import play, users_for
     from services.harness.target import InvalidTarget, load_target
-    from services.report.load import load_report
-    from services.report.wait import await_verdicts
-    from services.scenarios.publish import publish_scenarios
 
     began = time.monotonic()
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = {"startup_s": process_age_s()}
     loaded = validate_paths([options.scenarios])
     if loaded.errors:
         raise UsageError(f"{len(loaded.errors)} problem(s) in {options.scenarios}: "
@@ -127,15 +134,31 @@ def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: No
     except InvalidTarget as exc:
         raise UsageError(f"invalid target file {exc.file}: field {exc.field}: "
                          f"{exc.problem}") from None
-    base: RunReport | None = None
-    if options.baseline:
-        base, runs, url = load_report(options.baseline, settings.database_url, settings)
-        if not base.trials:
-            raise UsageError(f"--baseline {options.baseline!r}: no trial verdicts in the "
-                             f"projection ({url}). Known runs: {', '.join(runs[:10]) or 'none'}")
     versions = {s.id: str(s.version) for s in loaded.scenarios}
+    baseline: list[RunReport] = []
 
-    with stack_for(settings, say=say) as stack:
+    def meanwhile() -> None:
+        """While a broker of its own boots: the rest of ci's imports, and the baseline
+        (an unknown one is exit 2; the broker just started is stopped with the stack)."""
+        from services.report.load import load_report
+
+        if options.baseline:
+            base, runs, url = load_report(options.baseline, settings.database_url, settings)
+            if not base.trials:
+                raise UsageError(
+                    f"--baseline {options.baseline!r}: no trial verdicts in the projection "
+                    f"({url}). Known runs: {', '.join(runs[:10]) or 'none'}")
+            baseline.append(base)
+        import services.harness.play  # noqa: F401
+        import services.report.wait  # noqa: F401
+        import services.scenarios.publish  # noqa: F401
+
+    with stack_for(settings, say=say, meanwhile=meanwhile) as stack:
+        from services.harness.play import play, users_for
+        from services.report.wait import await_verdicts
+        from services.scenarios.publish import publish_scenarios
+
+        base = baseline[0] if baseline else None
         timings.update(stack.timings)
         mark = time.monotonic()
         published: dict[str, str] = {
@@ -184,7 +207,7 @@ def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: No
                               f"{len(outcomes)} of {expected} trials have a verdict")
         result = _decide(options, settings, base, versions, loaded.sources, published, stack)
     timings.update({k: v for k, v in stack.timings.items() if k == "teardown_s"})
-    timings["total_s"] = time.monotonic() - began
+    timings["total_s"] = timings["startup_s"] + time.monotonic() - began
     timings["own_s"] = timings["total_s"] - timings.get("conversations_s", 0.0)
     result.timings = timings
     return result

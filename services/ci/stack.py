@@ -157,6 +157,7 @@ class Stack:
     standin: Started | None = None
     standin_url: str | None = None
     reused: list[str] = field(default_factory=list)  # processors already running
+    formatted_reused: bool = False  # the own broker started from the kept formatted storage
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -214,9 +215,8 @@ def _spawn(name: str, args: list[str], env: dict[str, str], log: Path) -> Starte
     return Started(name, popen, log)
 
 
-def _start_broker(stack: Stack, say: Say, processors: Sequence[str]) -> None:
-    """kafka-up.sh on free ports; the workers are started as soon as the port listens,
-    so their start (imports, then the broker's first answers) overlaps the broker's."""
+def _spawn_broker(stack: Stack, say: Say) -> int:
+    """kafka-up.sh on free ports, not waited for; its port."""
     data = stack.workdir / "kafka"
     port, controller = free_port(), free_port()
     bootstrap = f"127.0.0.1:{port}"
@@ -240,9 +240,19 @@ def _start_broker(stack: Stack, say: Say, processors: Sequence[str]) -> None:
     say(f"ci: starting a broker of its own on 127.0.0.1:{port} ({data})")
     # kafka-up.sh leaves the broker in its process group: stopping the group stops it.
     stack.broker = _spawn("kafka", ["bash", str(KAFKA_UP)], env, stack.workdir / "kafka.log")
-    # Not waiting for the script's own readiness check: once the broker takes the topics,
-    # it serves; the script's exit is looked at by Stack.check.
-    began = time.monotonic()
+    stack.formatted_reused = reused
+    return port
+
+
+def _await_broker(stack: Stack, say: Say, processors: Sequence[str], port: int,
+                  began: float) -> None:
+    """Until the broker takes passk's topics; then the workers, at once, so their start
+    (imports, group joins) overlaps the publish and the conversations. Not waiting for
+    kafka-up.sh's own readiness check: a broker that took the topics serves (the script's
+    exit is looked at by Stack.check)."""
+    assert stack.broker is not None
+    data = stack.workdir / "kafka"
+    formatted = _formatted_template()
     deadline = began + BROKER_START_S + 30
     while True:
         code = stack.broker.popen.poll()
@@ -254,7 +264,7 @@ def _start_broker(stack: Stack, say: Say, processors: Sequence[str]) -> None:
                               f"{stack.broker.tail()}")
         if _listens(port):
             stack.timings.setdefault("broker_listening_s", time.monotonic() - began)
-            if not reused:
+            if not stack.formatted_reused:
                 _keep_formatted(data / "log", formatted)
             if _topics_created(stack.settings):
                 break
@@ -362,21 +372,26 @@ def wait_listening(url_port: int, started: Started, within_s: float) -> None:
 
 @contextmanager
 def stack_for(settings: Settings, *, say: Say = lambda line: None,
-              processors: Sequence[str] = CI_PROCESSORS) -> Iterator[Stack]:
+              processors: Sequence[str] = CI_PROCESSORS,
+              meanwhile: Callable[[], None] = lambda: None) -> Iterator[Stack]:
     """The broker (used, or started), then the topics; stopped at the end of the block,
-    however it ends. The workers are started by `start_workers`, once the caller has
-    published what they need."""
+    however it ends (`meanwhile` runs while a broker of its own boots: what raises there
+    stops it too). With its own broker the workers are started as soon as it serves;
+    beside a running one, by `start_workers` once the caller has published."""
     workdir = Path(tempfile.mkdtemp(prefix="passk-ci-"))
     stack = Stack(settings=settings, env=dict(os.environ), workdir=workdir)
     began = time.monotonic()
     try:
         if answers(settings):
             say(f"ci: using the broker at {settings.kafka_bootstrap_servers}")
+            meanwhile()
             from services.kafka.admin import create_topics_retrying
 
             create_topics_retrying(stack.settings)
         else:
-            _start_broker(stack, say, processors)
+            port = _spawn_broker(stack, say)
+            meanwhile()
+            _await_broker(stack, say, processors, port, began)
         stack.timings["broker_s"] = time.monotonic() - began
         yield stack
     finally:
