@@ -86,6 +86,10 @@ def print_report(report: RunReport, console: Console) -> None:
     if report.judge_cost is not None:
         for line in cost_lines(report.judge_cost):
             console.print(escape(line), soft_wrap=True)
+    versions = ", ".join(f"{s.scenario_id}@{'+'.join(s.scenario_versions)}"
+                         for s in report.scenarios if s.scenario_versions)
+    if versions:
+        console.print(f"scenario versions graded: {escape(versions)}", soft_wrap=True)
     if report.previous_run:
         console.print(
             f"previous run of these scenarios: {escape(report.previous_run)} "
