@@ -36,7 +36,7 @@ from services.contract.settings import Settings
 from services.storage.store import Store
 from tests.e2e.conftest import free_port
 from tests.e2e.test_harness import reference_product, target
-from tests.support import ROOT, isolated_env, running, wait_for
+from tests.support import ROOT, isolated_env, running, stacks_of, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 SCENARIOS = ROOT / "examples" / "scenarios"
@@ -316,7 +316,11 @@ def test_a_signal_mid_ci_stops_everything_it_started(tmp_path: Path, sig: int) -
             wait_for(lambda: _talking(db), timeout=60, what="conversations under way")
             assert all(not gone(p) for p in pids)
             proc.send_signal(sig)
-            rest = proc.communicate(timeout=60)[1]
+            try:
+                rest = proc.communicate(timeout=180)[1]
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"ci still running 180 s after {signal.Signals(sig).name}:\n"
+                            f"{stacks_of(proc.pid)}")
         finally:
             if proc.poll() is None:
                 proc.kill()
