@@ -138,6 +138,11 @@ class ConversationFinished(InputEvent):
     type: Literal["conversation_finished"] = "conversation_finished"
     run_id: str = Field(min_length=1)
     scenario_id: str = Field(min_length=1)
+    # The content hash of the scenario version the trial was run against (`passk run` sets
+    # it): the gate and the judge grade against that version, never a later one; a version
+    # never published makes the trial a dead letter (unknown_scenario_version). Absent:
+    # graded against the latest published version (traffic from other producers).
+    scenario_version: str | None = Field(None, min_length=1)
     trial_id: str = Field(min_length=1)
     session_id: str = Field(min_length=1)
     agent_version: str | None = None

@@ -4,6 +4,8 @@
 # consecutive ports from PASSK_KAFKA_PORT. PASSK_KAFKA_SECURITY=sasl_ssl puts the client
 # listener on TLS with SCRAM-SHA-512 users and ACLs (see secure.py).
 # Idempotent: fetches once, formats once, and reuses a broker that already answers.
+# PASSK_KAFKA_SERVER_PROPS: extra server.properties lines (key=value, one a line);
+# PASSK_KAFKA_JAVA_OPTS: extra JVM options.
 # PASSK_KAFKA_STARTED_MARK=FILE: touched only when this run started the node(s) itself, so
 # a caller (`make up`) knows whether stopping the broker later is its business.
 set -euo pipefail
@@ -25,6 +27,17 @@ python="${PYTHON:-$root/.venv/bin/python}"
 case "$security" in plaintext|sasl_ssl) ;; *)
   echo "kafka: PASSK_KAFKA_SECURITY must be plaintext or sasl_ssl, not $security" >&2; exit 2;;
 esac
+
+fetch() {
+  [ -f "$cache/.complete" ] && return 0
+  echo "kafka: fetching Apache Kafka $version and its runtime dependencies from Maven Central"
+  mkdir -p "$cache/libs"
+  mvn -q -B -f "$here/pom.xml" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$cache/libs"
+  touch "$cache/.complete"
+}
+# --fetch-only: the jars into the cache, nothing started (CI caches the directory).
+if [ "${1:-}" = --fetch-only ]; then fetch; echo "kafka: Apache Kafka $version in $cache"; exit 0; fi
 
 node_dir() { if [ "$brokers" -gt 1 ]; then echo "$data/node$1"; else echo "$data"; fi; }
 bootstrap=""; voters=""
@@ -51,13 +64,7 @@ if [ "$running" = 0 ] && ready 1 2>/dev/null; then
   echo "kafka: a broker already answers on $bootstrap; reusing it"; exit 0
 fi
 
-if [ ! -f "$cache/.complete" ]; then
-  echo "kafka: fetching Apache Kafka $version and its runtime dependencies from Maven Central"
-  mkdir -p "$cache/libs"
-  mvn -q -B -f "$here/pom.xml" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$cache/libs"
-  touch "$cache/.complete"
-fi
+fetch
 cp_="$cache/libs/*"
 
 replication=$(( brokers < 3 ? brokers : 3 ))
@@ -73,10 +80,17 @@ fi
 cluster_id=""
 for i in $(seq 1 "$brokers"); do
   [ -f "$(node_dir "$i")/log/meta.properties" ] && continue
-  cluster_id="${cluster_id:-$(java -cp "$cp_" kafka.tools.StorageTool random-uuid)}"
+  # What `StorageTool random-uuid` prints (a random UUID, URL-safe base64, no padding, not
+  # starting with "-"), without starting a JVM for it.
+  cluster_id="${cluster_id:-$("$python" -c 'import base64, uuid
+while (u := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"): pass
+print(u)')}"
 done
 java_opts() {  # node dir -> jopts
-  jopts=(-Xms256m "-Xmx$heap" -XX:+UseG1GC -Djava.awt.headless=true
+  # PASSK_KAFKA_JAVA_OPTS: more JVM options, as words (`passk ci` starts a short-lived
+  # broker with the quick compiler only, on a small machine the JIT threads' CPU is its own).
+  read -r -a extra_jopts <<< "${PASSK_KAFKA_JAVA_OPTS:-}"
+  jopts=(-Xms256m "-Xmx$heap" -XX:+UseG1GC "${extra_jopts[@]}" -Djava.awt.headless=true
          -Dkafka.logs.dir="$1/logs" -Dlog4j2.configurationFile="$here/log4j2.yaml")
 }
 # Every node configured and formatted first, then all started together, so no node waits
@@ -100,6 +114,9 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 PROPS
   fi
+  # PASSK_KAFKA_SERVER_PROPS: more server properties, one key=value per line (a later
+  # line wins); `passk ci` gives its throw-away broker one partition per internal topic.
+  if [ -n "${PASSK_KAFKA_SERVER_PROPS:-}" ]; then printf '%s\n' "$PASSK_KAFKA_SERVER_PROPS" >> "$props"; fi
   chmod 600 "$props"
   if [ ! -f "$dir/log/meta.properties" ]; then
     java_opts "$dir"

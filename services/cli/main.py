@@ -65,6 +65,7 @@ COMMAND_MODULES = (
     "services.aggregate.commands",
     "services.audit.commands",
     "services.review.commands",
+    "services.ci.commands",
 )
 
 

@@ -89,6 +89,14 @@ def trial_view(settings: Settings) -> Callable[[str], Any]:
     return lambda trial_id: open_trial(store, trial_id)
 
 
+def publish(scenarios: list[Any], settings: Settings) -> list[tuple[str, str]]:
+    """`passk scenarios publish`'s, for `passk run --publish`: every new or changed
+    scenario sent in one transaction; (id, new | updated | unchanged) of each."""
+    from services.scenarios.publish import publish_scenarios
+
+    return [(p.scenario.id, p.status) for p in publish_scenarios(scenarios, settings)]
+
+
 # The composed commands' modules, and what each `register` is handed.
 WIRED: dict[str, dict[str, Callable[..., Any]]] = {
     "services.calibration.commands": {"judge_grader": judge_grader},
@@ -97,4 +105,5 @@ WIRED: dict[str, dict[str, Callable[..., Any]]] = {
     "services.audit.commands": {"read_table": aggregate_table, "regrade": regrade_trials,
                                 "recount": recount_scenarios},
     "services.review.commands": {"trial_view": trial_view},
+    "services.harness.commands": {"publish": publish},
 }

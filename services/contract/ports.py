@@ -54,6 +54,12 @@ def ports(environ: Mapping[str, str]) -> dict[str, int]:
 def exports(environ: Mapping[str, str]) -> dict[str, str]:
     """What `make up` exports: every port, and the URLs that name them unless given."""
     found = ports(environ)
+    bootstrap = environ.get("KAFKA_BOOTSTRAP_SERVERS", "").split(",")[0].strip()
+    host, _, given = bootstrap.rpartition(":")
+    if bootstrap and not environ.get("PASSK_KAFKA_PORT", "").strip() and given.isdigit() \
+            and host in ("127.0.0.1", "localhost"):
+        # the broker the stack is told to use is the one `make kafka-up` reuses or starts
+        found["PASSK_KAFKA_PORT"] = int(given)
     out = {name: str(port) for name, port in found.items()}
     if not environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         out["KAFKA_BOOTSTRAP_SERVERS"] = f"127.0.0.1:{found['PASSK_KAFKA_PORT']}"

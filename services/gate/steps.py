@@ -46,7 +46,9 @@ class Steps(JoinSteps):
             return
         if late := self._future(event, conv.occurred_at, now):
             return await self.reject(event, late)
-        if (scenario := await self.join.scenario(event, conv.scenario_id)) is None:
+        # The version the trial was run against, when it names one (pinned): never a later.
+        if (scenario := await self.join.scenario(event, conv.scenario_id,
+                                                 conv.scenario_version)) is None:
             return
         joined = self.join.load(conv.session_id)
         decision = domain.on_conversation(joined, conv, now,
@@ -99,9 +101,9 @@ class Steps(JoinSteps):
 
     async def _grade(self, event: Record, grade: domain.Grade) -> bool:
         conv = grade.conversation
-        scenario = self.catalog.get(conv.scenario_id)
+        scenario = self.catalog.get(conv.scenario_id, conv.scenario_version)
         if scenario is None:
-            await self.reject(event, unknown_scenario(conv.scenario_id))
+            await self.reject(event, unknown_scenario(conv.scenario_id, conv.scenario_version))
             return False
         results = gates_for(conv, grade.session, scenario, waited_s=grade.waited_s)
         # Published before the trial is recorded as graded (the join's Outbox): a crash in

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,7 +23,11 @@ def _plain(console, text: str, style: str | None = None) -> None:  # type: ignor
     console.print(text, style=style, soft_wrap=True, markup=False, highlight=False)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, *,
+             publish: Callable[[Sequence[Any], Any], list[tuple[str, str]]]) -> None:
+    """`publish(scenarios, settings)`: `passk scenarios publish`'s, handed by the CLI
+    (services/cli/wiring.py), for `passk run --publish`; it returns (id, status) pairs."""
+
     @app.command()
     def run(
         scenarios: Path = typer.Option(..., "--scenarios", exists=True,
@@ -37,6 +42,9 @@ def register(app: typer.Typer) -> None:
             None, "--user-model", envvar="PASSK_USER_MODEL",
             help="model playing users without a script (default: the judge model, or the "
                  "offline stand-in when no model is configured)"),
+        publish_first: bool = typer.Option(
+            False, "--publish", help="publish the scenarios first (new or changed ones); "
+                                     "without it, an unpublished or changed scenario is exit 2"),
         wait: float | None = BROKER_WAIT,
         as_json: bool = typer.Option(False, "--json",
                                      help="print the summary as one JSON object"),
@@ -45,20 +53,17 @@ def register(app: typer.Typer) -> None:
         user, read the product's persisted session with the target's state probe, and
         publish both events per trial (trial ids <run_id>:<scenario_id>:<NNN>; trials of
         this run already in the log are skipped, so a re-run publishes nothing twice).
+        Each trial names the scenario version (content hash) it ran, and is graded
+        against that version: a scenario not published, or whose file differs from its
+        latest published version, is exit 2 naming the file, unless --publish.
         Exit 1 when a trial could not be published, 2 for invalid scenarios or target,
         4 when the broker is down, 130 when stopped (finished trials are published)."""
-        from services.contract.exits import Unreachable
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
-        from services.contract.topics import Topic, topic_name
         from services.grading.scenario_loader import validate_paths
-        from services.harness.adapters import make_client
-        from services.harness.domain import AgentError, plan_trials
-        from services.harness.log import published_trials, publisher
-        from services.harness.probes import make_probe
-        from services.harness.runner import Harness, UserFactory
+        from services.harness.play import play, unpinned, users_for
         from services.harness.target import InvalidTarget, load_target
-        from services.kafka.producer import TrafficProducer
+        from services.kafka.catalog import load_catalog
         from services.kafka.reach import require_broker
 
         settings = get_settings()
@@ -83,62 +88,37 @@ def register(app: typer.Typer) -> None:
                              f"{exc.problem}") from None
 
         require_broker(wait, settings)
-        users = UserFactory()
-        if any(s.user and s.user.script is None for s in loaded.scenarios):
-            from openai import AsyncOpenAI
-
-            stand_in = not settings.openai_api_key and not settings.openai_base_url
-            base_url = settings.openai_base_url or None
-            if stand_in:
-                base_url = f"http://127.0.0.1:{os.environ.get('PASSK_STANDIN_PORT', '8400')}/v1"
-            users = UserFactory(
-                AsyncOpenAI(base_url=base_url, api_key=settings.openai_api_key or "stand-in",
-                            max_retries=2),
-                "passk-standin" if stand_in else (user_model or settings.judge_model),
-                stand_in)
-            if stand_in:
-                _plain(err, f"users without a script are played by the offline stand-in "
-                            f"(not a model) at {base_url}", "yellow")
-
         # Kafka errors escape to services.cli: one line, exit 4.
-        done = published_trials(run_id, settings)
-        plan = plan_trials(loaded.scenarios, run_id, trials)
-        todo = [p for p in plan if p.trial_id not in done]
-        producer = TrafficProducer(settings)
-        with producer:
-            missing = producer.missing_topics([topic_name(t, settings) for t in (
-                Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
-            if missing:
-                raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
-                                  "(create them with `passk topics create`)")
+        if publish_first:
+            for scenario_id, status in publish(loaded.scenarios, settings):
+                if status != "unchanged":
+                    _plain(err, f"published {scenario_id} ({status})")
+        else:
+            stale = unpinned(loaded.scenarios, loaded.sources, load_catalog(settings))
+            if stale:
+                for problem in stale:
+                    _plain(err, str(problem), "red")
+                raise UsageError(
+                    f"{len(stale)} scenario(s) not as published: their trials would be "
+                    f"graded against another version ({', '.join(p.file for p in stale)}); "
+                    "publish them (`passk scenarios publish`, or `passk run --publish`); "
+                    "nothing was run")
+        users, stand_in = users_for(loaded.scenarios, settings, user_model)
+        if stand_in:
+            _plain(err, stand_in, "yellow")
+
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(),
+                   MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=err, transient=False) as progress:
+            task = progress.add_task(f"run {run_id}", total=None)
             try:
-                agent = make_client(chosen.agent)
-            except AgentError as exc:
-                raise UsageError(f"{target}: agent: {exc.reason}") from None
-            probe = make_probe(chosen.state)
-            columns = (TextColumn("[bold]{task.description}"), BarColumn(),
-                       MofNCompleteColumn(), TimeElapsedColumn())
-            with Progress(*columns, console=err, transient=False) as progress:
-                task = progress.add_task(f"run {run_id}", total=len(todo))
-                harness = Harness(
-                    run_id=run_id, agent=agent, probe=probe, users=users,
-                    publish=publisher(producer), timeout_s=chosen.agent.timeout_s,
-                    agent_version=agent_version, concurrency=concurrency,
+                summary = play(
+                    loaded.scenarios, chosen, run_id, settings, users=users, trials=trials,
+                    concurrency=concurrency, agent_version=agent_version,
+                    on_plan=lambda todo: progress.update(task, total=len(todo)),
                     on_trial=lambda trial_id, what: progress.advance(task))
-                harness.summary.planned = len(plan)
-                harness.summary.skipped = len(plan) - len(todo)
-
-                async def main() -> None:
-                    try:
-                        await harness.run(todo)
-                    finally:
-                        await agent.close()
-                        await probe.close()
-                        if users.model_client is not None:
-                            await users.model_client.close()
-
-                asyncio.run(main())
-            summary = harness.summary
+            except UsageError as exc:
+                raise UsageError(f"{target}: {exc}") from None
 
         table = Table(title=f"passk run {run_id}")
         table.add_column("")

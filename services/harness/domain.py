@@ -284,6 +284,7 @@ def conversation_event(finished: FinishedTrial, *, state_probe: str | None = Non
         occurred_at=finished.finished_at,
         run_id=finished.run_id,
         scenario_id=finished.planned.scenario.id,
+        scenario_version=finished.planned.scenario.version,
         trial_id=finished.planned.trial_id,
         session_id=session_id_of(finished),
         agent_version=finished.agent_version,

@@ -92,9 +92,10 @@ class Steps:
         if future := in_future(trial.occurred_at, reference, self.settings.max_clock_skew_s):
             return await self.reject(record, future)
         # A scenario published moments before its traffic may not have been read yet.
-        scenario = await self.catalog.published(trial.scenario_id)
+        scenario = await self.catalog.published(trial.scenario_id, trial.scenario_version)
         if scenario is None:
-            return await self.reject(record, unknown_scenario(trial.scenario_id))
+            return await self.reject(record, unknown_scenario(trial.scenario_id,
+                                                              trial.scenario_version))
         if scenario.skips_judges_when_gates_fail(self.settings.judge_skip_when_gates_fail):
             # Graded when the gate's JudgeRequest says how the gates went (judge_after_gates).
             self.common.events.labels(self.processor, "awaiting_gates").inc()
@@ -113,9 +114,10 @@ class Steps:
         if isinstance(request, Rejection):
             return await self.reject(record, request)
         trial = request.conversation
-        scenario = await self.catalog.published(trial.scenario_id)
+        scenario = await self.catalog.published(trial.scenario_id, trial.scenario_version)
         if scenario is None:
-            return await self.reject(record, unknown_scenario(trial.scenario_id))
+            return await self.reject(record, unknown_scenario(trial.scenario_id,
+                                                              trial.scenario_version))
         failed = [] if request.gates_passed else (request.failed_gates or ["?"])
         verdicts = await (await self.grader()).grade_after_gates(trial, scenario, failed)
         for v in verdicts:

@@ -70,19 +70,27 @@ def create_topics(settings: Settings) -> list[TopicStatus]:
         replication = replication_for(cluster_brokers(admin), settings.topic_replication)
         durability = {"min.insync.replicas": str(min_insync_for(replication))}
         existing = set(admin.list_topics())
-        statuses: list[TopicStatus] = []
-        for spec in TOPIC_SPECS:
-            name = topic_name(spec.topic, settings)
-            parts = partitions_for(spec, settings)
-            if name in existing:
-                statuses.append(TopicStatus(name, parts, False, replication))
-                continue
-            configs = {**topic_configs(spec, settings), **durability}
-            try:
-                admin.create_topics([NewTopic(name, parts, replication, topic_configs=configs)])
-                statuses.append(TopicStatus(name, parts, True, replication))
-            except TopicAlreadyExistsError:  # created concurrently by another caller
-                statuses.append(TopicStatus(name, parts, False, replication))
+        wanted = [(topic_name(spec.topic, settings), partitions_for(spec, settings),
+                   {**topic_configs(spec, settings), **durability}) for spec in TOPIC_SPECS]
+        missing = [(name, parts, configs) for name, parts, configs in wanted
+                   if name not in existing]
+        made: set[str] = set()
+        try:
+            # All in one request: a fresh broker gets its few dozen topics in one round trip.
+            if missing:
+                admin.create_topics([NewTopic(name, parts, replication, topic_configs=configs)
+                                     for name, parts, configs in missing])
+                made = {name for name, _, _ in missing}
+        except TopicAlreadyExistsError:  # some created concurrently by another caller
+            for name, parts, configs in missing:
+                try:
+                    admin.create_topics([NewTopic(name, parts, replication,
+                                                  topic_configs=configs)])
+                    made.add(name)
+                except TopicAlreadyExistsError:
+                    pass
+        statuses = [TopicStatus(name, parts, name in made, replication)
+                    for name, parts, _ in wanted]
         await_served(admin, [s.name for s in statuses if s.created])
         return statuses
     finally:

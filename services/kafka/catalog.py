@@ -43,9 +43,14 @@ SCENARIO_GRACE_S = 3.0
 
 
 def unknown_scenario(scenario_id: str, version: str | None = None) -> Rejection:
-    """Why an input naming a scenario (version) never published is a dead letter."""
-    named = f"scenario {scenario_id!r}" + (f" version {version!r}" if version is not None else "")
-    return Rejection("unknown_scenario", f"{named} is not published on the scenarios topic")
+    """Why an input naming a scenario (version) never published is a dead letter:
+    `unknown_scenario` for an id alone, `unknown_scenario_version` when it names the
+    version it was run (or graded) against."""
+    if version is None:
+        return Rejection("unknown_scenario",
+                         f"scenario {scenario_id!r} is not published on the scenarios topic")
+    return Rejection("unknown_scenario_version", f"scenario {scenario_id!r} version {version!r} "
+                     "is not published on the scenarios topic")
 
 
 class CatalogUnavailable(RuntimeError):

@@ -32,8 +32,12 @@ def scan(settings: Settings, topic: str, on_batch: Batch, *, since_ms: int | Non
          progress: Progress | None = None) -> dict[int, int]:
     """Hand every record of `topic` (from `since_ms`, log time, when given) to `on_batch`,
     up to the end offsets taken at the start. Returns those end offsets by partition."""
+    # The fetch buffers bounded too (kafka-python's default lets one fetch hold 50 MB):
+    # what a scan holds does not grow with the topic.
     consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=None,
                              enable_auto_commit=False, max_poll_records=BATCH,
+                             fetch_max_bytes=4 * 1024 * 1024,
+                             max_partition_fetch_bytes=1024 * 1024,
                              isolation_level="read_committed")
     try:
         partitions = consumer.partitions_for_topic(topic)

@@ -25,46 +25,30 @@ if TYPE_CHECKING:
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
-RUN_WINDOWS = 24  # windows per scenario and size in the report page's over-time section
-
-
 def _known(runs: list[str]) -> str:
     """The first ten runs the projection knows, for the message about one it does not."""
     return ", ".join(runs[:10]) + (", …" if len(runs) > 10 else "") or "none"
 
 
 def _load_report(run_id: str, database_url: str | None) -> tuple[RunReport, list[str], str]:
-    """The run's report, the runs the projection knows (for a helpful error), its URL."""
     from services.contract.settings import get_settings
-    from services.report.domain import build_report, previous_run
-    from services.storage.store import Store
+    from services.report.load import load_report
 
-    # A store that cannot be reached escapes as OperationalError: exit 4 (services.cli).
     settings = get_settings()
-    store = Store(database_url or settings.database_url)
-    try:
-        trials = store.trials(run_id)
-        before = previous_run(run_id, store.run_scenarios()) if trials else None
-        judges = store.judge_verdicts(run_id) if trials else []
-        report = build_report(run_id, trials, before, judges, _prices())
-        return report, ([] if trials else store.runs()), redacted(store.url)
-    finally:
-        store.close()
+    return load_report(run_id, database_url or settings.database_url, settings)
 
 
 def _prices() -> Prices:
     from services.contract.settings import get_settings
-    from services.report.judge_cost import Prices
+    from services.report.load import prices
 
-    settings = get_settings()
-    return Prices(settings.judge_price_per_mtok_in, settings.judge_price_per_mtok_out)
+    return prices(get_settings())
 
 
 def _own(trial: TrialRecord, kept: TranscriptRecord | None) -> TranscriptRecord | None:
-    """The kept transcript if it is this trial's (not another's that reused the id)."""
-    from services.storage.records import of_trial
+    from services.report.load import own
 
-    return kept if kept is not None and of_trial(trial, kept) else None
+    return own(trial, kept)
 
 
 def open_trial(store: Store, trial_id: str) -> TrialView | None:
@@ -81,26 +65,6 @@ def open_trial(store: Store, trial_id: str) -> TrialView | None:
                       _own(trial, store.transcript(trial_id)), _prices())
 
 
-def _opened_trials(run_id: str, database_url: str | None) -> tuple[list[TrialView], int]:
-    """The trials the report page expands (services.report.trial_view.page_trials)."""
-    from services.contract.settings import get_settings
-    from services.report.trial_view import build_view, page_trials
-    from services.storage.records import of_trial
-    from services.storage.store import Store
-
-    store = Store(database_url or get_settings().database_url)
-    try:
-        chosen, left_out = page_trials(store.trials(run_id))
-        ids = {t.trial_id for t in chosen}
-        gates = [g for g in store.gate_results(run_id) if g.trial_id in ids]
-        judges = [j for j in store.judge_verdicts(run_id) if j.trial_id in ids]
-        kept = store.transcripts(ids)
-        prices = _prices()
-        return [build_view(t, [g for g in gates if g.trial_id == t.trial_id and of_trial(t, g)],
-                           [j for j in judges if j.trial_id == t.trial_id and of_trial(t, j)],
-                           _own(t, kept.get(t.trial_id)), prices) for t in chosen], left_out
-    finally:
-        store.close()
 
 
 def register(app: typer.Typer) -> None:
@@ -154,21 +118,13 @@ def register(app: typer.Typer) -> None:
         else:
             print_report(result, console())
         if html is not None:
-            from datetime import UTC, datetime
-
             from services.contract.settings import get_settings
-            from services.report.html import render_html
-            from services.report.over_time import run_section
-            from services.report.windows import load_windows
+            from services.report.load import report_page
 
-            over_time = run_section(load_windows(
-                database_url or get_settings().database_url, RUN_WINDOWS, None,
-                [s.scenario_id for s in result.scenarios]))
-            opened, not_opened = _opened_trials(run_id, database_url)
+            settings = get_settings()
             try:
-                html.write_text(render_html(result, generated_at=datetime.now(UTC),
-                                            over_time=over_time, opened=opened,
-                                            not_opened=not_opened), encoding="utf-8")
+                html.write_text(report_page(result, database_url or settings.database_url,
+                                            settings), encoding="utf-8")
             except OSError as exc:
                 raise UsageError(f"cannot write {html}: {exc}") from exc
             console(stderr=True).print(f"report page: {html.resolve()}", soft_wrap=True)

@@ -9,8 +9,9 @@ compared as medians to spot cost drift; they never make a regression.
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
+from services.grading.estimators import pass_hat_k_median
 from services.report.domain import RunReport, ScenarioReport
 
 
@@ -26,6 +27,13 @@ class RunFigures(BaseModel):
     tokens_median: float | None
     turns_median: float | None
     duration_s_median: float | None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pass_hat_k_median(self) -> float:
+        """The posterior median of pass^k: what is shown beside the interval (it always
+        lies in it; the unbiased pass_hat_k need not)."""
+        return pass_hat_k_median(self.n, self.passed, self.k)
 
     @classmethod
     def of(cls, scenario: ScenarioReport) -> RunFigures:

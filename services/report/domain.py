@@ -30,6 +30,9 @@ class ScenarioReport(ReliabilityFigures):
     pass_hat_k_lower: float = 0.0
     pass_hat_k_upper: float = 1.0
     completion: str = "product"  # conversation: graded without a state gate
+    # The scenario versions (content hashes) its trials were graded against: one, unless
+    # the scenario changed during the run.
+    scenario_versions: list[str] = []
     # Tracked, never gating: medians over the trials that reported them.
     tokens_median: float | None = None
     turns_median: float | None = None
@@ -146,6 +149,8 @@ def scenario_report(run_id: str, scenario_id: str, trials: Sequence[TrialRecord]
         pass_hat_k_upper=upper,
         completion="conversation" if any(t.completion == "conversation" for t in mine)
         else "product",
+        scenario_versions=sorted({t.scenario_version for t in trials
+                                  if t.scenario_id == scenario_id and t.run_id == run_id}),
         tokens_median=_median([t.tokens for t in mine]),
         turns_median=_median([t.turns for t in mine]),
         duration_s_median=_median([t.duration_s for t in mine]),

@@ -86,6 +86,10 @@ def print_report(report: RunReport, console: Console) -> None:
     if report.judge_cost is not None:
         for line in cost_lines(report.judge_cost):
             console.print(escape(line), soft_wrap=True)
+    versions = ", ".join(f"{s.scenario_id}@{'+'.join(s.scenario_versions)}"
+                         for s in report.scenarios if s.scenario_versions)
+    if versions:
+        console.print(f"scenario versions graded: {escape(versions)}", soft_wrap=True)
     if report.previous_run:
         console.print(
             f"previous run of these scenarios: {escape(report.previous_run)} "
@@ -106,10 +110,16 @@ def print_gate(decision: GateDecision, console: Console) -> None:
     console.print(f"[{style}]{escape(decision.message)}[/{style}]", soft_wrap=True)
 
 
+def interval(median: float, lower: float, upper: float) -> str:
+    """A figure beside its interval: the posterior median, which lies in it (rounded
+    alike, so the text never shows it outside)."""
+    return f"{median:.2f} [{lower:.2f}, {upper:.2f}]"
+
+
 def _interval(f: RunFigures | None) -> str:
     if f is None:
         return "—"
-    return f"{figure(f.pass_hat_k)} [{f.pass_hat_k_lower:.2f}, {f.pass_hat_k_upper:.2f}]"
+    return interval(f.pass_hat_k_median, f.pass_hat_k_lower, f.pass_hat_k_upper)
 
 
 def _medians(change: ScenarioChange, field: str, unit: str = "") -> str:
@@ -122,12 +132,13 @@ def _medians(change: ScenarioChange, field: str, unit: str = "") -> str:
 
 def print_comparison(comparison: Comparison, console: Console) -> None:
     table = Table(
-        title=f"{comparison.run} against {comparison.base_run}: pass^k [90% credible interval]"
+        title=f"{comparison.run} against {comparison.base_run}: pass^k, posterior median "
+              "[90% credible interval]"
     )
     table.add_column("scenario", overflow="fold", min_width=12)
     table.add_column(f"base {comparison.base_run}", overflow="fold", min_width=12)
     table.add_column(f"run {comparison.run}", overflow="fold", min_width=12)
-    table.add_column("change", justify="right", no_wrap=True)
+    table.add_column("pass^k change", justify="right", no_wrap=True)
     table.add_column("regressed?", justify="center", no_wrap=True)
     costs = Table(title="tracked, never gating: medians, base → run")
     costs.add_column("scenario", overflow="fold", min_width=12)

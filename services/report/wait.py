@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,30 @@ def compare(expected: list[dict[str, Any]], actual: dict[str, str]) -> list[tupl
     ]
 
 
+def await_verdicts(database_url: str, run_id: str, total: int, *, timeout: float,
+                   poll_s: float = 1.0, check: Callable[[], None] = lambda: None,
+                   on_count: Callable[[int], None] = lambda n: None) -> dict[str, str]:
+    """Each trial's outcome once `total` trials of the run have their verdict in the
+    projection, or what there is when `timeout` s have passed (the caller tells). `check`
+    runs before each look: it raises to give up early (a worker that died)."""
+    from services.storage.store import Store
+
+    store = Store(database_url)
+    outcomes: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            check()
+            if store.has_schema():
+                outcomes = {t.trial_id: t.outcome for t in store.trials(run_id)}
+            on_count(min(len(outcomes), total))
+            if len(outcomes) >= total or time.monotonic() >= deadline:
+                return outcomes
+            time.sleep(min(poll_s, max(deadline - time.monotonic(), 0)))
+    finally:
+        store.close()
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def wait(
@@ -37,26 +62,18 @@ def register(app: typer.Typer) -> None:
         """Wait until every trial of a run has its verdict in the projection."""
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
-        from services.storage.store import Store
 
         console = make_console()
         wanted = json.loads(expected.read_text())["trials"] if expected else None
         total = len(wanted) if wanted is not None else trials
         if not total:
             raise typer.BadParameter("give --expected or --trials")
-        store = Store(get_settings().database_url)
-        outcomes: dict[str, str] = {}
-        deadline = time.monotonic() + timeout
         columns = (TextColumn("verdicts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("verdicts", total=total)
-            while time.monotonic() < deadline:
-                if store.has_schema():
-                    outcomes = {t.trial_id: t.outcome for t in store.trials(run_id)}
-                progress.update(task, completed=min(len(outcomes), total))
-                if len(outcomes) >= total:
-                    break
-                time.sleep(1.0)
+            outcomes = await_verdicts(
+                get_settings().database_url, run_id, total, timeout=timeout,
+                on_count=lambda n: progress.update(task, completed=n))
         if len(outcomes) < total:
             make_console(stderr=True).print(
                 f"[red]error: timed out after {timeout:g} s: {len(outcomes)} of {total} "

@@ -169,7 +169,7 @@ def test_a_misbehaving_agent_ends_its_trials_with_the_reason_and_the_rest_go_on(
     with reference_product(tmp_path, plan) as (port, db):
         result = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
                         str(target(tmp_path, port, db, "http", timeout_s=2)),
-                        "--run-id", run_id, "--concurrency", "8", "--json")
+                        "--run-id", run_id, "--concurrency", "8", "--json", "--publish")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     events = {e["trial_id"]: e for e in _conversations(settings, run_id, 17)}
@@ -207,7 +207,8 @@ def test_same_run_id_adds_nothing_and_sigint_leaves_no_half_trial(
         target_file = target(tmp_path, port, db, "http", timeout_s=120)
         proc = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "run", "--scenarios", str(SCENARIOS),
-             "--target", str(target_file), "--run-id", run_id, "--concurrency", "17", "--json"],
+             "--target", str(target_file), "--run-id", run_id, "--concurrency", "17", "--json",
+             "--publish"],
             cwd=ROOT, env=isolated_env(settings), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
         # 17 trials; trials 2 and 3 of the four debriefs hang (8); the quick questions close
@@ -234,12 +235,14 @@ def test_same_run_id_adds_nothing_and_sigint_leaves_no_half_trial(
     # The same run id again (the product fixed): only the missing trials run.
     with reference_product(tmp_path / "second", {}) as (port, db):
         second = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
-                        str(target(tmp_path, port, db, "http")), "--run-id", run_id, "--json")
+                        str(target(tmp_path, port, db, "http")), "--run-id", run_id, "--json",
+                        "--publish")
         assert second.returncode == 0, second.stderr
         again = json.loads(second.stdout)
         assert (again["skipped"], again["run"], again["published"]) == (9, 8, 8), again
         third = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
-                       str(target(tmp_path, port, db, "http")), "--run-id", run_id, "--json")
+                       str(target(tmp_path, port, db, "http")), "--run-id", run_id, "--json",
+                        "--publish")
         assert third.returncode == 0, third.stderr
         done = json.loads(third.stdout)
         assert (done["skipped"], done["run"], done["published"]) == (17, 0, 0), done

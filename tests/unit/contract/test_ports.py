@@ -21,6 +21,10 @@ def test_a_port_of_its_own_wins_over_the_offset() -> None:
     assert found["PASSK_REVIEW_PORT"] == "0"  # not started
     assert found["PASSK_AGENT_PORT"] == "8700"
     assert "KAFKA_BOOTSTRAP_SERVERS" not in found  # given: left alone
+    assert found["PASSK_KAFKA_PORT"] == "9192"  # a remote broker: make kafka-up's own
+    shared = exports({"PASSK_PORT_OFFSET": "100",
+                      "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092"})
+    assert shared["PASSK_KAFKA_PORT"] == "9092"  # a local one given: the one reused
     assert found["PASSK_PROMETHEUS_URL"] == "http://127.0.0.1:9190"
 
 

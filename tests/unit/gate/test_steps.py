@@ -200,4 +200,25 @@ async def test_a_regrade_of_an_unpublished_version_is_a_dead_letter() -> None:
         scenario_version="never", session_id=conv.session_id, attempt=2, conversation=conv)
     await gate.steps.regrade(record(REGRADE, encode(request)))
     assert gate.log.kinds() == ["reject"]
-    assert gate.log.reasons() == ["unknown_scenario"]
+    assert gate.log.reasons() == ["unknown_scenario_version"]
+
+
+async def test_a_pinned_conversation_is_graded_against_its_version_not_the_latest() -> None:
+    old = scenario()
+    new = scenario(expected_exit="handed_off")  # published later: the latest
+    assert old.version != new.version
+    gate = Gate(old, new)
+    pinned = conversation("t1", scenario_version=old.version)
+    await gate.steps.on_conversation(record(CONV, encode(pinned)))
+    await gate.steps.on_session(record(SESS, encode(session("t1"))))
+    assert {r["scenario_version"] for r in gate.sent()} == {old.version}
+    assert all(r["passed"] for r in gate.sent())  # the old expected exit, product_closed
+
+
+async def test_a_conversation_pinned_to_a_version_never_published_is_refused() -> None:
+    gate = Gate()
+    await gate.steps.on_conversation(record(CONV, encode(
+        conversation("t1", scenario_version="0123456789abcdef"))))
+    assert gate.log.reasons() == ["unknown_scenario_version"]
+    assert "'0123456789abcdef'" in gate.reject.sent[0][1].detail
+    assert gate.join.states == {} and gate.sent() == []

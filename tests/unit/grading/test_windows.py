@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.grading.windows import WindowSize, parse_windows, rfc3339
 from services.contract.settings import Settings
+from services.grading.windows import WindowSize, parse_windows, rfc3339
 
 
 def ts(text: str) -> float:

@@ -101,6 +101,8 @@ def test_events_carry_deterministic_ids_metrics_tokens_and_checks() -> None:
     again = conversation_event(_finished(conv))
     assert event.event_id == again.event_id == "run:run:s1:002:conversation"
     assert event.session_id == "S1" and event.trial_id == "run:s1:002"
+    # pinned: the hash of the scenario version the trial was run against
+    assert event.scenario_version == scenario().version and event.scenario_version
     assert event.metrics is not None
     assert (event.metrics.turns, event.metrics.input_tokens, event.metrics.output_tokens) == \
         (4, 15, 4)

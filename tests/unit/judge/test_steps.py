@@ -240,7 +240,7 @@ async def test_a_regrade_sends_its_verdicts_under_the_attempt_with_new_event_ids
 async def test_a_regrade_of_a_version_never_published_is_refused() -> None:
     judge = Judge()
     await judge.steps.regrade(record(regrade_request("not-a-version")))
-    assert judge.reasons() == ["unknown_scenario"]
+    assert judge.reasons() == ["unknown_scenario_version"]
     assert "'not-a-version'" in judge.rejected[0][1].detail
     assert judge.sent == [] and judge.counted("regraded") == 0
 
@@ -263,3 +263,20 @@ async def test_no_judge_is_noted_before_the_catalog_is_read() -> None:
     judge = Judge(catalog_ready=False)
     await judge.steps.known_judges()
     assert judge.known == []
+
+
+async def test_a_pinned_trial_is_graded_against_the_version_it_names() -> None:
+    judge = Judge()
+    await judge.steps.judge_trial(record(encode(conversation(
+        "t9", scenario_version=SCENARIO.version))))
+    assert judge.catalog.asked == [(SCENARIO.id, SCENARIO.version)]
+    assert judge.grader.graded == [("t9", SCENARIO.id)] and judge.rejected == []
+
+
+async def test_a_trial_pinned_to_a_version_never_published_is_refused_unjudged() -> None:
+    judge = Judge()
+    await judge.steps.judge_trial(record(encode(conversation(
+        "t9", scenario_version="0123456789abcdef"))))
+    assert judge.reasons() == ["unknown_scenario_version"]
+    assert "'0123456789abcdef'" in judge.rejected[0][1].detail
+    assert judge.sent == [] and judge.grader.graded == [] and judge.made == 0

@@ -45,6 +45,7 @@ async def test_a_version_never_published_is_none_after_the_grace() -> None:
 def test_the_refusal_names_the_scenario_and_the_version_when_one_was_named() -> None:
     bare = unknown_scenario("refund")
     versioned = unknown_scenario("refund", "v7")
-    assert bare.reason == versioned.reason == "unknown_scenario"
+    assert bare.reason == "unknown_scenario"
+    assert versioned.reason == "unknown_scenario_version"
     assert "'refund'" in bare.detail and "version" not in bare.detail
     assert "'refund' version 'v7'" in versioned.detail

@@ -131,3 +131,29 @@ def test_the_report_names_the_previous_run_of_the_same_scenarios(projection: str
     assert json.loads(done.output)["previous_run"] == "build-41"
     first = passk("report", "--run-id", "build-41", "--json", "--database-url", projection)
     assert json.loads(first.output)["previous_run"] is None
+
+
+@pytest.mark.parametrize(("passed", "n"), [(3, 3), (0, 3), (10, 10), (2, 10), (5, 7)])
+def test_the_figure_beside_each_interval_lies_in_it(passed: int, n: int) -> None:
+    """3 of 3 at k=3 printed `1.000 [0.11, 0.96]`: the unbiased pass^k beside an interval
+    that does not hold it. The figure shown is the posterior median, inside it."""
+    import re
+
+    from rich.console import Console
+
+    from services.report.render import print_comparison
+
+    comparison = compare_runs(report("base", ("s", passed, n)), report("new", ("s", passed, n)))
+    [change] = comparison.scenarios
+    assert change.run is not None
+    figures = change.run
+    assert figures.pass_hat_k_lower <= figures.pass_hat_k_median <= figures.pass_hat_k_upper
+    console = Console(width=250, record=True)
+    print_comparison(comparison, console)
+    shown = re.findall(r"(\d\.\d+) \[(\d\.\d+), (\d\.\d+)\]", console.export_text())
+    assert len(shown) == 2  # base and run
+    for figure, lower, upper in shown:
+        assert float(lower) <= float(figure) <= float(upper), (figure, lower, upper)
+    if (passed, n) == (3, 3):  # the case the trial found
+        assert figures.pass_hat_k == 1.0 and ("0.59", "0.11", "0.96") in shown
+    assert "pass_hat_k_median" in comparison.model_dump()["scenarios"][0]["run"]

@@ -98,8 +98,10 @@ def test_json_has_exactly_the_documented_shape() -> None:
     assert [list(s) for s in data["scenarios"]] == [[
         "scenario_id", "k", "n", "passed", "failed", "errors", "pass_at_k", "pass_hat_k",
         "scenario_passed", "pass_hat_k_lower", "pass_hat_k_upper", "completion",
-        "tokens_median", "turns_median", "duration_s_median",
+        "scenario_versions", "tokens_median", "turns_median", "duration_s_median",
     ]] * 2
+    # each scenario names the versions its trials were graded against
+    assert all(len(s["scenario_versions"]) == 1 for s in data["scenarios"])
     assert [list(t) for t in data["trials"]] == [
         ["trial_id", "scenario_id", "outcome", "failed_checks", "exit_reason", "exit_source",
          "completion", "tokens", "turns", "duration_s", "checks_passed", "advisory_checks",

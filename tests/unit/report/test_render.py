@@ -66,3 +66,4 @@ def test_the_report_explains_flakiness_exits_and_the_previous_run() -> None:
     assert "graded without a state gate (completion: conversation): chat" in text
     assert "exits checked: 1 from the harness, 2 from the persisted session" in text
     assert "previous run of these scenarios: run-0" in text
+    assert "scenario versions graded: chat@v1, s@v1" in text  # what each trial was run against

@@ -129,7 +129,7 @@ async def test_an_undecodable_result_is_a_dead_letter_and_nothing_else() -> None
 async def test_a_result_of_an_unpublished_scenario_version_is_refused() -> None:
     verdict = Verdict()
     await verdict.feed(record(GATES, encode(gate_result("exit", version="never"))))
-    assert verdict.log.reasons() == ["unknown_scenario"]
+    assert verdict.log.reasons() == ["unknown_scenario_version"]
     assert verdict.join.states == {}
 
 

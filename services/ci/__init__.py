@@ -1,0 +1,1 @@
+"""`passk ci`: gate a pull request in one command (docs/ci.md)."""

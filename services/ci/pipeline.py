@@ -1,0 +1,234 @@
+"""`passk ci` as a use case: scenarios and a target in; what was run, its report, the deploy
+gate's decision and the comparison with a baseline out. Rendering (JUnit, Markdown, JSON,
+the report page) is services/ci/render.py's; the command only writes what it is asked to.
+
+    validate (scenarios, target, baseline)       nothing started yet: exit 2 stays cheap
+    broker: the one that answers, else its own   services/ci/stack.py
+    publish the scenarios (always)               so every trial is pinned to its file
+    start the missing workers, run the trials    the conversations overlap the group joins
+    wait for every verdict, gate, compare        services/report
+    stop what it started                         also on failure and SIGINT/SIGTERM
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from services.ci.stack import CI_PROCESSORS, Stack, stack_for, start_workers
+from services.contract.exits import NothingToJudge, Unreachable, UsageError
+from services.contract.settings import Settings
+from services.report.compare import Comparison, compare_runs
+from services.report.domain import GateDecision, RunReport, gate_decision
+
+Say = Callable[[str], None]
+
+
+def process_age_s() -> float:
+    """How long this process has run (the interpreter's start and the CLI's imports
+    count as ci's own time too); 0 where /proc does not say."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+
+
+def default_run_id(now: datetime | None = None) -> str:
+    return f"ci-{(now or datetime.now(UTC)).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+@dataclass(frozen=True)
+class CiOptions:
+    scenarios: Path
+    target: Path
+    run_id: str
+    trials: int = 0
+    concurrency: int = 4
+    agent_version: str | None = None
+    user_model: str | None = None
+    baseline: str | None = None
+    fail_on_regression: bool = False
+    verdict_timeout_s: float = 600.0
+
+
+@dataclass
+class CiResult:
+    run_id: str
+    report: RunReport
+    decision: GateDecision
+    exit_code: int
+    scenario_versions: dict[str, str]  # scenario id -> the content hash every trial ran
+    sources: dict[str, str]  # scenario id -> its file
+    published: dict[str, str]  # scenario id -> new | updated | unchanged
+    comparison: Comparison | None = None
+    regressions: list[str] = field(default_factory=list)
+    own_broker: bool = False
+    started: list[str] = field(default_factory=list)  # what ci started (and stopped)
+    reused: list[str] = field(default_factory=list)  # processors it found running
+    timings: dict[str, float] = field(default_factory=dict)  # seconds, by phase
+
+    @property
+    def gate_passed(self) -> bool:
+        return self.exit_code == 0
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM: everything started is stopped, then exit 130."""
+
+
+@contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """SIGTERM (and SIGINT) raise Stopped in the main thread, so the stack's `finally`
+    stops what was started; the harness installs its own handlers while it plays."""
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in before:
+        signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _reinstall(handler_of: dict[signal.Signals, Any]) -> None:
+    for sig, handler in handler_of.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: None,
+           on_trial: Callable[[str, str], None] = lambda trial_id, what: None) -> CiResult:
+    """Everything `passk ci` does but writing its outputs. Raises UsageError (2),
+    NothingToJudge (3), Unreachable (4) and Stopped (130) with everything stopped."""
+    from services.grading.scenario_loader import validate_paths
+    from services.harness.target import InvalidTarget, load_target
+
+    began = time.monotonic()
+    timings: dict[str, float] = {"startup_s": process_age_s()}
+    loaded = validate_paths([options.scenarios])
+    if loaded.errors:
+        raise UsageError(f"{len(loaded.errors)} problem(s) in {options.scenarios}: "
+                         + "; ".join(str(e) for e in loaded.errors[:5]) + "; nothing was run")
+    for warning in loaded.warnings:
+        say(f"warning: {warning}")
+    if not loaded.scenarios:
+        raise UsageError(f"no scenario in {options.scenarios}")
+    without_user = [s.id for s in loaded.scenarios if s.user is None]
+    if without_user:
+        raise UsageError(f"{options.scenarios}: scenario(s) without a `user:` section, so no "
+                         f"user to play: {', '.join(without_user)}; nothing was run")
+    try:
+        target = load_target(options.target, os.environ)
+    except InvalidTarget as exc:
+        raise UsageError(f"invalid target file {exc.file}: field {exc.field}: "
+                         f"{exc.problem}") from None
+    versions = {s.id: str(s.version) for s in loaded.scenarios}
+    baseline: list[RunReport] = []
+
+    def meanwhile() -> None:
+        """While a broker of its own boots: the rest of ci's imports, and the baseline
+        (an unknown one is exit 2; the broker just started is stopped with the stack)."""
+        from services.report.load import load_report
+
+        if options.baseline:
+            base, runs, url = load_report(options.baseline, settings.database_url, settings)
+            if not base.trials:
+                raise UsageError(
+                    f"--baseline {options.baseline!r}: no trial verdicts in the projection "
+                    f"({url}). Known runs: {', '.join(runs[:10]) or 'none'}")
+            baseline.append(base)
+        import services.harness.play  # noqa: F401
+        import services.report.wait  # noqa: F401
+        import services.scenarios.publish  # noqa: F401
+
+    with stack_for(settings, say=say, meanwhile=meanwhile) as stack:
+        from services.harness.play import play, users_for
+        from services.report.wait import await_verdicts
+        from services.scenarios.publish import publish_scenarios
+
+        base = baseline[0] if baseline else None
+        timings.update(stack.timings)
+        mark = time.monotonic()
+        published: dict[str, str] = {
+            p.scenario.id: str(p.status)
+            for p in publish_scenarios(loaded.scenarios, stack.settings)}
+        changed = [f"{sid} ({status})" for sid, status in published.items()
+                   if status != "unchanged"]
+        say(f"ci: published {', '.join(changed)}" if changed
+            else "ci: every scenario already published as it is")
+        timings["publish_s"] = time.monotonic() - mark
+        mark = time.monotonic()
+        start_workers(stack, say, CI_PROCESSORS)
+        timings["workers_spawn_s"] = time.monotonic() - mark
+        users, stand_in = users_for(loaded.scenarios, stack.settings, options.user_model,
+                                    stack.standin_url)
+        if stand_in:
+            say(stand_in)
+        if stack.standin is not None and users.model_client is not None:
+            from services.ci.stack import wait_listening
+
+            port = int((stack.standin_url or "").rsplit(":", 1)[1].split("/")[0])
+            wait_listening(port, stack.standin, 60)
+        mark = time.monotonic()
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            summary = play(loaded.scenarios, target, options.run_id, stack.settings,
+                           users=users, trials=options.trials, concurrency=options.concurrency,
+                           agent_version=options.agent_version, on_trial=on_trial)
+        finally:
+            _reinstall(handlers)  # the harness's loop leaves SIG_DFL behind for SIGTERM
+        timings["conversations_s"] = time.monotonic() - mark
+        if summary.interrupted:
+            raise Stopped(f"{summary.interrupted} trial(s) not run")
+        if summary.not_published:
+            raise Unreachable(f"{summary.not_published} trial(s) could not be published: "
+                              f"{summary.errors[0][1] if summary.errors else ''}; run the "
+                              "same --run-id again to retry them")
+        expected = summary.published + summary.skipped
+        mark = time.monotonic()
+        outcomes = await_verdicts(
+            settings.database_url, options.run_id, expected,
+            timeout=options.verdict_timeout_s, poll_s=0.2, check=stack.check)
+        timings["last_verdict_s"] = time.monotonic() - mark
+        if len(outcomes) < expected:
+            raise Unreachable(f"timed out after {options.verdict_timeout_s:g} s: "
+                              f"{len(outcomes)} of {expected} trials have a verdict")
+        result = _decide(options, settings, base, versions, loaded.sources, published, stack)
+    timings.update({k: v for k, v in stack.timings.items() if k == "teardown_s"})
+    timings["total_s"] = timings["startup_s"] + time.monotonic() - began
+    timings["own_s"] = timings["total_s"] - timings.get("conversations_s", 0.0)
+    result.timings = timings
+    return result
+
+
+def _decide(options: CiOptions, settings: Settings, base: RunReport | None,
+            versions: dict[str, str], sources: dict[str, str], published: dict[str, str],
+            stack: Stack) -> CiResult:
+    from services.report.load import load_report
+
+    report, _, url = load_report(options.run_id, settings.database_url, settings)
+    if not report.trials:
+        raise NothingToJudge(f"run {options.run_id!r} has no trial verdicts ({url})")
+    decision = gate_decision(report)
+    comparison = compare_runs(base, report) if base is not None else None
+    regressions = comparison.regressions if comparison else []
+    code = decision.exit_code
+    if code == 0 and options.fail_on_regression and regressions:
+        code = 1
+    return CiResult(
+        run_id=options.run_id, report=report, decision=decision, exit_code=code,
+        scenario_versions=versions, sources=sources, published=published,
+        comparison=comparison, regressions=regressions, own_broker=stack.own_broker,
+        started=[p.name for p in stack.started], reused=list(stack.reused))

@@ -1,0 +1,212 @@
+"""What `passk ci` writes where reviewers look: JUnit XML for the CI system's test view, a
+Markdown pull-request comment, and one JSON object. Pure: a CiResult in, text out.
+
+JUnit: `<testsuites>` holding one `<testsuite name="passk">`, one `<testcase
+classname="passk.<run_id>" name="<scenario_id>">` per scenario: a `<failure>` for a
+scenario that did not pass (its text names each failed check, how many trials it failed
+and its first reason), an `<error>` for one with fewer judged trials than k. `tests`,
+`failures` and `errors` on both elements count exactly those.
+
+Markdown: a heading naming the run and the gate's answer, then one row per scenario:
+`scenario | verdict | pass^k | 90% interval | pass@k | passed/n | vs baseline | failing
+checks`. The interval cell leads with the posterior median of pass^k, which lies in it
+(the pass^k column is the unbiased estimate the gate reads). "vs baseline" is marked
+only when `passk compare` calls the scenario confidently worse. At most 65,536
+characters (GitHub's comment limit): the longest cells are cut first, then rows.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from services.ci.pipeline import CiResult
+from services.report.compare import ScenarioChange
+from services.report.domain import (
+    CheckFailures,
+    ScenarioReport,
+    rank_failing_checks,
+    report_json,
+)
+from services.report.render import interval
+
+COMMENT_LIMIT = 65_536
+# The sticky comment's marker: the action finds its own comment by it (infra/ci/comment.sh).
+MARKER = "<!-- passk-ci -->"
+ELLIPSIS = "…"
+COLUMNS = ("scenario", "verdict", "pass^k", "90% interval", "pass@k", "passed/n",
+           "vs baseline", "failing checks")
+
+
+def failing_checks(result: CiResult, scenario_id: str) -> list[CheckFailures]:
+    return rank_failing_checks([t for t in result.report.trials if t.scenario_id == scenario_id])
+
+
+def _figure(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def verdict(scenario: ScenarioReport) -> str:
+    return "PASS" if scenario.scenario_passed else "FAIL"
+
+
+def interval_of(scenario: ScenarioReport) -> str:
+    from services.grading.estimators import pass_hat_k_median
+
+    median = pass_hat_k_median(scenario.n, scenario.passed, scenario.k)
+    return interval(median, scenario.pass_hat_k_lower, scenario.pass_hat_k_upper)
+
+
+# ------------------------------------------------------------------------------ JUnit
+
+
+def junit_xml(result: CiResult) -> str:
+    suites = ET.Element("testsuites", name=f"passk ci {result.run_id}")
+    suite = ET.SubElement(suites, "testsuite", name="passk")
+    failures = errors = 0
+    for s in result.report.scenarios:
+        case = ET.SubElement(suite, "testcase", classname=f"passk.{result.run_id}",
+                             name=s.scenario_id)
+        figures = (f"pass^k={_figure(s.pass_hat_k)} (90% interval "
+                   f"[{s.pass_hat_k_lower:.2f}, {s.pass_hat_k_upper:.2f}]), "
+                   f"pass@k={_figure(s.pass_at_k)}, {s.passed}/{s.n} passed, k={s.k}")
+        checks = failing_checks(result, s.scenario_id)
+        if s.insufficient:
+            errors += 1
+            ET.SubElement(case, "error", message=f"insufficient trials: {s.n} of "
+                          f"k={s.k} judged", type="insufficient_trials").text = figures
+        elif not s.scenario_passed:
+            failures += 1
+            named = ", ".join(f"{c.check} x{c.failures}" for c in checks) or "no check named"
+            failure = ET.SubElement(case, "failure", message=f"{figures}; failed: {named}",
+                                    type="not_reliable")
+            failure.text = "\n".join(
+                [figures] + [f"{c.check}: failed {c.failures} trial(s); first reason: "
+                             f"{c.example_reason}" for c in checks])
+        version = result.scenario_versions.get(s.scenario_id) or ", ".join(s.scenario_versions)
+        ET.SubElement(case, "system-out").text = (
+            f"{figures}\nscenario version {version}"
+            + (f" ({result.sources[s.scenario_id]})" if s.scenario_id in result.sources else ""))
+    tests = str(len(result.report.scenarios))
+    for element in (suites, suite):
+        element.set("tests", tests)
+        element.set("failures", str(failures))
+        element.set("errors", str(errors))
+    suite.set("skipped", "0")
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# ------------------------------------------------------------------------------ Markdown
+
+
+def _cell(text: str) -> str:
+    """One table cell: no line breaks, pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _cut(text: str, at: int) -> str:
+    return text if len(text) <= at else text[:max(at - 1, 0)].rstrip() + ELLIPSIS
+
+
+def baseline_cell(change: ScenarioChange | None) -> str:
+    """Marked only when confidently worse; otherwise the move, said to be noise."""
+    if change is None:
+        return "—"
+    if change.base is None:
+        return "new"
+    if change.regression:
+        moved = f" {change.change:+.2f}" if change.change is not None else ""
+        return f"**▼ worse{moved}** (confidently)"
+    if change.change is None:
+        return "—"
+    return f"{change.change:+.2f} (within noise)"
+
+
+def _checks_cell(checks: list[CheckFailures]) -> str:
+    return "; ".join(f"`{c.check}` ×{c.failures}: {c.example_reason}" for c in checks)
+
+
+def markdown(result: CiResult, limit: int = COMMENT_LIMIT) -> str:
+    changes = {c.scenario_id: c for c in result.comparison.scenarios} if result.comparison \
+        else {}
+    passed = result.exit_code == 0
+    head = [MARKER,
+            f"## passk ci `{result.run_id}`: {'✅ PASS' if passed else '❌ FAIL'} "
+            f"(exit {result.exit_code})", "",
+            _cell(result.decision.message)]
+    if result.comparison is not None:
+        worse = result.regressions
+        head.append("")
+        head.append(f"Against baseline `{result.comparison.base_run}`: "
+                    + (f"**confidently worse: {', '.join(worse)}**" if worse
+                       else "no scenario confidently worse"))
+    head += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    fixed: list[list[str]] = []  # per row: every cell but the last two free-text ones
+    free: list[list[str]] = []  # per row: [scenario-with-version, failing checks]
+    for s in result.report.scenarios:
+        version = result.scenario_versions.get(s.scenario_id) or ",".join(s.scenario_versions)
+        name = f"`{s.scenario_id}` @{version[:12]}" if version else f"`{s.scenario_id}`"
+        fixed.append([
+            verdict(s) if not s.insufficient else "FAIL (insufficient trials)",
+            _figure(s.pass_hat_k), interval_of(s), _figure(s.pass_at_k), f"{s.passed}/{s.n}",
+            baseline_cell(changes.get(s.scenario_id) if result.comparison else None)])
+        free.append([name, _checks_cell(failing_checks(result, s.scenario_id))])
+    foot = ["", "pass^k: the unbiased estimate the gate reads; the interval: 90% credible "
+                "(Beta posterior), led by its posterior median. Versions: the content hash "
+                "of the scenario every trial ran."]
+    notes = [_cell(line) for line in result.decision.advisory]
+    if notes:
+        foot += ["", "<details><summary>advisory (not counted)</summary>", ""]
+        foot += [f"- {n}" for n in notes] + ["", "</details>"]
+
+    def build(cap: int, rows: int) -> str:
+        lines = list(head)
+        for fixed_cells, (name, checks) in list(zip(fixed, free, strict=True))[:rows]:
+            cells = [_cell(_cut(name, max(cap, 40))), *[_cell(c) for c in fixed_cells],
+                     _cell(_cut(checks, cap))]
+            lines.append("| " + " | ".join(cells) + " |")
+        if rows < len(fixed):
+            lines.append(f"\n… and {len(fixed) - rows} more scenario(s): see the JUnit file "
+                         "and the report page")
+        tail = [_cut(line, cap) for line in foot]
+        return "\n".join(lines + tail) + "\n"
+
+    longest = max([len(c) for row in free for c in row] + [len(line) for line in foot] + [1])
+    rows = len(fixed)
+    text = build(longest, rows)
+    if len(text) <= limit:
+        return text
+    # The longest parts first: the largest cap every cell can keep within the limit.
+    low, high = 40, longest
+    while low < high:
+        mid = (low + high + 1) // 2
+        if len(build(mid, rows)) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    text = build(low, rows)
+    while len(text) > limit and rows > 0:  # even short cells do not fit: fewer rows
+        rows -= 1
+        text = build(low, rows)
+    return text if len(text) <= limit else _cut(text, limit)
+
+
+# ------------------------------------------------------------------------------ JSON
+
+
+def ci_json(result: CiResult) -> dict[str, Any]:
+    """`passk report --json`'s object, plus the gate, the scenario versions, the baseline
+    comparison and what ci ran on."""
+    data = report_json(result.report)
+    data["gate"] = {"passed": result.exit_code == 0, "exit_code": result.exit_code,
+                    "message": result.decision.message}
+    data["scenario_versions"] = dict(sorted(result.scenario_versions.items()))
+    if result.comparison is not None:
+        compared = result.comparison.model_dump()
+        compared["regressions"] = result.regressions
+        data["baseline"] = compared
+    data["ci"] = {"own_broker": result.own_broker, "started": result.started,
+                  "reused": result.reused, "published": result.published,
+                  "timings_s": {k: round(v, 2) for k, v in result.timings.items()}}
+    return data

@@ -1,0 +1,138 @@
+"""What `passk ci` writes for reviewers, from a result built of real reports: JUnit that
+parses with attributes that add up, a Markdown comment with one row per scenario under
+GitHub's limit (the longest parts cut first), the baseline marked only when confidently
+worse, and the JSON object."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from services.ci.pipeline import CiResult
+from services.ci.render import COLUMNS, MARKER, ci_json, junit_xml, markdown
+from services.report.compare import compare_runs
+from services.report.domain import build_report, gate_decision
+from services.storage.records import trial_record
+from tests.unit.storage import factories as f
+
+
+def rows(run: str, scenario: str, passed: int, n: int, k: int = 3,
+         failed: list[tuple[str, str]] | None = None):  # type: ignore[no-untyped-def]
+    return [trial_record(f.verdict(
+        f"{run}:{scenario}:{i:03d}", "passed" if i < passed else "failed", run_id=run,
+        scenario_id=scenario, k=k, version=f"{scenario}-hash", when=i,
+        failed=None if i < passed else failed)) for i in range(n)]
+
+
+def result(run: str, *specs, base=None) -> CiResult:  # type: ignore[no-untyped-def]
+    report = build_report(run, [r for spec in specs for r in rows(run, *spec)])
+    decision = gate_decision(report)
+    comparison = compare_runs(base, report) if base is not None else None
+    return CiResult(
+        run_id=run, report=report, decision=decision, exit_code=decision.exit_code,
+        scenario_versions={s.scenario_id: f"{s.scenario_id}-hash" for s in report.scenarios},
+        sources={s.scenario_id: f"scenarios/{s.scenario_id}.yaml" for s in report.scenarios},
+        published={}, comparison=comparison,
+        regressions=comparison.regressions if comparison else [])
+
+
+FAILS = [("gate:state", "billability: path not found"), ("judge:polite", "was rude")]
+
+
+def test_junit_parses_one_testcase_per_scenario_and_its_attributes_add_up() -> None:
+    done = result("ci-1", ("steady", 5, 5), ("flaky", 3, 5, 3, FAILS), ("thin", 2, 2))
+    root = ET.fromstring(junit_xml(done))
+    assert root.tag == "testsuites"
+    [suite] = root.findall("testsuite")
+    assert suite.get("name") == "passk"
+    cases = suite.findall("testcase")
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [
+        ("passk.ci-1", "flaky"), ("passk.ci-1", "steady"), ("passk.ci-1", "thin")]
+    failures = [c for c in cases if c.find("failure") is not None]
+    errors = [c for c in cases if c.find("error") is not None]
+    assert [c.get("name") for c in failures] == ["flaky"]
+    assert [c.get("name") for c in errors] == ["thin"]  # 2 trials, k=3: insufficient
+    for element in (root, suite):
+        assert element.get("tests") == str(len(cases)) == "3"
+        assert element.get("failures") == str(len(failures)) == "1"
+        assert element.get("errors") == str(len(errors)) == "1"
+    failure = failures[0].find("failure")
+    assert failure is not None and failure.text is not None
+    assert "gate:state x2" in (failure.get("message") or "")
+    # each failed check named, with how many trials it failed and its first reason
+    assert "gate:state: failed 2 trial(s); first reason: billability: path not found" \
+        in failure.text
+    assert "judge:polite: failed 2 trial(s); first reason: was rude" in failure.text
+    assert "flaky-hash" in (failures[0].findtext("system-out") or "")
+
+
+def test_junit_of_a_passing_run_has_no_failure() -> None:
+    root = ET.fromstring(junit_xml(result("ci-2", ("a", 3, 3), ("b", 4, 4))))
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "0", "0")
+    assert root.find(".//failure") is None and root.find(".//error") is None
+
+
+def _table(text: str) -> list[list[str]]:
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
+
+
+def test_markdown_has_the_columns_and_one_row_per_scenario() -> None:
+    done = result("ci-3", ("steady", 5, 5), ("flaky", 3, 5, 3, FAILS))
+    text = markdown(done)
+    assert text.startswith(MARKER)
+    assert "`ci-3`" in text.splitlines()[1] and "FAIL" in text.splitlines()[1]
+    header, *body = _table(text)
+    assert tuple(header) == COLUMNS
+    assert [r[0] for r in body] == ["`flaky` @flaky-hash", "`steady` @steady-hash"]
+    flaky = dict(zip(COLUMNS, body[0], strict=True))
+    assert (flaky["verdict"], flaky["passed/n"]) == ("FAIL", "3/5")
+    assert "`gate:state` ×2: billability: path not found" in flaky["failing checks"]
+    # the figure leading the interval lies in it
+    figure, bounds = flaky["90% interval"].split(" [")
+    lower, upper = (float(x) for x in bounds.rstrip("]").split(", "))
+    assert lower <= float(figure) <= upper
+    assert dict(zip(COLUMNS, body[1], strict=True))["verdict"] == "PASS"
+
+
+def test_the_baseline_is_marked_only_when_confidently_worse() -> None:
+    base = build_report("base", rows("base", "falls", 10, 10) + rows("base", "wobbles", 10, 10))
+    done = result("ci-4", ("falls", 2, 10, 3, FAILS), ("wobbles", 9, 10, 3, FAILS), base=base)
+    body = {r[0].split()[0]: dict(zip(COLUMNS, r, strict=True)) for r in _table(markdown(done))[1:]}
+    assert "**▼ worse" in body["`falls`"]["vs baseline"]
+    assert "confidently" in body["`falls`"]["vs baseline"]
+    assert "▼" not in body["`wobbles`"]["vs baseline"]
+    assert "within noise" in body["`wobbles`"]["vs baseline"]
+    assert "confidently worse: falls" in markdown(done)
+    assert ci_json(done)["baseline"]["regressions"] == ["falls"]
+
+
+def test_markdown_stays_under_the_limit_cutting_the_longest_parts_first() -> None:
+    huge = [("gate:state", "x" * 200_000)]
+    short = [("gate:exit", "closed early")]
+    specs = [(f"s{i:03d}", 1, 3, 3, huge if i % 2 else short) for i in range(60)]
+    text = markdown(result("ci-5", *specs))
+    assert len(text) <= 65_536
+    body = _table(text)[1:]
+    assert len(body) == 60  # every scenario keeps its row
+    cells = {r[0].split()[0]: r[-1] for r in body}
+    assert cells["`s000`"] == "`gate:exit` ×2: closed early"  # short parts untouched
+    assert cells["`s001`"].endswith("…") and len(cells["`s001`"]) < 2000
+    cut = markdown(result("ci-6", *specs[:4]), limit=1200)  # cells cut, every row kept
+    assert len(cut) <= 1200 and len(_table(cut)) == 5
+    tiny = markdown(result("ci-6", *specs[:4]), limit=600)  # then rows go, said so
+    assert len(tiny) <= 600 and "more scenario(s)" in tiny and len(_table(tiny)) < 5
+
+
+def test_markdown_cells_never_break_the_table() -> None:
+    text = markdown(result("ci-7", ("pipes", 0, 3, 3, [("gate:state", "a | b\nc")])))
+    [row] = _table(text)[1:]
+    assert len(row) == len(COLUMNS) and "a \\| b c" in row[-1]
+
+
+def test_json_is_the_report_plus_the_gate_and_the_versions(tmp_path: Path) -> None:
+    data = ci_json(result("ci-8", ("a", 3, 3), ("b", 0, 3)))
+    assert data["run_id"] == "ci-8" and [s["scenario_id"] for s in data["scenarios"]] == ["a", "b"]
+    assert data["gate"] == {"passed": False, "exit_code": 1, "message": data["gate"]["message"]}
+    assert data["scenario_versions"] == {"a": "a-hash", "b": "b-hash"}
+    assert "trials" in data and "baseline" not in data
