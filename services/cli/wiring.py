@@ -98,3 +98,9 @@ WIRED: dict[str, dict[str, Callable[..., Any]]] = {
                                 "recount": recount_scenarios},
     "services.review.commands": {"trial_view": trial_view},
 }
+
+# The servers that compose two processors (`passk worker NAME`): what each app's `build`
+# is handed besides the settings.
+WIRED_APPS: dict[str, dict[str, Callable[..., Any]]] = {
+    "services.audit.app": {"read_table": aggregate_table},
+}
