@@ -27,7 +27,7 @@ AuditOnce = Callable[[], AuditReport]
 
 def unaccounted_by_stage(report: AuditReport) -> dict[str, int]:
     """Every stage, with how many of the report's unaccounted entries stopped there."""
-    counts = dict.fromkeys(STAGES, 0)
+    counts: dict[str, int] = dict.fromkeys(STAGES, 0)
     for u in report.unaccounted:
         counts[u.stopped_at] += 1
     return counts
