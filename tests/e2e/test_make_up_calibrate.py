@@ -13,13 +13,14 @@ import os
 import stat
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from services.contract.processors import WORKERS
-from tests.e2e.conftest import free_port, free_port_block
-from tests.support import ROOT, new_prefix
+from services.contract.processors import metrics_ports
+from tests.e2e.conftest import METRICS_BLOCK, free_port, free_port_block
+from tests.support import ROOT, new_prefix, wait_for
 
 
 def broker_answers(env: dict[str, str]) -> bool:
@@ -43,7 +44,8 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
         PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
         PASSK_STANDIN_PORT=str(free_port()),
         PASSK_REVIEW_PORT=str(free_port()),  # the review app, as make up serves it
-        PASSK_METRICS_PORT_BASE=str(free_port_block(len(WORKERS))),
+        PASSK_METRICS_PORT_BASE=str(free_port_block(METRICS_BLOCK)),
+        PASSK_AGENT_PORT=str(free_port()),
         PASSK_PROMETHEUS_URL=f"http://127.0.0.1:{free_port()}",
         PASSK_ALERTMANAGER_URL=f"http://127.0.0.1:{free_port()}",
         PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
@@ -62,6 +64,23 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
         body = written.read_text()
         assert "PASSK_WITNESS_URL=postgresql://db/passk?user=u&password=***" in body, body
         assert "hunter2" not in body and "OPENAI_API_KEY" not in body
+
+        # The continuous auditor runs under supervisord with the workers, on its /metrics
+        # port, and its audits of the (empty) log end clean.
+        audit_port = metrics_ports(["audit"], int(env["PASSK_METRICS_PORT_BASE"]))["audit"]
+
+        def audited() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{audit_port}/metrics",
+                                            timeout=5) as answer:
+                    text = answer.read().decode()
+            except OSError:
+                return False
+            return 'passk_audit_runs_total{result="clean"} 0.0' not in text and \
+                'passk_audit_runs_total{result="clean"}' in text
+
+        wait_for(audited, timeout=180, interval=1.0,
+                 what=f"the supervised auditor ending a clean audit (:{audit_port}/metrics)")
 
         # Another shell: none of `make up`'s OPENAI_* exports.
         calibrate = subprocess.run(
