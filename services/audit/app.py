@@ -48,6 +48,10 @@ class AuditWorker:
     def main(self) -> None:
         level = self.settings.log_level.upper()
         logging.basicConfig(level=level if level in logging._nameToLevel else "WARNING")
+        # kafka-python logs each scan's consumers closing (a metadata refresh cancelled, a
+        # socket closed under a read, slow selector tasks): lines every round, none a
+        # finding. An audit that fails is logged below with its exception, and counted.
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
         auditor = make_auditor(self.settings, self.audit_settings, self.read_table)
         if self.settings.metrics_port:
             serve_metrics(self.settings.metrics_port, REGISTRY, self.settings.metrics_host)
