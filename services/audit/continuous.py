@@ -26,11 +26,9 @@ AuditOnce = Callable[[], AuditReport]
 
 
 def unaccounted_by_stage(report: AuditReport) -> dict[str, int]:
-    """Every stage, with how many of the report's unaccounted entries stopped there."""
-    counts: dict[str, int] = dict.fromkeys(STAGES, 0)
-    for u in report.unaccounted:
-        counts[u.stopped_at] += 1
-    return counts
+    """Every stage, with how many trials (and counts off on their own) stopped there: the
+    report's full counts, not its list, which holds only the first ones."""
+    return {stage: report.unaccounted_by_stage.get(stage, 0) for stage in STAGES}
 
 
 @dataclass
@@ -74,10 +72,11 @@ class Auditor:
             m.last_clean.set(ended)
         m.runs.labels("clean" if report.clean else "unclean").inc()
         if not report.clean:
+            by_stage = unaccounted_by_stage(report)
             log.warning("audit: %d unaccounted (%s), %d counts off, of %d trials; "
-                        "`passk audit` lists them", len(report.unaccounted),
-                        ", ".join(f"{s} {n}" for s, n in unaccounted_by_stage(report).items()
-                                  if n), len(report.scopes), report.trials)
+                        "`passk audit` lists them", sum(by_stage.values()),
+                        ", ".join(f"{s} {n}" for s, n in by_stage.items() if n),
+                        len(report.scopes), report.trials)
         return report
 
     def run(self) -> None:

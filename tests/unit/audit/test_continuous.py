@@ -17,12 +17,16 @@ def clean(trials: int = 10) -> AuditReport:
     return AuditReport(clean=True, trials=trials, stages={})
 
 
-def lost(*stages: str, scopes: int = 0) -> AuditReport:
+def lost(*stages: str, scopes: int = 0, listed: int | None = None) -> AuditReport:
+    """A report of trials lost at `stages`, listing the first `listed` of them (all)."""
+    by_stage = dict.fromkeys(STAGES, 0)
+    for s in stages:
+        by_stage[s] += 1
     return AuditReport(
-        clean=False, trials=10, stages={}, in_flight=2,
+        clean=False, trials=10, stages={}, in_flight=2, unaccounted_by_stage=by_stage,
         unaccounted=[Unaccounted(trial_id=f"t{i}" if s != "aggregate_window" else None,
                                  run_id="r", scenario_id="s", stopped_at=s, detail="")
-                     for i, s in enumerate(stages)],  # type: ignore[arg-type]
+                     for i, s in enumerate(stages[:listed])],  # type: ignore[arg-type]
         scopes=[ScopeMismatch(scenario_id="s", scope="1h", run_id=None, window_start=0,
                               counted=Counts(passed=1), expected=Counts(passed=2))] * scopes)
 
@@ -145,6 +149,12 @@ def test_a_long_audit_is_followed_at_once_a_short_one_an_interval_after_it_began
 
 def test_unaccounted_by_stage_names_every_stage() -> None:
     assert unaccounted_by_stage(clean()) == dict.fromkeys(STAGES, 0)
+
+
+def test_the_gauge_counts_every_lost_trial_not_only_those_the_report_lists() -> None:
+    registry = CollectorRegistry()
+    auditor(Fake(lost(*["judge"] * 12_000, listed=10_000)), registry, [1.0]).round()
+    assert sample(registry, "passk_audit_unaccounted_trials", stage="judge") == 12_000
 
 
 @pytest.mark.parametrize("name", ["passk_audit_unaccounted_trials",
