@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
@@ -65,7 +66,7 @@ def test_a_round_reads_its_period_and_counts_only_trials_past_their_grace(
         registry = CollectorRegistry()
         audit_settings = AuditSettings(PASSK_AUDIT_PERIOD_S=str(period_s),  # type: ignore[call-arg]
                                        PASSK_AUDIT_GRACE_S=str(grace_s))
-        report = make_auditor(settings, audit_settings, lambda _: NoTable(),
+        report = make_auditor(settings, audit_settings, lambda _settings, _scratch: NoTable(),
                               registry).round()
         assert report is not None
         return registry, report
@@ -93,7 +94,7 @@ def test_a_round_reads_its_period_and_counts_only_trials_past_their_grace(
 def test_a_round_that_cannot_read_is_counted_failed(settings: Settings) -> None:
     registry = CollectorRegistry()
 
-    def broken(_: Settings) -> NoTable:
+    def broken(_settings: Settings, _scratch: Path) -> NoTable:
         raise RuntimeError("the aggregate's changelog could not be read")
 
     auditor = make_auditor(settings, AuditSettings(), broken, registry)
