@@ -81,7 +81,7 @@ def register(app: typer.Typer, *, read_table: TableReader, regrade: Regrader,
         count in its run and windows. Lists each trial that stopped short and where, and
         each count that differs from its verdicts. Exit 0 clean (also after a repair that
         left it clean), 1 something unaccounted, 3 nothing to audit."""
-        from services.audit.reconcile import Scope, audit_until_clean
+        from services.audit.reconcile import Scope, audit_until_clean, default_grace_s
         from services.audit.reconcile import audit as audit_log
         from services.audit.reconcile import repair as repair_log
         from services.contract.settings import get_settings
@@ -97,7 +97,7 @@ def register(app: typer.Typer, *, read_table: TableReader, regrade: Regrader,
         settings = get_settings()
         require_broker(wait, settings)
         if grace is None:
-            grace = settings.session_wait_s + settings.judge_wait_s + 60
+            grace = default_grace_s(settings)
         scope = Scope(run_id=run_id, since_s=since_s, grace_s=grace)
         with audit_log(settings, scope, read_table) as audited:
             report = audited.report

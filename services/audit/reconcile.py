@@ -37,6 +37,12 @@ READ = (  # (topic, how the ledger folds it, read from `since` less the clock sk
 )
 
 
+def default_grace_s(settings: Settings) -> float:
+    """How long a trial may still be in flight: the pipeline's deadlines (the gate's wait
+    for its session, the verdict's for its judges) and a minute for the records between."""
+    return settings.session_wait_s + settings.judge_wait_s + 60
+
+
 @dataclass(frozen=True)
 class Scope:
     run_id: str | None = None

@@ -107,3 +107,9 @@ WIRED: dict[str, dict[str, Callable[..., Any]]] = {
     "services.review.commands": {"trial_view": trial_view},
     "services.harness.commands": {"publish": publish},
 }
+
+# The servers that compose two processors (`passk worker NAME`): what each app's `build`
+# is handed besides the settings.
+WIRED_APPS: dict[str, dict[str, Callable[..., Any]]] = {
+    "services.audit.app": {"read_table": aggregate_table},
+}

@@ -58,7 +58,7 @@ class ProcessorSpec:
     outputs: tuple[Topic, ...] = ()
     # What it reads besides its inputs, its ticks and its changelogs (the scenario
     # catalog, the calibrations it gates on).
-    read_backs: tuple[Topic, ...] = ()
+    read_backs: tuple[TopicRef, ...] = ()
     # Inputs one agent joins by key: a key must land on the same partition number in each,
     # and in the tick topic and the tables' changelogs the join writes with it.
     joined: tuple[Topic, ...] = ()
@@ -184,6 +184,15 @@ _REGISTRY: tuple[ProcessorSpec, ...] = (
         inputs=(Topic.CONVERSATION_FINISHED, Topic.JUDGE_VERDICTS, Topic.GATE_RESULTS,
                 Topic.TRIAL_VERDICTS),
         outputs=(Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
+    ),
+    ProcessorSpec(
+        # the continuous auditor (services/audit/app.py): `passk audit --since` every
+        # interval, from the start of each topic's period, in no consumer group; it
+        # consumes nothing and writes nothing
+        "audit", Kind.SERVER, metrics_offset=7,
+        read_backs=(Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
+                    Topic.TRIAL_VERDICTS, Topic.DEAD_LETTERS, Topic.SCENARIOS,
+                    Changelog("aggregate", "aggregate-state")),
     ),
 )
 

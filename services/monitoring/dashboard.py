@@ -202,6 +202,22 @@ PANELS: tuple[PanelSpec, ...] = (
                "{{processor}} {{note}}"),),
         unit="ops",
     ),
+    PanelSpec(
+        "Unaccounted trials (audit)",
+        "Trials the continuous auditor found stopped short past their deadlines, by the first "
+        "stage they did not reach; 0 everywhere is the pipeline's promise kept. "
+        "PasskTrialsUnaccounted fires on any above 0 for 5 minutes; `passk audit` names them.",
+        (Query("sum by (stage) (passk_audit_unaccounted_trials)", "{{stage}}"),),
+        bars=True,
+    ),
+    PanelSpec(
+        "Since the last clean audit",
+        "How long ago an audit last found every trial of its period accounted for; it grows "
+        "while trials are unaccounted, or while audits fail (PasskAuditStale).",
+        (Query("time() - max(passk_audit_last_clean_timestamp_seconds > 0)",
+               "since the last clean audit"),),
+        unit="s",
+    ),
 )
 
 

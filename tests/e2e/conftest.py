@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from services.cli.status import processor_status
+from services.contract.processors import PROCESSORS as REGISTRY
 from services.contract.processors import WORKERS, metrics_ports
 from services.contract.settings import Settings
 from services.contract.topics import Topic
@@ -38,6 +39,9 @@ from tests.support import (
 )
 
 PROCESSORS = list(WORKERS)
+# Ports a pipeline keeps for /metrics: one per processor of the registry, servers too (the
+# auditor a test starts serves on base + its offset, as under `make up`).
+METRICS_BLOCK = max(spec.metrics_offset for spec in REGISTRY.values()) + 1
 BIN = Path(sys.executable).parent  # supervisord and supervisorctl, installed with passk
 
 
@@ -153,6 +157,24 @@ class Pipeline:
         finally:
             if replay.poll() is None:
                 replay.kill()
+
+    @contextmanager
+    def auditing(self, **env: str) -> Iterator[int]:
+        """`passk worker audit` (the continuous auditor `make up` supervises) on this
+        pipeline for the duration of a block, with `env` added (PASSK_AUDIT_*); yields its
+        /metrics port. Stopped after the block, so a shared pipeline keeps nothing of it."""
+        port = self.metrics_port("audit")
+        self.start("audit", "worker", "audit", env={"PASSK_METRICS_PORT": str(port), **env})
+        try:
+            yield port
+        finally:
+            proc = self.procs.pop("audit")
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crash: no shutdown hooks, no final commit."""
@@ -270,7 +292,7 @@ def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str], 
     )
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
-    p = Pipeline(settings, env, logs, metrics_base=free_port_block(len(PROCESSORS)),
+    p = Pipeline(settings, env, logs, metrics_base=free_port_block(METRICS_BLOCK),
                  worker_env={name: dict(extra) for name, extra in (worker_env or {}).items()})
     p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
     for name in processors:

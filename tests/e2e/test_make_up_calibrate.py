@@ -13,12 +13,14 @@ import os
 import stat
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from services.contract.processors import WORKERS
-from tests.support import ROOT, new_prefix
+from services.contract.ports import ports
+from services.contract.processors import WORKERS, metrics_ports
+from tests.support import ROOT, new_prefix, wait_for
 
 
 def broker_answers(env: dict[str, str]) -> bool:
@@ -89,6 +91,24 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
         body = written.read_text()
         assert "PASSK_WITNESS_URL=postgresql://db/passk?user=u&password=***" in body, body
         assert "hunter2" not in body and "OPENAI_API_KEY" not in body
+
+        # The continuous auditor runs under supervisord with the workers, on its /metrics
+        # port, and its audits of the (empty) log end clean.
+        audit_port = metrics_ports(["audit"], ports(env)["PASSK_METRICS_PORT_BASE"])["audit"]
+
+        def audited() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{audit_port}/metrics",
+                                            timeout=5) as answer:
+                    text = answer.read().decode()
+            except OSError:
+                return False
+            return 'passk_audit_runs_total{result="clean"} 0.0' not in text and \
+                'passk_audit_runs_total{result="clean"}' in text
+
+        wait_for(audited, timeout=180, interval=1.0,
+                 what=f"the supervised auditor ending a clean audit (:{audit_port}/metrics)")
+
 
         # Another shell: none of `make up`'s exports, not even the offset or the prefix.
         status = subprocess.run(

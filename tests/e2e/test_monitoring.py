@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -79,7 +80,11 @@ def test_rules_and_panels_name_only_metrics_the_workers_export(shared_pipeline: 
         port = pipeline.metrics_port(name)
         texts[name] = wait_for(lambda port=port: _try_scrape(port), timeout=60,
                                what=f"{name} serving /metrics on {port}")
-    exported = set().union(*(exported_names(t) for t in texts.values()))
+    # and the continuous auditor's, a server `make up` supervises beside the workers
+    with pipeline.auditing(PASSK_AUDIT_INTERVAL_S="5") as audit_port:
+        audited = wait_for(lambda: _try_scrape(audit_port), timeout=60,
+                           what=f"the auditor serving /metrics on {audit_port}")
+    exported = set().union(*(exported_names(t) for t in [*texts.values(), audited]))
     # stream health is on every worker, not only on some
     for name, text in texts.items():
         assert {"passk_consumer_lag", "passk_events_total"} <= exported_names(text), name
@@ -89,7 +94,23 @@ def test_rules_and_panels_name_only_metrics_the_workers_export(shared_pipeline: 
     assert not missing, f"rules/panels name metrics no worker exports: {sorted(missing)}"
     # and the check has teeth: what it reads covers the main figures
     assert {m for _, e in used for m in named_metrics(e)} >= {
-        "passk_scenario_pass_hat_k", "passk_consumer_lag", "passk_dead_letters_total"}
+        "passk_scenario_pass_hat_k", "passk_consumer_lag", "passk_dead_letters_total",
+        "passk_audit_unaccounted_trials"}
+
+
+def wait_seeing(check: Callable[[], tuple[bool, object]], *, timeout: float, what: str
+                ) -> None:
+    """wait_for a check that returns (done, what it saw); a timeout names the last seen."""
+    seen: dict[str, object] = {}
+
+    def poll() -> bool:
+        done, seen["last"] = check()
+        return done
+
+    try:
+        wait_for(poll, timeout=timeout, interval=1.0, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen.get('last')!r}") from None
 
 
 def _try_scrape(port: int) -> str | None:
@@ -220,6 +241,11 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
     pipeline: Pipeline, monitoring: Monitoring, webhook: Webhook, tmp_path: Path
 ) -> None:
     began = time.time()
+    # The continuous auditor too, as `make up` runs it (its panels need its figures):
+    # stopped with the pipeline.
+    pipeline.start("audit", "worker", "audit", env={
+        "PASSK_METRICS_PORT": str(pipeline.metrics_port("audit")),
+        "PASSK_AUDIT_INTERVAL_S": "2", "PASSK_AUDIT_GRACE_S": "30"})
     _ok(pipeline.passk("scenarios", "publish", str(SCENARIOS)))
     # Four hours of event time, one batch per epoch-aligned hour; in the last one the
     # degrading scenario passes a fifth of its trials, the others all of theirs.
@@ -302,9 +328,117 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
     ids = {t["trial_id"] for e in expected for t in e["trials"]}
     assert not {v for r in series for v in r["metric"].values()} & ids
 
+    # The auditor accounts for every trial sent (the broken record is no trial), and its
+    # alert stays quiet.
+    sent = sum(len(e["trials"]) for e in expected)
+
+    def audited_clean() -> tuple[bool, dict[str, list[float]]]:
+        figures = {q: [float(r["value"][1]) for r in monitoring.query(q)] for q in (
+            "sum(passk_audit_unaccounted_trials)", "passk_audit_trials",
+            "passk_audit_in_flight_trials", "passk_audit_last_clean_timestamp_seconds")}
+        clean = figures["passk_audit_last_clean_timestamp_seconds"]
+        return figures == {"sum(passk_audit_unaccounted_trials)": [0.0],
+                           "passk_audit_trials": [float(sent)],
+                           "passk_audit_in_flight_trials": [0.0],
+                           "passk_audit_last_clean_timestamp_seconds": clean
+                           } and len(clean) == 1 and clean[0] > began, figures
+
+    wait_seeing(audited_clean, timeout=180, what=f"the auditor clean over all {sent} trials")
+    assert not [a for a in monitoring.alerts()
+                if a["labels"]["alertname"] in ("PasskTrialsUnaccounted", "PasskAuditStale")]
+
     # Every dashboard panel's query returns data from this Prometheus.
     empty = [
         (title, expr) for title, expr in dashboard_queries(build_dashboard())
         if not monitoring.query_range(expr, began, time.time())
     ]
     assert not empty, f"panels with no data: {empty}"
+
+
+def test_a_trial_lost_on_purpose_fires_the_audit_alert_at_the_webhook(
+    pipeline: Pipeline, webhook: Webhook, tmp_path: Path
+) -> None:
+    """The continuous auditor on a live pipeline: clean while every trial is accounted for;
+    a projection row deleted by hand (the sink never writes it again) makes that trial
+    unaccounted at `projection`, PasskTrialsUnaccounted reaches Alertmanager's webhook,
+    and `passk audit --repair` puts the row back, so the alert resolves."""
+    run_id, trials = "audit-alert", 3
+    # The grace is the pipeline's deadlines, as under `make up` (here 5 s of session wait
+    # and 60 s of judge wait, plus 60 s): no trial still being graded is taken for lost.
+    # Scrapes every 3 s (each may take that long): a scrape of a busy auditor that timed
+    # out at 1 s would mark its series stale and restart the alert's `for:`.
+    with pipeline.auditing(PASSK_AUDIT_INTERVAL_S="5", PASSK_AUDIT_PERIOD_S="3600"), \
+            monitoring_stack(pipeline, webhook, tmp_path, scrape_s=3) as monitoring:
+        _ok(pipeline.passk("scenarios", "publish", str(SCENARIOS)))
+        traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
+        _ok(pipeline.passk(
+            "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id, "--out",
+            str(traffic), "--expected", str(expected_file), "--trials", str(trials),
+            "--default-pass-prob", "1.0", "--quirk-rate", "session_missing=0", "--seed", "29"))
+        _ok(pipeline.passk("replay", str(traffic)))
+        expected = json.loads(expected_file.read_text())
+        sent = len(expected["trials"])
+        _ok(pipeline.passk("wait", "--run-id", run_id, "--expected", str(expected_file),
+                           "--timeout", "300"))
+        pipeline.wait_settled(timeout=300)
+
+        def figure(query: str) -> list[float]:
+            return [float(r["value"][1]) for r in monitoring.query(query)]
+
+        # Every trial past its grace and accounted for, by an audit Prometheus scraped.
+        def clean() -> tuple[bool, object]:
+            seen = (figure("passk_audit_trials"), figure("passk_audit_in_flight_trials"),
+                    figure("sum(passk_audit_unaccounted_trials)"))
+            return seen == ([float(sent)], [0.0], [0.0]), seen
+
+        wait_seeing(clean, timeout=300, what=f"a clean audit of all {sent} trials, none in "
+                                            "flight")
+        assert not webhook.firing("PasskTrialsUnaccounted")
+
+        # Lose one on purpose: its projection row goes.
+        lost = expected["trials"][0]["trial_id"]
+        database = pipeline.settings.database_url.removeprefix("sqlite:///")
+        with sqlite3.connect(database) as db:
+            assert db.execute("DELETE FROM trials WHERE trial_id = ?", (lost,)).rowcount == 1
+
+        def projection_short() -> tuple[bool, object]:
+            found = figure('passk_audit_unaccounted_trials{stage="projection"}')
+            return found == [1.0], {"found": found,
+                                    "audit took": figure("passk_audit_duration_seconds")}
+
+        wait_seeing(projection_short, timeout=180,
+                    what="the auditor finding the projection short")
+
+        def delivered() -> tuple[bool, object]:
+            return bool(webhook.firing("PasskTrialsUnaccounted")), {
+                "alerts": [(a["labels"]["alertname"], a["state"]) for a in monitoring.alerts()],
+                "audit up": figure('up{job="passk-audit"}'),
+                "projection": figure('passk_audit_unaccounted_trials{stage="projection"}')}
+
+        wait_seeing(delivered, timeout=180,
+                    what="Alertmanager delivering PasskTrialsUnaccounted")
+        firing = webhook.firing("PasskTrialsUnaccounted")
+        assert {a["labels"]["stage"] for a in firing} == {"projection"}
+        assert firing[0]["labels"]["severity"] == "page"
+        assert firing[0]["annotations"]["summary"] == (
+            "1 trials unaccounted past their deadlines, stopped at projection")
+
+        # What the operator does (docs/operations.md): the audit names the trial, the
+        # repair puts its row back and audits again, clean.
+        found = pipeline.passk("audit", "--since", "1h", "--json")
+        assert found.returncode == 1, found.stdout + found.stderr
+        report = json.loads(found.stdout)
+        assert [(u["trial_id"], u["stopped_at"]) for u in report["unaccounted"]] == [
+            (lost, "projection")]
+        repaired = pipeline.passk("audit", "--since", "1h", "--repair", "--json")
+        assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+        assert json.loads(repaired.stdout)["repaired"]["reprojected"] == 1
+
+        def resolved() -> list[dict[str, Any]]:
+            return [a for p in list(webhook.payloads) for a in p.get("alerts", [])
+                    if a["labels"].get("alertname") == "PasskTrialsUnaccounted"
+                    and a["status"] == "resolved"]
+
+        wait_for(resolved, timeout=180, interval=1.0,
+                 what="Alertmanager delivering PasskTrialsUnaccounted resolved")
+        wait_seeing(clean, timeout=120, what="the auditor clean again after the repair")

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from services.cli.main import COMMAND_MODULES
-from services.cli.wiring import WIRED, state_probe
+from services.cli.wiring import WIRED, WIRED_APPS, state_probe
 from services.contract.exits import UsageError
+from services.contract.processors import PROCESSORS
 
 
 def test_each_command_module_is_handed_exactly_the_keywords_its_register_takes() -> None:
@@ -19,6 +20,16 @@ def test_each_command_module_is_handed_exactly_the_keywords_its_register_takes()
         params = inspect.signature(importlib.import_module(name).register).parameters
         keywords = {p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY}
         assert keywords == set(WIRED.get(name, {})), name
+
+
+def test_each_app_is_handed_exactly_the_keywords_its_build_takes() -> None:
+    modules = {spec.module for spec in PROCESSORS.values()}
+    assert set(WIRED_APPS) <= modules
+    assert WIRED_APPS["services.audit.app"].keys() == {"read_table"}
+    for name in modules:
+        params = inspect.signature(importlib.import_module(name).build).parameters
+        keywords = {p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY}
+        assert keywords == set(WIRED_APPS.get(name, {})), name
 
 
 def test_a_file_that_is_no_target_is_a_usage_error_naming_it(tmp_path: Path) -> None:

@@ -24,14 +24,14 @@ from services.contract.topics import Changelog, Topic, TopicRef, topic_configs, 
 
 def test_workers_and_servers_in_their_order() -> None:
     assert WORKERS == ("gate", "verdict", "judge", "sink", "aggregate", "calibration")
-    assert SERVERS == ("otlp",)
+    assert SERVERS == ("otlp", "audit")
     assert all(PROCESSORS[n].module == f"services.{n}.app" for n in WORKERS + SERVERS)
 
 
 def test_metrics_ports_are_the_ones_prometheus_has_always_scraped() -> None:
     assert metrics_ports(tuple(PROCESSORS), 9464) == {
         "gate": 9464, "verdict": 9465, "judge": 9466, "sink": 9467, "aggregate": 9468,
-        "calibration": 9469, "otlp": 9470}
+        "calibration": 9469, "otlp": 9470, "audit": 9471}
 
 
 def test_a_port_does_not_follow_the_order_asked_in() -> None:
@@ -136,3 +136,11 @@ def test_a_processor_without_joins_is_never_refused() -> None:
 def test_an_inconsistent_declaration_is_refused(kwargs: dict, problem: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ValueError, match=problem):
         ProcessorSpec("x", metrics_offset=99, **kwargs)
+
+
+def test_the_auditor_reads_what_it_reconciles_and_writes_nothing() -> None:
+    audit = PROCESSORS["audit"]
+    assert audit.inputs == () and audit.writes == ()  # no group, nothing consumed
+    assert set(PROCESSORS["aggregate"].changelogs) <= set(audit.reads)
+    assert {Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
+            Topic.TRIAL_VERDICTS, Topic.DEAD_LETTERS, Topic.SCENARIOS} <= set(audit.reads)

@@ -38,7 +38,7 @@ def test_the_otlp_worker_is_supervised_after_the_processors(tmp_path: Path) -> N
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert "[program:otlp]" in text and "worker otlp" in text
-    assert SERVERS == ("otlp",)
+    assert SERVERS[0] == "otlp"
     block = text.split("[program:otlp]")[1]
     assert 'PASSK_METRICS_PORT="9470"' in block  # after the six workers' 9464-9469
 
