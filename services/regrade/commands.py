@@ -65,7 +65,10 @@ def register(app: typer.Typer) -> None:
             reason = "passk regrade" + (" --errors-only" if errors_only else "")
             prepared = prepare(chosen, found, reason=reason, max_bytes=settings.max_event_bytes)
             sending = progress.add_task("requesting", total=len(chosen))
+            # Idempotent (kafka-python 3.0.12's default, said here so a conflicting
+            # setting raises): a retried send neither doubles nor reorders a request.
             producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
+                                     enable_idempotence=True,
                                      request_timeout_ms=15000, max_block_ms=15000,
                                      max_request_size=settings.max_event_bytes + 4096)
             try:
