@@ -65,6 +65,10 @@ class TrialMemory(BaseModel):
     # future): the watermark then, from which its memory is kept a retention.
     kept_from: float | None = None
     seqs: dict[str, int] = Field(default_factory=dict)  # bucket key -> its seq after this trial
+    # Buckets the last change added the trial to rather than moved it within (a re-grade
+    # of a trial first counted in its run only, or a window size added since): a change
+    # finished after a crash must gain them too, not move an outcome they never held.
+    gained: list[str] = Field(default_factory=list)
     partition: int
 
 
@@ -223,7 +227,8 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
                 # verdict that made it is. (A bucket not stored, changed before by
                 # other trials, expired since.)
                 continue
-            changed[key] = bucket.moved(memory.prev_outcome, memory.outcome).model_copy(
+            source = None if key in memory.gained else memory.prev_outcome
+            changed[key] = bucket.moved(source, memory.outcome).model_copy(
                 update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
         buckets.update(changed)
 
@@ -240,10 +245,13 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
         note == "regraded" and before != verdict.outcome)
     if moves:
         seqs = dict(memory.seqs) if memory else {}
+        gained: list[str] = []
         for key, bucket in buckets.items():
             # A bucket this trial was never counted in (say, a window size added since)
             # gains it; the others move it.
             source = before if key in seqs else None
+            if source is None and before is not None:
+                gained.append(key)
             moved = bucket.moved(source, verdict.outcome).model_copy(update={
                 "seq": bucket.seq + 1, "k": verdict.k,
                 "scenario_version": verdict.scenario_version})
@@ -252,7 +260,7 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
         memory = TrialMemory(
             attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
             run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
-            finished_at=finished, seqs=seqs, partition=partition,
+            finished_at=finished, seqs=seqs, gained=gained, partition=partition,
             kept_from=(memory.kept_from if memory else None) if untimed is None else (
                 clock.watermark if clock else min(finished or limit, limit)))
         writes.append((mkey, memory.model_dump()))

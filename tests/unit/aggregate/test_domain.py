@@ -392,3 +392,28 @@ def test_a_watermark_already_in_2099_heals_on_read() -> None:
     shown = domain.most_recent(list(t.items()), t.get, CONFIG, wall)
     assert sorted((b.window, b.window_start, b.passed) for b in shown) == [
         ("1d", int(T0) - int(T0) % 86400, 1), ("1h", int(T0), 1)]
+
+
+def test_a_regrade_gaining_its_windows_is_finished_as_a_gain_after_a_crash() -> None:
+    """A trial first counted in its run only (dated past the wall clock then) and re-graded
+    once its date is believed: the re-grade moves its run count and *gains* its windows.
+    A crash that kept the re-grade's memory and lost its buckets must be finished the
+    same way: before the fix the windows were finished as a move (its old outcome taken
+    from windows that never held it), so the windows came out wrong while the run was
+    right."""
+    at = T0 + 3600
+    undisturbed, t = Table(), Table()
+    for table in (undisturbed, t):
+        table.now = at - CONFIG.max_skew_s - 60  # the first verdict is from the future
+        assert table.feed(verdict("a", "passed", at=at)).note == "future"
+        table.feed(verdict("b", "failed", at=at))  # counted in its run only as well
+        table.now = NOW
+    regrade = verdict("a", "failed", at=at, attempt=2)
+    assert undisturbed.feed(regrade).note == "regraded"
+    writes = domain.apply(t.get, regrade, 0, CONFIG, now=NOW).writes
+    assert writes[0][0] == "t|s1|a"  # the memory first, then the buckets
+    t.feed(regrade, cut=1)  # the changelog kept the memory only
+    t.feed(regrade)  # read again after the restart
+    assert t.counts() == undisturbed.counts()
+    hour = int(at) - int(at) % 3600
+    assert t.counts()[f"b|s1|w|1h|{hour}"] == (0, 1, 0)
