@@ -322,6 +322,8 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
         stop(worker)
 
 
+# A broker of its own, started twice (about 80 s each on a busy machine): 1 to 5 min.
+@pytest.mark.timeout(900)
 def test_an_outage_past_the_producer_timeout_loses_no_figure(tmp_path: Path) -> None:
     """The broker gone longer than the producer's timeout (PASSK_PRODUCER_TIMEOUT_S, 3 s
     here, 20 min by default) in the middle of a 3,600-verdict backlog. The idempotent
