@@ -221,12 +221,20 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
             bucket = buckets.get(key)
             if bucket is None or bucket.seq >= seq:
                 continue  # applied (or not a bucket of this verdict)
-            if bucket.seq != seq - 1:
-                # An earlier change of another trial was lost as well: it is finished
-                # first, when its verdict is read again, and this one when this trial's
-                # verdict that made it is. (A bucket not stored, changed before by
-                # other trials, expired since.)
+            if bucket.seq != seq - 1 and (
+                    key not in stored or verdict.attempt != memory.attempt):
+                # An earlier change of another trial is missing too. Read from a verdict
+                # of an earlier attempt, this change waits: the verdict that made the
+                # missing one may still come before the one that made this. (A bucket
+                # not stored was changed before by other trials and expired since.)
                 continue
+            # Read from the attempt that made it, behind by more than this change: the
+            # verdict that made the missing one came before this one on the partition,
+            # so it was read again first, or not at all (a record skipped on a restart:
+            # run 10 of the outage experiment, docs/known-limits.md). Waiting for it
+            # would stall every later change of the bucket for good, and let new trials
+            # take their numbers: this one is finished, and the missing one is lost
+            # alone (if it ever comes, it finds its number passed).
             source = None if key in memory.gained else memory.prev_outcome
             changed[key] = bucket.moved(source, memory.outcome).model_copy(
                 update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
