@@ -10,7 +10,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support import ROOT, free_ports
@@ -25,6 +25,7 @@ class OwnKafka:
     port: int
     controller_port: int
     security: str
+    env: dict[str, str] = field(default_factory=dict, compare=False)  # for kafka-up.sh
 
     @property
     def bootstrap(self) -> str:
@@ -50,6 +51,12 @@ class OwnKafka:
             return False
 
         wait_for(gone, timeout=30, what=f"kafka node {node} gone")
+
+    def up(self) -> None:
+        """Start every node not running (after `kill`), on its data directory."""
+        up = _script("kafka-up.sh", self.env, timeout=900)
+        if up.returncode != 0:
+            raise RuntimeError(f"kafka-up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
 
     @property
     def secrets(self) -> Path:
@@ -88,17 +95,15 @@ def own_kafka(data_dir: Path, *, brokers: int = 1, security: str = "plaintext",
               topic_prefix: str = "passk.", heap: str = "512m",
               authorizer_log: str = "INFO") -> Iterator[OwnKafka]:
     port, cport = free_port_block(brokers)
-    kafka = OwnKafka(data_dir, brokers, port, cport, security)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
+    kafka = OwnKafka(data_dir, brokers, port, cport, security, env)
     env.update(PASSK_KAFKA_DIR=str(data_dir), PASSK_KAFKA_BROKERS=str(brokers),
                PASSK_KAFKA_PORT=str(port), PASSK_KAFKA_CONTROLLER_PORT=str(cport),
                PASSK_KAFKA_SECURITY=security, PASSK_KAFKA_HEAP=heap,
                PASSK_TOPIC_PREFIX=topic_prefix, PASSK_KAFKA_READY_S="600",
                PASSK_KAFKA_AUTHORIZER_LOG=authorizer_log)
     try:
-        up = _script("kafka-up.sh", env, timeout=900)
-        if up.returncode != 0:
-            raise RuntimeError(f"kafka-up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+        kafka.up()
         yield kafka
     finally:
         _script("kafka-down.sh", env, timeout=180)

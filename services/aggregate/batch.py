@@ -17,10 +17,11 @@ delivered). What then stands in the table is whole groups plus part of one: some
 trial memories, perhaps some of its buckets. A memory whose bucket was lost numbers the
 change the bucket is missing (domain.py), and a verdict read again finishes a change
 only when the bucket stands just before it, so the missing changes are finished in the
-order they were first made, each by the verdict that made it. That holds only if a
-trial changes at most once per group: a trial seen again in the group starts a new one
-(a duplicate too: read again, it would finish its trial's later change before the
-changes of the trials between them).
+order they were first made, each by the verdict that made it (or, further behind, by
+the very attempt that made it: the earlier change's verdict was then not read again).
+That holds only if a trial changes at most once per group: a trial seen again in the
+group starts a new one (a duplicate too: read again, it would finish its trial's later
+change before the changes of the trials between them).
 """
 
 from __future__ import annotations

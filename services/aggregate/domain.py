@@ -65,6 +65,10 @@ class TrialMemory(BaseModel):
     # future): the watermark then, from which its memory is kept a retention.
     kept_from: float | None = None
     seqs: dict[str, int] = Field(default_factory=dict)  # bucket key -> its seq after this trial
+    # Buckets the last change added the trial to rather than moved it within (a re-grade
+    # of a trial first counted in its run only, or a window size added since): a change
+    # finished after a crash must gain them too, not move an outcome they never held.
+    gained: list[str] = Field(default_factory=list)
     partition: int
 
 
@@ -217,13 +221,22 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
             bucket = buckets.get(key)
             if bucket is None or bucket.seq >= seq:
                 continue  # applied (or not a bucket of this verdict)
-            if bucket.seq != seq - 1:
-                # An earlier change of another trial was lost as well: it is finished
-                # first, when its verdict is read again, and this one when this trial's
-                # verdict that made it is. (A bucket not stored, changed before by
-                # other trials, expired since.)
+            if bucket.seq != seq - 1 and (
+                    key not in stored or verdict.attempt != memory.attempt):
+                # An earlier change of another trial is missing too. Read from a verdict
+                # of an earlier attempt, this change waits: the verdict that made the
+                # missing one may still come before the one that made this. (A bucket
+                # not stored was changed before by other trials and expired since.)
                 continue
-            changed[key] = bucket.moved(memory.prev_outcome, memory.outcome).model_copy(
+            # Read from the attempt that made it, behind by more than this change: the
+            # verdict that made the missing one came before this one on the partition,
+            # so it was read again first, or not at all (a record skipped on a restart:
+            # run 10 of the outage experiment, docs/known-limits.md). Waiting for it
+            # would stall every later change of the bucket for good, and let new trials
+            # take their numbers: this one is finished, and the missing one is lost
+            # alone (if it ever comes, it finds its number passed).
+            source = None if key in memory.gained else memory.prev_outcome
+            changed[key] = bucket.moved(source, memory.outcome).model_copy(
                 update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
         buckets.update(changed)
 
@@ -240,10 +253,13 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
         note == "regraded" and before != verdict.outcome)
     if moves:
         seqs = dict(memory.seqs) if memory else {}
+        gained: list[str] = []
         for key, bucket in buckets.items():
             # A bucket this trial was never counted in (say, a window size added since)
             # gains it; the others move it.
             source = before if key in seqs else None
+            if source is None and before is not None:
+                gained.append(key)
             moved = bucket.moved(source, verdict.outcome).model_copy(update={
                 "seq": bucket.seq + 1, "k": verdict.k,
                 "scenario_version": verdict.scenario_version})
@@ -252,7 +268,7 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
         memory = TrialMemory(
             attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
             run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
-            finished_at=finished, seqs=seqs, partition=partition,
+            finished_at=finished, seqs=seqs, gained=gained, partition=partition,
             kept_from=(memory.kept_from if memory else None) if untimed is None else (
                 clock.watermark if clock else min(finished or limit, limit)))
         writes.append((mkey, memory.model_dump()))

@@ -82,7 +82,10 @@ def _publish(settings: Settings, calibrations: list[Any]) -> None:
     from services.contract.codec import encode
     from services.contract.topics import Topic, topic_name
 
+    # Idempotent, said so a conflicting setting raises: a judge's calibrations, keyed by
+    # judge, stay in the order sent across a retried send (the last one is the current).
     producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
+                             enable_idempotence=True,
                              request_timeout_ms=15000, max_block_ms=15000)
     try:
         name = topic_name(Topic.JUDGE_CALIBRATIONS, settings)

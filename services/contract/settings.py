@@ -25,6 +25,11 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: str = Field("127.0.0.1:9092", alias="KAFKA_BOOTSTRAP_SERVERS")
     # How long a CLI command waits for the broker before answering "unreachable" (exit 4).
     broker_wait_s: float = Field(5.0, alias="PASSK_BROKER_WAIT_S", ge=0)
+    # How long a worker's producer waits for room in its buffer, or for a topic's metadata,
+    # before it gives a record up (Faust's producer_request_timeout, its default). Its
+    # batches themselves are retried until delivered (idempotent); a record given up
+    # stops the worker before its next offset commit (faust_compat/delivery.py).
+    producer_timeout_s: float = Field(1200.0, alias="PASSK_PRODUCER_TIMEOUT_S", gt=0)
     topic_prefix: str = Field("passk.", alias="PASSK_TOPIC_PREFIX")
     # 8 partitions: room for up to 8 workers of a processor (4 each with headroom to double).
     topic_partitions: int = Field(8, alias="PASSK_TOPIC_PARTITIONS", ge=1)

@@ -28,7 +28,10 @@ def request_regrades(settings: Settings, chosen: Sequence[Target], *, reason: st
     found = find_inputs(chosen, settings,
                         progress=lambda done, total: tell("reading the log", done, total))
     prepared = prepare(chosen, found, reason=reason, max_bytes=settings.max_event_bytes)
+    # Idempotent (kafka-python 3.0.12's default, said here so a conflicting setting
+    # raises): a retried send neither doubles nor reorders a request.
     producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
+                             enable_idempotence=True,
                              request_timeout_ms=15000, max_block_ms=15000,
                              max_request_size=settings.max_event_bytes + 4096)
     try:

@@ -9,6 +9,7 @@ from typing import TypeAlias, TypeVar
 
 import faust
 from aiokafka.errors import KafkaError as AIOKafkaError
+from faust.exceptions import ProducerSendError
 from kafka.errors import KafkaError
 from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -31,8 +32,10 @@ M = TypeVar("M", bound=BaseModel)
 
 # Failures of the infrastructure, not of the record: they are not the record's fault, so
 # they are never turned into dead letters (the outage handling retries or restarts).
+# Faust wraps the Kafka client's errors in a send into ProducerSendError.
 INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
-    AIOKafkaError, KafkaError, OperationalError, InterfaceError, ConnectionError,
+    AIOKafkaError, KafkaError, ProducerSendError, OperationalError, InterfaceError,
+    ConnectionError,
 )
 
 # One input record being handled (its value, key, topic, partition, offset, timestamp in
@@ -81,6 +84,7 @@ def make_app(name: str, settings: Settings, linger_ms: int = 0,
         broker_commit_interval=1.0,
         producer_acks=-1,
         producer_linger_ms=linger_ms,
+        producer_request_timeout=settings.producer_timeout_s,
         # Up to passk's broker limit (message.max.bytes 4 MiB): a dead letter carries an
         # input in base64, a third larger than the input (see deadletter.MAX_KEPT_BYTES).
         producer_max_request_size=4_000_000,

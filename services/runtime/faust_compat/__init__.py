@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import faust
 
-from services.runtime.faust_compat import controller, fetch, flush, seek_guard, stop, worker_log
+from services.runtime.faust_compat import (
+    controller,
+    delivery,
+    fetch,
+    flush,
+    seek_guard,
+    stop,
+    worker_log,
+)
 from services.runtime.faust_compat.fetch import set_fetch
 from services.runtime.faust_compat.internals import (
     RECOVERY_ORDER,
@@ -32,6 +40,7 @@ PINNED_VERSION = "0.15.3"  # requirements.lock and pyproject.toml pin this one
 PATCHES = (
     ("seek_guard", seek_guard.PATCH),
     ("flush", flush.PATCH),
+    ("delivery", delivery.PATCH),
     ("fetch", fetch.PATCH),
     ("controller", controller.PATCH),
     ("worker_log", worker_log.PATCH),

@@ -392,3 +392,61 @@ def test_a_watermark_already_in_2099_heals_on_read() -> None:
     shown = domain.most_recent(list(t.items()), t.get, CONFIG, wall)
     assert sorted((b.window, b.window_start, b.passed) for b in shown) == [
         ("1d", int(T0) - int(T0) % 86400, 1), ("1h", int(T0), 1)]
+
+
+def test_a_regrade_gaining_its_windows_is_finished_as_a_gain_after_a_crash() -> None:
+    """A trial first counted in its run only (dated past the wall clock then) and re-graded
+    once its date is believed: the re-grade moves its run count and *gains* its windows.
+    A crash that kept the re-grade's memory and lost its buckets must be finished the
+    same way: before the fix the windows were finished as a move (its old outcome taken
+    from windows that never held it), so the windows came out wrong while the run was
+    right."""
+    at = T0 + 3600
+    undisturbed, t = Table(), Table()
+    for table in (undisturbed, t):
+        table.now = at - CONFIG.max_skew_s - 60  # the first verdict is from the future
+        assert table.feed(verdict("a", "passed", at=at)).note == "future"
+        table.feed(verdict("b", "failed", at=at))  # counted in its run only as well
+        table.now = NOW
+    regrade = verdict("a", "failed", at=at, attempt=2)
+    assert undisturbed.feed(regrade).note == "regraded"
+    writes = domain.apply(t.get, regrade, 0, CONFIG, now=NOW).writes
+    assert writes[0][0] == "t|s1|a"  # the memory first, then the buckets
+    t.feed(regrade, cut=1)  # the changelog kept the memory only
+    t.feed(regrade)  # read again after the restart
+    assert t.counts() == undisturbed.counts()
+    hour = int(at) - int(at) % 3600
+    assert t.counts()[f"b|s1|w|1h|{hour}"] == (0, 1, 0)
+
+
+def test_a_verdict_not_read_again_loses_its_own_change_only() -> None:
+    """Run 10 of the outage experiment (docs/known-limits.md), on the pure count: two
+    trials of one day counted one after the other, a crash keeping their memories and
+    losing their window writes, and the restart not reading the first one's verdict
+    again. The second one's change is finished all the same (before, it waited behind
+    the first's for good, and the next trial of the day took its number): the day is
+    short of the first trial only, not of both."""
+    z = verdict("z", "error", at=T0)
+    a = verdict("a", "passed", at=T0 + 10)
+    b = verdict("b", "passed", at=T0 + 20)
+    c = verdict("c", "failed", at=T0 + 30)
+    undisturbed = Table()
+    for v in (z, a, b, c):
+        undisturbed.feed(v)
+    t = Table()
+    t.feed(z)  # counted and delivered: its windows stand in the table
+    day, hour = int(T0) - int(T0) % 86400, int(T0) - int(T0) % 3600
+    lost = {f"b|s1|w|1d|{day}", f"b|s1|w|1h|{hour}"}
+    before = {key: t[key] for key in lost}
+    t.feed(a)
+    t.feed(b)
+    t.update(before)  # the changelog kept a's and b's memories and runs, not their windows
+    t.feed(b)  # read again; a's verdict is not
+    t.feed(c)  # a new trial of the same day
+    want = undisturbed.counts()
+    got = t.counts()
+    assert got["b|s1|run|run-1"] == want["b|s1|run|run-1"]
+    for key in lost:  # b and c counted, a lost alone
+        assert got[key] == (want[key][0] - 1, want[key][1], want[key][2]), key
+    t.feed(a)  # were it read after all, later: too late, and not counted twice
+    assert t.counts() == got

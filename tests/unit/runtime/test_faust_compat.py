@@ -112,6 +112,9 @@ def patched_methods() -> dict[str, Any]:
             AIOKafkaConsumerThread._create_worker_consumer,
         "Transport._get_controller_node": faust_aiokafka.Transport._get_controller_node,
         "Worker._setup_spinner_handler": Worker._setup_spinner_handler,
+        "Producer._settings_extra": faust_aiokafka.Producer._settings_extra,
+        "Producer.send": faust_aiokafka.Producer.send,
+        "Producer.flush": faust_aiokafka.Producer.flush,
     }
 
 
