@@ -49,7 +49,8 @@ def settings_lines(environ: Mapping[str, str]) -> list[str]:
     a command that needs one takes it from its own environment)."""
     out = []
     for name, value in sorted(environ.items()):
-        if not ENV_NAMES.fullmatch(name) or name == "PASSK_ENV_FILE":
+        # the judge endpoint is recorded apart (judge.json), with whether it is the stand-in
+        if not ENV_NAMES.fullmatch(name) or name in ("PASSK_ENV_FILE", "OPENAI_BASE_URL"):
             continue
         if mask_value(name, value) != value or "\n" in value:
             continue  # a secret, or masked in part: not written down
