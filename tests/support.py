@@ -383,3 +383,21 @@ def serve_in_thread(app: Any, port: int) -> Iterator[None]:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+
+
+def installed_tool(name: str, package: str) -> str:
+    """The path of a tool from Debian's packages a test runs (promtool, amtool, chromium).
+    Absent: the test is skipped with the reason, so `make test-unit` runs on a machine
+    without them; with PASSK_REQUIRE_TOOLS=1 (.ci/run sets it) it fails instead, so CI
+    can never pass by skipping them."""
+    import shutil
+
+    import pytest
+
+    path = shutil.which(name)
+    if path is None:
+        why = f"{name} not found: apt-get install {package} (.ci/run does)"
+        if os.environ.get("PASSK_REQUIRE_TOOLS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return path

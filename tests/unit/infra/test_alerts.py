@@ -5,7 +5,6 @@ until every alert of every group is shown firing by one of them."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,16 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import installed_tool
+
 ROOT = Path(__file__).resolve().parents[3]
 ALERTS = ROOT / "infra" / "prometheus" / "alerts.yml"
 TESTS = Path(__file__).parent / "promtool"
 
 
 def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail("promtool not found: apt-get install prometheus (.ci/run does)")
-    return path
+    return installed_tool("promtool", "prometheus")
 
 
 def groups() -> list[dict[str, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import yaml
 
 from services.contract.settings import PROJECT_ROOT, Settings
 from services.monitoring.config import ALERTS, listen_address, render, rules
+from tests.support import installed_tool
 
 INFRA = PROJECT_ROOT / "infra" / "prometheus"
 
@@ -65,11 +65,9 @@ def test_listen_addresses_come_from_the_urls() -> None:
         listen_address("http://127.0.0.1")
 
 
+
 def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} not found: apt-get install prometheus prometheus-alertmanager")
-    return path
+    return installed_tool(name, "prometheus prometheus-alertmanager")
 
 
 def test_promtool_and_amtool_accept_the_rendered_and_the_compose_configs(tmp_path: Path) -> None:
