@@ -168,3 +168,42 @@ def fixed_plan_trials(standings: list[Standing],
             n += 1
         needed = max(needed, max(n, s.k))
     return needed * len(standings)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What the run knows of one scenario before reading verdicts."""
+
+    scenario_id: str
+    k: int
+    goal: float
+    initial: int
+
+
+def observe(scenarios: list[Planned], numbers: dict[str, set[int]],
+            outcomes: dict[str, dict[int, str]]) -> list[Observed]:
+    """Each scenario's trials (`numbers`: the trial numbers of the run in the log) and the
+    verdicts they have (`outcomes[scenario_id][number]`: passed, failed, error, invalid)."""
+    seen: list[Observed] = []
+    for p in scenarios:
+        got = outcomes.get(p.scenario_id, {})
+        mine = [got[n] for n in sorted(numbers.get(p.scenario_id, set())) if n in got]
+        seen.append(Observed(p.scenario_id, k=p.k, goal=p.goal,
+                             trials=len(numbers.get(p.scenario_id, set())),
+                             passed=mine.count("passed"), failed=mine.count("failed"),
+                             errors=mine.count("error"), invalid=mine.count("invalid"),
+                             initial=p.initial))
+    return seen
+
+
+def next_numbers(used: set[int], count: int) -> list[int]:
+    """The next `count` trial numbers of a scenario: the smallest not in the log yet (a
+    trial a stopped run never sent is run under its own id), so a re-run names the same
+    trials."""
+    out: list[int] = []
+    n = 1
+    while len(out) < count:
+        if n not in used:
+            out.append(n)
+        n += 1
+    return out
