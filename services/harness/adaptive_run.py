@@ -1,4 +1,4 @@
-"""`passk run --adaptive`: rounds of trials, each allocated by `services.harness.adaptive`
+"""`passk run --adaptive`: rounds of trials, each allocated by `services.grading.adaptive`
 from the verdicts the pipeline gave (read from the projection, as `passk wait` does), never
 from the harness's own guess at an outcome.
 
@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from schemas.scenario import Scenario
-from services.harness.adaptive import (
+from services.grading.adaptive import (
     DEFAULT_CREDIBILITY,
     Planned,
     Standing,

@@ -1,6 +1,6 @@
 """Adaptive trial allocation (DESIGN.md, "Adaptive trials and simulator checks"): where the
 next trials of a run go, as a pure function of the verdicts so far. No I/O here;
-`services.harness.adaptive_run` waits for the verdicts and runs the trials.
+`services.harness.adaptive_run` (`passk run --adaptive`) waits for the verdicts and runs the trials.
 
 Per scenario, the interval is the equal-tailed credible interval at `credibility` of p**k
 under Beta(c+1, n-c+1), n and c over the *judged* trials (errors and invalid trials out).

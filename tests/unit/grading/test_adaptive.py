@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from scipy.stats import beta
 
-from services.harness.adaptive import (
+from services.grading.adaptive import (
     ABOVE,
     BELOW,
     UNDECIDED,
