@@ -392,3 +392,18 @@ def test_a_watermark_already_in_2099_heals_on_read() -> None:
     shown = domain.most_recent(list(t.items()), t.get, CONFIG, wall)
     assert sorted((b.window, b.window_start, b.passed) for b in shown) == [
         ("1d", int(T0) - int(T0) % 86400, 1), ("1h", int(T0), 1)]
+
+
+def test_an_invalid_trial_is_counted_apart_and_out_of_n() -> None:
+    t = Table()
+    for i, o in enumerate(["passed", "passed", "invalid", "passed", "failed"]):
+        t.feed(verdict(f"t{i}", o, k=3))  # type: ignore[arg-type]
+    r = t.published["s1|run-1|None|None"]
+    n, c, k = 4, 3, 3
+    assert (r.n, r.passed, r.failed, r.errors, r.invalid) == (n, c, 1, 0, 1)
+    assert r.pass_hat_k == pytest.approx(comb(c, k) / comb(n, k))
+    assert r.pass_hat_k_upper == pytest.approx(beta.ppf(0.95, c + 1, n - c + 1) ** k)
+    # a re-grade that finds the user was fine moves the trial from invalid to passed
+    t.feed(verdict("t2", "passed", attempt=2, k=3))
+    r = t.published["s1|run-1|None|None"]
+    assert (r.n, r.passed, r.invalid) == (5, 4, 0)
