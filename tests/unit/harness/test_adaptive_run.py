@@ -5,12 +5,17 @@ scenario and trial number."""
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from collections.abc import Callable
 
 import pytest
+import typer
+from rich.console import Console
 
 from schemas.scenario import Scenario
 from services.harness.adaptive_run import AdaptiveOptions, goal_of, run_adaptive
+from services.harness.commands import _adaptive_summary
 from services.harness.domain import PlannedTrial, RunSummary
 
 RUN = "r:1"  # a run id with a colon, as run ids may have
@@ -140,3 +145,28 @@ def test_a_verdict_that_never_comes_stops_the_run_with_exit_1() -> None:
 def test_goal_is_the_option_else_the_alert_target_else_the_default(
         given: float | None, alert: float | None, want: float) -> None:
     assert goal_of(scenario("s", alert=alert), given, 0.8) == want
+
+
+def test_the_summary_table_says_each_decision_and_the_fixed_plan(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pipeline = FakePipeline(truth)
+    result = run(pipeline, SCENARIOS, budget=20, goal=0.5)
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(typer.Exit) as ended:
+        _adaptive_summary(result, Console(file=out, width=200), Console(file=err, width=200),
+                          False)
+    assert ended.value.exit_code == 0
+    text = out.getvalue()
+    rows = {line.split()[1]: line for line in text.splitlines() if "debrief" in line
+            or any(f" {sid} " in line for sid in ("good", "bad", "mid"))}
+    assert "below" in rows["bad"] and "undecided" in rows["mid"] and "undecided" in rows["good"]
+    assert f"trials run: 20 of a budget of 20 (20 now, in {result.rounds} round(s))" in text
+    assert f"same interval widths: {result.fixed_plan_trials}" in text
+    with pytest.raises(typer.Exit):
+        _adaptive_summary(result, Console(file=io.StringIO()), Console(file=io.StringIO()),
+                          True)
+    data = json.loads(capsys.readouterr().out)
+    assert list(data)[:4] == ["run_id", "trials_run", "budget", "scenarios"]
+    assert list(data["scenarios"][0])[:10] == [
+        "scenario_id", "n", "passed", "failed", "errors", "invalid", "pass_hat_k", "lower",
+        "upper", "decision"]
