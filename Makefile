@@ -81,13 +81,14 @@ schemas: install ## regenerate the JSON Schema files in schemas/json from the mo
 dashboard: install ## regenerate infra/grafana/dashboards/passk.json from its code
 	$(BIN)/python -m services.monitoring.dashboard
 
-bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in-process loop; judge throughput; the aggregate's overhead; the OTLP receiver vs a decode loop; judge cost with and without skip_when_gates_fail; passk run's overhead
+bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in-process loop; judge throughput; the aggregate's overhead; the OTLP receiver vs a decode loop; judge cost with and without skip_when_gates_fail; passk run's overhead; adaptive trials against a fixed plan
 	$(BIN)/python bench/pipeline.py $(BENCH_ARGS)
 	$(BIN)/python bench/judge_throughput.py
 	$(BIN)/python bench/judge_cost.py
 	$(BIN)/python bench/aggregate_overhead.py --trials $${PASSK_BENCH_TRIALS:-10000}
 	$(BIN)/python bench/otlp_receiver.py
 	$(BIN)/python bench/harness_overhead.py --trials $${PASSK_BENCH_HARNESS_TRIALS:-200}
+	$(BIN)/python bench/adaptive.py --budget $${PASSK_BENCH_ADAPTIVE_BUDGET:-80}
 
 clean: ## remove local state (var/), keeping the venv and the jar cache
 	rm -rf var
