@@ -113,6 +113,8 @@ async def run_adaptive(*, run_id: str, scenarios: list[Scenario], options: Adapt
     planned = [Planned(s.id, s.k, goal_of(s, options.goal, default_goal),
                        max(options.initial, s.k)) for s in scenarios]
     numbers = numbers_in(run_id, scenarios, in_log)
+    # Trials of the run in the log for scenarios not run now count against the budget too.
+    elsewhere = len(in_log) - sum(len(ns) for ns in numbers.values())
     result = AdaptiveResult(run_id=run_id, budget=options.budget,
                             credibility=options.credibility, standings=[], trials_run=0)
     while True:
@@ -127,12 +129,12 @@ async def run_adaptive(*, run_id: str, scenarios: list[Scenario], options: Adapt
                 outcomes[sid][n] = outcome
         seen = observe(planned, numbers, outcomes)
         result.standings = [standing(o, options.credibility) for o in seen]
-        result.trials_run = sum(len(ns) for ns in numbers.values())
+        result.trials_run = elsewhere + sum(len(ns) for ns in numbers.values())
         result.late = sorted(set(wanted) - set(got))
         if stopped or result.late:
             return result
-        given = next_round(seen, budget=options.budget, credibility=options.credibility,
-                           batch=options.batch)
+        given = next_round(seen, budget=max(options.budget - elsewhere, 0),
+                           credibility=options.credibility, batch=options.batch)
         if not given:
             return result
         result.rounds += 1

@@ -170,3 +170,10 @@ def test_the_summary_table_says_each_decision_and_the_fixed_plan(
     assert list(data["scenarios"][0])[:10] == [
         "scenario_id", "n", "passed", "failed", "errors", "invalid", "pass_hat_k", "lower",
         "upper", "decision"]
+
+
+def test_trials_of_the_run_for_other_scenarios_count_against_the_budget() -> None:
+    pipeline = FakePipeline(truth)
+    earlier = {f"{RUN}:gone:{n:03d}" for n in range(1, 8)}  # a scenario not run now: 7 trials
+    result = run(pipeline, [scenario("good")], budget=10, in_log=earlier, goal=0.5)
+    assert len(pipeline.played) == 3 and result.trials_run == 10
