@@ -100,6 +100,9 @@ def test_adaptive_run_decides_far_scenarios_cheaply_within_budget_and_reruns_add
     report = json.loads(_ok(pipeline.passk("report", "--run-id", run_id, "--json")))
     counted = {s["scenario_id"]: s["n"] for s in report["scenarios"]}
     assert counted == {sid: s["n"] + s["errors"] + s["invalid"] for sid, s in by.items()}
+    # and the report states the fixed plan from the projection's counts
+    assert report["fixed_plan"]["trials_run"] == BUDGET
+    assert report["fixed_plan"]["fixed_plan_trials"] == first["fixed_plan_trials"]
 
 
 BROKEN = "Hello! I'm your assistant. How can I help you today?"  # the stand-in's line
