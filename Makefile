@@ -81,7 +81,7 @@ schemas: install ## regenerate the JSON Schema files in schemas/json from the mo
 dashboard: install ## regenerate infra/grafana/dashboards/passk.json from its code
 	$(BIN)/python -m services.monitoring.dashboard
 
-bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in-process loop; judge throughput; the aggregate's overhead; the OTLP receiver vs a decode loop; judge cost with and without skip_when_gates_fail; passk run's overhead; a cold passk ci's own time; passk audit's time and memory as the log grows
+bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in-process loop; judge throughput; the aggregate's overhead; the OTLP receiver vs a decode loop; judge cost with and without skip_when_gates_fail; passk run's overhead; a cold passk ci's own time; passk audit's time and memory as the log grows; adaptive trials against a fixed plan
 	$(BIN)/python bench/pipeline.py $(BENCH_ARGS)
 	$(BIN)/python bench/judge_throughput.py
 	$(BIN)/python bench/judge_cost.py
@@ -90,6 +90,7 @@ bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in
 	$(BIN)/python bench/harness_overhead.py --trials $${PASSK_BENCH_HARNESS_TRIALS:-200}
 	$(BIN)/python bench/ci_overhead.py --trials 5
 	$(BIN)/python bench/audit_scale.py --sizes $${PASSK_BENCH_AUDIT_SIZES:-5000,20000}
+	$(BIN)/python bench/adaptive.py --budget $${PASSK_BENCH_ADAPTIVE_BUDGET:-80}
 
 clean: ## remove local state (var/), keeping the venv and the jar cache
 	rm -rf var

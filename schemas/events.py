@@ -24,6 +24,9 @@ from pydantic import (
 SCHEMA_VERSION: Literal[1] = 1
 
 Outcome = Literal["passed", "failed", "error"]
+# A trial's outcome: a judge's outcome, or `invalid` (a check of the simulated user failed:
+# the trial says nothing about the agent, neither passed nor failed, counted apart).
+TrialOutcome = Literal["passed", "failed", "error", "invalid"]
 # A judge's result: an outcome, or `skipped` (skip_when_gates_fail: the trial's gates had
 # already failed it, so the model was not asked). A skipped judge neither passes, fails
 # nor errors a trial.
@@ -335,7 +338,7 @@ class AdvisoryJudge(BaseModel):
 class TrialVerdict(TrialRef):
     type: Literal["trial_verdict"] = "trial_verdict"
     k: int
-    outcome: Outcome
+    outcome: TrialOutcome
     failed_checks: list[FailedCheck] = Field(default_factory=list)
     checks_passed: list[str] = Field(default_factory=list)
     # Which judges could fail this trial when it was graded, so an old result stays
@@ -463,6 +466,8 @@ class ReliabilityFigures(BaseModel):
     errors: int
     pass_at_k: float | None
     pass_hat_k: float | None
+    # Trials spoiled by the simulated user (a user check failed): out of n, counted apart.
+    invalid: int = 0
 
 
 class ScenarioReliability(DerivedEvent, ReliabilityFigures):

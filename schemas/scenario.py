@@ -177,6 +177,9 @@ class Scenario(BaseModel):
     alert: AlertTargets | None = None
     # The simulated user `passk run` plays; scenarios graded from replays need none.
     user: SimulatedUser | None = None
+    # Checks of the simulated user's own turns against its persona and instructions (same
+    # shape and kinds as judges, shown as user:<id>): one failed makes the trial `invalid`.
+    user_checks: list[JudgeSpec] = Field(default_factory=list)
     # ConversationFinished.checks ids that gate (each shown as external:<id>).
     external_checks: list[Annotated[str, Field(pattern=EXTERNAL_CHECK_ID)]] = Field(
         default_factory=list
@@ -196,6 +199,15 @@ class Scenario(BaseModel):
         if dupes:
             raise ValueError(f"judge ids must be unique: {', '.join(dupes)}")
         return self
+
+    @field_validator("user_checks")
+    @classmethod
+    def _unique_user_checks(cls, specs: list[JudgeSpec]) -> list[JudgeSpec]:
+        ids = [j.id for j in specs]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"user check ids must be unique: {', '.join(dupes)}")
+        return specs
 
     @field_validator("external_checks")
     @classmethod
@@ -243,7 +255,7 @@ class Scenario(BaseModel):
             # A scenario without alert targets keeps the version it had before they existed.
             body.pop("alert", None)
         # Sections added later keep the versions of scenarios that do not use them.
-        for added in ("user", "external_checks", "judging"):
+        for added in ("user", "external_checks", "judging", "user_checks"):
             if not body.get(added):
                 body.pop(added, None)
         canon = json.dumps(body, sort_keys=True, separators=(",", ":"))

@@ -35,7 +35,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from schemas.events import Outcome, ScenarioReliability, TrialVerdict
+from schemas.events import ScenarioReliability, TrialVerdict
+from schemas.events import TrialOutcome as Outcome
 from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 from services.grading.windows import WindowSize, as_datetime, rfc3339
 
@@ -79,6 +80,8 @@ class Bucket(BaseModel):
     passed: int = 0
     failed: int = 0
     errors: int = 0
+    # Trials the simulated user spoiled (outcome `invalid`): out of n, counted apart.
+    invalid: int = 0
     seq: int = 0  # changes so far; numbers the published records
     partition: int
     run_id: str | None = None
@@ -87,7 +90,8 @@ class Bucket(BaseModel):
     window_end: int | None = None
 
     def moved(self, before: Outcome | None, after: Outcome) -> Bucket:
-        counts = {"passed": self.passed, "failed": self.failed, "errors": self.errors}
+        counts = {"passed": self.passed, "failed": self.failed, "errors": self.errors,
+                  "invalid": self.invalid}
         if before is not None:
             counts[_field(before)] -= 1
         counts[_field(after)] += 1
@@ -366,7 +370,7 @@ def most_recent(items: Iterable[tuple[str, Any]], read: Read, config: Config,
 def record(bucket: Bucket, target: tuple[float, int] | None = None) -> ScenarioReliability:
     """The bucket's figures; a window record carries `target` (min pass^k, min trials)."""
     tally = ReliabilityTally(k=bucket.k, passed=bucket.passed, failed=bucket.failed,
-                             errors=bucket.errors)
+                             errors=bucket.errors, invalid=bucket.invalid)
     lower, upper = pass_hat_k_interval(tally.n, tally.passed, tally.k)
     if bucket.window is None:
         scope = f"run:{bucket.run_id}"

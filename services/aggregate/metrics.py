@@ -82,6 +82,8 @@ class ReliabilityGauges(Collector):
                 ("trials", "Trials counted in the scenario's most recent window of that size."),
                 ("errors", "Trials of that window that could not be judged (outcome error); "
                            "counted in passk_scenario_trials, never as passed."),
+                ("invalid", "Trials of that window a simulated user spoiled (outcome "
+                            "invalid: a user check failed); out of passk_scenario_trials."),
                 ("judged_pass_hat_k", "pass^k over the window's judged trials only (errors "
                                       "left out; absent while fewer than k were judged): what "
                                       "the reliability-drop alert asks about."),
@@ -89,7 +91,8 @@ class ReliabilityGauges(Collector):
             )
         }
         for b in sorted(windows, key=lambda b: (b.scenario_id, b.window or "")):
-            tally = ReliabilityTally(k=b.k, passed=b.passed, failed=b.failed, errors=b.errors)
+            tally = ReliabilityTally(k=b.k, passed=b.passed, failed=b.failed, errors=b.errors,
+                                     invalid=b.invalid)
             lower, upper = pass_hat_k_interval(tally.n, tally.passed, tally.k)
             at = [b.scenario_id, b.window or ""]
             if tally.pass_hat_k is not None:
@@ -100,6 +103,7 @@ class ReliabilityGauges(Collector):
             families["pass_hat_k_upper"].add_metric(at, upper)
             families["trials"].add_metric(at, tally.n)
             families["errors"].add_metric(at, tally.errors)
+            families["invalid"].add_metric(at, tally.invalid)
             judged = tally.judged()
             if judged.pass_hat_k is not None:
                 families["judged_pass_hat_k"].add_metric(at, judged.pass_hat_k)

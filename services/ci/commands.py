@@ -50,6 +50,17 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
         timeout: float = typer.Option(600, "--timeout", min=1,
                                       help="seconds to wait for the last verdict"),
+        adaptive: bool = typer.Option(
+            False, "--adaptive", help="as `passk run --adaptive`: after k trials each, more "
+            "only for the scenarios whose pass^k interval still holds the goal, widest first"),
+        budget: int = typer.Option(None, "--budget", min=1,
+                                   help="with --adaptive: trials of the run in all, at most"),
+        goal: float = typer.Option(None, "--goal", min=0.0, max=1.0,
+                                   help="with --adaptive: the pass^k to decide against"),
+        credibility: float = typer.Option(0.9, "--credibility", min=0.5, max=0.999,
+                                          help="with --adaptive: the interval's mass"),
+        batch: int = typer.Option(None, "--batch", min=1,
+                                  help="with --adaptive: trials per round at most"),
     ) -> None:
         """Gate a pull request: use the broker that answers at KAFKA_BOOTSTRAP_SERVERS, or
         start one of its own (and the processors that are not running, and the judge
@@ -72,11 +83,21 @@ def register(app: typer.Typer) -> None:
         def say(line: str) -> None:
             err.print(line, soft_wrap=True, markup=False, highlight=False)
 
+        from services.contract.exits import UsageError
+        from services.harness.adaptive_run import AdaptiveOptions
+
+        if adaptive and budget is None:
+            raise UsageError("--adaptive needs --budget N (trials of the run in all)")
+        if not adaptive and any(v is not None for v in (budget, goal, batch)):
+            raise UsageError("--budget, --goal and --batch go with --adaptive")
         options = CiOptions(
             scenarios=scenarios, target=target, run_id=run_id or default_run_id(),
             trials=trials, concurrency=concurrency, agent_version=agent_version,
             user_model=user_model, baseline=baseline, fail_on_regression=fail_on_regression,
-            verdict_timeout_s=timeout)
+            verdict_timeout_s=timeout,
+            adaptive=AdaptiveOptions(budget=budget, goal=goal, credibility=credibility,
+                                     batch=batch, initial=trials,
+                                     verdict_timeout_s=timeout) if adaptive else None)
         say(f"ci: run {options.run_id}")
         try:
             with stopping():

@@ -26,6 +26,7 @@ from typing import Any
 from services.ci.stack import CI_PROCESSORS, Stack, stack_for, start_workers
 from services.contract.exits import NothingToJudge, Unreachable, UsageError
 from services.contract.settings import Settings
+from services.harness.adaptive_run import AdaptiveOptions
 from services.report.compare import Comparison, compare_runs
 from services.report.domain import GateDecision, RunReport, gate_decision
 
@@ -47,6 +48,7 @@ def default_run_id(now: datetime | None = None) -> str:
     return f"ci-{(now or datetime.now(UTC)).strftime('%Y%m%dT%H%M%SZ')}"
 
 
+
 @dataclass(frozen=True)
 class CiOptions:
     scenarios: Path
@@ -59,6 +61,7 @@ class CiOptions:
     baseline: str | None = None
     fail_on_regression: bool = False
     verdict_timeout_s: float = 600.0
+    adaptive: AdaptiveOptions | None = None  # `--adaptive`: rounds within a budget
 
 
 @dataclass
@@ -184,9 +187,23 @@ def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: No
         mark = time.monotonic()
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            summary = play(loaded.scenarios, target, options.run_id, stack.settings,
-                           users=users, trials=options.trials, concurrency=options.concurrency,
-                           agent_version=options.agent_version, on_trial=on_trial)
+            if options.adaptive is not None:
+                from services.harness.play import play_adaptive
+
+                adaptive = play_adaptive(
+                    loaded.scenarios, target, options.run_id, stack.settings, users=users,
+                    options=options.adaptive, concurrency=options.concurrency,
+                    agent_version=options.agent_version, on_trial=on_trial,
+                    on_round=lambda number, given: say(f"ci: round {number}: " + ", ".join(
+                        f"{sid} +{count}" for sid, count in given.items())))
+                summary = adaptive.summary
+                # every trial of the run in the log is to be waited for, none is skipped
+                summary.published, summary.skipped = adaptive.trials_run, 0
+            else:
+                summary = play(loaded.scenarios, target, options.run_id, stack.settings,
+                               users=users, trials=options.trials,
+                               concurrency=options.concurrency,
+                               agent_version=options.agent_version, on_trial=on_trial)
         finally:
             _reinstall(handlers)  # the harness's loop leaves SIG_DFL behind for SIGTERM
         timings["conversations_s"] = time.monotonic() - mark

@@ -65,6 +65,8 @@ class ReliabilityTally:
     passed: int = 0
     failed: int = 0
     errors: int = 0
+    # Trials the simulated user spoiled (a user check failed): out of n, counted apart.
+    invalid: int = 0
 
     def add(self, outcome: str) -> None:
         if outcome == "passed":
@@ -73,12 +75,15 @@ class ReliabilityTally:
             self.failed += 1
         elif outcome == "error":
             self.errors += 1
+        elif outcome == "invalid":
+            self.invalid += 1
         else:
             raise ValueError(f"unknown outcome {outcome!r}")
 
     @property
     def n(self) -> int:
-        # An errored trial is a trial that did not pass: it counts in n, never in c.
+        # An errored trial is a trial that did not pass: it counts in n, never in c. An
+        # invalid one says nothing about the agent: it is not in n at all.
         return self.passed + self.failed + self.errors
 
     @property
@@ -100,7 +105,7 @@ class ReliabilityTally:
         """The counts and estimators a reliability record or row carries, under the names
         it carries them by."""
         return {"k": self.k, "n": self.n, "passed": self.passed, "failed": self.failed,
-                "errors": self.errors, "pass_at_k": self.pass_at_k,
+                "errors": self.errors, "invalid": self.invalid, "pass_at_k": self.pass_at_k,
                 "pass_hat_k": self.pass_hat_k, "scenario_passed": self.scenario_passed}
 
     @property

@@ -50,6 +50,7 @@ _MODEL_AT: dict[tuple[str, ...], type[BaseModel]] = {
     ("limits",): Limits,
     ("outcome",): Expectation,
     ("judges",): JudgeSpec,
+    ("user_checks",): JudgeSpec,
     ("user",): SimulatedUser,
 }
 # Model-level checks whose message names the one field at fault.
@@ -58,6 +59,7 @@ _FIELD_OF_MESSAGE: tuple[tuple[str, str], ...] = (
     ("unordered only applies", "unordered"),
     ("an llm judge needs", "assertion"),
     ("judge ids must be unique", "judges"),
+    ("user check ids must be unique", "user_checks"),
     ("outcome expectations need completion", "outcome"),
 )
 
@@ -347,10 +349,12 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
             loc, text_ = _describe(error)
             problem(loc, text_, _line_of(node, loc))
     if scenario is not None:
-        for i, judge in enumerate(scenario.judges):
-            for loc, text_ in spec_problems(judge):
-                where = ("judges", i, *loc)
-                problem(where, text_, _line_of(node, where))
+        for section, specs in (("judges", scenario.judges),
+                               ("user_checks", scenario.user_checks)):
+            for i, judge in enumerate(specs):
+                for loc, text_ in spec_problems(judge):
+                    where = (section, i, *loc)
+                    problem(where, text_, _line_of(node, where))
     if result.errors or scenario is None:
         return None, result
     versioned = scenario.versioned()

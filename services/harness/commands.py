@@ -48,6 +48,26 @@ def register(app: typer.Typer, *,
         wait: float | None = BROKER_WAIT,
         as_json: bool = typer.Option(False, "--json",
                                      help="print the summary as one JSON object"),
+        adaptive: bool = typer.Option(
+            False, "--adaptive", help="after k trials each, give further trials in rounds to "
+            "the scenarios whose credible interval of pass^k still holds the goal, widest "
+            "first, until none does or --budget trials in all have run"),
+        budget: int = typer.Option(None, "--budget", min=1,
+                                   help="with --adaptive: trials of the run in all, at most"),
+        goal: float = typer.Option(
+            None, "--goal", min=0.0, max=1.0,
+            help="with --adaptive: the pass^k to decide against (default: each scenario's "
+                 "alert target, else PASSK_ALERT_MIN_PASS_HAT_K)"),
+        credibility: float = typer.Option(
+            0.9, "--credibility", min=0.5, max=0.999,
+            help="with --adaptive: the credible interval's mass"),
+        batch: int = typer.Option(
+            None, "--batch", min=1,
+            help="with --adaptive: trials per round at most (default: one per undecided "
+                 "scenario)"),
+        verdict_timeout: float = typer.Option(
+            600.0, "--verdict-timeout", min=1.0,
+            help="with --adaptive: how long to wait for a round's verdicts"),
     ) -> None:
         """Run each scenario max(--trials, k) times against the agent with its simulated
         user, read the product's persisted session with the target's state probe, and
@@ -68,6 +88,10 @@ def register(app: typer.Typer, *,
 
         settings = get_settings()
         console, err = make_console(), make_console(stderr=True)
+        if adaptive and budget is None:
+            raise UsageError("--adaptive needs --budget N (trials of the run in all)")
+        if not adaptive and any(v is not None for v in (budget, goal, batch)):
+            raise UsageError("--budget, --goal and --batch go with --adaptive")
         loaded = validate_paths([scenarios])
         if loaded.errors:
             for error in loaded.errors:
@@ -109,6 +133,28 @@ def register(app: typer.Typer, *,
 
         columns = (TextColumn("[bold]{task.description}"), BarColumn(),
                    MofNCompleteColumn(), TimeElapsedColumn())
+        if adaptive:
+            from services.harness.adaptive_run import AdaptiveOptions
+            from services.harness.play import play_adaptive
+
+            with Progress(*columns, console=err, transient=False) as progress:
+                task = progress.add_task(f"run {run_id} (adaptive)", total=budget)
+                try:
+                    result = play_adaptive(
+                        loaded.scenarios, chosen, run_id, settings, users=users,
+                        options=AdaptiveOptions(
+                            budget=budget, goal=goal, credibility=credibility, batch=batch,
+                            initial=trials, verdict_timeout_s=verdict_timeout),
+                        concurrency=concurrency, agent_version=agent_version,
+                        on_trial=lambda trial_id, what: progress.advance(task),
+                        on_round=lambda number, given: progress.console.print(
+                            f"round {number}: " + ", ".join(
+                                f"{sid} +{count}" for sid, count in given.items()),
+                            markup=False, highlight=False, soft_wrap=True))
+                except UsageError as exc:
+                    raise UsageError(f"{target}: {exc}") from None
+            _adaptive_summary(result, console, err, as_json)
+            return
         with Progress(*columns, console=err, transient=False) as progress:
             task = progress.add_task(f"run {run_id}", total=None)
             try:
@@ -155,3 +201,45 @@ def register(app: typer.Typer, *,
             _plain(err, f"stopped: {summary.interrupted} trial(s) not run, nothing of them "
                         "sent; run the same --run-id again to finish", "yellow")
         raise typer.Exit(code)
+
+
+def _adaptive_summary(result, console, err, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    """The adaptive run's answer: each scenario's interval and decision, the budget, what a
+    fixed plan would have spent; exit 1 when a trial was not published or a verdict never
+    came, 130 when stopped."""
+    summary = result.summary
+    fixed = result.fixed_plan_trials
+    if as_json:
+        typer.echo(json.dumps(result.as_json()))
+    else:
+        table = Table(title=f"passk run {result.run_id} (adaptive, goal per scenario, "
+                            f"{result.credibility:.0%} interval)")
+        for name in ("scenario", "n", "passed", "failed", "errors", "invalid", "pass^k",
+                     "interval", "goal", "decision"):
+            table.add_column(name, justify="left" if name == "scenario" else "right")
+        for s in result.standings:
+            table.add_row(s.scenario_id, str(s.n), str(s.passed), str(s.failed),
+                          str(s.errors), str(s.invalid),
+                          "-" if s.pass_hat_k is None else f"{s.pass_hat_k:.3f}",
+                          f"[{s.lower:.3f}, {s.upper:.3f}]", f"{s.goal:g}", s.decision)
+        console.print(table)
+        ratio = f" ({result.trials_run / fixed:.0%} of it)" if fixed else ""
+        _plain(console, f"trials run: {result.trials_run} of a budget of {result.budget} "
+                        f"({result.added} now, in {result.rounds} round(s)); a fixed plan "
+                        f"reaching the same interval widths: {fixed}{ratio}")
+    for trial_id, reason in summary.errors[:SHOWN]:
+        _plain(err, f"{trial_id}: {reason}", "yellow")
+    if len(summary.errors) > SHOWN:
+        _plain(err, f"... and {len(summary.errors) - SHOWN} more", "yellow")
+    code = result.exit_code()
+    if summary.not_published:
+        _plain(err, f"error: {summary.not_published} trial(s) could not be published; "
+                    "run the same --run-id again to retry them", "bold red")
+    elif summary.interrupted:
+        _plain(err, f"stopped: {summary.interrupted} trial(s) not run, nothing of them "
+                    "sent; run the same --run-id again to go on", "yellow")
+    elif result.late:
+        _plain(err, f"error: {len(result.late)} trial(s) have no verdict yet (e.g. "
+                    f"{result.late[0]}); is the pipeline running? Run the same --run-id "
+                    "again to go on", "bold red")
+    raise typer.Exit(code)

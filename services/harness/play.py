@@ -17,6 +17,7 @@ from schemas.scenario import Scenario
 from services.contract.exits import Unreachable, UsageError
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
+from services.harness.adaptive_run import AdaptiveOptions, AdaptiveResult
 from services.harness.domain import AgentError, PlannedTrial, RunSummary, plan_trials
 from services.harness.runner import Harness, UserFactory
 from services.harness.target import Target
@@ -128,3 +129,73 @@ def play(
 
         asyncio.run(main())
     return harness.summary
+
+
+def play_adaptive(
+    scenarios: Sequence[Scenario],
+    target: Target,
+    run_id: str,
+    settings: Settings,
+    *,
+    users: UserFactory,
+    options: AdaptiveOptions,
+    concurrency: int = 4,
+    agent_version: str | None = None,
+    on_trial: Callable[[str, str], None] = lambda trial_id, what: None,
+    on_round: Callable[[int, dict[str, int]], None] = lambda number, given: None,
+) -> AdaptiveResult:
+    """`passk run --adaptive`: k trials each, then rounds for the undecided scenarios
+    (services/harness/adaptive_run.py), each round's verdicts read from the projection."""
+    from services.harness.adapters import make_client
+    from services.harness.adaptive_run import run_adaptive
+    from services.harness.log import published_trials, publisher
+    from services.harness.probes import make_probe
+    from services.kafka.producer import TrafficProducer
+    from services.storage.store import Store
+
+    done = published_trials(run_id, settings)
+    producer = TrafficProducer(settings)
+    with producer:
+        missing = producer.missing_topics([topic_name(t, settings) for t in (
+            Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
+        if missing:
+            raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
+                              "(create them with `passk topics create`)")
+        try:
+            agent = make_client(target.agent)
+        except AgentError as exc:
+            raise UsageError(f"agent: {exc.reason}") from None
+        probe = make_probe(target.state)
+
+        async def one_round(round_plan: list[PlannedTrial]) -> tuple[RunSummary, set[str]]:
+            sent: set[str] = set()
+
+            def on_each(trial_id: str, what: str) -> None:
+                on_trial(trial_id, what)
+                if what not in ("interrupted", "not published"):
+                    sent.add(trial_id)
+
+            harness = Harness(
+                run_id=run_id, agent=agent, probe=probe, users=users,
+                publish=publisher(producer), timeout_s=target.agent.timeout_s,
+                agent_version=agent_version, concurrency=concurrency, on_trial=on_each)
+            harness.summary.planned = len(round_plan)
+            return await harness.run(round_plan), sent
+
+        async def main() -> AdaptiveResult:
+            store = Store(settings.database_url)
+            try:
+                return await run_adaptive(
+                    run_id=run_id, scenarios=list(scenarios), options=options,
+                    default_goal=settings.alert_min_pass_hat_k, in_log=done,
+                    play=one_round,
+                    verdicts=lambda: {t.trial_id: t.outcome for t in store.trials(run_id)},
+                    on_round=on_round)
+            finally:
+                store.close()
+                await agent.close()
+                await probe.close()
+                if users.model_client is not None:
+                    await users.model_client.close()
+
+        return asyncio.run(main())

@@ -31,6 +31,10 @@ def register(app: typer.Typer) -> None:
             False, "--no-json-schema", help="reject response_format (tool calls only)"
         ),
         seed: int = typer.Option(0, help="seed of the random fault rates"),
+        user_breaks_role_every: int = typer.Option(
+            0, "--user-breaks-role-every", min=0,
+            help="as the simulated user, answer as the assistant in every N-th conversation "
+                 "(the 1st, the N+1-th, ...); 0: never"),
     ) -> None:
         """Serve a deterministic stand-in judge (NOT a model) on /v1/chat/completions.
 
@@ -55,6 +59,7 @@ def register(app: typer.Typer) -> None:
                 retry_after_s=retry_after,
                 json_schema=not no_json_schema,
                 seed=seed,
+                user_breaks_role_every=user_breaks_role_every,
             ),
             host=host,
             port=port,

@@ -78,7 +78,17 @@ class Grader:
         return judge_version(spec.id, spec.assertion or "", PROMPT_HASH, self.model)
 
     async def grade(self, trial: ConversationFinished, scenario: Scenario) -> list[JudgeVerdict]:
-        return await self.grade_judges(trial, scenario, scenario.judges)
+        return [*await self.grade_judges(trial, scenario, scenario.judges),
+                *await self.grade_user(trial, scenario)]
+
+    async def grade_user(self, trial: ConversationFinished, scenario: Scenario
+                         ) -> list[JudgeVerdict]:
+        """The scenario's user checks over the user's view of the trial, as `user:<id>`
+        verdicts; graded whatever the gates said (a spoiled trial is invalid, not failed)."""
+        specs = domain.user_check_specs(scenario)
+        if not specs:
+            return []
+        return await self.grade_judges(domain.user_view(trial, scenario), scenario, specs)
 
     async def grade_judges(
         self, trial: ConversationFinished, scenario: Scenario, specs: list[JudgeSpec]
@@ -116,7 +126,7 @@ class Grader:
                 update={"judge_version": self.version_of(spec)}))
             if self.metrics:
                 self.metrics.skip(spec.id)
-        return out
+        return [*out, *await self.grade_user(trial, scenario)]
 
     async def _one(
         self, trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec

@@ -23,7 +23,9 @@ User simulator (for `passk run`): a request whose system message starts with
 `passk user simulator` gets a deterministic user line instead of a verdict: the n-th
 sentence of its `<instructions>` block on the user's n-th turn, then `[[done]]` (the user
 is done). Its answers say `"model": "passk-standin"`; the harness records that the user
-was played by the stand-in.
+was played by the stand-in. With `--user-breaks-role-every N` every N-th conversation it
+starts (the 1st, the N+1-th, ...) the user breaks role instead: it answers as the
+assistant would (`BROKEN_ROLE_LINES`, then done), what a simulated user's check catches.
 
 `GET /stats` returns request counters (`requests`, `completions`, per-fault counts) and
 `POST /stats/reset` zeroes them; tests use them to prove that cache hits make no call.
@@ -66,6 +68,8 @@ class StandinConfig:
     hang_s: float = 3600.0
     json_schema: bool = True
     seed: int = 0
+    # Every N-th conversation the stand-in user starts, it answers as the assistant (0: never).
+    user_breaks_role_every: int = 0
     rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,10 +90,20 @@ def decide(judge_id: str | None, transcript: str) -> tuple[bool, str]:
     )
 
 
-def simulate_user(body: dict[str, Any]) -> str:
+# What a user that broke role says: the assistant's lines, not the user's.
+BROKEN_ROLE_LINES = ("Hello! I'm your assistant. How can I help you today?",
+                     "Of course, I can help you with that. Is there anything else I can do?")
+
+
+def simulate_user(body: dict[str, Any], breaks_role: bool = False) -> str:
     """The stand-in user's whole rule: the instructions' sentences in order, one per user
-    turn (the user's own earlier turns are the request's assistant messages), then done."""
+    turn (the user's own earlier turns are the request's assistant messages), then done.
+    A conversation whose user opened with the role-breaking line (`breaks_role` on its first
+    turn) goes on with the assistant's lines."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    own = [m.get("content") for m in messages if m.get("role") == "assistant"]
+    if (breaks_role and not own) or (own and own[0] == BROKEN_ROLE_LINES[0]):
+        return BROKEN_ROLE_LINES[len(own)] if len(own) < len(BROKEN_ROLE_LINES) else USER_DONE
     system = next((m.get("content") for m in messages if m.get("role") == "system"), "") or ""
     found = _INSTRUCTIONS.search(system if isinstance(system, str) else "")
     sentences = [s.strip() for s in _SENTENCE_END.split(found.group(1))] if found else []
@@ -184,7 +198,14 @@ async def _answer(request: web.Request) -> web.StreamResponse:
     text = _prompt_text(body)
     if _is_user_simulation(body):
         stats["user_turns"] += 1
-        return web.json_response(_completion(simulate_user(body), None, len(text)))
+        breaks = False
+        if not any(isinstance(m, dict) and m.get("role") == "assistant"
+                   for m in body.get("messages") or []):
+            stats["user_conversations"] += 1
+            every = config.user_breaks_role_every
+            breaks = bool(every) and (stats["user_conversations"] - 1) % every == 0
+            stats["user_broke_role"] += int(breaks)
+        return web.json_response(_completion(simulate_user(body, breaks), None, len(text)))
     transcript = transcript_of(text) or ""
     fault = FAULT_MARKER.search(transcript)
     retry_after = {"Retry-After": f"{config.retry_after_s:g}"}

@@ -11,7 +11,7 @@ from schemas.events import GateResult, JudgeVerdict, TrialVerdict
 from services.otlp import semconv as sc
 
 Graded = JudgeVerdict | GateResult | TrialVerdict
-LABELS = {"passed": "pass", "failed": "fail", "error": "error"}
+LABELS = {"passed": "pass", "failed": "fail", "error": "error", "invalid": "invalid"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Evaluation:
 
 
 def evaluation_of(event: Graded, trace: TraceRef | None) -> Evaluation:
+    outcome: str
     if isinstance(event, JudgeVerdict):
         kind, name, outcome, why = "judge", f"judge:{event.judge_id}", event.result, event.reason
     elif isinstance(event, GateResult):

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from schemas.events import ExternalCheckResult, FailedCheck, ReliabilityFigures
+from services.grading.adaptive import Observed, fixed_plan_trials, standing
 from services.grading.estimators import pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
 from services.report.judge_cost import JudgeCostSummary, Prices, summarize_costs, trial_costs
@@ -95,6 +96,51 @@ class AdvisoryCheck(BaseModel):
     example_reason: str | None = None  # of its first failure, in trial order
 
 
+class InvalidTrial(BaseModel):
+    """A trial whose simulated user failed a user check: neither passed nor failed."""
+
+    trial_id: str
+    scenario_id: str
+    checks: list[FailedCheck]
+
+
+class FixedPlanComparison(BaseModel):
+    trials_run: int
+    fixed_plan_trials: int
+
+    @property
+    def ratio(self) -> float:
+        return self.trials_run / self.fixed_plan_trials if self.fixed_plan_trials else 0.0
+
+    def text(self) -> str:
+        share = f" ({self.ratio:.0%} of it)" if self.fixed_plan_trials else ""
+        return (f"adaptive run: {self.trials_run} trials; a fixed plan (the same n for every "
+                f"scenario) reaching the same interval widths would have run "
+                f"{self.fixed_plan_trials}{share}")
+
+
+def invalid_trials(lines: Sequence[TrialLine]) -> list[InvalidTrial]:
+    return [InvalidTrial(trial_id=t.trial_id, scenario_id=t.scenario_id,
+                         checks=[c for c in t.failed_checks if c.check.startswith("user:")])
+            for t in lines if t.outcome == "invalid"]
+
+
+def fixed_plan_comparison(scenarios: Sequence[ScenarioReport]) -> FixedPlanComparison | None:
+    """None for a run that was a fixed plan: every scenario ran max(T, k) trials for one
+    T (what `passk run --trials T` does). Otherwise (an adaptive run) the trials it ran
+    and those a fixed plan reaching each scenario's interval width would have run."""
+    ran = {s.scenario_id: s.n + s.invalid for s in scenarios}  # errors are in n
+    if not scenarios or any(
+            all(ran[s.scenario_id] == max(t, s.k) for s in scenarios)
+            for t in set(ran.values())):
+        return None
+    standings = [standing(Observed(
+        s.scenario_id, k=s.k, goal=0.0, trials=ran[s.scenario_id], passed=s.passed,
+        failed=s.failed, errors=s.errors, invalid=s.invalid)) for s in scenarios]
+    return FixedPlanComparison(trials_run=sum(ran.values()),
+                               fixed_plan_trials=fixed_plan_trials(standings))
+
+
 class RunReport(BaseModel):
     run_id: str
     scenarios: list[ScenarioReport]
@@ -105,6 +151,11 @@ class RunReport(BaseModel):
     advisory_judges: list[AdvisoryJudge] = []
     advisory_checks: list[AdvisoryCheck] = []
     judge_cost: JudgeCostSummary | None = None
+    # Trials a simulated user spoiled (a user check failed): out of every figure above.
+    invalid_trials: list[InvalidTrial] = []
+    # A run whose scenarios got unequal trials (an adaptive run): what a fixed plan
+    # reaching the same interval widths would have run.
+    fixed_plan: FixedPlanComparison | None = None
 
     @property
     def without_state_gate(self) -> list[str]:
@@ -248,13 +299,16 @@ def build_report(
         run_id=run_id,
         scenarios=scenarios,
         trials=lines,
-        failing_checks=rank_failing_checks(lines),
-        flakiness=explain_flakiness(lines),
+        # A trial the simulated user spoiled says nothing of the agent's checks.
+        failing_checks=rank_failing_checks([t for t in lines if t.outcome != "invalid"]),
+        flakiness=explain_flakiness([t for t in lines if t.outcome != "invalid"]),
         previous_run=previous_run,
         advisory_judges=advisory_judges(trials, run_judges),
         advisory_checks=advisory_checks(lines),
         judge_cost=summarize_costs([t.trial_id for t in trials], run_judges, prices)
         if trials else None,
+        invalid_trials=invalid_trials(lines),
+        fixed_plan=fixed_plan_comparison(scenarios),
     )
 
 
@@ -326,6 +380,9 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "advisory_judges": [j.model_dump() for j in report.advisory_judges],
         "advisory_checks": [c.model_dump() for c in report.advisory_checks],
         "judge_cost": report.judge_cost.model_dump() if report.judge_cost else None,
+        "invalid_trials": [t.model_dump() for t in report.invalid_trials],
+        "fixed_plan": None if report.fixed_plan is None else {
+            **report.fixed_plan.model_dump(), "ratio": report.fixed_plan.ratio},
     }
 
 

@@ -131,7 +131,7 @@ def _scenario_rows(report: RunReport) -> Iterable[str]:
             + cell("scenario_id", s.scenario_id, num=False)
             + cell("k", str(s.k)) + cell("n", str(s.n))
             + cell("passed", str(s.passed)) + cell("failed", str(s.failed))
-            + cell("errors", str(s.errors))
+            + cell("errors", str(s.errors)) + cell("invalid", str(s.invalid))
             + cell("pass_at_k", figure(s.pass_at_k)) + cell("pass_hat_k", figure(s.pass_hat_k))
             + cell("pass_hat_k_interval", interval)
             + f'<td data-figure="scenario_passed" data-value="{str(s.scenario_passed).lower()}">'
@@ -140,6 +140,28 @@ def _scenario_rows(report: RunReport) -> Iterable[str]:
                     else "both gates", num=False)
             + "</tr>"
         )
+
+
+def _invalid(report: RunReport) -> str:
+    """Trials the simulated user spoiled, and the adaptive run's comparison: apart from
+    every figure of the agent."""
+    out = []
+    if report.fixed_plan is not None:
+        out.append(f'<p id="fixed-plan" class="note" data-trials-run='
+                   f'"{report.fixed_plan.trials_run}" data-fixed-plan-trials='
+                   f'"{report.fixed_plan.fixed_plan_trials}">'
+                   f"{escape(report.fixed_plan.text())}</p>")
+    if report.invalid_trials:
+        rows = "".join(
+            f'<tr data-trial="{escape(t.trial_id)}"><td>{escape(t.trial_id)}</td>'
+            f"<td>{escape(t.scenario_id)}</td><td>"
+            + escape("; ".join(f"{c.check}: {c.reason}" for c in t.checks)) + "</td></tr>"
+            for t in report.invalid_trials)
+        out.append('<h2>Invalid trials</h2><p class="sub">The simulated user failed a user '
+                   "check: neither passed nor failed, out of n and of every figure.</p>"
+                   '<table id="invalid-trials"><thead><tr><th>trial</th><th>scenario</th>'
+                   f"<th>user checks failed</th></tr></thead><tbody>{rows}</tbody></table>")
+    return "\n".join(out)
 
 
 def _cost_rows(report: RunReport) -> Iterable[str]:
@@ -280,10 +302,12 @@ def render_html(report: RunReport, *, generated_at: datetime,
 deploys; the gap to pass@k is where flakiness hides.</p>
 {_plot(reliability_figure(report), "reliability-chart")}
 <table id="scenarios"><thead><tr><th>scenario</th><th>k</th><th>n</th><th>passed</th>
-<th>failed</th><th>errors</th><th>pass@k</th><th>pass^k</th><th>pass^k 90% interval</th>
+<th>failed</th><th>errors</th><th>invalid</th><th>pass@k</th><th>pass^k</th>
+<th>pass^k 90% interval</th>
 <th>verdict</th><th>gates</th></tr></thead>
 <tbody>{"".join(_scenario_rows(report))}</tbody></table>
 {without}
+{_invalid(report)}
 {over_time or ""}
 <h2>Flakiness explained</h2>
 <p class="sub">For each scenario whose trials disagree: the checks whose result flips between

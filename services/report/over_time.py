@@ -60,7 +60,8 @@ def alert_condition(tally: ReliabilityTally, min_pass_hat_k: float | None,
 
 
 def view(row: WindowRecord) -> WindowView:
-    tally = ReliabilityTally(k=row.k, passed=row.passed, failed=row.failed, errors=row.errors)
+    tally = ReliabilityTally(k=row.k, passed=row.passed, failed=row.failed, errors=row.errors,
+                             invalid=row.invalid)
     judged = tally.judged()
     return WindowView(
         **row.model_dump(include=set(WindowView.model_fields)),
@@ -144,6 +145,7 @@ def _rows(items: Sequence[WindowView]) -> str:
             + cell("window_start", stamp(w.window_start), num=False)
             + cell("n", str(w.n)) + cell("passed", str(w.passed))
             + cell("failed", str(w.failed)) + cell("errors", str(w.errors))
+            + cell("invalid", str(w.invalid))
             + cell("pass_hat_k", figure(w.pass_hat_k))
             + cell("pass_hat_k_interval", f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]")
             + cell("pass_at_k", figure(w.pass_at_k))
@@ -168,7 +170,7 @@ def over_time_section(items: Sequence[WindowView], *, empty: str) -> str:
             f'data-window="{escape(size)}"><h3>{escape(scenario_id)} · {escape(size)} windows'
             f"</h3>{plot}"
             f'<table class="windows"><thead><tr><th>window start</th><th>n</th>'
-            "<th>passed</th><th>failed</th><th>errors</th><th>pass^k</th>"
+            "<th>passed</th><th>failed</th><th>errors</th><th>invalid</th><th>pass^k</th>"
             "<th>pass^k 90% interval</th><th>pass@k</th><th>pass^k judged</th>"
             f"<th>alert</th></tr></thead><tbody>{_rows(group)}</tbody></table></div>"
         )

@@ -33,12 +33,16 @@ def scenarios_table(report: RunReport) -> Table:
     table = Table(title=f"run {report.run_id}: reliability per scenario")
     # Figures never wrap or shrink; a long scenario id folds instead.
     table.add_column("scenario", overflow="fold", min_width=10)
-    for name in ("k", "n", "passed", "failed", "errors", "pass@k", "pass^k"):
+    spoiled = any(s.invalid for s in report.scenarios)
+    names = ("k", "n", "passed", "failed", "errors", *(("invalid",) if spoiled else ()),
+             "pass@k", "pass^k")
+    for name in names:
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     table.add_column("passed?", justify="center", no_wrap=True)
     for s in report.scenarios:
         table.add_row(
             escape(s.scenario_id), str(s.k), str(s.n), str(s.passed), str(s.failed), str(s.errors),
+            *((str(s.invalid),) if spoiled else ()),
             figure(s.pass_at_k), figure(s.pass_hat_k), verdict_cell(s),
         )
     return table
@@ -83,6 +87,15 @@ def print_report(report: RunReport, console: Console) -> None:
         console.print(escape(advisory_text(judge)), soft_wrap=True)
     for check in report.advisory_checks:
         console.print(escape(advisory_check_text(check)), soft_wrap=True)
+    if report.invalid_trials:
+        console.print(
+            f"invalid (the simulated user failed a user check; out of n): "
+            f"{len(report.invalid_trials)} trial(s)", soft_wrap=True)
+        for t in report.invalid_trials:
+            checks = "; ".join(f"{c.check}: {c.reason}" for c in t.checks)
+            console.print(f"  {escape(t.trial_id)}: {escape(checks)}", soft_wrap=True)
+    if report.fixed_plan is not None:
+        console.print(escape(report.fixed_plan.text()), soft_wrap=True)
     if report.judge_cost is not None:
         for line in cost_lines(report.judge_cost):
             console.print(escape(line), soft_wrap=True)

@@ -414,4 +414,4 @@ class SummaryDeltas:
         return sorted(self.counts)
 
 
-OUTCOMES = ("passed", "failed", "error")
+OUTCOMES = ("passed", "failed", "error", "invalid")

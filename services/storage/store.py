@@ -93,6 +93,9 @@ METADATA = SinkTable.metadata
 # Columns of `trials` added after projections existed; create_schema adds them, each
 # nullable or with its model default, which is what every older trial was.
 ADDED_COLUMNS = ("advisory_checks", "exit_source", "completion")
+# Columns of the figure tables added since (`invalid`: trials the simulated user spoiled).
+ADDED_FIGURE_COLUMNS: tuple[tuple[type[Any], str], ...] = (
+    (ScenarioSummary, "invalid"), (WindowRecord, "invalid"))
 
 
 def _newest_windows(rows: list[Any]) -> list[Any]:
@@ -145,14 +148,15 @@ class Store:
         never alters a table that exists. A nullable one leaves old rows NULL (read as its
         default); one that is not takes its model default in every old row (a trial
         projected before `completion` existed was graded with its state gate: "product")."""
-        table = TRIALS
-        for name in ADDED_COLUMNS:
+        added = [(TrialRecord, name) for name in ADDED_COLUMNS] + list(ADDED_FIGURE_COLUMNS)
+        for model, name in added:
+            table = TABLES[model].table
             if name in self._columns(table.name):
                 continue
             column = table.c[name]
             kind = column.type.compile(dialect=self.engine.dialect)
             if not column.nullable:
-                default = literal(TrialRecord.model_fields[name].default).compile(
+                default = literal(model.model_fields[name].default).compile(
                     dialect=self.engine.dialect, compile_kwargs={"literal_binds": True})
                 kind += f" NOT NULL DEFAULT {default}"
             try:
@@ -274,22 +278,25 @@ class Store:
         run_id, scenario_id = home
         table = TABLES[ScenarioSummary].table
         where = (table.c.run_id == run_id, table.c.scenario_id == scenario_id)
-        added = {"passed": delta["passed"], "failed": delta["failed"], "errors": delta["error"]}
+        added = {"passed": delta["passed"], "failed": delta["failed"], "errors": delta["error"],
+                 "invalid": delta["invalid"]}
         stmt = self._insert(table).values(
-            run_id=run_id, scenario_id=scenario_id, k=1, n=sum(added.values()),
+            run_id=run_id, scenario_id=scenario_id, k=1,
+            n=added["passed"] + added["failed"] + added["errors"],  # invalid trials: out of n
             scenario_passed=False, **added,
         )
         stmt = stmt.on_conflict_do_update(
             index_elements=["run_id", "scenario_id"],
             set_={name: table.c[name] + stmt.excluded[name] for name in ("n", *added)},
-        ).returning(table.c.passed, table.c.failed, table.c.errors)
-        passed, failed, errors = conn.execute(stmt).one()
+        ).returning(table.c.passed, table.c.failed, table.c.errors, table.c.invalid)
+        passed, failed, errors, invalid = conn.execute(stmt).one()
         latest = self._latest_trial(conn, run_id, scenario_id)
         if latest is None:  # its last trial moved to another run or scenario
             conn.execute(table.delete().where(*where))
             return
         k, last_verdict_at = latest
-        tally = ReliabilityTally(k=k, passed=passed, failed=failed, errors=errors)
+        tally = ReliabilityTally(k=k, passed=passed, failed=failed, errors=errors,
+                                 invalid=invalid)
         summary = summary_of(run_id, scenario_id, tally, last_verdict_at)
         conn.execute(table.update().where(*where).values(**summary.model_dump()))
 
@@ -318,7 +325,7 @@ class Store:
             for row in homes:
                 k, last_verdict_at = self._latest_trial(conn, row.run_id, row.scenario_id)
                 tally = ReliabilityTally(k=k, passed=int(row.passed), failed=int(row.failed),
-                                         errors=int(row.error))
+                                         errors=int(row.error), invalid=int(row.invalid))
                 summary = summary_of(row.run_id, row.scenario_id, tally, last_verdict_at)
                 conn.execute(self._insert(table).values(**summary.model_dump()))
         return len(homes)

@@ -26,11 +26,11 @@ from schemas.events import (
     FailedCheck,
     GateResult,
     JudgeVerdict,
-    Outcome,
     TrialIdentity,
     TrialVerdict,
     with_attempt,
 )
+from schemas.events import TrialOutcome as Outcome
 from schemas.scenario import Scenario
 from services.contract.settings import Settings
 from services.grading.calibration import CalibrationBook, GatingPolicy
@@ -159,6 +159,9 @@ def missing_checks(state: TrialState, scenario: Scenario | None) -> list[str]:
         return missing or ["gate:version"]
     return [
         f"judge:{j.id}" for j in scenario.gating_judges if f"{j.id}@{version}" not in state.judges
+    ] + [
+        f"user:{u.id}" for u in scenario.user_checks
+        if u.gating and f"user:{u.id}@{version}" not in state.judges
     ]
 
 
@@ -266,17 +269,39 @@ def assemble(
             failed.append(FailedCheck(check=check, reason=verdict.reason))
         else:
             errors.append(FailedCheck(check=check, reason=f"error: {verdict.reason}"))
+    # The simulated user's checks: one that failed spoils the trial (`invalid`, whatever
+    # the agent's checks said); one that could not be made is an error like any check.
+    spoiled: list[FailedCheck] = []
+    for spec in scenario.user_checks:
+        check = f"user:{spec.id}"
+        verdict = state.judges.get(f"{check}@{version}")
+        if verdict is None:
+            continue
+        gates, why = policy.gates(spec, verdict.judge_version, book.get(verdict.judge_version))
+        if not gates:
+            advisory.append(AdvisoryJudge(
+                judge_id=check, judge_version=verdict.judge_version, why=why,
+                result=verdict.result, reason=verdict.reason,
+            ))  # fmt: skip
+            continue
+        if verdict.result == "passed":
+            passed.append(check)
+        elif verdict.result == "failed":
+            spoiled.append(FailedCheck(check=check, reason=verdict.reason))
+        elif verdict.result == "error":
+            errors.append(FailedCheck(check=check, reason=f"error: {verdict.reason}"))
     for check in missing:
         errors.append(FailedCheck(check=check, reason=f"error: no result within {waited_s:g} s"))
 
-    outcome: Outcome = "failed" if failed else "error" if errors else "passed"
+    outcome: Outcome = ("invalid" if spoiled else "failed" if failed else "error" if errors
+                        else "passed")
     facts = exit_gate or state.gates.get("state")
     return TrialVerdict(
         event_id=with_attempt(f"verdict:{state.trial_id}", state.attempt),
         **TrialIdentity.of(state, version or "unknown").as_fields(),
         k=scenario.trials,
         outcome=outcome,
-        failed_checks=failed + errors,
+        failed_checks=spoiled + failed + errors,
         checks_passed=passed,
         gating_judges=gating,
         advisory_judges=advisory,

@@ -49,7 +49,7 @@ class VerdictMetrics(MetricSet):
         """Create every (scenario, outcome) series at 0, so an alert's increase() sees the
         first trials of a scenario too (a series first scraped at its final value shows none)."""
         for scenario in scenarios:
-            for outcome in ("passed", "failed", "error"):
+            for outcome in ("passed", "failed", "error", "invalid"):
                 self.trials.labels(scenario, outcome)
 
     def count(self, verdict: TrialVerdict) -> None:

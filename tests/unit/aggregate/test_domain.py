@@ -450,3 +450,18 @@ def test_a_verdict_not_read_again_loses_its_own_change_only() -> None:
         assert got[key] == (want[key][0] - 1, want[key][1], want[key][2]), key
     t.feed(a)  # were it read after all, later: too late, and not counted twice
     assert t.counts() == got
+
+
+def test_an_invalid_trial_is_counted_apart_and_out_of_n() -> None:
+    t = Table()
+    for i, o in enumerate(["passed", "passed", "invalid", "passed", "failed"]):
+        t.feed(verdict(f"t{i}", o, k=3))  # type: ignore[arg-type]
+    r = t.published["s1|run-1|None|None"]
+    n, c, k = 4, 3, 3
+    assert (r.n, r.passed, r.failed, r.errors, r.invalid) == (n, c, 1, 0, 1)
+    assert r.pass_hat_k == pytest.approx(comb(c, k) / comb(n, k))
+    assert r.pass_hat_k_upper == pytest.approx(beta.ppf(0.95, c + 1, n - c + 1) ** k)
+    # a re-grade that finds the user was fine moves the trial from invalid to passed
+    t.feed(verdict("t2", "passed", attempt=2, k=3))
+    r = t.published["s1|run-1|None|None"]
+    assert (r.n, r.passed, r.invalid) == (5, 4, 0)

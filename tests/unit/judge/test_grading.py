@@ -186,3 +186,64 @@ async def test_a_locked_store_never_holds_a_judgement_for_its_busy_timeout(
     # one bounded wait for the lookup and one for the write at most, never the 30 s timeout
     assert took < 4 * CACHE_WAIT_S + 5
     assert not g.store.up  # the outage is seen (degraded), not hidden
+
+
+USER_SCENARIO = Scenario(
+    id="debrief",
+    expected_exit=["product_closed"],
+    judges=[JudgeSpec(id="no_apology", kind="regex", pattern="(?i)sorry", must_match=False)],
+    user={"persona": "A field technician.", "instructions": "The pump seized."},
+    user_checks=[
+        JudgeSpec(id="in_role", kind="regex", pattern="(?i)how can I help", must_match=False,
+                  role="user"),
+        JudgeSpec(id="stayed_in_persona", assertion="The user stayed in the persona."),
+    ],
+).versioned()
+
+
+async def test_user_checks_judge_the_users_turns_against_its_persona(
+        standin: StartStandin, tmp_path: Path) -> None:
+    url = await standin()
+    g = grader(url, tmp_path, CollectorRegistry())
+    spoiled = conversation("t9", run_id="r", scenario_id="debrief", transcript=[
+        Message(role="system", content="the product's own prompt"),
+        Message(role="user",
+                content="Hello! How can I help you today? [[fail:user:stayed_in_persona]]"),
+        Message(role="assistant", content="Which parts?"),
+    ])
+    verdicts = {v.judge_id: v for v in await g.grade(spoiled, USER_SCENARIO)}
+    assert set(verdicts) == {"no_apology", "user:in_role", "user:stayed_in_persona"}
+    assert verdicts["no_apology"].result == "passed"  # the agent's judge sees the agent
+    assert verdicts["user:in_role"].result == "failed"
+    assert "user message" in verdicts["user:in_role"].reason
+    # the LLM user check went to the model under its own id (the stand-in fails the id
+    # whose marker the transcript it was sent holds)
+    assert verdicts["user:stayed_in_persona"].result == "failed"
+    assert verdicts["user:in_role"].event_id != verdicts["no_apology"].event_id
+    fine = conversation("t10", run_id="r", scenario_id="debrief", transcript=[
+        Message(role="user", content="The pump seized."),
+        Message(role="assistant", content="How can I help you further?"),
+    ])
+    results = {v.judge_id: v.result for v in await g.grade(fine, USER_SCENARIO)}
+    # the assistant saying it is not the user breaking role
+    assert results == {"no_apology": "passed", "user:in_role": "passed",
+                       "user:stayed_in_persona": "passed"}
+    # graded also when the gates failed (skip_when_gates_fail): a spoiled trial is invalid
+    after = {v.judge_id: v.result for v in await g.grade_after_gates(
+        spoiled, USER_SCENARIO, ["exit"])}
+    assert after["user:in_role"] == "failed"
+
+
+def test_the_user_view_starts_with_the_persona_and_keeps_only_the_two_speakers() -> None:
+    from services.judge.domain import user_view
+
+    seen = user_view(conversation("t1", run_id="r", scenario_id="debrief", transcript=[
+        Message(role="system", content="product prompt"),
+        Message(role="user", content="Hi."),
+        Message(role="tool", content="{}", tool_call_id="c1"),
+        Message(role="assistant", content="Hello."),
+    ]), USER_SCENARIO)
+    assert [m.role for m in seen.transcript] == ["system", "user", "assistant"]
+    head = seen.transcript[0].content or ""
+    assert "A field technician." in head and "The pump seized." in head
+    assert "product prompt" not in head

@@ -76,3 +76,34 @@ def test_cli_port_0_prints_the_chosen_port_and_binds_locally_only() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert refused.returncode != 0 and "local host only" in refused.stderr
+
+
+async def test_the_user_breaks_role_in_every_nth_conversation_it_starts(
+        standin: StartStandin) -> None:
+    from services.harness.user import USER_SIMULATOR_MARKER
+
+    url = await standin(user_breaks_role_every=3)
+    system = {"role": "system",
+              "content": f"{USER_SIMULATOR_MARKER}\n<instructions>\nJob 4112. It seized.\n"
+                         "</instructions>"}
+    wait = {"role": "user", "content": "(waiting)"}
+
+    async def say(*history: dict) -> str:
+        body = {"model": "m", "messages": [system, *history]}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{url}/chat/completions", json=body) as r:
+                return (await r.json())["choices"][0]["message"]["content"]
+
+    openings = [await say(wait) for _ in range(7)]
+    broken = "Hello! I'm your assistant. How can I help you today?"
+    # conversations 1, 4 and 7 open in the assistant's voice; the others as the user
+    assert [o == broken for o in openings] == [True, False, False, True, False, False, True]
+    assert set(openings) - {broken} == {"Job 4112."}
+    # a broken conversation goes on as the assistant, then ends; a good one by the script
+    went_on = await say(wait, {"role": "assistant", "content": broken},
+                        {"role": "user", "content": "What was the fault?"})
+    assert "help" in went_on and went_on != broken
+    assert await say(wait, {"role": "assistant", "content": "Job 4112."},
+                     {"role": "user", "content": "What was the fault?"}) == "It seized."
+    stats = await standin_stats(url)
+    assert (stats["user_conversations"], stats["user_broke_role"]) == (7, 3)

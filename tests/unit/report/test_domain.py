@@ -92,12 +92,12 @@ def test_json_has_exactly_the_documented_shape() -> None:
     # The documented keys first and in order; the additions after them.
     assert list(data) == [
         "run_id", "scenarios", "trials", "previous_run", "without_state_gate", "flakiness",
-        "advisory_judges", "advisory_checks", "judge_cost",
+        "advisory_judges", "advisory_checks", "judge_cost", "invalid_trials", "fixed_plan",
     ]
     assert data["run_id"] == "r"
     assert [list(s) for s in data["scenarios"]] == [[
         "scenario_id", "k", "n", "passed", "failed", "errors", "pass_at_k", "pass_hat_k",
-        "scenario_passed", "pass_hat_k_lower", "pass_hat_k_upper", "completion",
+        "scenario_passed", "invalid", "pass_hat_k_lower", "pass_hat_k_upper", "completion",
         "scenario_versions", "tokens_median", "turns_median", "duration_s_median",
     ]] * 2
     # each scenario names the versions its trials were graded against
@@ -243,3 +243,36 @@ def test_advisory_judges_are_listed_apart_with_why_and_their_failures() -> None:
 ])
 def test_an_advisory_line_says_how_often_it_failed_and_an_example(example, said) -> None:  # type: ignore[no-untyped-def]
     assert not_counted("judge j", 1, 4, example) == said
+
+
+def test_invalid_trials_are_listed_apart_and_out_of_every_figure() -> None:
+    rows = trials(("s", "passed", None), ("s", "invalid", [("user:in_role", "said it helps")]),
+                  ("s", "passed", None), ("s", "passed", None),
+                  ("s", "invalid", [("user:in_role", "again"), ("gate:exit", "no close")]))
+    report = build_report("r", rows)
+    s = report.scenarios[0]
+    assert (s.n, s.passed, s.invalid, s.scenario_passed) == (3, 3, 2, True)
+    assert [(t.trial_id, [c.check for c in t.checks]) for t in report.invalid_trials] == [
+        ("s-1", ["user:in_role"]), ("s-4", ["user:in_role"])]
+    # a spoiled trial's checks are not the agent's failing checks
+    assert report.failing_checks == []
+    data = report_json(report)
+    assert [t["trial_id"] for t in data["invalid_trials"]] == ["s-1", "s-4"]
+    assert data["scenarios"][0]["invalid"] == 2
+    assert gate_decision(report).exit_code == EXIT_PASS
+
+
+def test_a_fixed_plan_run_has_no_comparison_an_adaptive_one_has() -> None:
+    fixed = trials(*[("a", "passed", None)] * 4, *[("b", "failed", None)] * 4)
+    assert build_report("r", fixed).fixed_plan is None
+    # k below --trials for one scenario, at it for the other: still a fixed plan
+    assert build_report("r", trials(*[("a", "passed", None)] * 3, k=3)
+                        + trials(*[("b", "passed", None)] * 5, k=5)).fixed_plan is None
+    # 3 failed of 3 next to 20 passed of 20, both k = 1: a fixed plan reaching both widths
+    # gives each 20 trials (the widest need, at 20 of 20), 40 in all; 23 were run
+    adaptive = build_report("r", trials(*[("low", "failed", None)] * 3, k=1)
+                            + trials(*[("high", "passed", None)] * 20, k=1))
+    assert adaptive.fixed_plan is not None
+    assert (adaptive.fixed_plan.trials_run, adaptive.fixed_plan.fixed_plan_trials) == (23, 40)
+    assert "23 trials" in adaptive.fixed_plan.text()
+    assert "would have run 40" in adaptive.fixed_plan.text()

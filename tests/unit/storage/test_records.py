@@ -95,6 +95,9 @@ def test_times_are_stored_in_utc() -> None:
         (["passed"] * 3, (3, 3, 0, 0, 1.0, 1.0, True)),
         (["passed"] * 4 + ["failed"], (5, 4, 1, 0, 1.0, 0.4, False)),
         (["passed", "error", "passed"], (3, 2, 0, 1, 1.0, 0.0, False)),
+        # an invalid trial (the simulated user spoiled it) is out of n: three passes of
+        # three judged pass, the fourth trial whatever it was
+        (["passed", "invalid", "passed", "passed"], (3, 3, 0, 0, 1.0, 1.0, True)),
     ],
 )
 def test_summary_of_one_scenario(outcomes: list[str], expected: tuple) -> None:
@@ -128,7 +131,8 @@ def test_a_new_trial_adds_one_count_and_a_duplicate_adds_none() -> None:
     deltas = SummaryDeltas()
     assert deltas.apply(_row("t1", "passed", 1))
     assert deltas.apply(_row("t1", "passed", 1))  # redelivered: same version, replaces itself
-    assert deltas.counts == {("run-1", "billing"): {"passed": 1, "failed": 0, "error": 0}}
+    assert deltas.counts == {("run-1", "billing"): {"passed": 1, "failed": 0, "error": 0,
+                                                  "invalid": 0}}
 
 
 def test_a_regrade_moves_one_count_and_a_stale_copy_moves_none() -> None:
@@ -136,7 +140,8 @@ def test_a_regrade_moves_one_count_and_a_stale_copy_moves_none() -> None:
     deltas = SummaryDeltas(known={"t1": stored})
     assert deltas.apply(_row("t1", "passed", 2))
     assert not deltas.apply(_row("t1", "error", 1.5))  # older than what replaced it
-    assert deltas.counts == {("run-1", "billing"): {"passed": 1, "failed": -1, "error": 0}}
+    assert deltas.counts == {("run-1", "billing"): {"passed": 1, "failed": -1, "error": 0,
+                                                  "invalid": 0}}
 
 
 def test_a_regrade_into_another_scenario_moves_the_count_across() -> None:
@@ -210,3 +215,15 @@ def test_a_row_is_made_only_of_its_event_and_exactly_its_computed_columns() -> N
         row_of(TrialRecord, verdict, finished_at=None)
     row = row_of(TrialAttemptRecord, verdict, verdict_at=as_utc(verdict.occurred_at))
     assert (row.trial_id, row.attempt, row.outcome) == ("t1", verdict.attempt, "passed")
+
+
+def test_an_invalid_trial_is_counted_apart() -> None:
+    rows = [trial_record(f.verdict(f"t{i}", o, when=i))
+            for i, o in enumerate(["passed", "invalid", "invalid", "failed"])]
+    s = summarize("run-1", "billing", rows)
+    assert (s.n, s.passed, s.failed, s.errors, s.invalid) == (2, 1, 1, 0, 2)
+    deltas = SummaryDeltas()
+    for row in rows:
+        deltas.apply(row)
+    assert deltas.counts[("run-1", "billing")] == {"passed": 1, "failed": 1, "error": 0,
+                                                   "invalid": 2}

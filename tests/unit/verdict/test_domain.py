@@ -272,3 +272,62 @@ def test_timing_from_the_settings_waits_for_the_gates_as_long_as_for_a_session()
     timing = domain.Timing.of(Settings(PASSK_JUDGE_WAIT_S=45, PASSK_SESSION_WAIT_S=20,
                                        PASSK_DEDUP_RETENTION_S=700))
     assert (timing.judge_wait_s, timing.gate_wait_s, timing.retention_s) == (45, 20, 700)
+
+
+# ------------------------------------------------------------------ user checks
+
+USER_SC = scenario(user={"persona": "A technician.", "instructions": "Job 4112."},
+                   user_checks=[{"id": "in_role", "kind": "regex", "pattern": "help you",
+                                 "must_match": False, "role": "user"},
+                                {"id": "no_answer", "assertion": "Did not give it away."}])
+UV = USER_SC.version or ""
+
+
+def user_checks(in_role: str = "passed", no_answer: str = "passed") -> list:
+    checks = [gate_result("exit", True, version=UV), gate_result("state", True, version=UV),
+              *[judge_verdict(j, "passed", version=UV) for j in GATING]]
+    det = judge_verdict("user:in_role", in_role, version=UV)
+    det = det.model_copy(update={"judge_kind": "regex"})
+    return [*checks, det, judge_verdict("user:no_answer", no_answer, version=UV)]
+
+
+def test_every_user_check_is_awaited() -> None:
+    state = collect(*user_checks()[:-1])
+    assert domain.missing_checks(state, USER_SC) == ["user:no_answer"]
+    assert domain.missing_checks(collect(*user_checks()), USER_SC) == []
+
+
+@pytest.mark.parametrize(
+    ("in_role", "no_answer", "agent_ok", "outcome", "failed"),
+    [
+        ("passed", "passed", True, "passed", []),
+        # a user that broke role spoils the trial, whatever the agent's checks said
+        ("failed", "passed", True, "invalid", ["user:in_role"]),
+        ("failed", "passed", False, "invalid", ["user:in_role", "gate:exit"]),
+        ("passed", "failed", True, "invalid", ["user:no_answer"]),
+        # a user check that could not be made is an error like any check
+        ("error", "passed", True, "error", ["user:in_role"]),
+    ],
+)
+def test_a_failed_user_check_makes_the_trial_invalid(in_role, no_answer, agent_ok, outcome,
+                                                     failed) -> None:
+    events = user_checks(in_role, no_answer)
+    if not agent_ok:
+        events[0] = gate_result("exit", False, version=UV)
+    verdict = domain.assemble(collect(*events), USER_SC, missing=[], waited_s=0,
+                              **EVERY_JUDGE_GATES)
+    assert verdict.outcome == outcome
+    assert [c.check for c in verdict.failed_checks] == failed
+    if outcome == "passed":
+        assert {"user:in_role", "user:no_answer"} <= set(verdict.checks_passed)
+
+
+def test_an_uncalibrated_llm_user_check_is_advisory_and_spoils_nothing() -> None:
+    verdict = domain.assemble(collect(*user_checks("passed", "failed")), USER_SC, missing=[],
+                              waited_s=0, policy=GatingPolicy(), book=CalibrationBook())
+    # the deterministic check gates; the LLM one is recorded as advisory (and so are the
+    # scenario's uncalibrated LLM judges)
+    assert verdict.outcome == "passed"
+    assert "user:in_role" in verdict.checks_passed
+    assert [(a.judge_id, a.result) for a in verdict.advisory_judges
+            if a.judge_id.startswith("user:")] == [("user:no_answer", "failed")]
