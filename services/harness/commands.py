@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from pathlib import Path
 
 import typer
@@ -45,8 +46,10 @@ def register(app: typer.Typer) -> None:
         user, read the product's persisted session with the target's state probe, and
         publish both events per trial (trial ids <run_id>:<scenario_id>:<NNN>; trials of
         this run already in the log are skipped, so a re-run publishes nothing twice).
-        Exit 1 when a trial could not be published, 2 for invalid scenarios or target,
-        4 when the broker is down, 130 when stopped (finished trials are published)."""
+        Exit 4 when the broker is down or did not take a trial (within
+        PASSK_PRODUCER_DELIVERY_TIMEOUT_S; the first such trial is named), 1 when a trial
+        could not be published for another reason, 2 for invalid scenarios or target, 130
+        when stopped (SIGINT: finished trials are published, with a summary)."""
         from services.contract.exits import Unreachable
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
@@ -105,7 +108,8 @@ def register(app: typer.Typer) -> None:
         plan = plan_trials(loaded.scenarios, run_id, trials)
         todo = [p for p in plan if p.trial_id not in done]
         producer = TrafficProducer(settings)
-        with producer:
+        stop_waiting = threading.Event()
+        try:
             missing = producer.missing_topics([topic_name(t, settings) for t in (
                 Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
             if missing:
@@ -122,8 +126,9 @@ def register(app: typer.Typer) -> None:
                 task = progress.add_task(f"run {run_id}", total=len(todo))
                 harness = Harness(
                     run_id=run_id, agent=agent, probe=probe, users=users,
-                    publish=publisher(producer), timeout_s=chosen.agent.timeout_s,
-                    agent_version=agent_version, concurrency=concurrency,
+                    publish=publisher(producer, stop_waiting),
+                    timeout_s=chosen.agent.timeout_s, agent_version=agent_version,
+                    concurrency=concurrency, stop_waiting=stop_waiting,
                     on_trial=lambda trial_id, what: progress.advance(task))
                 harness.summary.planned = len(plan)
                 harness.summary.skipped = len(plan) - len(todo)
@@ -139,6 +144,9 @@ def register(app: typer.Typer) -> None:
 
                 asyncio.run(main())
             summary = harness.summary
+        finally:
+            # Every publish has had its wait (bounded); what is left is given up at once.
+            producer.close(timeout_s=0)
 
         table = Table(title=f"passk run {run_id}")
         table.add_column("")
@@ -152,6 +160,8 @@ def register(app: typer.Typer) -> None:
         table.add_row("published", str(summary.published))
         if summary.not_published:
             table.add_row("NOT published", str(summary.not_published))
+        if summary.undelivered:
+            table.add_row("  of which not delivered (broker)", str(len(summary.undelivered)))
         if summary.interrupted:
             table.add_row("interrupted (nothing sent)", str(summary.interrupted))
         if as_json:
@@ -160,6 +170,7 @@ def register(app: typer.Typer) -> None:
                 "run": summary.run, "exits": dict(sorted(summary.exits.items())),
                 "sessions_found": summary.sessions_found, "published": summary.published,
                 "not_published": summary.not_published, "interrupted": summary.interrupted,
+                "undelivered": summary.undelivered,
                 "errors": [{"trial_id": t, "reason": r} for t, r in summary.errors]}))
         else:
             console.print(table)
@@ -168,10 +179,17 @@ def register(app: typer.Typer) -> None:
         if len(summary.errors) > SHOWN:
             _plain(err, f"... and {len(summary.errors) - SHOWN} more", "yellow")
         code = summary.exit_code()
-        if code == ExitCode.NO:
+        again = "run the same --run-id again: it runs only the trials not in the log"
+        undelivered = (f"{len(summary.undelivered)} trial(s) not delivered to the broker, "
+                       f"the first {summary.undelivered[0]}" if summary.undelivered else "")
+        if code == ExitCode.UNREACHABLE:
+            _plain(err, f"error: {undelivered}; {again}", "bold red")
+        elif code == ExitCode.NO:
             _plain(err, f"error: {summary.not_published} trial(s) could not be published; "
-                        "run the same --run-id again to retry them", "bold red")
+                        f"{again}", "bold red")
         elif code == 130:
-            _plain(err, f"stopped: {summary.interrupted} trial(s) not run, nothing of them "
-                        "sent; run the same --run-id again to finish", "yellow")
+            _plain(err, f"stopped: {summary.published} trial(s) published, "
+                        f"{summary.interrupted} not run (nothing of them sent)"
+                        + (f", {undelivered}" if undelivered else "") + f"; {again}",
+                   "yellow")
         raise typer.Exit(code)
