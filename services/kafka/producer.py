@@ -63,7 +63,8 @@ def delivery_config(delivery_timeout_s: float, linger_ms: int) -> dict[str, Any]
     Not idempotent: kafka-python 3.0.12's idempotent producer, once a batch it had already
     sent expires (a broker away past the delivery timeout), drops its producer id and
     from then on neither sends nor expires anything, even with the broker back (seen:
-    1,758 of 2,000 records waiting for ever, `flush` with them). One request in flight per
+    1,758 of 2,000 records still waiting 40 s after the broker was back, and the replay of
+    issue 29 in `flush` for ever). One request in flight per
     connection keeps a partition's order across retries as idempotence did; a retry after
     a lost acknowledgement can write a record twice, and consumers drop the repeat by its
     event_id (docs/contract.md). kafka-python requires the delivery timeout above the
