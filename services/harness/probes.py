@@ -45,6 +45,7 @@ def as_state(value: Any) -> dict[str, Any] | None:
 # However little of the wait is left, one read may take this long: a probe with
 # `wait_s: 0` still reads once.
 ONE_READ_MIN_S = 1.0
+CLOSE_WAIT_S = 2.0  # how long closing a SQL probe waits for its interrupted reads
 
 
 async def _poll(once: Any, wait_s: float, interval_s: float
@@ -137,6 +138,7 @@ class SqlStateProbe:
         self.target = target
         self._engine = read_only_engine(target.url)
         self._query = text(target.query)
+        self._reads: set[threading.Thread] = set()  # reads not yet returned, given up or not
 
     def _read(self, session_id: str, reading: dict[str, Any]
               ) -> tuple[Probed | None, str | None]:
@@ -194,7 +196,9 @@ class SqlStateProbe:
             except RuntimeError:  # the loop is gone: nobody waits for this read any more
                 pass
 
-        threading.Thread(target=read, name="passk-sql-probe", daemon=True).start()
+        thread = threading.Thread(target=read, name="passk-sql-probe", daemon=True)
+        self._reads = {t for t in self._reads if t.is_alive()} | {thread}
+        thread.start()
         try:
             return await answer
         except asyncio.CancelledError:
@@ -206,7 +210,15 @@ class SqlStateProbe:
                            self.target.interval_s)
 
     async def close(self) -> None:
-        self._engine.dispose()
+        """Close the engine once its reads have returned; an interrupted query takes a
+        moment to. Disposing under a read still closing its cursor made SQLAlchemy log
+        that error with a traceback; a read still running after CLOSE_WAIT_S is left to
+        the process's end (its thread is a daemon)."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while any(t.is_alive() for t in self._reads) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if not any(t.is_alive() for t in self._reads):
+            self._engine.dispose()
 
 
 def _give_up(dbapi: Any) -> None:
