@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     # batches themselves are retried until delivered (idempotent); a record given up
     # stops the worker before its next offset commit (faust_compat/delivery.py).
     producer_timeout_s: float = Field(1200.0, alias="PASSK_PRODUCER_TIMEOUT_S", gt=0)
+    # How long the producer SDK (`passk run`, `replay`, `import otel`, the OTLP receiver)
+    # keeps trying to deliver one record before it reports it not delivered; commands wait
+    # for their sends at most this long plus a grace (services/kafka/producer.py), never
+    # for ever.
+    producer_delivery_timeout_s: float = Field(
+        120.0, alias="PASSK_PRODUCER_DELIVERY_TIMEOUT_S", ge=2, le=24 * 3600)
     topic_prefix: str = Field("passk.", alias="PASSK_TOPIC_PREFIX")
     # 8 partitions: room for up to 8 workers of a processor (4 each with headroom to double).
     topic_partitions: int = Field(8, alias="PASSK_TOPIC_PARTITIONS", ge=1)

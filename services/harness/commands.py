@@ -76,8 +76,10 @@ def register(app: typer.Typer, *,
         Each trial names the scenario version (content hash) it ran, and is graded
         against that version: a scenario not published, or whose file differs from its
         latest published version, is exit 2 naming the file, unless --publish.
-        Exit 1 when a trial could not be published, 2 for invalid scenarios or target,
-        4 when the broker is down, 130 when stopped (finished trials are published)."""
+        Exit 4 when the broker is down or did not take a trial (within
+        PASSK_PRODUCER_DELIVERY_TIMEOUT_S; the first such trial is named), 1 when a trial
+        could not be published for another reason, 2 for invalid scenarios or target, 130
+        when stopped (SIGINT: finished trials are published, with a summary)."""
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.grading.scenario_loader import validate_paths
@@ -178,6 +180,8 @@ def register(app: typer.Typer, *,
         table.add_row("published", str(summary.published))
         if summary.not_published:
             table.add_row("NOT published", str(summary.not_published))
+        if summary.undelivered:
+            table.add_row("  of which not delivered (broker)", str(len(summary.undelivered)))
         if summary.interrupted:
             table.add_row("interrupted (nothing sent)", str(summary.interrupted))
         if as_json:
@@ -186,6 +190,7 @@ def register(app: typer.Typer, *,
                 "run": summary.run, "exits": dict(sorted(summary.exits.items())),
                 "sessions_found": summary.sessions_found, "published": summary.published,
                 "not_published": summary.not_published, "interrupted": summary.interrupted,
+                "undelivered": summary.undelivered,
                 "errors": [{"trial_id": t, "reason": r} for t, r in summary.errors]}))
         else:
             console.print(table)
@@ -194,12 +199,19 @@ def register(app: typer.Typer, *,
         if len(summary.errors) > SHOWN:
             _plain(err, f"... and {len(summary.errors) - SHOWN} more", "yellow")
         code = summary.exit_code()
-        if code == ExitCode.NO:
+        again = "run the same --run-id again: it runs only the trials not in the log"
+        undelivered = (f"{len(summary.undelivered)} trial(s) not delivered to the broker, "
+                       f"the first {summary.undelivered[0]}" if summary.undelivered else "")
+        if code == ExitCode.UNREACHABLE:
+            _plain(err, f"error: {undelivered}; {again}", "bold red")
+        elif code == ExitCode.NO:
             _plain(err, f"error: {summary.not_published} trial(s) could not be published; "
-                        "run the same --run-id again to retry them", "bold red")
+                        f"{again}", "bold red")
         elif code == 130:
-            _plain(err, f"stopped: {summary.interrupted} trial(s) not run, nothing of them "
-                        "sent; run the same --run-id again to finish", "yellow")
+            _plain(err, f"stopped: {summary.published} trial(s) published, "
+                        f"{summary.interrupted} not run (nothing of them sent)"
+                        + (f", {undelivered}" if undelivered else "") + f"; {again}",
+                   "yellow")
         raise typer.Exit(code)
 
 

@@ -318,15 +318,22 @@ class RunSummary:
     skipped: int = 0  # already in the log from an earlier run with this id
     run: int = 0
     published: int = 0  # trials whose every event was acknowledged
-    not_published: int = 0
+    not_published: int = 0  # every trial not published, for whatever reason
+    # of those, the trials the broker did not take (not delivered, or not acknowledged
+    # within the producer's deadline), in the order they were planned
+    undelivered: list[str] = field(default_factory=list)
     interrupted: int = 0  # in flight or not started when stopped: nothing of them sent
     sessions_found: int = 0
     exits: Counter[str] = field(default_factory=Counter)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (trial id, reason)
 
     def exit_code(self) -> int:
-        if self.not_published:
-            return 1
+        """130 stopped; 4 a trial the broker did not take; 1 a trial not published for
+        another reason (its simulated user failed); else 0."""
         if self.interrupted:
             return 130
+        if self.undelivered:
+            return 4
+        if self.not_published:
+            return 1
         return 0

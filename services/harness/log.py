@@ -3,16 +3,22 @@ id run again publishes nothing twice), and publishing one trial's events togethe
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 from kafka import KafkaConsumer, TopicPartition
+from kafka.future import Future
 
 from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection, decode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
+from services.kafka.delivery import describe
 from services.kafka.kafka_client import kafka_client_kwargs
 from services.kafka.producer import TrafficProducer
 
-SEND_TIMEOUT_S = 60.0
+WAIT_SLICE_S = 0.2  # how often a wait for the broker looks whether the run was stopped
 
 
 def published_trials(run_id: str, settings: Settings) -> set[str]:
@@ -47,22 +53,38 @@ def published_trials(run_id: str, settings: Settings) -> set[str]:
         consumer.close()
 
 
-def publisher(producer: TrafficProducer, timeout_s: float = SEND_TIMEOUT_S):  # type: ignore[no-untyped-def]
-    """Send a trial's events and wait for both acknowledgements: None when both are in the
-    log, else why not. The session goes first: its gate join waits for the conversation."""
+def publisher(producer: TrafficProducer, stop_waiting: threading.Event,
+              timeout_s: float | None = None
+              ) -> Callable[[ConversationFinished, SessionPersisted | None], str | None]:
+    """Send a trial's events and wait for their acknowledgements: None when they are all
+    in the log, else why not. The session goes first, and the conversation only once the
+    session is acknowledged: a trial whose conversation is in the log then has its session
+    there too, so a re-run, which skips the trials already in the log, never leaves one
+    without its session. Each wait ends at `timeout_s` (default: the producer's deadline)
+    or as soon as `stop_waiting` is set (a stopped run)."""
+    limit = producer.deadline_s if timeout_s is None else timeout_s
 
     def publish(conversation: ConversationFinished,
                 session: SessionPersisted | None) -> str | None:
-        futures = []
-        if session is not None:
-            futures.append(producer.send(session))
-        futures.append(producer.send(conversation))
-        problems = []
-        for future in futures:
-            try:
-                future.get(timeout=timeout_s)
-            except Exception as exc:  # the SDK has recorded it; say it here too
-                problems.append(f"{type(exc).__name__}: {exc}")
-        return "; ".join(problems) or None
+        for event in ([session] if session is not None else []) + [conversation]:
+            why = acknowledged(producer.send(event, ref=conversation.trial_id), limit,
+                               stop_waiting)
+            if why is not None:
+                return f"{event.type} not delivered: {why}"
+        return None
 
     return publish
+
+
+def acknowledged(future: Future, timeout_s: float, stop_waiting: threading.Event,
+                 clock: Callable[[], float] = time.monotonic) -> str | None:
+    """Wait for one send: None once the broker acknowledged it, else why not."""
+    done = threading.Event()
+    future.add_both(lambda _result: done.set())
+    deadline = clock() + timeout_s
+    while not done.wait(WAIT_SLICE_S):
+        if stop_waiting.is_set():
+            return "the run was stopped before the broker acknowledged it"
+        if clock() >= deadline:
+            return f"not acknowledged by the broker within {timeout_s:g} s"
+    return describe(future.exception) if future.failed() else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -99,7 +100,9 @@ def play(
     plan = plan_trials(list(scenarios), run_id, trials)
     todo = [p for p in plan if p.trial_id not in done]
     producer = TrafficProducer(settings)
-    with producer:
+    # set on SIGINT: a publish stops waiting for its acknowledgement (runner.py)
+    stop_waiting = threading.Event()
+    try:
         missing = producer.missing_topics([topic_name(t, settings) for t in (
             Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
         if missing:
@@ -113,8 +116,9 @@ def play(
         on_plan(todo)
         harness = Harness(
             run_id=run_id, agent=agent, probe=probe, users=users,
-            publish=publisher(producer), timeout_s=target.agent.timeout_s,
-            agent_version=agent_version, concurrency=concurrency, on_trial=on_trial)
+            publish=publisher(producer, stop_waiting), timeout_s=target.agent.timeout_s,
+            agent_version=agent_version, concurrency=concurrency, stop_waiting=stop_waiting,
+            on_trial=on_trial)
         harness.summary.planned = len(plan)
         harness.summary.skipped = len(plan) - len(todo)
 
@@ -128,6 +132,9 @@ def play(
                     await users.model_client.close()
 
         asyncio.run(main())
+    finally:
+        # Every publish has had its wait (bounded); what is left is given up at once.
+        producer.close(timeout_s=0)
     return harness.summary
 
 
@@ -155,7 +162,8 @@ def play_adaptive(
 
     done = published_trials(run_id, settings)
     producer = TrafficProducer(settings)
-    with producer:
+    stop_waiting = threading.Event()
+    try:
         missing = producer.missing_topics([topic_name(t, settings) for t in (
             Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
         if missing:
@@ -177,8 +185,9 @@ def play_adaptive(
 
             harness = Harness(
                 run_id=run_id, agent=agent, probe=probe, users=users,
-                publish=publisher(producer), timeout_s=target.agent.timeout_s,
-                agent_version=agent_version, concurrency=concurrency, on_trial=on_each)
+                publish=publisher(producer, stop_waiting), timeout_s=target.agent.timeout_s,
+                agent_version=agent_version, concurrency=concurrency,
+                stop_waiting=stop_waiting, on_trial=on_each)
             harness.summary.planned = len(round_plan)
             return await harness.run(round_plan), sent
 
@@ -199,3 +208,5 @@ def play_adaptive(
                     await users.model_client.close()
 
         return asyncio.run(main())
+    finally:
+        producer.close(timeout_s=0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -41,12 +42,25 @@ def as_state(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+# However little of the wait is left, one read may take this long: a probe with
+# `wait_s: 0` still reads once.
+ONE_READ_MIN_S = 1.0
+CLOSE_WAIT_S = 2.0  # how long closing a SQL probe waits for its interrupted reads
+
+
 async def _poll(once: Any, wait_s: float, interval_s: float
                 ) -> tuple[Probed | None, str | None]:
+    """Read until found or `wait_s` has passed. A read that does not return (a query that
+    never ends, a store that accepts and never answers) is given up at the end of the
+    wait: the trial then has no SessionPersisted, as with any session not found."""
     deadline = time.monotonic() + wait_s
     why: str | None = None
     while True:
-        found, why = await once()
+        try:
+            found, why = await asyncio.wait_for(
+                once(), max(deadline - time.monotonic(), ONE_READ_MIN_S))
+        except TimeoutError:
+            return None, f"the state probe did not answer within {wait_s:g} s"
         if found is not None:
             return found, None
         if time.monotonic() + interval_s > deadline:
@@ -124,16 +138,21 @@ class SqlStateProbe:
         self.target = target
         self._engine = read_only_engine(target.url)
         self._query = text(target.query)
+        self._reads: set[threading.Thread] = set()  # reads not yet returned, given up or not
 
-    def _read(self, session_id: str) -> tuple[Probed | None, str | None]:
+    def _read(self, session_id: str, reading: dict[str, Any]
+              ) -> tuple[Probed | None, str | None]:
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
             with self._engine.connect() as connection:
+                # Where `_give_up` finds the driver's connection to interrupt its query.
+                reading["dbapi"] = connection.connection.dbapi_connection
                 try:
                     row = connection.execute(self._query, {"session_id": session_id}) \
                         .mappings().first()
                 finally:
+                    reading.pop("dbapi", None)
                     connection.rollback()
         except SQLAlchemyError as exc:
             return None, f"the sql probe failed: {type(exc).__name__}: " \
@@ -148,14 +167,70 @@ class SqlStateProbe:
         exit_reason = row.get(self.target.exit_column) if self.target.exit_column else None
         return Probed(state, str(exit_reason) if exit_reason else None), None
 
-    async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
-        async def once() -> tuple[Probed | None, str | None]:
-            return await asyncio.to_thread(self._read, session_id)
+    async def _once(self, session_id: str) -> tuple[Probed | None, str | None]:
+        """One read, in a thread of its own (a daemon): a query that never returns must
+        not hold up the run's end, as a thread of asyncio's executor would (asyncio.run
+        waits for those, SIGINT or not). Cancelled (the wait is over, the run stopped),
+        the query is interrupted where the driver can, and abandoned anyway."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[tuple[Probed | None, str | None]] = loop.create_future()
+        reading: dict[str, Any] = {}
 
-        return await _poll(once, self.target.wait_s, self.target.interval_s)
+        def settle(result: tuple[Probed | None, str | None] | None,
+                   error: BaseException | None) -> None:
+            if answer.done():
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(result)  # type: ignore[arg-type]
+
+        def read() -> None:
+            result, error = None, None
+            try:
+                result = self._read(session_id, reading)
+            except BaseException as exc:  # handed to the awaiting task
+                error = exc
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:  # the loop is gone: nobody waits for this read any more
+                pass
+
+        thread = threading.Thread(target=read, name="passk-sql-probe", daemon=True)
+        self._reads = {t for t in self._reads if t.is_alive()} | {thread}
+        thread.start()
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            _give_up(reading.get("dbapi"))
+            raise
+
+    async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
+        return await _poll(lambda: self._once(session_id), self.target.wait_s,
+                           self.target.interval_s)
 
     async def close(self) -> None:
-        self._engine.dispose()
+        """Close the engine once its reads have returned; an interrupted query takes a
+        moment to. Disposing under a read still closing its cursor made SQLAlchemy log
+        that error with a traceback; a read still running after CLOSE_WAIT_S is left to
+        the process's end (its thread is a daemon)."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while any(t.is_alive() for t in self._reads) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if not any(t.is_alive() for t in self._reads):
+            self._engine.dispose()
+
+
+def _give_up(dbapi: Any) -> None:
+    """Ask the database to stop a query no one waits for: sqlite3's `interrupt`, a
+    PostgreSQL driver's `cancel`; a driver with neither leaves it to finish on its own."""
+    stop = getattr(dbapi, "interrupt", None) or getattr(dbapi, "cancel", None)
+    if stop is None:
+        return
+    try:
+        stop()
+    except Exception:  # noqa: BLE001 - the query is abandoned whatever the driver says
+        pass
 
 
 class NoStateProbe(StateProbe):

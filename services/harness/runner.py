@@ -2,14 +2,17 @@
 probe, then both events published together.
 
 Stopping (SIGINT, SIGTERM): trials still talking or probing are cancelled and nothing of
-them is sent; a trial already publishing finishes publishing (its sends are waited for),
-so no trial is left half in the log. Trials not started are not started.
+them is sent; a trial already publishing finishes publishing (its sends are waited for, at
+most `stop_grace_s` more, or not at all after a second signal), so no trial is left half
+in the log: its conversation is sent only once its session is acknowledged. Trials not
+started are not started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,23 +73,30 @@ class Harness:
     agent: AgentClient
     probe: StateProbe
     users: UserFactory
-    publish: Publish  # blocking; returns None when every event was acknowledged, else why
+    publish: Publish  # blocking, bounded; None when every event was acknowledged, else why
     timeout_s: float
     agent_version: str | None = None
     concurrency: int = 4
     on_trial: Callable[[str, str], None] = lambda trial_id, what: None
+    # Set `stop_grace_s` after a stop (at once on a second one): the publisher stops
+    # waiting for the broker then, and the trials it waited for are not delivered.
+    stop_waiting: threading.Event = field(default_factory=threading.Event)
+    stop_grace_s: float = 10.0
     summary: RunSummary = field(default_factory=RunSummary)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _playing: set[asyncio.Task[Any]] = field(default_factory=set)
     _accounted: int = 0  # trials started (whatever became of them)
 
     def stop(self) -> None:
-        """Stop cleanly: cancel what is talking, finish what is publishing."""
+        """Stop cleanly: cancel what is talking, finish what is publishing, waiting for the
+        broker at most `stop_grace_s` more (asked again: not at all)."""
         if self._stopping.is_set():
+            self.stop_waiting.set()
             return
         self._stopping.set()
         for task in list(self._playing):
             task.cancel()
+        asyncio.get_running_loop().call_later(self.stop_grace_s, self.stop_waiting.set)
 
     async def converse(self, planned: PlannedTrial) -> FinishedTrial:
         scenario = planned.scenario
@@ -181,6 +191,7 @@ class Harness:
             self.on_trial(planned.trial_id, finished.exit_reason)
         else:
             self.summary.not_published += 1
+            self.summary.undelivered.append(planned.trial_id)
             self.summary.errors.append((planned.trial_id, f"not published: {failed}"))
             self.on_trial(planned.trial_id, "not published")
 
@@ -206,4 +217,6 @@ class Harness:
         if self._stopping.is_set():
             # Trials never started count as interrupted too: the run did not do them.
             self.summary.interrupted += len(plan) - self._accounted
+        order = {p.trial_id: i for i, p in enumerate(plan)}
+        self.summary.undelivered.sort(key=order.__getitem__)
         return self.summary

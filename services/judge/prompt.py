@@ -163,6 +163,21 @@ class MalformedAnswer(ValueError):
 _FENCED = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys, so `{"passed": false, "passed": true}`
+    # would read as a pass: an answer that says two things is malformed, not the later one.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def parse_answer(text: str | None) -> Answer:
     if text is None or not text.strip():
         raise MalformedAnswer("empty answer")
@@ -171,9 +186,11 @@ def parse_answer(text: str | None) -> Answer:
     if fenced:  # some servers wrap JSON in a code fence even when asked not to
         body = fenced.group(1)
     try:
-        data = json.loads(body)
+        data = json.loads(body, object_pairs_hook=_refuse_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise MalformedAnswer(f"not JSON ({exc.msg}): {body[:120]!r}") from exc
+    except _DuplicateKey as exc:
+        raise MalformedAnswer(f"key {str(exc)!r} given twice: {body[:120]!r}") from exc
     if not isinstance(data, dict):
         raise MalformedAnswer(f"expected a JSON object, got {type(data).__name__}")
     try:

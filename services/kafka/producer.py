@@ -2,16 +2,16 @@
 
 One `TrafficProducer` per process. Every event goes to its topic keyed by session_id,
 so both events of one trial land on the same partition, in the order they were sent.
-Every send is accounted for: acknowledged sends are counted per topic and failed ones
-are kept (with what was being sent and why), never dropped silently.
+Every send is accounted for (services/kafka/delivery.py): acknowledged sends are counted
+per topic, and a send that failed or was never acknowledged is reported with what was
+being sent and why, first sent first, never dropped silently. Nothing waits for the broker
+without a deadline: a record is given up after PASSK_PRODUCER_DELIVERY_TIMEOUT_S, and
+`settle` and `close` wait at most that long plus `DEADLINE_GRACE_S`.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -25,36 +25,27 @@ from services.contract.codec import encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.admin import ask_admin
+from services.kafka.delivery import DeliveryReport, Ledger, Undelivered, describe
 from services.kafka.kafka_client import kafka_client_kwargs
 
 TOPIC_METADATA_GRACE_S = 5.0
+# Past the delivery timeout, how long more a command waits for the client to report what
+# it gave up (it looks at expired records once per loop), before giving up itself.
+DEADLINE_GRACE_S = 15.0
+# A forced close: how long the client's I/O thread gets to fail what it still held.
+FORCE_CLOSE_S = 5.0
+NOT_ACKNOWLEDGED = "not acknowledged by the broker"
 
 TOPIC_FOR_TYPE: dict[type, Topic] = {
     ConversationFinished: Topic.CONVERSATION_FINISHED,
     SessionPersisted: Topic.SESSION_PERSISTED,
 }
 
-
-@dataclass(frozen=True)
-class SendFailure:
-    topic: str
-    key: bytes | None
-    ref: str  # what was being sent: an event id, a file line, ...
-    error: str
+__all__ = ["DeliveryReport", "TrafficProducer", "Undelivered", "topic_for"]
 
 
 class SendError(KafkaError):
     """A send refused before it reached the producer's queue (serialisation, size, metadata)."""
-
-
-def _idempotence_supported() -> bool:
-    return "enable_idempotence" in KafkaProducer.DEFAULT_CONFIG
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    name = type(exc).__name__
-    return text if text.startswith(name) else f"{name}: {text}"
 
 
 def _refuse_auto_create(producer: KafkaProducer, allow: bool) -> None:
@@ -64,6 +55,27 @@ def _refuse_auto_create(producer: KafkaProducer, allow: bool) -> None:
     cluster = getattr(producer, "_metadata", None)
     if cluster is not None and isinstance(getattr(cluster, "config", None), dict):
         cluster.config["allow_auto_create_topics"] = allow
+
+
+def delivery_config(delivery_timeout_s: float, linger_ms: int) -> dict[str, Any]:
+    """kafka-python settings that bound a record's life and keep a partition's order.
+
+    Not idempotent: kafka-python 3.0.12's idempotent producer, once a batch it had already
+    sent expires (a broker away past the delivery timeout), drops its producer id and
+    from then on neither sends nor expires anything, even with the broker back (seen:
+    1,758 of 2,000 records still waiting 40 s after the broker was back, and the replay of
+    issue 29 in `flush` for ever). One request in flight per
+    connection keeps a partition's order across retries as idempotence did; a retry after
+    a lost acknowledgement can write a record twice, and consumers drop the repeat by its
+    event_id (docs/contract.md). kafka-python requires the delivery timeout above the
+    request timeout plus the linger."""
+    delivery_ms = int(delivery_timeout_s * 1000)
+    return dict(
+        enable_idempotence=False,
+        max_in_flight_requests_per_connection=1,
+        delivery_timeout_ms=delivery_ms,
+        request_timeout_ms=max(min(30_000, (delivery_ms - linger_ms) // 2), 500),
+    )
 
 
 def topic_for(event: ConversationFinished | SessionPersisted) -> Topic:
@@ -97,19 +109,15 @@ class TrafficProducer:
             # to paper over with a broker-default topic of the wrong shape.
             allow_auto_create_topics=False,
             client_id="passk-producer",
+            **delivery_config(settings.producer_delivery_timeout_s, linger_ms),
         )
-        if _idempotence_supported():
-            # Idempotence keeps per-partition order across retries (at most 5 in flight),
-            # which is what makes "same key, file order" hold.
-            config["enable_idempotence"] = True
         config.update(overrides)
+        self.deadline_s = config["delivery_timeout_ms"] / 1000 + DEADLINE_GRACE_S
         self._producer = KafkaProducer(**config)
         _refuse_auto_create(self._producer, config["allow_auto_create_topics"])
-        self._lock = threading.Lock()
-        self._acked: Counter[str] = Counter()
-        self._failures: list[SendFailure] = []
-        self._pending = 0
+        self._ledger = Ledger()
         self._unreachable: dict[str, str] = {}  # topic -> why metadata could not be had
+        self._closed = False
 
     # ------------------------------------------------------------------ sending
 
@@ -128,33 +136,21 @@ class TrafficProducer:
         """Send bytes as they are. A failure is recorded and the returned future has failed."""
         if topic in self._unreachable:
             # Metadata already timed out once: fail fast instead of blocking per record.
-            return self._failed(topic, key, ref, SendError(self._unreachable[topic]))
+            return self._refused(topic, ref, SendError(self._unreachable[topic]))
         try:
             future = self._producer.send(topic, value=value, key=key)
         except KafkaTimeoutError as exc:
-            self._unreachable[topic] = f"topic {topic} unavailable ({_describe(exc)})"
-            return self._failed(topic, key, ref, exc)
+            self._unreachable[topic] = f"topic {topic} unavailable ({describe(exc)})"
+            return self._refused(topic, ref, exc)
         except (KafkaError, ValueError, TypeError) as exc:
-            return self._failed(topic, key, ref, exc)
-        with self._lock:
-            self._pending += 1
-        future.add_callback(self._on_ack, topic)
-        future.add_errback(self._on_error, topic, key, ref)
+            return self._refused(topic, ref, exc)
+        number = self._ledger.sent(ref, topic)
+        future.add_callback(lambda _metadata: self._ledger.acknowledged(number))
+        future.add_errback(lambda exc: self._ledger.failed(number, describe(exc)))
         return future
 
-    def _on_ack(self, topic: str, _metadata: Any) -> None:
-        with self._lock:
-            self._pending -= 1
-            self._acked[topic] += 1
-
-    def _on_error(self, topic: str, key: bytes | None, ref: str, exc: BaseException) -> None:
-        with self._lock:
-            self._pending -= 1
-            self._failures.append(SendFailure(topic, key, ref, _describe(exc)))
-
-    def _failed(self, topic: str, key: bytes | None, ref: str, exc: BaseException) -> Future:
-        with self._lock:
-            self._failures.append(SendFailure(topic, key, ref, _describe(exc)))
+    def _refused(self, topic: str, ref: str, exc: BaseException) -> Future:
+        self._ledger.refused(ref, topic, describe(exc))
         return Future().failure(exc)
 
     def missing_topics(self, topics: list[str],
@@ -173,35 +169,65 @@ class TrafficProducer:
 
     # ------------------------------------------------------------------ accounting
 
+    def report(self) -> DeliveryReport:
+        """Acknowledged sends per topic, and every send not delivered (failed, or not yet
+        acknowledged), first sent first."""
+        return self._ledger.report(NOT_ACKNOWLEDGED)
+
     @property
     def acked(self) -> dict[str, int]:
         """Acknowledged sends per topic name."""
-        with self._lock:
-            return dict(self._acked)
-
-    @property
-    def failures(self) -> list[SendFailure]:
-        with self._lock:
-            return list(self._failures)
+        return self.report().acked
 
     @property
     def pending(self) -> int:
         """Sent but neither acknowledged nor failed yet."""
-        with self._lock:
-            return self._pending
+        return self._ledger.waiting
 
     # ------------------------------------------------------------------ lifecycle
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Block until every send so far is acknowledged or failed (or the timeout passes)."""
-        try:
-            self._producer.flush(timeout=timeout)
-        except KafkaTimeoutError:
-            pass  # what is still pending is reported by the caller through `pending`
+    def settle(self, timeout_s: float | None = None) -> bool:
+        """Wait until every send so far is acknowledged or failed, at most `timeout_s`
+        (default: the delivery timeout and its grace); True when none is left waiting.
+        kafka-python's own `flush` is not used: its timeout applies to each batch in turn,
+        and it waits for ever on records its client has stopped sending."""
+        return self._ledger.wait_settled(self.deadline_s if timeout_s is None else timeout_s)
 
-    def close(self, timeout: float | None = None) -> None:
-        self.flush(timeout)
-        self._producer.close(timeout=timeout)
+    def flush(self, timeout: float | None = None) -> None:
+        """`settle`, for callers of the old name; what is left is in `report()`."""
+        self.settle(timeout)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Wait for the sends (as `settle`), then close. What is still waiting then is
+        given up and reported as not acknowledged, and the client is closed without
+        waiting for it: a SIGINT during the wait gives up at once the same way."""
+        if self._closed:
+            return
+        self._closed = True
+        wait = self.deadline_s if timeout_s is None else timeout_s
+        settled = False
+        try:
+            settled = self.settle(wait)
+        finally:
+            if not settled:
+                self._ledger.give_up(f"{NOT_ACKNOWLEDGED} within {wait:g} s")
+                self._force_close()
+            try:
+                self._producer.close(timeout=FORCE_CLOSE_S)
+            except KafkaError:
+                pass
+
+    def _force_close(self) -> None:
+        # KafkaProducer.close(timeout) first flushes, which raises when records are left
+        # and then never closes (and its __del__ and atexit hook try again, noisily). Its
+        # I/O thread's force_close fails what it still holds, after which close is quick.
+        sender = getattr(self._producer, "_sender", None)
+        if sender is None:
+            return
+        sender.force_close()
+        sender.join(FORCE_CLOSE_S)
+        if sender.is_alive():  # never seen; still, a command must end
+            self._producer._closed = True
 
     def __enter__(self) -> TrafficProducer:
         return self

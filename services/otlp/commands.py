@@ -42,8 +42,9 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         """Publish one ConversationFinished (and a SessionPersisted when the trace carries
         passk.session.state) per complete agent trace: root span
         gen_ai.operation.name=invoke_agent. Event ids come from the trace id, so importing
-        a file again grades nothing twice. Exit 1 when a send failed, 3 when no trace was
-        taken, 4 when the broker is down."""
+        a file again grades nothing twice. Exit 3 when no trace was taken, 4 when the
+        broker is down or did not take a trial (within PASSK_PRODUCER_DELIVERY_TIMEOUT_S;
+        the first such trial is named), 130 when stopped (SIGINT), with a summary."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Table
 
@@ -53,7 +54,7 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         from services.contract.topics import Topic, topic_name
         from services.kafka.producer import TrafficProducer
         from services.kafka.reach import require_broker
-        from services.otlp.importer import plan_import
+        from services.otlp.importer import plan_import, publish_plan
 
         open_probe = state_probe(state_probe_file) if state_probe_file is not None else None
         settings = get_settings()
@@ -61,8 +62,7 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         if not dry_run:
             require_broker(wait, settings)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn())
-        sent: Counter[str] = Counter()
-        failures: list[str] = []
+        published = None
         with Progress(*columns, console=err) as progress:
             task = progress.add_task("mapping traces", total=None)
             plan = plan_import(files, lambda i, n: progress.update(task, completed=i, total=n))
@@ -87,19 +87,19 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
                 events = [e for t in plan.taken
                           for e in (t.conversation, t.session) if e is not None]
                 send = progress.add_task("publishing", total=len(events))
-                with TrafficProducer(settings) as producer:
+                producer = TrafficProducer(settings)
+                try:
                     missing = producer.missing_topics(
                         [topic_name(t, settings) for t in (Topic.CONVERSATION_FINISHED,
                                                           Topic.SESSION_PERSISTED)])
                     if missing:
                         raise Unreachable(f"missing topics: {', '.join(missing)}; nothing "
                                           "sent (create them with `passk topics create`)")
-                    for event in events:
-                        producer.send(event)
-                        progress.advance(send)
-                    producer.flush()
-                    sent.update({"acked": sum(producer.acked.values())})
-                    failures = [f"{f.ref}: {f.error}" for f in producer.failures]
+                    # Bounded by the producer's deadline; SIGINT ends it with the summary.
+                    published = publish_plan(plan, producer,
+                                             on_event=lambda: progress.advance(send))
+                finally:
+                    producer.close(timeout_s=0)  # publish_plan waited already
         table = Table(title="import otel" + (" (dry run)" if dry_run else ""))
         table.add_column("")
         table.add_column("traces", justify="right")
@@ -115,9 +115,11 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
             table.add_row(f"skipped: {reason}", str(n))
         if plan.bad_lines:
             table.add_row("unreadable lines / files", str(len(plan.bad_lines)))
+        acknowledged = published.acknowledged if published is not None else 0
+        undelivered = published.undelivered if published is not None else []
         if not dry_run:
-            table.add_row("events acknowledged", str(sent["acked"]))
-            table.add_row("send failures", str(len(failures)))
+            table.add_row("events acknowledged", str(acknowledged))
+            table.add_row("trials not delivered", str(len(undelivered)))
         if as_json:
             typer.echo(json.dumps({
                 "dry_run": dry_run, "spans": plan.spans, "taken": len(plan.taken),
@@ -126,8 +128,9 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
                 "not_probed": len(plan.not_probed) if open_probe is not None else None,
                 "skipped": dict(sorted(Counter(s.reason for s in plan.skipped).items())),
                 "bad_lines": len(plan.bad_lines),
-                "acknowledged": None if dry_run else sent["acked"],
-                "send_failures": None if dry_run else len(failures)}))
+                "acknowledged": None if dry_run else acknowledged,
+                "undelivered": None if dry_run else undelivered,
+                "interrupted": published is not None and published.interrupted}))
         else:
             out.print(table)
         for s in plan.skipped[:SHOWN]:
@@ -139,10 +142,23 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         for trial, why in plan.not_probed[:SHOWN]:
             err.print(f"no persisted session for {trial}: {why}", markup=False,
                       soft_wrap=True, highlight=False)
-        for f in failures[:SHOWN]:
-            err.print(f"send failed: {f}", markup=False, soft_wrap=True, highlight=False)
-        if failures:
-            raise typer.Exit(1)
+        for trial in undelivered[:SHOWN]:
+            why = published.reasons[trial] if published is not None else ""
+            err.print(f"not delivered: {trial}: {why}", markup=False, soft_wrap=True,
+                      highlight=False)
+        again = ("import the same files again to send the rest: event ids come from the "
+                 "traces, and the pipeline drops the repeats")
+        if published is not None and published.interrupted:
+            gone = (f"; {len(undelivered)} trial(s) not delivered, the first {undelivered[0]}"
+                    if undelivered else "")
+            err.print(f"stopped: {acknowledged} event(s) delivered{gone}; {again}",
+                      markup=False, soft_wrap=True, highlight=False)
+            raise typer.Exit(130)
+        if undelivered:
+            err.print(f"error: {len(undelivered)} trial(s) not delivered, the first "
+                      f"{undelivered[0]}; {again}", markup=False, soft_wrap=True,
+                      highlight=False)
+            raise typer.Exit(4)
         if not plan.taken:
             err.print("error: no complete agent trace with passk ids: nothing to send",
                       markup=False)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from schemas.events import ConversationFinished, SessionPersisted
+from services.kafka.delivery import DeliveryReport
 from services.otlp.decode import PayloadError, read_file
 from services.otlp.mapping import (
     Skipped,
@@ -75,3 +77,55 @@ async def probe_sessions(plan: ImportPlan, probe: Probe, concurrency: int = 8,
             on_trial()
 
     await asyncio.gather(*(one(i, t) for i, t in enumerate(plan.taken) if t.session is None))
+
+
+class Sender(Protocol):
+    """What publishing needs of a producer; TrafficProducer is one."""
+
+    def send(self, event: ConversationFinished | SessionPersisted, *,
+             ref: str | None = None) -> Any: ...
+
+    def settle(self, timeout_s: float | None = None) -> bool: ...
+
+    def report(self) -> DeliveryReport: ...
+
+
+@dataclass
+class Published:
+    acknowledged: int = 0  # events
+    undelivered: list[str] = field(default_factory=list)  # trial ids, first sent first
+    reasons: dict[str, str] = field(default_factory=dict)  # trial id -> why (its first)
+    interrupted: bool = False  # stopped (SIGINT) before every trial was sent
+
+
+def publish_plan(plan: ImportPlan, sender: Sender, *,
+                 on_event: Callable[[], None] | None = None,
+                 settle_timeout_s: float | None = None,
+                 stop_grace_s: float = 10.0) -> Published:
+    """Send every taken trial's events, then wait for the broker's acknowledgements (at
+    most `settle_timeout_s`, default the sender's deadline). A trial is delivered when all
+    its events are. SIGINT stops the sending and waits at most `stop_grace_s` for what
+    was sent (a second SIGINT: not at all). Event ids come from the trace, so importing
+    the same files again sends the rest and the pipeline drops the repeats."""
+    out = Published()
+    try:
+        for taken in plan.taken:
+            trial = taken.conversation.trial_id
+            for event in (taken.conversation, taken.session):
+                if event is not None:
+                    sender.send(event, ref=trial)
+                    if on_event is not None:
+                        on_event()
+    except KeyboardInterrupt:
+        out.interrupted = True
+    try:
+        sender.settle(stop_grace_s if out.interrupted else settle_timeout_s)
+    except KeyboardInterrupt:
+        out.interrupted = True
+    report = sender.report()
+    out.acknowledged = report.delivered
+    for undelivered in report.undelivered:
+        if undelivered.ref not in out.reasons:
+            out.undelivered.append(undelivered.ref)
+            out.reasons[undelivered.ref] = undelivered.why
+    return out

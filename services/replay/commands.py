@@ -72,7 +72,11 @@ def register(app: typer.Typer) -> None:
 
         Invalid lines (and lines longer than PASSK_MAX_EVENT_BYTES, which are never read
         whole) are reported on stderr with their line number and skipped, never sent.
-        Exit 1 when any send failed, 3 when no line was valid, 4 when the broker is down.
+        Every send is delivered or reported: exit 4 names the first line the broker did
+        not take (within PASSK_PRODUCER_DELIVERY_TIMEOUT_S) and how many; replaying the
+        file again sends them, and the pipeline drops the repeats of the rest. Exit 3 when
+        no line was valid, 4 when the broker is down, 130 when stopped (SIGINT), with the
+        summary of what was delivered.
         """
         from services.contract.exits import Unreachable
         from services.contract.exits import console as make_console
@@ -105,16 +109,20 @@ def register(app: typer.Typer) -> None:
             else:
                 # kafka errors escape to services.cli: one line, exit 4
                 producer = TrafficProducer(settings)
-                with producer:
+                try:
                     inputs = [topic_name(t, settings) for t in REPLAYED_TOPICS]
                     missing = producer.missing_topics(inputs)
                     if missing:
                         progress.stop()
                         raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
                                           "(create them with `passk topics create`)")
+                    # Bounded: waits for the broker's acknowledgements at most the
+                    # producer's deadline, and a SIGINT ends it with the summary below.
                     summary = replay_file(
                         file, sender=producer, settings=settings, rate=rate, on_line=advance
                     )
+                finally:
+                    producer.close(timeout_s=0)  # replay_file waited already
 
         table = Table(title=f"replay of {file}" + (" (dry run)" if dry_run else ""))
         table.add_column("")
@@ -123,25 +131,34 @@ def register(app: typer.Typer) -> None:
         if summary.blank:
             table.add_row("blank lines", str(summary.blank))
         for topic, valid in sorted(summary.valid.items()):
-            label = "would send" if dry_run else "sent"
+            label = "would send" if dry_run else "delivered"
             shown = valid if dry_run else summary.sent.get(topic, 0)
             table.add_row(f"{label} → {topic}", f"{shown}/{valid}" if not dry_run else str(shown))
         table.add_row("skipped (invalid)", str(len(summary.skipped)))
         if not dry_run:
-            table.add_row("send failures", str(len(summary.failures)))
-            if summary.unacknowledged:
-                table.add_row("not acknowledged", str(summary.unacknowledged))
+            table.add_row("not delivered", str(len(summary.undelivered)))
+        if summary.interrupted:
+            table.add_row("stopped after line", f"{summary.last_line} of {total}")
         console.print(table)
         for skipped in summary.skipped[:SHOWN]:
             _plain(err, f"skipped {skipped}", "yellow")
         if len(summary.skipped) > SHOWN:
             _plain(err, f"... and {len(summary.skipped) - SHOWN} more skipped lines", "yellow")
-        for failure in summary.failures[:SHOWN]:
-            _plain(err, f"send failed: {failure}", "red")
-        if len(summary.failures) > SHOWN:
-            _plain(err, f"... and {len(summary.failures) - SHOWN} more failed sends", "red")
-        if summary.exit_code == 1:
-            _plain(err, "error: replay incomplete: some valid lines were not sent", "bold red")
+        for undelivered in summary.undelivered[:SHOWN]:
+            _plain(err, f"not delivered: {undelivered}", "red")
+        if len(summary.undelivered) > SHOWN:
+            _plain(err, f"... and {len(summary.undelivered) - SHOWN} more not delivered", "red")
+        again = (f"replay {file} again to send the rest: events keep their ids, and the "
+                 "pipeline drops the repeats of lines already delivered")
+        first = summary.undelivered[0] if summary.undelivered else None
+        if summary.exit_code == 130:
+            gone = (f"; {len(summary.undelivered)} not delivered, the first {first.ref}"
+                    if first else "")
+            _plain(err, f"stopped after line {summary.last_line} of {total}: "
+                        f"{summary.delivered} line(s) delivered{gone}; {again}", "yellow")
+        elif summary.exit_code == 4 and first is not None:
+            _plain(err, f"error: {len(summary.undelivered)} valid line(s) not delivered, the "
+                        f"first {first.ref} ({first.why}); {again}", "bold red")
         elif summary.exit_code == 3:
             _plain(err, f"error: no valid line in {file}: nothing was sent", "bold red")
         elif summary.skipped:

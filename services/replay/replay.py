@@ -21,7 +21,7 @@ from schemas.events import ConversationFinished, SessionPersisted
 from services.contract.codec import Rejection, decode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
-from services.kafka.producer import SendFailure
+from services.kafka.delivery import DeliveryReport, Undelivered
 
 # What replay sends, by the `type` a line declares.
 REPLAYABLE: dict[str, tuple[type[ConversationFinished] | type[SessionPersisted], Topic]] = {
@@ -174,19 +174,29 @@ class ReplaySummary:
     valid: Counter[str] = field(default_factory=Counter)  # topic name -> valid lines
     sent: dict[str, int] = field(default_factory=dict)  # topic name -> acknowledged
     skipped: list[SkippedLine] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)  # "line N: topic: error"
-    unacknowledged: int = 0
+    # valid lines not delivered (failed, never acknowledged, or never sent because the
+    # replay was stopped), first line first
+    undelivered: list[Undelivered] = field(default_factory=list)
+    interrupted: bool = False  # stopped (SIGINT) before the end of the file
+    last_line: int = 0  # the last line read (and, if valid, handed to the producer)
 
     @property
     def total_valid(self) -> int:
         return sum(self.valid.values())
 
     @property
+    def delivered(self) -> int:
+        return sum(self.sent.values())
+
+    @property
     def exit_code(self) -> int:
-        """0 when every valid line was sent (skipped lines only warn); 1 when any send
-        failed; 3 (nothing to judge) when no line of the file was valid."""
-        if self.failures or self.unacknowledged:
-            return 1
+        """0 when every valid line was delivered (skipped lines only warn); 130 when
+        stopped; 4 when a valid line was not delivered (the broker did not take it); 3
+        (nothing to judge) when no line of the file was valid."""
+        if self.interrupted:
+            return 130
+        if self.undelivered:
+            return 4
         return 0 if self.total_valid else 3
 
 
@@ -195,13 +205,9 @@ class Sender(Protocol):
 
     def send_raw(self, topic: str, key: bytes | None, value: bytes, *, ref: str = "") -> Any: ...
 
-    def flush(self, timeout: float | None = None) -> None: ...
+    def settle(self, timeout_s: float | None = None) -> bool: ...
 
-    @property
-    def acked(self) -> dict[str, int]: ...
-
-    @property
-    def failures(self) -> list[SendFailure]: ...
+    def report(self) -> DeliveryReport: ...
 
 
 def replay_file(
@@ -211,40 +217,54 @@ def replay_file(
     settings: Settings,
     rate: float | None = None,
     on_line: Callable[[int], None] | None = None,
-    flush_timeout: float = 60.0,
+    settle_timeout_s: float | None = None,
+    stop_grace_s: float = 10.0,
     pacer: Pacer | None = None,
 ) -> ReplaySummary:
-    """Send every valid line of `path` in file order; `sender=None` is a dry run."""
+    """Send every valid line of `path` in file order; `sender=None` is a dry run.
+
+    Then wait for the broker's acknowledgements, at most `settle_timeout_s` (default: the
+    sender's own deadline). SIGINT (KeyboardInterrupt) stops the sending at the line it
+    reached and waits at most `stop_grace_s` for what was sent (a second SIGINT: not at
+    all); either way the summary says what was delivered and which line was the first
+    not delivered."""
     summary = ReplaySummary(path=str(path), dry_run=sender is None)
     pacer = pacer or Pacer(rate)
     # A line may carry an event of up to max_event_bytes plus its newline and spaces.
     limit = settings.max_event_bytes + 1024
-    for lineno, raw in read_lines(path, limit):
-        summary.lines += 1
-        if isinstance(raw, OverlongLine):
-            parsed: ReplayLine | SkippedLine | None = SkippedLine(
-                lineno, "oversized",
-                f"{raw.length} bytes exceeds the limit of {limit} (PASSK_MAX_EVENT_BYTES)",
-            )
-        else:
-            parsed = parse_line(lineno, raw, max_bytes=settings.max_event_bytes,
-                                max_depth=settings.max_json_depth)
-        if parsed is None:
-            summary.blank += 1
-        elif isinstance(parsed, SkippedLine):
-            summary.skipped.append(parsed)
-        else:
-            name = topic_name(parsed.topic, settings)
-            summary.valid[name] += 1
-            if sender is not None:
-                pacer.wait()
-                sender.send_raw(name, parsed.key, parsed.value, ref=f"line {lineno}")
-        if on_line is not None:
-            on_line(lineno)
+    try:
+        for lineno, raw in read_lines(path, limit):
+            summary.lines += 1
+            if isinstance(raw, OverlongLine):
+                parsed: ReplayLine | SkippedLine | None = SkippedLine(
+                    lineno, "oversized",
+                    f"{raw.length} bytes exceeds the limit of {limit} (PASSK_MAX_EVENT_BYTES)",
+                )
+            else:
+                parsed = parse_line(lineno, raw, max_bytes=settings.max_event_bytes,
+                                    max_depth=settings.max_json_depth)
+            if parsed is None:
+                summary.blank += 1
+            elif isinstance(parsed, SkippedLine):
+                summary.skipped.append(parsed)
+            else:
+                name = topic_name(parsed.topic, settings)
+                if sender is not None:
+                    pacer.wait()
+                    sender.send_raw(name, parsed.key, parsed.value, ref=f"line {lineno}")
+                summary.valid[name] += 1
+            summary.last_line = lineno
+            if on_line is not None:
+                on_line(lineno)
+    except KeyboardInterrupt:
+        summary.interrupted = True
     if sender is not None:
-        sender.flush(flush_timeout)
-        summary.sent = dict(sender.acked)
-        summary.failures = [f"{f.ref}: {f.topic}: {f.error}" for f in sender.failures]
-        done = sum(summary.sent.values()) + len(summary.failures)
-        summary.unacknowledged = max(summary.total_valid - done, 0)
+        try:
+            sender.settle(stop_grace_s if summary.interrupted else settle_timeout_s)
+        except KeyboardInterrupt:
+            summary.interrupted = True  # asked twice: what is left is reported as it is
+        report = sender.report()
+        summary.sent = report.acked
+        summary.undelivered = list(report.undelivered)
     return summary
+

@@ -131,10 +131,11 @@ def test_a_broker_killed_mid_replay_loses_no_trial_and_no_worker(tmp_path: Path)
                 replay.kill()
                 replay.wait(30)
             if replay.returncode != 0:
-                # The harness, not a worker: `passk replay` gives up on what the broker has
-                # not acknowledged within its flush timeout (60 s), and kafka-python's
-                # producer can hang after its broker was SIGKILLed. Send the file again, as
-                # an operator would: events have fixed ids and the pipeline drops repeats.
+                # The harness, not a worker: `passk replay` gives up what the broker has
+                # not acknowledged within PASSK_PRODUCER_DELIVERY_TIMEOUT_S (exit 4, the
+                # first line named; tests/e2e/test_producer_outage.py). Send the file
+                # again, as an operator would: events have fixed ids and the pipeline
+                # drops repeats.
                 print(f"replay exited {replay.returncode} across the outage; sending again")
                 again = pipeline.passk("replay", str(traffic))
                 assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]

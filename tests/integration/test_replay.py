@@ -222,19 +222,19 @@ def test_producer_sdk_sends_models_and_reports_a_missing_topic(
             topic_name(Topic.CONVERSATION_FINISHED, settings): 1,
             topic_name(Topic.SESSION_PERSISTED, settings): 1,
         }
-        assert producer.failures == []
+        assert producer.report().undelivered == ()
     [(key, value, _)] = read_topic(settings, Topic.SESSION_PERSISTED, min_count=1)
     assert key == b"s-sdk" and value["state"] == {"x": 1}
 
-    # Topics that were never created: every send fails, is reported, exit code 1,
+    # Topics that were never created: every send fails, is reported, exit code 4,
     # and no topic is auto-created behind the operator's back.
     missing = settings.model_copy(update={"topic_prefix": new_prefix()})
     path = tmp_path / "one.jsonl"
     path.write_text(conv.model_dump_json() + "\n" + sess.model_dump_json() + "\n")
     with TrafficProducer(missing, max_block_ms=2000) as producer:
         summary = replay_file(path, sender=producer, settings=missing)
-    assert summary.exit_code == 1
-    assert [f.split(":")[0] for f in summary.failures] == ["line 1", "line 2"]
+    assert summary.exit_code == 4
+    assert [u.ref for u in summary.undelivered] == ["line 1", "line 2"]
     # `passk replay` refuses up front, naming the topics, instead of timing out per topic
     result = passk(["replay", str(path)], missing)
     assert result.returncode == 4  # the infrastructure is not there

@@ -90,3 +90,75 @@ async def test_http_probe_waits_through_404s() -> None:
     assert gone is None and "404" in (why or "")
     await probe.close()
     await runner.cleanup()
+
+
+# A read-only query that never returns: it counts an endless recursive sequence.
+ENDLESS = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+           "SELECT count(*) AS n, '{}' AS state FROM c WHERE :session_id IS NOT NULL")
+
+
+def _probe_threads() -> int:
+    import threading
+
+    return sum(1 for t in threading.enumerate() if t.name == "passk-sql-probe")
+
+
+async def test_a_sql_query_that_never_returns_ends_at_the_wait_and_is_interrupted(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from tests.support import wait_for
+
+    store(tmp_path / "p.db")
+    probe = SqlStateProbe(SqlProbe(kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}",
+                                   query=ENDLESS, wait_s=1.5, interval_s=0.05))
+    started = time.monotonic()
+    found, why = await asyncio.wait_for(probe.find("s1"), 30)
+    took = time.monotonic() - started
+    assert found is None and why == "the state probe did not answer within 1.5 s"
+    assert 1.4 < took < 5, took  # today: for ever (the query runs in asyncio's executor)
+    # the query itself was interrupted, not left running in the background
+    await asyncio.to_thread(wait_for, lambda: _probe_threads() == 0, timeout=10,
+                            what="the endless query interrupted")
+    await probe.close()
+
+
+async def test_cancelling_a_sql_probe_mid_query_returns_at_once(tmp_path: Path) -> None:
+    import asyncio
+
+    store(tmp_path / "p.db")
+    probe = SqlStateProbe(SqlProbe(kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}",
+                                   query=ENDLESS, wait_s=600))
+    task = asyncio.create_task(probe.find("s1"))
+    await asyncio.sleep(0.3)  # the query is running
+    started = time.monotonic()
+    task.cancel()  # what the harness does to a trial when the run is stopped
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 1
+    await probe.close()
+
+
+async def test_an_http_store_that_never_answers_ends_at_the_wait() -> None:
+    import asyncio
+
+    async def never(request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/sessions/{sid}", never)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    probe = HttpStateProbe(HttpProbe(kind="http", url=f"http://127.0.0.1:{port}/sessions/"
+                                     "{session_id}", wait_s=1.5))
+    started = time.monotonic()
+    found, why = await asyncio.wait_for(probe.find("s"), 30)
+    assert found is None and why == "the state probe did not answer within 1.5 s"
+    assert 1.4 < time.monotonic() - started < 5
+    await probe.close()
+    await runner.cleanup()

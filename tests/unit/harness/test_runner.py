@@ -122,3 +122,34 @@ async def test_stop_cancels_conversations_but_finishes_a_trial_being_published()
     assert [c.trial_id for c, _ in sent] == ["r:s:001"]  # published whole, nothing else
     assert summary.published == 1 and summary.interrupted == 1
     assert summary.exit_code() == 130
+
+
+async def test_a_second_stop_or_the_grace_ends_the_wait_for_the_broker() -> None:
+    # The broker never acknowledges: the publisher waits until the harness says to stop.
+    h = harness("tests.unit.harness.agents:slow_for_trial_2", [], concurrency=2)
+    publishing = threading.Event()
+
+    def publish(c: ConversationFinished, s: SessionPersisted | None) -> str | None:
+        publishing.set()
+        assert h.stop_waiting.wait(30)
+        return "conversation_finished not delivered: the run was stopped"
+
+    h.publish = publish
+    h.stop_grace_s = 0.3
+    task = asyncio.create_task(h.run(plan_trials([scenario(k=2)], "r", 0)))
+    assert await asyncio.to_thread(publishing.wait, 5)
+    h.stop()
+    summary = await asyncio.wait_for(task, 5)  # the grace, not the broker, ended it
+    assert summary.undelivered == ["r:s:001"] and summary.interrupted == 1
+    assert summary.exit_code() == 130
+
+
+async def test_trials_the_broker_did_not_take_are_exit_4_first_planned_first() -> None:
+    def publish(c: ConversationFinished, s: SessionPersisted | None) -> str | None:
+        return None if c.trial_id.endswith("2") else "not acknowledged by the broker"
+
+    h = harness("tests.unit.harness.agents:closes_on_third", [], concurrency=3)
+    h.publish = publish
+    summary = await h.run(plan_trials([scenario(k=3)], "r", 0))
+    assert summary.undelivered == ["r:s:001", "r:s:003"] and summary.published == 1
+    assert summary.exit_code() == 4

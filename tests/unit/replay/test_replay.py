@@ -10,7 +10,7 @@ import pytest
 
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
-from services.kafka.producer import SendFailure
+from services.kafka.delivery import DeliveryReport, Ledger
 from services.replay.replay import (
     Pacer,
     ReplayLine,
@@ -104,20 +104,25 @@ class Recorder:
     """Stands in for the producer to test the file logic alone (the broker is tested apart)."""
 
     fail_refs: set[str] = field(default_factory=set)
+    silent_refs: set[str] = field(default_factory=set)  # never acknowledged, never failed
     sent: list[tuple[str, bytes | None, bytes, str]] = field(default_factory=list)
-    acked: dict[str, int] = field(default_factory=dict)
-    failures: list[SendFailure] = field(default_factory=list)
-    flushed: int = 0
+    ledger: Ledger = field(default_factory=Ledger)
+    settled: list[float | None] = field(default_factory=list)
 
     def send_raw(self, topic: str, key: bytes | None, value: bytes, *, ref: str = "") -> None:
         self.sent.append((topic, key, value, ref))
+        number = self.ledger.sent(ref, topic)
         if ref in self.fail_refs:
-            self.failures.append(SendFailure(topic, key, ref, "KafkaTimeoutError: boom"))
-        else:
-            self.acked[topic] = self.acked.get(topic, 0) + 1
+            self.ledger.failed(number, "KafkaTimeoutError: boom")
+        elif ref not in self.silent_refs:
+            self.ledger.acknowledged(number)
 
-    def flush(self, timeout: float | None = None) -> None:
-        self.flushed += 1
+    def settle(self, timeout_s: float | None = None) -> bool:
+        self.settled.append(timeout_s)
+        return self.ledger.waiting == 0
+
+    def report(self) -> DeliveryReport:
+        return self.ledger.report("not acknowledged by the broker")
 
 
 @pytest.fixture
@@ -150,24 +155,59 @@ def test_replay_sends_valid_lines_in_file_order_and_reports_the_rest(traffic_fil
     skipped = [(s.lineno, s.reason) for s in summary.skipped]
     assert skipped == [(4, "invalid_json"), (6, "unknown_type")]
     assert summary.valid == Counter({conv: 2, sess: 2}) and summary.sent == {conv: 2, sess: 2}
-    assert recorder.flushed == 1
+    assert recorder.settled == [None]  # the sender's own deadline
     assert summary.exit_code == 0  # skipped lines only warn
 
 
-def test_a_failed_send_makes_the_exit_code_1(traffic_file: Path) -> None:
+def test_a_failed_send_makes_the_exit_code_4_naming_the_line(traffic_file: Path) -> None:
     recorder = Recorder(fail_refs={"line 5"})
     summary = replay_file(traffic_file, sender=recorder, settings=Settings())
-    assert summary.exit_code == 1
-    assert summary.failures == [f"line 5: {recorder.failures[0].topic}: KafkaTimeoutError: boom"]
+    assert summary.exit_code == 4
+    [undelivered] = summary.undelivered
+    assert (undelivered.ref, undelivered.why) == ("line 5", "KafkaTimeoutError: boom")
 
 
-def test_unacknowledged_sends_count_as_not_sent(traffic_file: Path) -> None:
-    class Silent(Recorder):
-        def send_raw(self, topic: str, key: bytes | None, value: bytes, *, ref: str = "") -> None:
-            self.sent.append((topic, key, value, ref))  # never acked, never failed
+def test_unacknowledged_sends_count_as_not_delivered_first_line_first(traffic_file: Path) -> None:
+    recorder = Recorder(fail_refs={"line 7"}, silent_refs={"line 2", "line 5"})
+    summary = replay_file(traffic_file, sender=recorder, settings=Settings(),
+                          settle_timeout_s=3.0)
+    assert recorder.settled == [3.0]  # waited once, bounded
+    assert [u.ref for u in summary.undelivered] == ["line 2", "line 5", "line 7"]
+    assert summary.undelivered[0].why == "not acknowledged by the broker"
+    assert summary.delivered == 1 and summary.exit_code == 4
 
-    summary = replay_file(traffic_file, sender=Silent(), settings=Settings())
-    assert summary.unacknowledged == 4 and summary.exit_code == 1
+
+class Interrupting(Recorder):
+    """SIGINT arrives while the line numbered `at` is being sent (before it is handed over)."""
+
+    at: str = "line 5"
+
+    def send_raw(self, topic: str, key: bytes | None, value: bytes, *, ref: str = "") -> None:
+        if ref == self.at:
+            raise KeyboardInterrupt
+        super().send_raw(topic, key, value, ref=ref)
+
+
+def test_sigint_stops_the_sending_and_the_summary_says_what_was_delivered(
+    traffic_file: Path,
+) -> None:
+    recorder = Interrupting(silent_refs={"line 2"})
+    summary = replay_file(traffic_file, sender=recorder, settings=Settings(), stop_grace_s=2.0)
+    assert summary.interrupted and summary.exit_code == 130
+    assert [ref for *_, ref in recorder.sent] == ["line 1", "line 2"]  # nothing after line 5
+    assert recorder.settled == [2.0]  # the short grace, not the full deadline
+    assert summary.last_line == 4 and summary.delivered == 1
+    assert [u.ref for u in summary.undelivered] == ["line 2"]
+
+
+def test_a_second_sigint_ends_the_wait_and_still_reports(traffic_file: Path) -> None:
+    class Impatient(Interrupting):
+        def settle(self, timeout_s: float | None = None) -> bool:
+            raise KeyboardInterrupt
+
+    recorder = Impatient(silent_refs={"line 1"})
+    summary = replay_file(traffic_file, sender=recorder, settings=Settings())
+    assert summary.exit_code == 130 and [u.ref for u in summary.undelivered] == ["line 1"]
 
 
 def test_dry_run_validates_without_sending(traffic_file: Path) -> None:
