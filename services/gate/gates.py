@@ -73,6 +73,9 @@ def exit_checks(
     whose = "recorded by the product" if source == "session" else "observed by the harness"
     if source == "session" and observed != conversation.exit_reason:
         whose += f"; the harness saw {conversation.exit_reason!r}"
+    if conversation.production and source == "harness" and observed == "unknown":
+        whose = ("the production trace named no exit: no passk.exit_reason, nor the "
+                 f"scenario's exit_attribute {scenario.exit_attribute!r}")
     checks = [
         CheckOutcome(
             check="exit:expected_exit",

@@ -10,7 +10,9 @@ import signal
 from aiohttp import web
 from prometheus_client import REGISTRY
 
+from schemas.scenario import Scenario
 from services.contract.settings import Settings
+from services.kafka.catalog import CatalogUnavailable, ScenarioCatalog
 from services.kafka.producer import TrafficProducer
 from services.otlp.export import run_exporter
 from services.otlp.metrics import OtlpMetrics
@@ -26,7 +28,14 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> N
     publisher = KafkaPublisher(
         lambda: TrafficProducer(settings, max_block_ms=int(otlp.publish_timeout_s * 1000)),
         otlp.publish_timeout_s)
-    receiver = Receiver(otlp, publisher, metrics)
+    catalog = ScenarioCatalog(settings)
+    catalog_task = asyncio.create_task(_follow_catalog(catalog))
+
+    def scenarios() -> list[Scenario] | None:
+        # Until the catalog is read, a plain trace is skipped (no_passk_ids), never guessed.
+        return list(catalog.latest().values()) if catalog.is_ready else None
+
+    receiver = Receiver(otlp, publisher, metrics, scenarios=scenarios)
     runner = web.AppRunner(make_app(receiver), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, otlp.host, otlp.port).start()
@@ -43,6 +52,21 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> N
     if exporter is not None:
         await exporter
     await publisher.close()
+    catalog_task.cancel()
+    await catalog.stop()
+
+
+async def _follow_catalog(catalog: ScenarioCatalog) -> None:
+    """Read the scenarios (their match rules) and follow them; a broker or topic that is
+    not there yet is asked again every few seconds."""
+    while True:
+        try:
+            await catalog.ready(timeout=30.0)
+            return
+        except CatalogUnavailable as exc:
+            log.warning("otlp: scenario catalog not read yet (%s); plain traces are skipped "
+                        "until it is", exc)
+            await asyncio.sleep(5.0)
 
 
 class OtlpWorker:

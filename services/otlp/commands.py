@@ -9,10 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from kafka.errors import KafkaError
 
-from services.contract.exits import BROKER_WAIT
+from services.contract.exits import BROKER_WAIT, Unreachable
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from schemas.scenario import Scenario
+    from services.contract.settings import Settings
     from services.otlp.importer import Probe
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
@@ -47,7 +52,6 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Table
 
-        from services.contract.exits import Unreachable
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
@@ -65,7 +69,8 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         failures: list[str] = []
         with Progress(*columns, console=err) as progress:
             task = progress.add_task("mapping traces", total=None)
-            plan = plan_import(files, lambda i, n: progress.update(task, completed=i, total=n))
+            plan = plan_import(files, lambda i, n: progress.update(task, completed=i, total=n),
+                               scenarios=_rules(settings, dry_run, err))
             if open_probe is not None:
                 import asyncio
 
@@ -144,8 +149,24 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         if failures:
             raise typer.Exit(1)
         if not plan.taken:
-            err.print("error: no complete agent trace with passk ids: nothing to send",
+            err.print("error: no complete agent trace with passk ids or a matching "
+                      "scenario: nothing to send",
                       markup=False)
             raise typer.Exit(3)
 
     app.add_typer(importer, name="import")
+
+
+def _rules(settings: Settings, dry_run: bool, err: Console) -> list[Scenario] | None:
+    """The published scenarios, whose match rules take traces with no passk ids. A dry
+    run without a readable catalog maps without them (and says so)."""
+    from services.kafka.catalog import CatalogUnavailable, load_catalog
+
+    try:
+        return list(load_catalog(settings).values())
+    except (CatalogUnavailable, OSError, KafkaError) as exc:
+        if not dry_run:
+            raise Unreachable(f"cannot read the published scenarios: {exc}") from None
+        err.print(f"warning: no scenario catalog ({exc}); traces without passk ids are "
+                  "mapped without match rules", markup=False)
+        return None

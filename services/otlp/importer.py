@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from schemas.scenario import Scenario
 from services.otlp.decode import PayloadError, read_file
 from services.otlp.mapping import (
     Skipped,
@@ -31,8 +32,10 @@ class ImportPlan:
     not_probed: list[tuple[str, str]] = field(default_factory=list)  # trial, why
 
 
-def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | None = None
-                ) -> ImportPlan:
+def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | None = None,
+                scenarios: Iterable[Scenario] | None = None) -> ImportPlan:
+    """`scenarios`: the published ones, whose `match` rules take traces with no passk ids
+    (None: such traces are skipped as no_passk_ids)."""
     plan = ImportPlan()
     spans: list[Span] = []
     for path in files:
@@ -43,8 +46,9 @@ def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | No
             spans.extend(spans_of(request))
     plan.spans = len(spans)
     traces = by_trace(spans)
+    rules = list(scenarios) if scenarios is not None else None
     for i, trace in enumerate(traces.values(), 1):
-        result = assemble(trace)
+        result = assemble(trace, rules)
         (plan.taken if isinstance(result, Taken) else plan.skipped).append(result)  # type: ignore[arg-type]
         if on_trace:
             on_trace(i, len(traces))

@@ -13,7 +13,7 @@ import hmac
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from aiohttp import web
@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from schemas.scenario import Scenario
 from services.otlp.decode import PayloadError, from_body
 from services.otlp.mapping import Skipped, Span, Taken, assemble, spans_of
 from services.otlp.metrics import OtlpMetrics
@@ -42,8 +43,12 @@ STATE: web.AppKey[Receiver] = web.AppKey("receiver", object)  # type: ignore[arg
 
 class Receiver:
     def __init__(self, settings: OtlpSettings, publisher: Publisher, metrics: OtlpMetrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 scenarios: Callable[[], Iterable[Scenario] | None] | None = None) -> None:
+        """`scenarios`: the published scenarios now (their `match` rules take traces with no
+        passk ids); None, or a call answering None: such traces are skipped."""
         self.settings = settings
+        self.scenarios = scenarios
         self.publisher = publisher
         self.metrics = metrics
         self.clock = clock
@@ -74,8 +79,10 @@ class Receiver:
         rejected = self._count_drops(outcome)
         failure: BaseException | None = None
         ready: list[tuple[list[Span], Taken]] = []
+        rules = self.scenarios() if self.scenarios is not None else None
+        rules = list(rules) if rules is not None else None
         for trace in outcome.complete:
-            result = assemble(trace)
+            result = assemble(trace, rules)
             if isinstance(result, Skipped):
                 self.metrics.traces_skipped.labels(result.reason).inc()
                 rejected[f"{result.reason} ({result.detail})"] += len(trace)
