@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from schemas.events import Outcome, ScenarioReliability, TrialVerdict
-from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
+from services.grading.estimators import ReliabilityTally, pass_hat_k, pass_hat_k_interval
 from services.grading.windows import WindowSize, as_datetime, rfc3339
 
 Read = Callable[[str], dict[str, Any] | None]
@@ -66,6 +66,10 @@ class TrialMemory(BaseModel):
     kept_from: float | None = None
     seqs: dict[str, int] = Field(default_factory=dict)  # bucket key -> its seq after this trial
     partition: int
+    # Whether every check of the trial ran (a production trial outside its scenario's
+    # LLM-judge sample did not), now and before the last change.
+    sampled: bool = True
+    prev_sampled: bool | None = None
 
 
 class Bucket(BaseModel):
@@ -81,13 +85,35 @@ class Bucket(BaseModel):
     window: str | None = None
     window_start: int | None = None
     window_end: int | None = None
+    # The sampled trials (every check ran, LLM judges included): None means every trial
+    # counted so far was (a bucket from before sampling, or built without it).
+    n_sampled: int | None = None
+    passed_sampled: int | None = None
+    errors_sampled: int | None = None
 
-    def moved(self, before: Outcome | None, after: Outcome) -> Bucket:
-        counts = {"passed": self.passed, "failed": self.failed, "errors": self.errors}
+    @property
+    def sampled_counts(self) -> tuple[int, int, int]:
+        """(n, passed, errors) of the sampled trials."""
+        if self.n_sampled is None:
+            return self.passed + self.failed + self.errors, self.passed, self.errors
+        return self.n_sampled, self.passed_sampled or 0, self.errors_sampled or 0
+
+    def moved(self, before: Outcome | None, after: Outcome, *, was_sampled: bool | None = True,
+              sampled: bool = True) -> Bucket:
+        counts: dict[str, int] = {"passed": self.passed, "failed": self.failed,
+                                  "errors": self.errors}
+        n_s, p_s, e_s = self.sampled_counts
         if before is not None:
             counts[_field(before)] -= 1
+            if was_sampled is not False:
+                n_s, p_s, e_s = n_s - 1, p_s - (before == "passed"), e_s - (before == "error")
         counts[_field(after)] += 1
-        return self.model_copy(update=counts)
+        if sampled:
+            n_s, p_s, e_s = n_s + 1, p_s + (after == "passed"), e_s + (after == "error")
+        if self.n_sampled is None and n_s == sum(counts.values()):
+            return self.model_copy(update=counts)  # every trial sampled: nothing apart
+        return self.model_copy(update={**counts, "n_sampled": n_s, "passed_sampled": p_s,
+                                       "errors_sampled": e_s})
 
 
 class PartitionClock(BaseModel):
@@ -223,7 +249,9 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
                 # verdict that made it is. (A bucket not stored, changed before by
                 # other trials, expired since.)
                 continue
-            changed[key] = bucket.moved(memory.prev_outcome, memory.outcome).model_copy(
+            changed[key] = bucket.moved(memory.prev_outcome, memory.outcome,
+                                        was_sampled=memory.prev_sampled,
+                                        sampled=memory.sampled).model_copy(
                 update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
         buckets.update(changed)
 
@@ -237,14 +265,17 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
 
     writes: list[tuple[str, dict[str, Any] | None]] = []
     moves = note in ("counted", "late", "future") or (
-        note == "regraded" and before != verdict.outcome)
+        note == "regraded" and memory is not None and (
+            before != verdict.outcome or memory.sampled != verdict.sampled))
     if moves:
         seqs = dict(memory.seqs) if memory else {}
         for key, bucket in buckets.items():
             # A bucket this trial was never counted in (say, a window size added since)
             # gains it; the others move it.
             source = before if key in seqs else None
-            moved = bucket.moved(source, verdict.outcome).model_copy(update={
+            moved = bucket.moved(
+                source, verdict.outcome, was_sampled=memory.sampled if memory else True,
+                sampled=verdict.sampled).model_copy(update={
                 "seq": bucket.seq + 1, "k": verdict.k,
                 "scenario_version": verdict.scenario_version})
             changed[key] = moved
@@ -253,6 +284,7 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
             attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
             run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
             finished_at=finished, seqs=seqs, partition=partition,
+            sampled=verdict.sampled, prev_sampled=memory.sampled if memory else None,
             kept_from=(memory.kept_from if memory else None) if untimed is None else (
                 clock.watermark if clock else min(finished or limit, limit)))
         writes.append((mkey, memory.model_dump()))
@@ -370,4 +402,15 @@ def record(bucket: Bucket, target: tuple[float, int] | None = None) -> ScenarioR
         pass_hat_k_lower=lower,
         pass_hat_k_upper=upper,
         **window,
+        **sampled_figures(bucket),
     )
+
+
+def sampled_figures(bucket: Bucket) -> dict[str, Any]:
+    """The record's figures over the sampled trials (every check ran): n_sampled,
+    passed_sampled, errors_sampled, pass_hat_k_sampled and its 90% interval."""
+    n, passed, errors = bucket.sampled_counts
+    lower, upper = pass_hat_k_interval(n, passed, bucket.k)
+    return {"n_sampled": n, "passed_sampled": passed, "errors_sampled": errors,
+            "pass_hat_k_sampled": pass_hat_k(n, passed, bucket.k),
+            "pass_hat_k_sampled_lower": lower, "pass_hat_k_sampled_upper": upper}

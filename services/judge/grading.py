@@ -94,8 +94,7 @@ class Grader:
                 continue
             out.append(domain.not_sampled_verdict(trial, scenario, spec, rate).model_copy(
                 update={"judge_version": self.version_of(spec)}))
-            if self.metrics:
-                self.metrics.verdict(spec.id, "not_sampled")
+            if self.metrics:  # not a verdict of the model: the error rate stays honest
                 self.metrics.unsampled(spec.id)
         return out
 
