@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 
 from schemas.scenario import Scenario
 from services.contract.settings import Settings
+from services.contract.topics import Topic, topic_name
 from services.kafka.catalog import CatalogUnavailable, ScenarioCatalog
 from services.kafka.producer import TrafficProducer
 from services.otlp.export import run_exporter
@@ -27,7 +28,7 @@ log = logging.getLogger("passk.otlp")
 async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> None:
     publisher = KafkaPublisher(
         lambda: TrafficProducer(settings, max_block_ms=int(otlp.publish_timeout_s * 1000)),
-        otlp.publish_timeout_s)
+        otlp.publish_timeout_s, topic_name(Topic.DEAD_LETTERS, settings))
     catalog = ScenarioCatalog(settings)
     catalog_task = asyncio.create_task(_follow_catalog(catalog))
 

@@ -49,9 +49,12 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         gen_ai.operation.name=invoke_agent. Event ids come from the trace id, so importing
         a file again grades nothing twice. Exit 1 when a send failed, 3 when no trace was
         taken, 4 when the broker is down."""
+        import base64
+
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Table
 
+        from services.contract.codec import encode
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
@@ -88,19 +91,27 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
                         await reader.close()
 
                 asyncio.run(ask())
-            if not dry_run and plan.taken:
+            if not dry_run and (plan.taken or plan.letters):
                 events = [e for t in plan.taken
                           for e in (t.conversation, t.session) if e is not None]
-                send = progress.add_task("publishing", total=len(events))
+                send = progress.add_task("publishing", total=len(events) + len(plan.letters))
+                letters_topic = topic_name(Topic.DEAD_LETTERS, settings)
                 with TrafficProducer(settings) as producer:
                     missing = producer.missing_topics(
                         [topic_name(t, settings) for t in (Topic.CONVERSATION_FINISHED,
-                                                          Topic.SESSION_PERSISTED)])
+                                                          Topic.SESSION_PERSISTED,
+                                                          Topic.DEAD_LETTERS)])
                     if missing:
                         raise Unreachable(f"missing topics: {', '.join(missing)}; nothing "
                                           "sent (create them with `passk topics create`)")
                     for event in events:
                         producer.send(event)
+                        progress.advance(send)
+                    # Nothing dropped in silence: each trace not taken is a dead letter.
+                    for letter in plan.letters:
+                        key = base64.b64decode(letter.key_b64) if letter.key_b64 else None
+                        producer.send_raw(letters_topic, key, encode(letter),
+                                          ref=letter.event_id)
                         progress.advance(send)
                     producer.flush()
                     sent.update({"acked": sum(producer.acked.values())})
@@ -131,6 +142,7 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
                 "not_probed": len(plan.not_probed) if open_probe is not None else None,
                 "skipped": dict(sorted(Counter(s.reason for s in plan.skipped).items())),
                 "bad_lines": len(plan.bad_lines),
+                "dead_letters": 0 if dry_run else len(plan.letters),
                 "acknowledged": None if dry_run else sent["acked"],
                 "send_failures": None if dry_run else len(failures)}))
         else:

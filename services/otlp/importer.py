@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from schemas.events import DeadLetter
 from schemas.scenario import Scenario
 from services.otlp.decode import PayloadError, read_file
+from services.otlp.dropped import trace_letter
 from services.otlp.mapping import (
     Skipped,
     Span,
@@ -30,6 +32,7 @@ class ImportPlan:
     spans: int = 0
     probed: int = 0  # sessions a state probe found
     not_probed: list[tuple[str, str]] = field(default_factory=list)  # trial, why
+    letters: list[DeadLetter] = field(default_factory=list)  # one per skipped trace
 
 
 def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | None = None,
@@ -49,7 +52,13 @@ def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | No
     rules = list(scenarios) if scenarios is not None else None
     for i, trace in enumerate(traces.values(), 1):
         result = assemble(trace, rules)
-        (plan.taken if isinstance(result, Taken) else plan.skipped).append(result)  # type: ignore[arg-type]
+        if isinstance(result, Taken):
+            plan.taken.append(result)
+        else:
+            plan.skipped.append(result)
+            plan.letters.append(trace_letter(result.trace_id, result.reason,
+                                             result.detail[:500], trace,
+                                             processor="import-otel"))
         if on_trace:
             on_trace(i, len(traces))
     return plan

@@ -24,6 +24,16 @@ class OtlpMetrics(MetricSet):
         "passk_otlp_requests_rejected_total", "OTLP requests refused, by reason.", "reason")
     events_published = counter(
         "passk_otlp_events_published_total", "Input events published, by type.", "type")
+    dead_letters = counter(
+        "passk_otlp_dead_letters_total",
+        "Traces not taken that were published as dead letters (source otlp), by reason.",
+        "reason")
+    dead_letters_lost = counter(
+        "passk_otlp_dead_letters_lost_total",
+        "Dead letters of traces not taken that could not be published (queue full past "
+        "PASSK_OTLP_MAX_QUEUED_LETTERS, or the broker refused), by reason.", "reason")
+    pending_bytes = gauge(
+        "passk_otlp_pending_bytes", "Bytes of the spans held until their root span arrives.")
     pending_traces = gauge(
         "passk_otlp_pending_traces", "Traces held until their root span arrives.")
     evaluations_exported = counter(

@@ -35,10 +35,13 @@ class _Held:
 class Outcome:
     complete: list[list[Span]] = field(default_factory=list)
     dropped: list[tuple[str, DropReason, int]] = field(default_factory=list)  # trace, why, spans
+    # The spans of each held trace given up (once per trace): what its dead letter quotes.
+    given_up: list[tuple[str, DropReason, list[Span]]] = field(default_factory=list)
 
     def extend(self, other: Outcome) -> None:
         self.complete += other.complete
         self.dropped += other.dropped
+        self.given_up += other.given_up
 
 
 class PendingTraces:
@@ -83,6 +86,8 @@ class PendingTraces:
                     # push out the one that is about to complete.
                     old, gone = self._held.popitem(last=False)
                     out.dropped.append((old, "too_many_pending_traces", len(gone.spans)))
+                    out.given_up.append((old, "too_many_pending_traces",
+                                         list(gone.spans.values())[:1]))
                 held = self._held[tid] = _Held()
             held.spans[span.span_id] = span
             held.last_seen = now
@@ -91,6 +96,7 @@ class PendingTraces:
                 del self._held[tid]
                 self._remember(self._dropped, tid)
                 out.dropped.append((tid, "too_many_spans", len(held.spans)))
+                out.given_up.append((tid, "too_many_spans", list(held.spans.values())[:1]))
                 continue
             if span.is_root:
                 del self._held[tid]
@@ -106,4 +112,5 @@ class PendingTraces:
                 break
             del self._held[tid]
             out.dropped.append((tid, "idle", len(held.spans)))
+            out.given_up.append((tid, "idle", list(held.spans.values())[:1]))
         return out

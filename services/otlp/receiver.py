@@ -23,8 +23,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from schemas.events import DeadLetter
 from schemas.scenario import Scenario
 from services.otlp.decode import PayloadError, from_body
+from services.otlp.dropped import trace_letter
 from services.otlp.mapping import Skipped, Span, Taken, assemble, spans_of
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.pending import Bounds, Outcome, PendingTraces
@@ -33,9 +35,34 @@ from services.otlp.settings import OtlpSettings
 log = logging.getLogger("passk.otlp")
 
 
+class Once:
+    """Say a flood once: the first occurrence of each kind is logged, the rest are counted
+    and summed up at most once a minute (a hostile client must not fill the disk)."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger, self.every_s, self.clock = logger, every_s, clock
+        self._last: dict[str, float] = {}
+        self._quiet: Counter[str] = Counter()
+
+    def say(self, kind: str, message: str, *args: object) -> None:
+        now = self.clock()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.every_s:
+            self._quiet[kind] += 1
+            return
+        self._last[kind] = now
+        quiet = self._quiet.pop(kind, 0)
+        suffix = f" (and {quiet} more like it since)" if quiet else ""
+        self.logger.warning(message + suffix, *args)
+
+
 class Publisher(Protocol):
     async def publish(self, taken: Taken) -> None:
         """Publish a trial's events; raise when they could not be (the client retries)."""
+
+    async def publish_letter(self, letter: DeadLetter) -> None:
+        """Publish the dead letter of a trace not taken; raise when it could not be."""
 
 
 STATE: web.AppKey[Receiver] = web.AppKey("receiver", object)  # type: ignore[arg-type]
@@ -49,6 +76,8 @@ class Receiver:
         passk ids); None, or a call answering None: such traces are skipped."""
         self.settings = settings
         self.scenarios = scenarios
+        self._letters: asyncio.Queue[DeadLetter] | None = None
+        self.flood = Once(log)
         self.publisher = publisher
         self.metrics = metrics
         self.clock = clock
@@ -65,7 +94,38 @@ class Receiver:
             else:
                 self.metrics.traces_dropped.labels(reason).inc()
                 rejected[reason] += spans
+        for trace_id, reason, held in outcome.given_up:
+            self.letter(trace_id, reason, f"dropped by the receiver: {reason}", held)
         return rejected
+
+    def letter(self, trace_id: str, reason: str, detail: str, spans: list[Span]) -> None:
+        """Queue the dead letter of a trace not taken (published by `send_letters`); past
+        the queue's bound the letter is lost, counted, and said once."""
+        if self._letters is None:
+            self._letters = asyncio.Queue(self.settings.max_queued_letters)
+        letter = trace_letter(trace_id, reason, detail[:500], spans, processor="otlp-receiver")
+        try:
+            self._letters.put_nowait(letter)
+        except asyncio.QueueFull:
+            self.metrics.dead_letters_lost.labels(reason).inc()
+            self.flood.say("dead_letters_lost", "otlp: dead-letter queue full (%d); letters "
+                           "of traces not taken are being lost (counted in "
+                           "passk_otlp_dead_letters_lost_total)", self.settings.max_queued_letters)
+
+    async def send_letters(self) -> None:
+        """Publish queued dead letters, one at a time, for as long as the receiver runs."""
+        if self._letters is None:
+            self._letters = asyncio.Queue(self.settings.max_queued_letters)
+        while True:
+            letter = await self._letters.get()
+            try:
+                await self.publisher.publish_letter(letter)
+            except Exception as exc:
+                self.metrics.dead_letters_lost.labels(letter.reason).inc()
+                self.flood.say("dead_letter_failed", "otlp: a dead letter could not be "
+                               "published: %s", exc)
+            else:
+                self.metrics.dead_letters.labels(letter.reason).inc()
 
     def expire(self) -> None:
         self._count_drops(self.pending.expire(self.clock()))
@@ -86,6 +146,7 @@ class Receiver:
             if isinstance(result, Skipped):
                 self.metrics.traces_skipped.labels(result.reason).inc()
                 rejected[f"{result.reason} ({result.detail})"] += len(trace)
+                self.letter(result.trace_id, result.reason, result.detail, trace)
             else:
                 ready.append((trace, result))
         # A batch's trials wait for the broker together, not one after the other.
@@ -177,8 +238,10 @@ def make_app(receiver: Receiver,
                 receiver.expire()
 
         task = asyncio.create_task(loop())
+        letters = asyncio.create_task(receiver.send_letters())
         yield
         task.cancel()
+        letters.cancel()
 
     app.cleanup_ctx.append(sweeper)
     return app

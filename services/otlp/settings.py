@@ -19,6 +19,8 @@ class OtlpSettings(BaseSettings):
     idle_s: float = Field(300.0, alias="PASSK_OTLP_IDLE_S", gt=0)
     max_spans_per_trace: int = Field(2_000, alias="PASSK_OTLP_MAX_SPANS_PER_TRACE", gt=0)
     seen_traces: int = Field(100_000, alias="PASSK_OTLP_SEEN_TRACES", gt=0)
+    # Dead letters of traces not taken, queued for the broker; past this, lost and counted.
+    max_queued_letters: int = Field(1_000, alias="PASSK_OTLP_MAX_QUEUED_LETTERS", gt=0)
     publish_timeout_s: float = Field(30.0, alias="PASSK_OTLP_PUBLISH_TIMEOUT_S", gt=0)
     # Evaluations out: unset, nothing is exported.
     export_endpoint: str | None = Field(None, alias="PASSK_OTLP_EXPORT_ENDPOINT")

@@ -11,6 +11,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from prometheus_client import CollectorRegistry
 
+from schemas.events import DeadLetter
 from services.otlp.mapping import Taken
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.receiver import STATE, Receiver, make_app
@@ -23,7 +24,11 @@ PB = {"Content-Type": "application/x-protobuf"}
 class Recorder:
     def __init__(self) -> None:
         self.taken: list[Taken] = []
+        self.letters: list[DeadLetter] = []
         self.fail = False
+
+    async def publish_letter(self, letter: DeadLetter) -> None:
+        self.letters.append(letter)
 
     async def publish(self, taken: Taken) -> None:
         if self.fail:
@@ -39,10 +44,11 @@ class Clock:
         return self.now
 
 
-async def _client(**settings):  # type: ignore[no-untyped-def]
+async def _client(scenarios=None, **settings):  # type: ignore[no-untyped-def]
     registry = CollectorRegistry()
     recorder, clock = Recorder(), Clock()
-    receiver = Receiver(OtlpSettings(**settings), recorder, OtlpMetrics(registry), clock)
+    receiver = Receiver(OtlpSettings(**settings), recorder, OtlpMetrics(registry), clock,
+                        scenarios=None if scenarios is None else (lambda: scenarios))
     client = TestClient(TestServer(make_app(receiver)))
     await client.start_server()
     return client, recorder, registry, clock
@@ -184,5 +190,40 @@ async def test_json_in_json_out() -> None:
         assert r.status == 200 and r.content_type == "application/json"
         assert json_format.ParseDict(await r.json(), ExportTraceServiceResponse()) is not None
         assert len(rec.taken) == 1
+    finally:
+        await client.close()
+
+
+async def test_plain_traces_become_trials_by_rule_and_the_rest_dead_letters() -> None:
+    import asyncio
+    import base64
+    import json
+
+    from schemas.scenario import Scenario
+    from tests.unit.otlp.spans import plain_trace
+
+    rules = [Scenario.model_validate({"id": "support", "expected_exit": "resolved",
+                                      "match": {"service.name": "support-agent"}}).versioned()]
+    client, rec, reg, _ = await _client(scenarios=rules)
+    try:
+        r = await client.post("/v1/traces", headers=PB, data=request(
+            *plain_trace(21), resource={"service.name": "support-agent"}).SerializeToString())
+        assert r.status == 200
+        r = await client.post("/v1/traces", headers=PB, data=request(
+            *plain_trace(22), resource={"service.name": "nobody"}).SerializeToString())
+        assert r.status == 200
+        answer = ExportTraceServiceResponse.FromString(await r.read())
+        assert "no_matching_scenario" in answer.partial_success.error_message
+        assert [(t.conversation.scenario_id, t.conversation.trial_id) for t in rec.taken] == [
+            ("support", f"{21:032x}")]
+        async with asyncio.timeout(5):
+            while not rec.letters:
+                await asyncio.sleep(0.01)
+        (letter,) = rec.letters
+        assert (letter.reason, letter.source_topic) == ("no_matching_scenario", "otlp")
+        assert base64.b64decode(letter.key_b64 or "") == f"{22:032x}".encode()
+        excerpt = json.loads(base64.b64decode(letter.value_b64))
+        assert excerpt["attributes"]["service.name"] == "nobody" and excerpt["spans"] == 4
+        assert _v(reg, "passk_otlp_dead_letters_total", reason="no_matching_scenario") == 1
     finally:
         await client.close()
