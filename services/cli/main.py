@@ -9,7 +9,7 @@ from importlib.metadata import version
 
 import typer
 
-from services.cli.wiring import WIRED
+from services.cli.wiring import WIRED, WIRED_WORKERS
 from services.contract.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
 from services.contract.processors import PROCESSORS, co_partitioning_problem
 from services.contract.settings import Settings, get_settings
@@ -96,7 +96,7 @@ def worker(
     level = loglevel or settings.log_level
     sys.argv = [f"passk worker {service}", "worker", "--loglevel", level, "--without-web"]
     # The root logger stays at `level`: make_app installed faust_compat.worker_log.
-    module.build(settings).main()
+    module.build(settings, **WIRED_WORKERS.get(service, {})).main()
 
 
 def refuse_unless_co_partitioned(service: str, settings: Settings) -> None:

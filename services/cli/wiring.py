@@ -79,6 +79,11 @@ def recount_scenarios(settings: Settings, scenarios: set[str]) -> int:
     return len(recount_aggregate(settings, scenarios, worker_paused).scopes)
 
 
+# Workers built with what they need of another processor: `build(settings, **these)`.
+WIRED_WORKERS: dict[str, dict[str, Callable[..., Any]]] = {
+    "otlp": {"state_probe": state_probe},
+}
+
 # The composed commands' modules, and what each `register` is handed.
 WIRED: dict[str, dict[str, Callable[..., Any]]] = {
     "services.calibration.commands": {"judge_grader": judge_grader},

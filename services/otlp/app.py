@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import REGISTRY
@@ -16,6 +18,7 @@ from services.contract.topics import Topic, topic_name
 from services.kafka.catalog import CatalogUnavailable, ScenarioCatalog
 from services.kafka.producer import TrafficProducer
 from services.otlp.export import run_exporter
+from services.otlp.importer import Probe
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.publish import KafkaPublisher
 from services.otlp.receiver import Receiver, make_app
@@ -25,7 +28,8 @@ from services.runtime.metrics import serve_metrics
 log = logging.getLogger("passk.otlp")
 
 
-async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> None:
+async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics,
+              open_probe: Callable[[], Probe] | None = None) -> None:
     publisher = KafkaPublisher(
         lambda: TrafficProducer(settings, max_block_ms=int(otlp.publish_timeout_s * 1000)),
         otlp.publish_timeout_s, topic_name(Topic.DEAD_LETTERS, settings))
@@ -36,7 +40,8 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> N
         # Until the catalog is read, a plain trace is skipped (no_passk_ids), never guessed.
         return list(catalog.latest().values()) if catalog.is_ready else None
 
-    receiver = Receiver(otlp, publisher, metrics, scenarios=scenarios)
+    probe = open_probe() if open_probe is not None else None
+    receiver = Receiver(otlp, publisher, metrics, scenarios=scenarios, probe=probe)
     runner = web.AppRunner(make_app(receiver), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, otlp.host, otlp.port).start()
@@ -53,6 +58,8 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics) -> N
     if exporter is not None:
         await exporter
     await publisher.close()
+    if probe is not None:
+        await probe.close()
     catalog_task.cancel()
     await catalog.stop()
 
@@ -73,19 +80,30 @@ async def _follow_catalog(catalog: ScenarioCatalog) -> None:
 class OtlpWorker:
     """What `passk worker otlp` runs (the Faust workers' `app.main()` shape)."""
 
-    def __init__(self, settings: Settings, otlp: OtlpSettings) -> None:
+    def __init__(self, settings: Settings, otlp: OtlpSettings,
+                 open_probe: Callable[[], Probe] | None = None) -> None:
         self.settings = settings
         self.otlp = otlp
+        self.open_probe = open_probe
 
     def main(self) -> None:
         level = self.settings.log_level.upper()
         logging.basicConfig(level=level if level in logging._nameToLevel else "WARNING")
         if self.settings.metrics_port:
             serve_metrics(self.settings.metrics_port, REGISTRY)
-        asyncio.run(run(self.settings, self.otlp, OtlpMetrics(REGISTRY)))
+        asyncio.run(run(self.settings, self.otlp, OtlpMetrics(REGISTRY), self.open_probe))
 
 
-def build(settings: Settings) -> OtlpWorker:
+def build(settings: Settings,
+          state_probe: Callable[[Path], Callable[[], Probe]] | None = None) -> OtlpWorker:
     """The receiver (and exporter) worker from `settings`; its own settings, the
-    PASSK_OTLP_* variables, are read here, once, when the worker is built."""
-    return OtlpWorker(settings, OtlpSettings())
+    PASSK_OTLP_* variables, are read here, once, when the worker is built.
+    `state_probe(path)`: opens a target file's state probe (the harness's, handed over by
+    the CLI: services/cli/wiring.py), used when PASSK_OTLP_STATE_PROBE names a file."""
+    otlp = OtlpSettings()
+    open_probe = None
+    if otlp.state_probe:
+        if state_probe is None:
+            raise RuntimeError("PASSK_OTLP_STATE_PROBE is set but no state probe was handed")
+        open_probe = state_probe(Path(otlp.state_probe))
+    return OtlpWorker(settings, otlp, open_probe)

@@ -32,6 +32,10 @@ class OtlpMetrics(MetricSet):
         "passk_otlp_dead_letters_lost_total",
         "Dead letters of traces not taken that could not be published (queue full past "
         "PASSK_OTLP_MAX_QUEUED_LETTERS, or the broker refused), by reason.", "reason")
+    probe_misses = counter(
+        "passk_otlp_state_probe_misses_total",
+        "Trials whose persisted session the state probe (PASSK_OTLP_STATE_PROBE) did not "
+        "return; published without one (the state gate then waits and says so).")
     pending_bytes = gauge(
         "passk_otlp_pending_bytes", "Bytes of the spans held until their root span arrives.")
     pending_traces = gauge(

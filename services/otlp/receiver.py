@@ -27,7 +27,15 @@ from schemas.events import DeadLetter
 from schemas.scenario import Scenario
 from services.otlp.decode import PayloadError, from_body
 from services.otlp.dropped import trace_letter
-from services.otlp.mapping import Skipped, Span, Taken, assemble, spans_of
+from services.otlp.importer import Probe
+from services.otlp.mapping import (
+    Skipped,
+    Span,
+    Taken,
+    assemble,
+    spans_of,
+    with_probed_session,
+)
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.pending import Bounds, Outcome, PendingTraces
 from services.otlp.settings import OtlpSettings
@@ -71,11 +79,16 @@ STATE: web.AppKey[Receiver] = web.AppKey("receiver", object)  # type: ignore[arg
 class Receiver:
     def __init__(self, settings: OtlpSettings, publisher: Publisher, metrics: OtlpMetrics,
                  clock: Callable[[], float] = time.monotonic,
-                 scenarios: Callable[[], Iterable[Scenario] | None] | None = None) -> None:
+                 scenarios: Callable[[], Iterable[Scenario] | None] | None = None,
+                 probe: Probe | None = None) -> None:
         """`scenarios`: the published scenarios now (their `match` rules take traces with no
         passk ids); None, or a call answering None: such traces are skipped."""
         self.settings = settings
         self.scenarios = scenarios
+        # PASSK_OTLP_STATE_PROBE: the product's persisted session of each trial whose trace
+        # carried none, read before it is published (so the state gate grades it).
+        self.probe = probe
+        self._probing = asyncio.Semaphore(8)
         self._letters: asyncio.Queue[DeadLetter] | None = None
         self.flood = Once(log)
         self.publisher = publisher
@@ -149,6 +162,9 @@ class Receiver:
                 self.letter(result.trace_id, result.reason, result.detail, trace)
             else:
                 ready.append((trace, result))
+        if self.probe is not None:
+            probed = await asyncio.gather(*(self._with_session(t) for _, t in ready))
+            ready = [(trace, t) for (trace, _), t in zip(ready, probed, strict=True)]
         # A batch's trials wait for the broker together, not one after the other.
         published = await asyncio.gather(*(self.publisher.publish(t) for _, t in ready),
                                           return_exceptions=True)
@@ -168,6 +184,23 @@ class Receiver:
             raise failure
         why = "; ".join(f"{n} span(s): {r}" for r, n in sorted(rejected.items()))
         return sum(rejected.values()), why
+
+    async def _with_session(self, taken: Taken) -> Taken:
+        if taken.session is not None or self.probe is None:
+            return taken
+        try:
+            async with self._probing:
+                found, why = await asyncio.wait_for(
+                    self.probe.find(taken.conversation.session_id),
+                    self.settings.probe_timeout_s)
+        except Exception as exc:  # the product is down: the state gate says so, later
+            found, why = None, f"{type(exc).__name__}: {exc}"
+        if found is None:
+            self.metrics.probe_misses.inc()
+            self.flood.say("probe_miss", "otlp: no persisted session for trial %s from the "
+                           "state probe: %s", taken.conversation.trial_id, why)
+            return taken
+        return with_probed_session(taken, found.state, found.exit_reason)
 
     def authorized(self, request: web.Request) -> bool:
         if self.settings.token is None:

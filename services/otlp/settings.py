@@ -22,6 +22,10 @@ class OtlpSettings(BaseSettings):
     # Dead letters of traces not taken, queued for the broker; past this, lost and counted.
     max_queued_letters: int = Field(1_000, alias="PASSK_OTLP_MAX_QUEUED_LETTERS", gt=0)
     publish_timeout_s: float = Field(30.0, alias="PASSK_OTLP_PUBLISH_TIMEOUT_S", gt=0)
+    # A target file (passk run --target) whose `state:` probe reads the persisted session
+    # of each trial whose trace carried none (as `passk import otel --state-probe`).
+    state_probe: str | None = Field(None, alias="PASSK_OTLP_STATE_PROBE")
+    probe_timeout_s: float = Field(10.0, alias="PASSK_OTLP_PROBE_TIMEOUT_S", gt=0)
     # Evaluations out: unset, nothing is exported.
     export_endpoint: str | None = Field(None, alias="PASSK_OTLP_EXPORT_ENDPOINT")
     export_headers: str = Field("", alias="PASSK_OTLP_EXPORT_HEADERS")  # k=v,k2=v2

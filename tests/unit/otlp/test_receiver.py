@@ -227,3 +227,35 @@ async def test_plain_traces_become_trials_by_rule_and_the_rest_dead_letters() ->
         assert _v(reg, "passk_otlp_dead_letters_total", reason="no_matching_scenario") == 1
     finally:
         await client.close()
+
+
+async def test_the_state_probe_supplies_the_session_of_a_trace_without_one() -> None:
+    from types import SimpleNamespace
+
+    class Probe:
+        asked: list[str] = []
+
+        async def find(self, session_id: str):  # type: ignore[no-untyped-def]
+            self.asked.append(session_id)
+            if session_id == "sess-1":
+                return SimpleNamespace(state={"ticket": "closed"}, exit_reason="resolved"), None
+            return None, "not found"
+
+        async def close(self) -> None:
+            return None
+
+    registry = CollectorRegistry()
+    recorder, probe = Recorder(), Probe()
+    receiver = Receiver(OtlpSettings(), recorder, OtlpMetrics(registry), Clock(), probe=probe)
+    client = TestClient(TestServer(make_app(receiver)))
+    await client.start_server()
+    try:
+        r = await client.post("/v1/traces", data=request(*agent_trace(31)).SerializeToString(),
+                              headers=PB)
+        assert r.status == 200
+        (taken,) = recorder.taken
+        assert probe.asked == ["sess-1"]
+        assert taken.session is not None and taken.session.state == {"ticket": "closed"}
+        assert taken.session.exit_reason == "resolved"
+    finally:
+        await client.close()
