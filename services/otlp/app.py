@@ -18,6 +18,7 @@ from services.contract.topics import Topic, topic_name
 from services.kafka.catalog import CatalogUnavailable, ScenarioCatalog
 from services.kafka.producer import TrafficProducer
 from services.otlp.export import run_exporter
+from services.otlp.guard import Guard
 from services.otlp.importer import Probe
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.publish import KafkaPublisher
@@ -42,9 +43,24 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics,
 
     probe = open_probe() if open_probe is not None else None
     receiver = Receiver(otlp, publisher, metrics, scenarios=scenarios, probe=probe)
-    runner = web.AppRunner(make_app(receiver), access_log=None)
+    app = make_app(receiver)
+    guards: list[Guard] = []
+
+    async def rearm(request: web.Request, _response: web.StreamResponse) -> None:
+        for guard in guards:
+            guard.response_sent(request.transport)
+
+    app.on_response_prepare.append(rearm)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, otlp.host, otlp.port).start()
+    assert runner.server is not None
+    # Not web.TCPSite: the guard bounds connections and times request headers first.
+    guard = Guard(runner.server, max_connections=otlp.max_connections,
+                  header_timeout_s=otlp.header_timeout_s, metrics=metrics,
+                  say=receiver.flood.say)
+    guards.append(guard)
+    server = await asyncio.get_running_loop().create_server(
+        guard, otlp.host, otlp.port, reuse_address=True, backlog=min(otlp.max_connections, 1024))
     log.warning("otlp: receiving traces on http://%s:%s/v1/traces", otlp.host, otlp.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -54,6 +70,7 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics,
     if otlp.export_endpoint:
         exporter = asyncio.create_task(run_exporter(settings, otlp, metrics, stop))
     await stop.wait()
+    server.close()
     await runner.cleanup()
     if exporter is not None:
         await exporter

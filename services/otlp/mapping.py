@@ -70,6 +70,7 @@ class Span:
     resource: dict[str, Any] = field(default_factory=dict)
     events: tuple[SpanEvent, ...] = ()
     status_error: bool = False
+    size: int = 0  # bytes of the span as protobuf: what the receiver's pending bound counts
 
     @property
     def operation(self) -> str | None:
@@ -94,6 +95,7 @@ def spans_of(request: ExportTraceServiceRequest) -> Iterator[Span]:
                     events=tuple(SpanEvent(e.name, e.time_unix_nano, attributes(e.attributes))
                                  for e in s.events),
                     status_error=s.status.code == Status.STATUS_CODE_ERROR,
+                    size=s.ByteSize(),
                 )
 
 

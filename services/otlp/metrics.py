@@ -36,6 +36,11 @@ class OtlpMetrics(MetricSet):
         "passk_otlp_state_probe_misses_total",
         "Trials whose persisted session the state probe (PASSK_OTLP_STATE_PROBE) did not "
         "return; published without one (the state gate then waits and says so).")
+    connections_open = gauge(
+        "passk_otlp_connections_open", "Connections open to the receiver.")
+    connections_refused = counter(
+        "passk_otlp_connections_refused_total",
+        "Connections closed at once: PASSK_OTLP_MAX_CONNECTIONS were open.")
     pending_bytes = gauge(
         "passk_otlp_pending_bytes", "Bytes of the spans held until their root span arrives.")
     pending_traces = gauge(

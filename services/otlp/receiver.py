@@ -97,7 +97,14 @@ class Receiver:
         self.pending = PendingTraces(Bounds(
             max_pending_traces=settings.max_pending_traces, idle_s=settings.idle_s,
             max_spans_per_trace=settings.max_spans_per_trace,
-            seen_traces=settings.seen_traces))
+            seen_traces=settings.seen_traces, max_pending_bytes=settings.max_pending_bytes))
+        # Large bodies and traces are parsed in threads, at most this many at once, so the
+        # event loop keeps answering small requests (six 7.8 MB JSON bodies parsed on it
+        # made a tiny request wait 46 s).
+        self.parsing = asyncio.Semaphore(settings.parallel_parses)
+        # Bytes of request bodies read and not yet parsed: bounded, whatever the number
+        # of connections.
+        self.inflight = ByteBudget(settings.max_inflight_bytes)
 
     def _count_drops(self, outcome: Outcome) -> Counter[str]:
         rejected: Counter[str] = Counter()
@@ -143,6 +150,7 @@ class Receiver:
     def expire(self) -> None:
         self._count_drops(self.pending.expire(self.clock()))
         self.metrics.pending_traces.set(len(self.pending))
+        self.metrics.pending_bytes.set(self.pending.bytes)
 
     async def accept(self, spans: list[Span]) -> tuple[int, str]:
         """Take one request's spans; returns (rejected spans, why) for the answer. Raises
@@ -155,7 +163,11 @@ class Receiver:
         rules = self.scenarios() if self.scenarios is not None else None
         rules = list(rules) if rules is not None else None
         for trace in outcome.complete:
-            result = assemble(trace, rules)
+            if sum(sp.size for sp in trace) > self.settings.offload_bytes:
+                async with self.parsing:  # a large trace is mapped off the event loop
+                    result = await asyncio.to_thread(assemble, trace, rules)
+            else:
+                result = assemble(trace, rules)
             if isinstance(result, Skipped):
                 self.metrics.traces_skipped.labels(result.reason).inc()
                 rejected[f"{result.reason} ({result.detail})"] += len(trace)
@@ -180,6 +192,7 @@ class Receiver:
             if result.session is not None:
                 self.metrics.events_published.labels("session_persisted").inc()
         self.metrics.pending_traces.set(len(self.pending))
+        self.metrics.pending_bytes.set(self.pending.bytes)
         if failure is not None:
             raise failure
         why = "; ".join(f"{n} span(s): {r}" for r, n in sorted(rejected.items()))
@@ -222,6 +235,8 @@ def _answer(request: web.Request, rejected: int, why: str) -> web.Response:
 
 def _refuse(receiver: Receiver, status: int, reason: str, message: str) -> web.Response:
     receiver.metrics.requests_rejected.labels(reason).inc()
+    receiver.flood.say(f"refused:{reason}", "otlp: refusing requests (%s, %d): %s", reason,
+                       status, message[:200])
     return web.json_response({"code": status, "message": message}, status=status)
 
 
@@ -229,31 +244,106 @@ async def post_traces(request: web.Request) -> web.Response:
     receiver = request.app[STATE]
     if not receiver.authorized(request):
         return _refuse(receiver, 401, "unauthorized", "missing or wrong bearer token")
-    limit = receiver.settings.max_body_bytes
+    settings = receiver.settings
+    limit = settings.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         return _refuse(receiver, 413, "too_large", f"body larger than {limit} bytes")
+    # What the body may take of the in-flight budget: its length, or the limit if unsaid.
+    claim = min(request.content_length if request.content_length is not None else limit, limit)
+    if not await receiver.inflight.acquire(claim, settings.body_timeout_s):
+        receiver.metrics.requests_rejected.labels("busy").inc()
+        receiver.flood.say("busy", "otlp: request bodies in flight reached "
+                           "PASSK_OTLP_MAX_INFLIGHT_BYTES (%d); clients asked to retry",
+                           settings.max_inflight_bytes)
+        return web.json_response({"code": 503, "message": "busy: retry later"},
+                                 status=503, headers={"Retry-After": "1"})
+    try:
+        return await _read_and_take(receiver, request)
+    finally:
+        receiver.inflight.release(claim)
+
+
+async def _read_and_take(receiver: Receiver, request: web.Request) -> web.Response:
+    settings = receiver.settings
+    limit = settings.max_body_bytes
     try:
         # aiohttp inflates a gzip (or deflate, br) body as it reads, and stops at the
         # limit counted on the inflated bytes: a small bomb is refused like a big body.
-        body = await request.read()
+        body = await asyncio.wait_for(request.read(), settings.body_timeout_s)
     except web.HTTPRequestEntityTooLarge:
         return _refuse(receiver, 413, "too_large", f"body larger than {limit} bytes")
+    except TimeoutError:
+        receiver.flood.say("body_timeout", "otlp: request bodies not read within %g s are "
+                           "refused (408)", settings.body_timeout_s)
+        return _refuse(receiver, 408, "body_timeout",
+                       f"body not received within {settings.body_timeout_s:g} s")
     except ContentEncodingError as exc:
         return _refuse(receiver, 400, "malformed", f"bad Content-Encoding: {exc}")
+    except Exception as exc:  # a broken stream or encoding: the client's body, never a 500
+        return _refuse(receiver, 400, "malformed", f"unreadable body: {type(exc).__name__}")
+    content_type = request.headers.get("Content-Type", "")
     try:
-        payload = from_body(body, request.headers.get("Content-Type", ""))
+        if len(body) > settings.offload_bytes:
+            async with receiver.parsing:
+                spans = await asyncio.to_thread(_parse, body, content_type)
+        else:
+            spans = _parse(body, content_type)
     except PayloadError as exc:
         if str(exc).startswith("unsupported content type"):
             return _refuse(receiver, 415, "unsupported_media_type", str(exc))
         return _refuse(receiver, 400, "malformed", str(exc))
+    del body
     try:
-        rejected, why = await receiver.accept(list(spans_of(payload)))
+        rejected, why = await receiver.accept(spans)
     except Exception as exc:
-        log.warning("otlp: publishing failed, client asked to retry: %s", exc)
+        receiver.flood.say("unavailable", "otlp: publishing failed, clients asked to retry: %s",
+                           exc)
         receiver.metrics.requests_rejected.labels("unavailable").inc()
         return web.json_response({"code": 503, "message": f"publishing failed: {exc}"},
                                  status=503, headers={"Retry-After": "5"})
     return _answer(request, rejected, why)
+
+
+def _parse(body: bytes, content_type: str) -> list[Span]:
+    """A body to its spans; every way a body can be wrong is a PayloadError (400): JSON
+    nested past the parser's depth, ids that are not hex, a protobuf that is not OTLP."""
+    try:
+        return list(spans_of(from_body(body, content_type)))
+    except PayloadError:
+        raise
+    except RecursionError:
+        raise PayloadError("nested too deep") from None
+    except Exception as exc:
+        raise PayloadError(f"not an OTLP trace export ({type(exc).__name__})") from None
+
+
+class ByteBudget:
+    """At most `total` bytes claimed at once; a claim waits up to a deadline for room. A
+    claim larger than the whole budget is clipped to it (the body limit bounds it anyway)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.used = total, 0
+        self._freed = asyncio.Condition()
+
+    async def acquire(self, n: int, timeout: float) -> bool:
+        n = min(n, self.total)
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._freed:
+                    await self._freed.wait_for(lambda: self.used + n <= self.total)
+                    self.used += n
+                    return True
+        except TimeoutError:
+            return False
+
+    def release(self, n: int) -> None:
+        self.used -= min(n, self.total)
+
+        async def wake() -> None:
+            async with self._freed:
+                self._freed.notify_all()
+
+        asyncio.get_running_loop().create_task(wake())
 
 
 def make_app(receiver: Receiver,
