@@ -19,7 +19,8 @@ Progress = Callable[[str, int, int | None], None]  # (step, done, total)
 
 
 def request_regrades(settings: Settings, chosen: Sequence[Target], *, reason: str,
-                     progress: Progress | None = None) -> list[Prepared]:
+                     progress: Progress | None = None,
+                     sample_rate: float | None = None) -> list[Prepared]:
     """Each chosen trial's request as sent, or why it was not."""
     def tell(step: str, done: int, total: int | None) -> None:
         if progress:
@@ -27,7 +28,8 @@ def request_regrades(settings: Settings, chosen: Sequence[Target], *, reason: st
 
     found = find_inputs(chosen, settings,
                         progress=lambda done, total: tell("reading the log", done, total))
-    prepared = prepare(chosen, found, reason=reason, max_bytes=settings.max_event_bytes)
+    prepared = prepare(chosen, found, reason=reason, max_bytes=settings.max_event_bytes,
+                       sample_rate=sample_rate)
     producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
                              request_timeout_ms=15000, max_block_ms=15000,
                              max_request_size=settings.max_event_bytes + 4096)

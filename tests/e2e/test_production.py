@@ -199,3 +199,25 @@ def test_plain_traces_become_sampled_production_trials(settings: Settings,
         assert (w["n_sampled"], w["passed_sampled"]) == (n_s, c_s), w
         assert w["pass_hat_k_sampled"] == pytest.approx(comb(c_s, 3) / comb(n_s, 3))
         assert w["passed"] == sum(1 for t in refunds if verdicts[t]["outcome"] == "passed")
+
+        # ---- backfill: the trials the sample left out are judged now; the window follows
+        backfill = p.passk("regrade", "--run-id", f"production-{day}", "--sample", "1.0",
+                           "--await-verdicts", "180")
+        assert backfill.returncode == 0, backfill.stdout + backfill.stderr
+        box["v"] = {}
+
+        def regraded() -> bool:
+            box["v"] = {t: v for t, v in _verdicts(p, set(refunds)).items()}
+            return all(v["sampled"] for v in box["v"].values()) and len(box["v"]) == len(
+                refunds)
+
+        wait_for(regraded, timeout=120, interval=2.0, what="every refund trial sampled now")
+        c_all = sum(1 for t in refunds if box["v"][t]["outcome"] == "passed")
+
+        def window_follows() -> bool:
+            return window() and box["w"]["n_sampled"] == len(refunds)
+
+        wait_for(window_follows, timeout=120, interval=2.0, what="the window's new figures")
+        assert box["w"]["passed_sampled"] == c_all
+        assert box["w"]["pass_hat_k_sampled"] == pytest.approx(
+            comb(c_all, 3) / comb(len(refunds), 3))
