@@ -207,6 +207,9 @@ async def test_a_production_trial_outside_the_sample_asks_no_model(
     assert (await standin_stats(url)).get("requests", 0) == before
     assert registry.get_sample_value("passk_judge_not_sampled_total",
                                      {"judge": "asked_parts"}) == 1
+    # not a verdict of the model: a judge outage's error rate is not diluted by the sample
+    assert not registry.get_sample_value("passk_judge_verdicts_total",
+                                         {"judge": "asked_parts", "result": "not_sampled"})
     inside = await g.grade(trial(in_id).model_copy(update={"production": True}), sampled)
     assert {v.result for v in inside} == {"passed"}
     # a backfill (--sample 1.0) judges the one left out
