@@ -94,6 +94,26 @@ async def _follow_catalog(catalog: ScenarioCatalog) -> None:
             await asyncio.sleep(5.0)
 
 
+class OncePerMinute(logging.Filter):
+    """aiohttp's own server log: a client's broken body (answered 400 already) makes aiohttp
+    log a traceback when it drains the rest; a flood of them is said once a minute."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import time
+
+        now = time.monotonic()
+        key = str(record.msg)[:80]
+        if now - self._last.get(key, -self.every_s) < self.every_s:
+            return False
+        self._last[key] = now
+        return True
+
+
 class OtlpWorker:
     """What `passk worker otlp` runs (the Faust workers' `app.main()` shape)."""
 
@@ -106,6 +126,7 @@ class OtlpWorker:
     def main(self) -> None:
         level = self.settings.log_level.upper()
         logging.basicConfig(level=level if level in logging._nameToLevel else "WARNING")
+        logging.getLogger("aiohttp.server").addFilter(OncePerMinute())
         if self.settings.metrics_port:
             serve_metrics(self.settings.metrics_port, REGISTRY)
         asyncio.run(run(self.settings, self.otlp, OtlpMetrics(REGISTRY), self.open_probe))

@@ -123,9 +123,11 @@ class Receiver:
         the queue's bound the letter is lost, counted, and said once."""
         if self._letters is None:
             self._letters = asyncio.Queue(self.settings.max_queued_letters)
-        letter = trace_letter(trace_id, reason, detail[:500], spans, processor="otlp-receiver")
         try:
-            self._letters.put_nowait(letter)
+            if self._letters.full():  # not even built: a flood costs a count, no more
+                raise asyncio.QueueFull
+            self._letters.put_nowait(trace_letter(trace_id, reason, detail[:500], spans,
+                                                  processor="otlp-receiver"))
         except asyncio.QueueFull:
             self.metrics.dead_letters_lost.labels(reason).inc()
             self.flood.say("dead_letters_lost", "otlp: dead-letter queue full (%d); letters "

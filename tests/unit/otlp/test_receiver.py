@@ -259,3 +259,37 @@ async def test_the_state_probe_supplies_the_session_of_a_trace_without_one() -> 
         assert taken.session.exit_reason == "resolved"
     finally:
         await client.close()
+
+
+async def test_held_spans_are_bounded_in_bytes_and_malformed_bodies_are_400() -> None:
+    client, rec, reg, _ = await _client(PASSK_OTLP_MAX_PENDING_BYTES=3_000_000,
+                                        PASSK_OTLP_OFFLOAD_BYTES=100_000)
+    receiver = client.app[STATE]
+    try:
+        for i in range(10):  # 1 MB spans whose root never comes
+            body = request(span(1 << 70 | i, 2, 1, "chat", {"big": "x" * 1_000_000}))
+            r = await client.post("/v1/traces", data=body.SerializeToString(), headers=PB)
+            assert r.status == 200
+            assert receiver.pending.bytes <= 3_000_000
+        assert _v(reg, "passk_otlp_traces_dropped_total", reason="too_many_pending_bytes") == 8
+        assert _v(reg, "passk_otlp_pending_bytes") <= 3_000_000
+        # a span alone larger than the bound: dropped at once, its later spans too
+        body = request(span(1 << 71, 2, 1, "chat", {"big": "y" * 3_500_000}))
+        assert (await client.post("/v1/traces", data=body.SerializeToString(),
+                                  headers=PB)).status == 200
+        assert receiver.pending.bytes <= 3_000_000
+        js = {"Content-Type": "application/json"}
+        # (a gzip header followed by garbage: tests/e2e/test_otlp_attacks.py, real worker)
+        for data, headers in [
+            (b"[" * 100_000 + b"]" * 100_000, js),
+            (b'{"resourceSpans": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001, js),
+            (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}', js),
+        ]:
+            r = await client.post("/v1/traces", data=data, headers=headers)
+            assert r.status == 400, (r.status, data[:40])
+        # and a good trace is still taken
+        r = await client.post("/v1/traces", data=request(*agent_trace(77)).SerializeToString(),
+                              headers=PB)
+        assert r.status == 200 and rec.taken[-1].trace_id == f"{77:032x}"
+    finally:
+        await client.close()
