@@ -30,7 +30,9 @@ TrialOutcome = Literal["passed", "failed", "error", "invalid"]
 # A judge's result: an outcome, or `skipped` (skip_when_gates_fail: the trial's gates had
 # already failed it, so the model was not asked). A skipped judge neither passes, fails
 # nor errors a trial.
-JudgeResult = Literal["passed", "failed", "error", "skipped"]
+# `not_sampled`: a production trial outside its scenario's LLM-judge sample (DESIGN.md,
+# "Production traffic"); like `skipped`, it never passes, fails nor errors a trial.
+JudgeResult = Literal["passed", "failed", "error", "skipped", "not_sampled"]
 GateName = Literal["exit", "state"]
 # Whose exit the exit gate checked: the one the product persisted, else the harness's.
 ExitSource = Literal["session", "harness"]
@@ -158,6 +160,11 @@ class ConversationFinished(InputEvent):
         description="Results an existing evaluator computed; gating only when the scenario "
         "lists the id in external_checks. Ids are unique within one event.",
     )
+    production: bool = Field(
+        False,
+        description="A production trial: taken from a trace with no passk ids by a scenario's "
+        "`match` rule. Its LLM judges run only when it is in the scenario's sample.",
+    )
 
     @field_validator("checks")
     @classmethod
@@ -284,6 +291,11 @@ class GateResult(TrialRef):
         description="The conversation's external checks (on the exit gate's result only); "
         "they never change this gate's `passed`: the verdict counts the gating ones.",
     )
+    sampled: bool = Field(
+        True,
+        description="False for a production trial outside its scenario's LLM-judge sample: "
+        "the verdict then waits for no LLM judge (they are `not_sampled`).",
+    )
 
 
 class JudgeCall(BaseModel):
@@ -361,6 +373,10 @@ class TrialVerdict(TrialRef):
         description="Grading attempt: a re-grade of the trial emits attempt + 1, and the "
         "verdict with the highest attempt supersedes the others everywhere.",
     )
+    # A production trial outside its scenario's LLM-judge sample: its LLM judges were not
+    # run (listed here); gates and deterministic judges were. Always true off production.
+    sampled: bool = True
+    not_sampled_judges: list[str] = Field(default_factory=list)
 
 
 def with_attempt(event_id: str, attempt: int) -> str:
@@ -386,6 +402,11 @@ class RegradeRequest(DerivedEvent):
     conversation: ConversationFinished
     session: SessionPersisted | None = Field(
         None, description="the trial's newest persisted session in the log; none if it never came"
+    )
+    sample_rate: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="`passk regrade --sample R`: the LLM-judge rate this attempt is graded "
+        "at (a backfill of the trials the scenario's sample left out); None: the scenario's",
     )
 
 
@@ -494,6 +515,15 @@ class ScenarioReliability(DerivedEvent, ReliabilityFigures):
     # condition held without the scenario catalog.
     alert_min_pass_hat_k: float | None = None
     alert_min_trials: int | None = None
+    # Production traffic under sampling (DESIGN.md, "Production traffic"): the trials whose
+    # every check ran (LLM judges included) and pass^k over them, beside the figures over
+    # all trials above (gates and deterministic checks). Equal to n / passed without sampling.
+    n_sampled: int | None = None
+    passed_sampled: int | None = None
+    errors_sampled: int | None = None
+    pass_hat_k_sampled: float | None = None
+    pass_hat_k_sampled_lower: float | None = None
+    pass_hat_k_sampled_upper: float | None = None
 
 
 class DeadLetter(DerivedEvent):

@@ -133,6 +133,27 @@ class Judging(BaseModel):
     skip_when_gates_fail: bool | None = None
 
 
+MAX_MATCH_KEYS = 32
+MAX_MATCH_VALUES = 256
+# An attribute key as OpenTelemetry spells them (service.name, gen_ai.agent.name, app.intent).
+ATTRIBUTE_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,254}$"
+
+
+class Sampling(BaseModel):
+    """Which production trials run the scenario's LLM judges (DESIGN.md, "Production
+    traffic"): a trial is in the sample at rate r when the first 8 hex digits of the
+    sha256 of its trial id, read as a number, are below r * 2**32
+    (services.grading.sampling.in_sample)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    llm_judges: float = Field(1.0, ge=0.0, le=1.0, allow_inf_nan=False)
+
+
+def _match_values(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
 class SimulatedUser(BaseModel):
     """The user `passk run` plays against the agent (DESIGN.md, "Running scenarios against
     an agent"): `script` lines in order (no model), else a model playing the persona."""
@@ -184,8 +205,40 @@ class Scenario(BaseModel):
     external_checks: list[Annotated[str, Field(pattern=EXTERNAL_CHECK_ID)]] = Field(
         default_factory=list
     )
+    # Production traffic (DESIGN.md, "Production traffic"): a trace with no passk ids is a
+    # trial of the scenario whose `match` holds (every key; a value or a list of values).
+    match: dict[Annotated[str, Field(pattern=ATTRIBUTE_KEY)],
+                Annotated[list[Annotated[str, Field(max_length=1024)]],
+                          Field(min_length=1, max_length=MAX_MATCH_VALUES)]] | None = Field(
+        None, min_length=1, max_length=MAX_MATCH_KEYS)
+    sampling: Sampling | None = None
+    production_run: str | None = Field(None, min_length=1, max_length=200)
+    exit_attribute: str | None = Field(None, pattern=ATTRIBUTE_KEY)
     # Set from the content when published; not written in YAML.
     version: str | None = None
+
+    @field_validator("match", mode="before")
+    @classmethod
+    def _match_as_lists(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _match_values(v) for k, v in value.items()}
+        return value
+
+    @field_validator("production_run")
+    @classmethod
+    def _run_template(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            value.format(date="2000-01-01")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"production_run may only use {{date}} ({exc!r})") from None
+        return value
+
+    @property
+    def llm_judge_rate(self) -> float:
+        """The fraction of production trials whose LLM judges run (1.0 unless `sampling`)."""
+        return self.sampling.llm_judges if self.sampling is not None else 1.0
 
     @field_validator("expected_exit", mode="before")
     @classmethod
@@ -255,7 +308,8 @@ class Scenario(BaseModel):
             # A scenario without alert targets keeps the version it had before they existed.
             body.pop("alert", None)
         # Sections added later keep the versions of scenarios that do not use them.
-        for added in ("user", "external_checks", "judging", "user_checks"):
+        for added in ("user", "external_checks", "judging", "user_checks", "match",
+                      "sampling", "production_run", "exit_attribute"):
             if not body.get(added):
                 body.pop(added, None)
         canon = json.dumps(body, sort_keys=True, separators=(",", ":"))

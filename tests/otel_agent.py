@@ -64,6 +64,9 @@ class Trial:
     exit_reason: str = "product_closed"
     state: dict[str, Any] | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
+    # A production trace: none of passk's attributes (ids, exit, state); `attrs` name the
+    # rest (app.intent, app.exit_reason, session.id).
+    plain: bool = False
 
 
 class Agent:
@@ -100,8 +103,12 @@ class Agent:
                  "passk.run_id": trial.run_id, "passk.scenario_id": trial.scenario_id,
                  "passk.trial_id": trial.trial_id, "session.id": trial.session_id,
                  **trial.attrs}
+        if trial.plain:
+            attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support",
+                     **trial.attrs}
         with self.tracer.start_as_current_span("invoke_agent debrief", kind=SpanKind.INTERNAL,
                                                attributes=attrs) as root:
+            self.last_trace_id = f"{root.get_span_context().trace_id:032x}"
             for line in trial.user_lines:
                 messages.append({"role": "user", "content": line})
                 while True:
@@ -126,8 +133,9 @@ class Agent:
                             t.set_attribute("gen_ai.tool.call.result", result)
                         messages.append({"role": "tool", "tool_call_id": call.id,
                                          "content": result})
-            root.set_attribute("passk.exit_reason", trial.exit_reason)
-            if trial.state is not None:
+            if not trial.plain:
+                root.set_attribute("passk.exit_reason", trial.exit_reason)
+            if trial.state is not None and not trial.plain:
                 root.set_attribute("passk.session.state", json.dumps(trial.state))
         return messages
 

@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field
 
 from schemas.events import ScenarioReliability, TrialVerdict
 from schemas.events import TrialOutcome as Outcome
-from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
+from services.grading.estimators import ReliabilityTally, pass_hat_k, pass_hat_k_interval
 from services.grading.windows import WindowSize, as_datetime, rfc3339
 
 Read = Callable[[str], dict[str, Any] | None]
@@ -71,6 +71,10 @@ class TrialMemory(BaseModel):
     # finished after a crash must gain them too, not move an outcome they never held.
     gained: list[str] = Field(default_factory=list)
     partition: int
+    # Whether every check of the trial ran (a production trial outside its scenario's
+    # LLM-judge sample did not), now and before the last change.
+    sampled: bool = True
+    prev_sampled: bool | None = None
 
 
 class Bucket(BaseModel):
@@ -88,14 +92,37 @@ class Bucket(BaseModel):
     window: str | None = None
     window_start: int | None = None
     window_end: int | None = None
+    # The sampled trials (every check ran, LLM judges included): None means every trial
+    # counted so far was (a bucket from before sampling, or built without it).
+    n_sampled: int | None = None
+    passed_sampled: int | None = None
+    errors_sampled: int | None = None
 
-    def moved(self, before: Outcome | None, after: Outcome) -> Bucket:
-        counts = {"passed": self.passed, "failed": self.failed, "errors": self.errors,
-                  "invalid": self.invalid}
+    @property
+    def sampled_counts(self) -> tuple[int, int, int]:
+        """(n, passed, errors) of the sampled trials."""
+        if self.n_sampled is None:
+            return self.passed + self.failed + self.errors, self.passed, self.errors
+        return self.n_sampled, self.passed_sampled or 0, self.errors_sampled or 0
+
+    def moved(self, before: Outcome | None, after: Outcome, *, was_sampled: bool | None = True,
+              sampled: bool = True) -> Bucket:
+        counts: dict[str, int] = {"passed": self.passed, "failed": self.failed,
+                                  "errors": self.errors, "invalid": self.invalid}
+        n_s, p_s, e_s = self.sampled_counts
+        # an invalid trial (the simulated user spoiled it) is out of n, sampled or not
         if before is not None:
             counts[_field(before)] -= 1
+            if was_sampled is not False and before != "invalid":
+                n_s, p_s, e_s = n_s - 1, p_s - (before == "passed"), e_s - (before == "error")
         counts[_field(after)] += 1
-        return self.model_copy(update=counts)
+        if sampled and after != "invalid":
+            n_s, p_s, e_s = n_s + 1, p_s + (after == "passed"), e_s + (after == "error")
+        judged = counts["passed"] + counts["failed"] + counts["errors"]
+        if self.n_sampled is None and n_s == judged:
+            return self.model_copy(update=counts)  # every trial sampled: nothing apart
+        return self.model_copy(update={**counts, "n_sampled": n_s, "passed_sampled": p_s,
+                                       "errors_sampled": e_s})
 
 
 class PartitionClock(BaseModel):
@@ -240,7 +267,9 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
             # take their numbers: this one is finished, and the missing one is lost
             # alone (if it ever comes, it finds its number passed).
             source = None if key in memory.gained else memory.prev_outcome
-            changed[key] = bucket.moved(source, memory.outcome).model_copy(
+            changed[key] = bucket.moved(source, memory.outcome,
+                                        was_sampled=memory.prev_sampled,
+                                        sampled=memory.sampled).model_copy(
                 update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
         buckets.update(changed)
 
@@ -254,7 +283,8 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
 
     writes: list[tuple[str, dict[str, Any] | None]] = []
     moves = note in ("counted", "late", "future") or (
-        note == "regraded" and before != verdict.outcome)
+        note == "regraded" and memory is not None and (
+            before != verdict.outcome or memory.sampled != verdict.sampled))
     if moves:
         seqs = dict(memory.seqs) if memory else {}
         gained: list[str] = []
@@ -264,7 +294,9 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
             source = before if key in seqs else None
             if source is None and before is not None:
                 gained.append(key)
-            moved = bucket.moved(source, verdict.outcome).model_copy(update={
+            moved = bucket.moved(
+                source, verdict.outcome, was_sampled=memory.sampled if memory else True,
+                sampled=verdict.sampled).model_copy(update={
                 "seq": bucket.seq + 1, "k": verdict.k,
                 "scenario_version": verdict.scenario_version})
             changed[key] = moved
@@ -273,6 +305,7 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
             attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
             run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
             finished_at=finished, seqs=seqs, gained=gained, partition=partition,
+            sampled=verdict.sampled, prev_sampled=memory.sampled if memory else None,
             kept_from=(memory.kept_from if memory else None) if untimed is None else (
                 clock.watermark if clock else min(finished or limit, limit)))
         writes.append((mkey, memory.model_dump()))
@@ -390,4 +423,15 @@ def record(bucket: Bucket, target: tuple[float, int] | None = None) -> ScenarioR
         pass_hat_k_lower=lower,
         pass_hat_k_upper=upper,
         **window,
+        **sampled_figures(bucket),
     )
+
+
+def sampled_figures(bucket: Bucket) -> dict[str, Any]:
+    """The record's figures over the sampled trials (every check ran): n_sampled,
+    passed_sampled, errors_sampled, pass_hat_k_sampled and its 90% interval."""
+    n, passed, errors = bucket.sampled_counts
+    lower, upper = pass_hat_k_interval(n, passed, bucket.k)
+    return {"n_sampled": n, "passed_sampled": passed, "errors_sampled": errors,
+            "pass_hat_k_sampled": pass_hat_k(n, passed, bucket.k),
+            "pass_hat_k_sampled_lower": lower, "pass_hat_k_sampled_upper": upper}

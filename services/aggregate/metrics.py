@@ -85,9 +85,18 @@ class ReliabilityGauges(Collector):
                 ("invalid", "Trials of that window a simulated user spoiled (outcome "
                             "invalid: a user check failed); out of passk_scenario_trials."),
                 ("judged_pass_hat_k", "pass^k over the window's judged trials only (errors "
-                                      "left out; absent while fewer than k were judged): what "
-                                      "the reliability-drop alert asks about."),
+                                      "left out; under sampling, the sampled trials only; "
+                                      "absent while fewer than k were judged): what the "
+                                      "reliability-drop alert asks about."),
                 ("judged_pass_hat_k_upper", "95% bound of pass^k over the judged trials only."),
+                ("sampled_trials", "Trials of that window whose every check ran (production "
+                                   "trials in their scenario's LLM-judge sample; every trial "
+                                   "without sampling)."),
+                ("sampled_errors", "Sampled trials of that window with outcome error."),
+                ("sampled_pass_hat_k", "pass^k over the window's sampled trials (absent while "
+                                       "fewer than k)."),
+                ("sampled_pass_hat_k_lower", "5% bound of pass^k over the sampled trials."),
+                ("sampled_pass_hat_k_upper", "95% bound of pass^k over the sampled trials."),
             )
         }
         for b in sorted(windows, key=lambda b: (b.scenario_id, b.window or "")):
@@ -104,7 +113,17 @@ class ReliabilityGauges(Collector):
             families["trials"].add_metric(at, tally.n)
             families["errors"].add_metric(at, tally.errors)
             families["invalid"].add_metric(at, tally.invalid)
-            judged = tally.judged()
+            n_s, passed_s, errors_s = b.sampled_counts
+            sampled = ReliabilityTally(k=b.k, passed=passed_s, failed=n_s - passed_s - errors_s,
+                                       errors=errors_s)
+            families["sampled_trials"].add_metric(at, n_s)
+            families["sampled_errors"].add_metric(at, errors_s)
+            if sampled.pass_hat_k is not None:
+                families["sampled_pass_hat_k"].add_metric(at, sampled.pass_hat_k)
+            s_lower, s_upper = pass_hat_k_interval(n_s, passed_s, b.k)
+            families["sampled_pass_hat_k_lower"].add_metric(at, s_lower)
+            families["sampled_pass_hat_k_upper"].add_metric(at, s_upper)
+            judged = sampled.judged()
             if judged.pass_hat_k is not None:
                 families["judged_pass_hat_k"].add_metric(at, judged.pass_hat_k)
             families["judged_pass_hat_k_upper"].add_metric(

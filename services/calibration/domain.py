@@ -42,7 +42,7 @@ class JoinState(BaseModel):
 
 def on_verdict(state: JoinState | None, verdict: JudgeVerdict) -> JoinState:
     state = state or JoinState()
-    if verdict.result == "skipped":  # never asked: nothing a label could calibrate
+    if verdict.result in ("skipped", "not_sampled"):  # never asked: nothing to calibrate
         return state
     seen = SeenVerdict(result=verdict.result, reason=verdict.reason[:2000],
                        judge_version=verdict.judge_version, run_id=verdict.run_id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -11,6 +12,9 @@ from rich.table import Table
 from services.contract.exits import BROKER_WAIT, UsageError, console
 from services.contract.processors import PROCESSORS, WORKERS
 from services.kafka.reach import require_broker
+
+if TYPE_CHECKING:
+    from services.contract.settings import Settings
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
@@ -155,8 +159,10 @@ def register(app: typer.Typer) -> None:
             if all(s.healthy for s in statuses) or time.monotonic() >= deadline:
                 break
             time.sleep(1.0)
+        letters = _dead_letter_counts(settings)
         if as_json:
             typer.echo(json.dumps({
+                "dead_letters": letters,
                 "processors": [{
                     "processor": s.processor, "group": s.group, "state": s.state,
                     "members": s.members, "lag": s.lag, "restarts": s.restarts,
@@ -196,5 +202,26 @@ def register(app: typer.Typer) -> None:
                 leaders.add_row(p.topic, str(p.partition), "none" if p.leader is None else
                                 str(p.leader), ",".join(map(str, p.in_sync)))
             out.print(leaders)
+        if letters is None:
+            out.print("dead letters: unknown (the dead-letters topic could not be read)")
+        else:
+            out.print("dead letters by reason: " + (", ".join(
+                f"{r} {n}" for r, n in letters.items()) or "none")
+                + " (`passk dead-letters` lists them)", markup=False, highlight=False)
         if not all(s.healthy for s in statuses):  # not ready, down, stalled or degraded
             raise typer.Exit(1)
+
+
+def _dead_letter_counts(settings: Settings) -> dict[str, int] | None:
+    """Dead letters per reason since the topic began (refused inputs and traces not taken);
+    None when the topic cannot be read within a few seconds."""
+    from kafka.errors import KafkaError
+
+    from services.contract.exits import CliError
+    from services.report.dead_letters import read_topic, select
+
+    try:
+        listing = select(read_topic(settings, timeout=10.0), since=None, reason=None, limit=1)
+    except (CliError, KafkaError, OSError):
+        return None
+    return dict(sorted(listing.counts.items()))

@@ -58,6 +58,7 @@ COMMAND_MODULES = (
     "services.report.commands",
     "services.sink.commands",
     "services.report.windows",
+    "services.report.dead_letters",
     "services.regrade.commands",
     "services.calibration.commands",
     "services.harness.commands",

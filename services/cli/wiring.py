@@ -112,4 +112,5 @@ WIRED: dict[str, dict[str, Callable[..., Any]]] = {
 # is handed besides the settings.
 WIRED_APPS: dict[str, dict[str, Callable[..., Any]]] = {
     "services.audit.app": {"read_table": aggregate_table},
+    "services.otlp.app": {"state_probe": state_probe},
 }

@@ -21,6 +21,7 @@ from schemas.events import (
 from schemas.scenario import Scenario
 from services.gate.expectations import check_expectation
 from services.gate.external import external_results
+from services.grading.production import llm_judges_sampled
 
 
 class UnpublishedScenario(ValueError):
@@ -44,6 +45,7 @@ def _gate_result(
     *,
     exit_reason: str | None = None,
     exit_source: ExitSource | None = None,
+    sample_rate: float | None = None,
 ) -> GateResult:
     if not scenario.version:
         raise UnpublishedScenario(f"scenario {scenario.id!r} has no version: publish it first")
@@ -60,6 +62,7 @@ def _gate_result(
         completion=scenario.completion,
         metrics=conversation.metrics,
         finished_at=conversation.occurred_at,
+        sampled=llm_judges_sampled(conversation, scenario, sample_rate),
     )
 
 
@@ -73,6 +76,9 @@ def exit_checks(
     whose = "recorded by the product" if source == "session" else "observed by the harness"
     if source == "session" and observed != conversation.exit_reason:
         whose += f"; the harness saw {conversation.exit_reason!r}"
+    if conversation.production and source == "harness" and observed == "unknown":
+        whose = ("the production trace named no exit: no passk.exit_reason, nor the "
+                 f"scenario's exit_attribute {scenario.exit_attribute!r}")
     checks = [
         CheckOutcome(
             check="exit:expected_exit",
@@ -126,6 +132,7 @@ def exit_gate(
     conversation: ConversationFinished,
     scenario: Scenario,
     session: SessionPersisted | None = None,
+    sample_rate: float | None = None,
 ) -> GateResult:
     """Gate 1: the product closed the conversation as expected, within the limits. The
     exit checked is the one the product persisted when the session recorded one. The
@@ -138,6 +145,7 @@ def exit_gate(
         exit_checks(conversation, scenario, session),
         exit_reason=exit_reason,
         exit_source=source,
+        sample_rate=sample_rate,
     )
     # Carried on the one gate result every trial has, so the verdict waits for nothing
     # more; the exit gate's own `passed` stays about the exit.
@@ -151,11 +159,14 @@ def gates_for(
     scenario: Scenario,
     *,
     waited_s: float,
+    sample_rate: float | None = None,
 ) -> list[GateResult]:
-    """Every gate the scenario asks for: the state gate only under product-owned completion."""
-    results = [exit_gate(conversation, scenario, session)]
+    """Every gate the scenario asks for: the state gate only under product-owned completion.
+    Each says whether the trial's LLM judges run (`sampled`; `sample_rate`: a re-grade's)."""
+    results = [exit_gate(conversation, scenario, session, sample_rate)]
     if scenario.has_state_gate:
-        results.append(state_gate(conversation, session, scenario, waited_s=waited_s))
+        results.append(state_gate(conversation, session, scenario, waited_s=waited_s,
+                                  sample_rate=sample_rate))
     return results
 
 
@@ -165,6 +176,7 @@ def state_gate(
     scenario: Scenario,
     *,
     waited_s: float,
+    sample_rate: float | None = None,
 ) -> GateResult:
     """Gate 2: the persisted session holds every expected value.
 
@@ -183,7 +195,7 @@ def state_gate(
         ]
     else:
         checks = [check_expectation(exp, session.state) for exp in scenario.outcome]
-    return _gate_result("state", conversation, scenario, checks)
+    return _gate_result("state", conversation, scenario, checks, sample_rate=sample_rate)
 
 
 def regrade_gates(
@@ -191,7 +203,8 @@ def regrade_gates(
 ) -> list[GateResult]:
     """The gates of a re-grade: graded as ever from the request's input events (no session
     in the log is the missing-session failure), stamped with its attempt and new ids."""
-    results = gates_for(request.conversation, request.session, scenario, waited_s=session_wait_s)
+    results = gates_for(request.conversation, request.session, scenario, waited_s=session_wait_s,
+                        sample_rate=request.sample_rate)
     return [r.model_copy(update={"attempt": request.attempt,
                                  "event_id": with_attempt(r.event_id, request.attempt)})
             for r in results]

@@ -110,7 +110,8 @@ class Steps(JoinSteps):
         # between re-publishes the same event ids, which consumers drop.
         for result in results:
             await self.join.send(self.gate_results, conv.trial_id, encode(result))
-        if scenario.skips_judges_when_gates_fail(self.settings.judge_skip_when_gates_fail):
+        if scenario.skips_judges_when_gates_fail(self.settings.judge_skip_when_gates_fail) and (
+                results[0].sampled):  # an unsampled trial's judge runs no model anyway
             # The judge grades it now its gates are decided (no model asked if they failed).
             await self.join.send(self.judge_requests, conv.trial_id,
                                  encode(judge_request(conv, results)))

@@ -25,6 +25,7 @@ from services.contract.scenario_records import (
     encode_scenario,
 )
 from services.grading.kinds import spec_problems
+from services.grading.production import overlaps
 
 SUFFIXES = (".yaml", ".yml")
 # A scenario is a page of YAML; a file past this is refused unread.
@@ -428,6 +429,12 @@ def validate_paths(paths: Iterable[Path | str]) -> LoadResult:
                     file, "id", f"duplicate scenario id {scenario_id!r}, also in {others}", line
                 )
             )
+    for winner, loser in overlaps(total.scenarios):
+        total.warnings.append(ScenarioWarning(
+            total.sources.get(loser.id, loser.id), "match",
+            f"match can hold for the same traces as scenario {winner.id!r}'s; such a trace "
+            f"is a trial of {winner.id!r} (the match with more keys wins, a tie goes to the "
+            "smaller scenario id)", None))
     total.errors.sort(key=lambda e: (e.file, e.line or 0))
     return total
 

@@ -193,6 +193,21 @@ def skipped_verdict(
     )
 
 
+def not_sampled_verdict(
+    trial: ConversationFinished, scenario: Scenario, spec: JudgeSpec, rate: float
+) -> JudgeVerdict:
+    """An LLM judge of a production trial outside the scenario's sample: no call, no
+    tokens; `not_sampled`, which neither passes, fails nor errors the trial."""
+    return make_verdict(
+        trial,
+        scenario,
+        spec,
+        result="not_sampled",
+        reason=f"not_sampled: production trial outside the {rate:g} LLM-judge sample",
+        prompt_hash=PROMPT_HASH,
+    )
+
+
 def judge_request_id(trial_id: str, scenario_version: str) -> str:
     return f"judge-request:{trial_id}:{scenario_version}"
 

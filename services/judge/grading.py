@@ -11,6 +11,7 @@ from schemas.events import ConversationFinished, JudgeVerdict
 from schemas.scenario import JudgeSpec, Scenario
 from services.contract.settings import Settings
 from services.grading.calibration import judge_version
+from services.grading.production import llm_judges_sampled
 from services.judge import domain
 from services.judge.cache import CachedAnswer, JudgeCacheEntry, VerdictCache, cache_key
 from services.judge.client import JudgeClient, RetryPolicy
@@ -77,9 +78,26 @@ class Grader:
             return None
         return judge_version(spec.id, spec.assertion or "", PROMPT_HASH, self.model)
 
-    async def grade(self, trial: ConversationFinished, scenario: Scenario) -> list[JudgeVerdict]:
-        return [*await self.grade_judges(trial, scenario, scenario.judges),
-                *await self.grade_user(trial, scenario)]
+    async def grade(self, trial: ConversationFinished, scenario: Scenario,
+                    sample_rate: float | None = None) -> list[JudgeVerdict]:
+        """Every judge of the scenario; for a production trial outside the sample (at
+        `sample_rate`, else the scenario's), the LLM judges are recorded `not_sampled`."""
+        users = await self.grade_user(trial, scenario)
+        if llm_judges_sampled(trial, scenario, sample_rate):
+            return [*await self.grade_judges(trial, scenario, scenario.judges), *users]
+        rate = scenario.llm_judge_rate if sample_rate is None else sample_rate
+        asked = [s for s in scenario.judges if not domain.is_llm(s)]
+        graded = {v.judge_id: v for v in await self.grade_judges(trial, scenario, asked)}
+        out = []
+        for spec in scenario.judges:
+            if spec.id in graded:
+                out.append(graded[spec.id])
+                continue
+            out.append(domain.not_sampled_verdict(trial, scenario, spec, rate).model_copy(
+                update={"judge_version": self.version_of(spec)}))
+            if self.metrics:  # not a verdict of the model: the error rate stays honest
+                self.metrics.unsampled(spec.id)
+        return [*out, *users]
 
     async def grade_user(self, trial: ConversationFinished, scenario: Scenario
                          ) -> list[JudgeVerdict]:
@@ -113,7 +131,7 @@ class Grader:
     ) -> list[JudgeVerdict]:
         """skip_when_gates_fail: every judge when the gates passed; when they failed, the
         deterministic judges (they cost nothing) and each LLM judge recorded as skipped."""
-        if not failed_gates:
+        if not failed_gates or not llm_judges_sampled(trial, scenario):
             return await self.grade(trial, scenario)
         asked = [s for s in scenario.judges if not domain.is_llm(s)]
         graded = {v.judge_id: v for v in await self.grade_judges(trial, scenario, asked)}

@@ -42,6 +42,11 @@ class JudgeMetrics(MetricSet):
         "passk_judge_skipped",
         "LLM judge verdicts not asked of the model because the trial's gates had "
         "already failed (skip_when_gates_fail): model calls saved.", "judge")
+    not_sampled = counter(
+        "passk_judge_not_sampled",
+        "LLM judge verdicts not asked of the model because the production trial was outside "
+        "its scenario's sample (sampling.llm_judges): model calls the sampling saved.",
+        "judge")
     errors = counter(
         "passk_judge_errors",
         "Failed model requests by cause (each failed attempt, whether retried or not).",
@@ -71,6 +76,7 @@ class JudgeMetrics(MetricSet):
                 self.tokens.labels(judge=judge, kind=kind)
             self.call_seconds.labels(judge=judge)
             self.skipped.labels(judge=judge)
+            self.not_sampled.labels(judge=judge)
 
     def verdict(self, judge: str, result: str) -> None:
         self.verdicts.labels(judge=judge, result=result).inc()
@@ -90,6 +96,9 @@ class JudgeMetrics(MetricSet):
 
     def skip(self, judge: str) -> None:
         self.skipped.labels(judge=judge).inc()
+
+    def unsampled(self, judge: str) -> None:
+        self.not_sampled.labels(judge=judge).inc()
 
     def cache_hit(self, judge: str) -> None:
         self.cache_hits.labels(judge=judge).inc()

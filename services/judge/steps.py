@@ -19,6 +19,7 @@ from schemas.events import ConversationFinished, JudgeRequest
 from services.contract.codec import Rejection, decode, encode
 from services.contract.eventtime import in_future, reference_time
 from services.contract.settings import Settings
+from services.grading.production import llm_judges_sampled
 from services.judge import domain
 from services.judge.grading import Grader
 from services.judge.metrics import JudgeMetrics
@@ -96,7 +97,8 @@ class Steps:
         if scenario is None:
             return await self.reject(record, unknown_scenario(trial.scenario_id,
                                                               trial.scenario_version))
-        if scenario.skips_judges_when_gates_fail(self.settings.judge_skip_when_gates_fail):
+        if scenario.skips_judges_when_gates_fail(self.settings.judge_skip_when_gates_fail) and (
+                llm_judges_sampled(trial, scenario)):
             # Graded when the gate's JudgeRequest says how the gates went (judge_after_gates).
             self.common.events.labels(self.processor, "awaiting_gates").inc()
             return None
@@ -131,7 +133,8 @@ class Steps:
         if found is None:
             return
         request, scenario = found
-        verdicts = await (await self.grader()).grade(request.conversation, scenario)
+        verdicts = await (await self.grader()).grade(request.conversation, scenario,
+                                                     request.sample_rate)
         await asyncio.gather(*(self.deliver_regraded(request.trial_id.encode(), encode(v))
                                for v in domain.for_attempt(verdicts, request.attempt)))
         self.common.events.labels(self.processor, "regraded").inc()

@@ -9,10 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from kafka.errors import KafkaError
 
-from services.contract.exits import BROKER_WAIT
+from services.contract.exits import BROKER_WAIT, Unreachable
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from schemas.scenario import Scenario
+    from services.contract.settings import Settings
     from services.otlp.importer import Probe
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
@@ -44,11 +49,14 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         gen_ai.operation.name=invoke_agent. Event ids come from the trace id, so importing
         a file again grades nothing twice. Exit 3 when no trace was taken, 4 when the
         broker is down or did not take a trial (within PASSK_PRODUCER_DELIVERY_TIMEOUT_S;
-        the first such trial is named), 130 when stopped (SIGINT), with a summary."""
+        the first such trial is named), 130 when stopped (SIGINT), with a summary. Each
+        trace not taken is a dead letter (`passk dead-letters` lists them)."""
+        import base64
+
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Table
 
-        from services.contract.exits import Unreachable
+        from services.contract.codec import encode
         from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
@@ -65,7 +73,8 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         published = None
         with Progress(*columns, console=err) as progress:
             task = progress.add_task("mapping traces", total=None)
-            plan = plan_import(files, lambda i, n: progress.update(task, completed=i, total=n))
+            plan = plan_import(files, lambda i, n: progress.update(task, completed=i, total=n),
+                               scenarios=_rules(settings, dry_run, err))
             if open_probe is not None:
                 import asyncio
 
@@ -83,18 +92,27 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
                         await reader.close()
 
                 asyncio.run(ask())
-            if not dry_run and plan.taken:
+            if not dry_run and (plan.taken or plan.letters):
                 events = [e for t in plan.taken
                           for e in (t.conversation, t.session) if e is not None]
-                send = progress.add_task("publishing", total=len(events))
+                send = progress.add_task("publishing", total=len(events) + len(plan.letters))
+                letters_topic = topic_name(Topic.DEAD_LETTERS, settings)
                 producer = TrafficProducer(settings)
                 try:
                     missing = producer.missing_topics(
                         [topic_name(t, settings) for t in (Topic.CONVERSATION_FINISHED,
-                                                          Topic.SESSION_PERSISTED)])
+                                                          Topic.SESSION_PERSISTED,
+                                                          Topic.DEAD_LETTERS)])
                     if missing:
                         raise Unreachable(f"missing topics: {', '.join(missing)}; nothing "
                                           "sent (create them with `passk topics create`)")
+                    # Nothing dropped in silence: each trace not taken is a dead letter (sent
+                    # first; publish_plan waits for every send, these too).
+                    for letter in plan.letters:
+                        key = base64.b64decode(letter.key_b64) if letter.key_b64 else None
+                        producer.send_raw(letters_topic, key, encode(letter),
+                                          ref=letter.event_id)
+                        progress.advance(send)
                     # Bounded by the producer's deadline; SIGINT ends it with the summary.
                     published = publish_plan(plan, producer,
                                              on_event=lambda: progress.advance(send))
@@ -128,6 +146,7 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
                 "not_probed": len(plan.not_probed) if open_probe is not None else None,
                 "skipped": dict(sorted(Counter(s.reason for s in plan.skipped).items())),
                 "bad_lines": len(plan.bad_lines),
+                "dead_letters": 0 if dry_run else len(plan.letters),
                 "acknowledged": None if dry_run else acknowledged,
                 "undelivered": None if dry_run else undelivered,
                 "interrupted": published is not None and published.interrupted}))
@@ -160,8 +179,24 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
                       highlight=False)
             raise typer.Exit(4)
         if not plan.taken:
-            err.print("error: no complete agent trace with passk ids: nothing to send",
+            err.print("error: no complete agent trace with passk ids or a matching "
+                      "scenario: nothing to send",
                       markup=False)
             raise typer.Exit(3)
 
     app.add_typer(importer, name="import")
+
+
+def _rules(settings: Settings, dry_run: bool, err: Console) -> list[Scenario] | None:
+    """The published scenarios, whose match rules take traces with no passk ids. A dry
+    run without a readable catalog maps without them (and says so)."""
+    from services.kafka.catalog import CatalogUnavailable, load_catalog
+
+    try:
+        return list(load_catalog(settings).values())
+    except (CatalogUnavailable, OSError, KafkaError) as exc:
+        if not dry_run:
+            raise Unreachable(f"cannot read the published scenarios: {exc}") from None
+        err.print(f"warning: no scenario catalog ({exc}); traces without passk ids are "
+                  "mapped without match rules", markup=False)
+        return None

@@ -11,7 +11,8 @@ from schemas.events import GateResult, JudgeVerdict, TrialVerdict
 from services.otlp import semconv as sc
 
 Graded = JudgeVerdict | GateResult | TrialVerdict
-LABELS = {"passed": "pass", "failed": "fail", "error": "error", "invalid": "invalid"}
+LABELS = {"passed": "pass", "failed": "fail", "error": "error", "invalid": "invalid",
+          "skipped": "skipped", "not_sampled": "not_sampled"}
 
 
 @dataclass(frozen=True)

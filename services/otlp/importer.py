@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from schemas.events import ConversationFinished, SessionPersisted
+from schemas.events import ConversationFinished, DeadLetter, SessionPersisted
+from schemas.scenario import Scenario
 from services.kafka.delivery import DeliveryReport
 from services.otlp.decode import PayloadError, read_file
+from services.otlp.dropped import trace_letter
 from services.otlp.mapping import (
     Skipped,
     Span,
@@ -31,10 +33,13 @@ class ImportPlan:
     spans: int = 0
     probed: int = 0  # sessions a state probe found
     not_probed: list[tuple[str, str]] = field(default_factory=list)  # trial, why
+    letters: list[DeadLetter] = field(default_factory=list)  # one per skipped trace
 
 
-def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | None = None
-                ) -> ImportPlan:
+def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | None = None,
+                scenarios: Iterable[Scenario] | None = None) -> ImportPlan:
+    """`scenarios`: the published ones, whose `match` rules take traces with no passk ids
+    (None: such traces are skipped as no_passk_ids)."""
     plan = ImportPlan()
     spans: list[Span] = []
     for path in files:
@@ -45,9 +50,16 @@ def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | No
             spans.extend(spans_of(request))
     plan.spans = len(spans)
     traces = by_trace(spans)
+    rules = list(scenarios) if scenarios is not None else None
     for i, trace in enumerate(traces.values(), 1):
-        result = assemble(trace)
-        (plan.taken if isinstance(result, Taken) else plan.skipped).append(result)  # type: ignore[arg-type]
+        result = assemble(trace, rules)
+        if isinstance(result, Taken):
+            plan.taken.append(result)
+        else:
+            plan.skipped.append(result)
+            plan.letters.append(trace_letter(result.trace_id, result.reason,
+                                             result.detail[:500], trace,
+                                             processor="import-otel"))
         if on_trace:
             on_trace(i, len(traces))
     return plan

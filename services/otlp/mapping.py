@@ -20,12 +20,16 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 from pydantic import ValidationError
 
 from schemas.events import ConversationFinished, Message, SessionPersisted, TrialMetrics
+from schemas.scenario import Scenario
+from services.grading.production import choose, run_id_for
 from services.otlp import semconv as sc
 
 SkipReason = Literal[
     "no_invoke_agent_root", "no_passk_ids", "no_messages", "no_exit_reason",
-    "bad_session_state", "invalid_event", "incomplete",
+    "bad_session_state", "invalid_event", "incomplete", "no_matching_scenario",
 ]
+# The exit of a production trace that names none (passk.exit_reason, exit_attribute).
+UNKNOWN_EXIT = "unknown"
 
 
 def any_value(value: AnyValue) -> Any:
@@ -66,6 +70,7 @@ class Span:
     resource: dict[str, Any] = field(default_factory=dict)
     events: tuple[SpanEvent, ...] = ()
     status_error: bool = False
+    size: int = 0  # bytes of the span as protobuf: what the receiver's pending bound counts
 
     @property
     def operation(self) -> str | None:
@@ -90,6 +95,7 @@ def spans_of(request: ExportTraceServiceRequest) -> Iterator[Span]:
                     events=tuple(SpanEvent(e.name, e.time_unix_nano, attributes(e.attributes))
                                  for e in s.events),
                     status_error=s.status.code == Status.STATUS_CODE_ERROR,
+                    size=s.ByteSize(),
                 )
 
 
@@ -261,8 +267,16 @@ def _time(unix_nano: int) -> datetime:
     return datetime.fromtimestamp(unix_nano / 1e9, UTC)
 
 
-def assemble(spans: list[Span]) -> Taken | Skipped:
-    """One trace's spans to one trial's input events, or why not."""
+def root_attributes(root: Span) -> dict[str, Any]:
+    """What a `match` rule reads: the root span's attributes over its resource's."""
+    return {**root.resource, **root.attributes}
+
+
+def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None
+             ) -> Taken | Skipped:
+    """One trace's spans to one trial's input events, or why not. `scenarios`: the
+    published ones whose `match` rules make a trace with no passk ids a production trial
+    (None: such a trace is skipped as `no_passk_ids`, as before production traffic)."""
     trace_id = spans[0].trace_id if spans else ""
     root = root_of(spans)
     if root is None:
@@ -274,6 +288,16 @@ def assemble(spans: list[Span]) -> Taken | Skipped:
     ids = {key: _str(_attr(key, root.attributes, root.resource))
            for key in (sc.RUN_ID, sc.SCENARIO_ID, sc.TRIAL_ID)}
     session_id = _str(_attr(sc.SESSION_ID, *everywhere) or _attr(sc.CONVERSATION_ID, *everywhere))
+    production: Scenario | None = None
+    if scenarios is not None and not any(ids.values()):
+        production = choose(scenarios, root_attributes(root))
+        if production is None:
+            return Skipped(trace_id, "no_matching_scenario",
+                           "no passk ids, and no published scenario's match holds for "
+                           f"service.name={root_attributes(root).get('service.name')!r}")
+        ids = {sc.RUN_ID: run_id_for(production, root.start_unix_nano or root.end_unix_nano),
+               sc.SCENARIO_ID: production.id, sc.TRIAL_ID: trace_id}
+        session_id = session_id or trace_id
     missing = [k for k, v in ids.items() if not v] + ([] if session_id else
                                                        [f"{sc.SESSION_ID}|{sc.CONVERSATION_ID}"])
     if missing:
@@ -286,11 +310,17 @@ def assemble(spans: list[Span]) -> Taken | Skipped:
                        f"{len(chats)} chat span(s), none with {sc.INPUT_MESSAGES} or message "
                        "events (is message content capture on?)")
     exit_reason = _str(_attr(sc.EXIT_REASON, root.attributes, root.resource))
+    if exit_reason is None and production is not None and production.exit_attribute:
+        exit_reason = _str(_attr(production.exit_attribute, root.attributes))
     if exit_reason is None and root.status_error:
         exit_reason = "error"
+    if exit_reason is None and production is not None:
+        exit_reason = UNKNOWN_EXIT  # never skipped for lacking passk's own attributes
     if exit_reason is None:
         return Skipped(trace_id, "no_exit_reason", f"root span has no {sc.EXIT_REASON}")
     common: dict[str, Any] = {"otel_trace_id": trace_id, "otel_span_id": root.span_id}
+    if production is not None:
+        common["production"] = True
     try:
         conversation = ConversationFinished(
             event_id=event_id_for(trace_id, "conversation"),
@@ -319,7 +349,7 @@ def assemble(spans: list[Span]) -> Taken | Skipped:
         event_id=event_id_for(trace_id, "session"), occurred_at=conversation.occurred_at,
         session_id=session_id, state=state, exit_reason=exit_reason,
         trial_id=conversation.trial_id, run_id=conversation.run_id,
-        scenario_id=conversation.scenario_id, **common)
+        scenario_id=conversation.scenario_id, otel_trace_id=trace_id, otel_span_id=root.span_id)
     return Taken(trace_id, conversation, session)
 
 

@@ -24,6 +24,25 @@ class OtlpMetrics(MetricSet):
         "passk_otlp_requests_rejected_total", "OTLP requests refused, by reason.", "reason")
     events_published = counter(
         "passk_otlp_events_published_total", "Input events published, by type.", "type")
+    dead_letters = counter(
+        "passk_otlp_dead_letters_total",
+        "Traces not taken that were published as dead letters (source otlp), by reason.",
+        "reason")
+    dead_letters_lost = counter(
+        "passk_otlp_dead_letters_lost_total",
+        "Dead letters of traces not taken that could not be published (queue full past "
+        "PASSK_OTLP_MAX_QUEUED_LETTERS, or the broker refused), by reason.", "reason")
+    probe_misses = counter(
+        "passk_otlp_state_probe_misses_total",
+        "Trials whose persisted session the state probe (PASSK_OTLP_STATE_PROBE) did not "
+        "return; published without one (the state gate then waits and says so).")
+    connections_open = gauge(
+        "passk_otlp_connections_open", "Connections open to the receiver.")
+    connections_refused = counter(
+        "passk_otlp_connections_refused_total",
+        "Connections closed at once: PASSK_OTLP_MAX_CONNECTIONS were open.")
+    pending_bytes = gauge(
+        "passk_otlp_pending_bytes", "Bytes of the spans held until their root span arrives.")
     pending_traces = gauge(
         "passk_otlp_pending_traces", "Traces held until their root span arrives.")
     evaluations_exported = counter(

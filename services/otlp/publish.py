@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from schemas.events import DeadLetter
+from services.contract.codec import encode
 from services.kafka.producer import TrafficProducer
 from services.otlp.mapping import Taken
 
@@ -43,10 +46,30 @@ class KafkaPublisher:
     reach and fails fast on it from then on, which suits a CLI run, not a long-lived
     receiver that must resume by itself when the broker is back."""
 
-    def __init__(self, make_producer: Callable[[], TrafficProducer], timeout_s: float) -> None:
+    def __init__(self, make_producer: Callable[[], TrafficProducer], timeout_s: float,
+                 dead_letter_topic: str | None = None) -> None:
         self.make_producer = make_producer
         self.timeout_s = timeout_s
+        self.dead_letter_topic = dead_letter_topic
         self.producer: TrafficProducer | None = None
+
+    async def publish_letter(self, letter: DeadLetter) -> None:
+        """The dead letter of a trace not taken, keyed by its trace id."""
+        if self.dead_letter_topic is None:
+            return
+        key = base64.b64decode(letter.key_b64) if letter.key_b64 else None
+        try:
+            if self.producer is None:
+                self.producer = await asyncio.to_thread(self.make_producer)
+            producer = self.producer
+            future = await asyncio.to_thread(producer.send_raw, self.dead_letter_topic, key,
+                                             encode(letter), ref=letter.event_id)
+            await asyncio.wait_for(_acked(future), self.timeout_s)
+        except Exception:
+            broken, self.producer = self.producer, None
+            if broken is not None:
+                asyncio.get_running_loop().run_in_executor(None, broken.close, 0)
+            raise
 
     async def publish(self, taken: Taken) -> None:
         events = [taken.conversation] + ([taken.session] if taken.session else [])

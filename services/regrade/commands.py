@@ -29,6 +29,11 @@ def register(app: typer.Typer) -> None:
         await_verdicts: float = typer.Option(
             0, "--await-verdicts", min=0,
             help="then wait up to this many seconds for every new verdict in the projection"),
+        sample: float = typer.Option(
+            None, "--sample", min=0.0, max=1.0,
+            help="backfill: only the production trials whose LLM judges the sample left "
+                 "out (not_sampled) and that are in the sample at this rate; they are "
+                 "judged now (1.0: all of them)"),
         wait: float | None = BROKER_WAIT,
     ) -> None:
         """Grade a run's trials again from the log (say, after a judge outage longer than
@@ -47,9 +52,17 @@ def register(app: typer.Typer) -> None:
         settings = get_settings()
         console = make_console()
         store = Store(settings.database_url)
-        chosen = targets(store.trials(run_id), store.history(run_id), errors_only=errors_only)
+        only = None
+        if sample is not None:
+            from services.regrade.plan import left_out
+
+            only = left_out(store.judge_verdicts(run_id), sample)
+        chosen = targets(store.trials(run_id), store.history(run_id), errors_only=errors_only,
+                         only=only)
         if not chosen:
             which = "no trial ended `error`" if errors_only else "it has no trials"
+            if sample is not None:
+                which = f"no trial the sample left out is in the sample at {sample:g}"
             raise NothingToJudge(f"nothing to re-grade in run {run_id!r}: {which}")
         require_broker(wait, settings)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -62,8 +75,10 @@ def register(app: typer.Typer) -> None:
                     tasks[step] = progress.add_task(step, total=total)
                 progress.update(tasks[step], completed=done, total=total)
 
-            reason = "passk regrade" + (" --errors-only" if errors_only else "")
-            prepared = request_regrades(settings, chosen, reason=reason, progress=advance)
+            reason = "passk regrade" + (" --errors-only" if errors_only else "") + (
+                f" --sample {sample:g}" if sample is not None else "")
+            prepared = request_regrades(settings, chosen, reason=reason, progress=advance,
+                                        sample_rate=sample)
         table = Table("trial", "scenario", "was", "attempt", "request",
                       title=f"re-grades requested for run {run_id}")
         for p in prepared:

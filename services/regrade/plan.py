@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from schemas.events import ConversationFinished, RegradeRequest, SessionPersisted, TrialIdentity
 from services.contract.codec import encode
-from services.storage.records import TrialAttemptRecord, TrialRecord
+from services.grading.sampling import in_sample
+from services.storage.records import JudgeRecord, TrialAttemptRecord, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -20,11 +21,20 @@ class Target:
     attempt: int  # of its newest verdict; the re-grade is attempt + 1
 
 
+def left_out(judges: Iterable[JudgeRecord], rate: float) -> set[str]:
+    """`passk regrade --sample RATE`: the trials whose LLM judges the scenario's sample left
+    out (a judge recorded `not_sampled`) and that are in the sample at `rate` (the
+    contract's hash: at 1.0, every one of them)."""
+    return {j.trial_id for j in judges
+            if j.result == "not_sampled" and in_sample(j.trial_id, rate)}
+
+
 def targets(
     trials: Iterable[TrialRecord],
     history: Iterable[TrialAttemptRecord],
     *,
     errors_only: bool,
+    only: set[str] | None = None,
 ) -> list[Target]:
     """The run's trials to re-grade (those that ended `error`, with `errors_only`), each
     with the attempt of its newest verdict (1 for a trial graded before the history was
@@ -35,7 +45,7 @@ def targets(
     return [
         Target(TrialIdentity.of(t), t.outcome, newest.get(t.trial_id, 1))
         for t in sorted(trials, key=lambda t: t.trial_id)
-        if not errors_only or t.outcome == "error"
+        if (not errors_only or t.outcome == "error") and (only is None or t.trial_id in only)
     ]
 
 
@@ -48,7 +58,8 @@ class FoundInputs:
     sessions: dict[str, SessionPersisted]  # by session_id
 
 
-def request_for(target: Target, found: FoundInputs, *, reason: str) -> RegradeRequest | None:
+def request_for(target: Target, found: FoundInputs, *, reason: str,
+                sample_rate: float | None = None) -> RegradeRequest | None:
     """The re-grade request of one trial; None when its conversation is not in the log."""
     trial = target.identity
     conversation = found.conversations.get(trial.trial_id)
@@ -62,6 +73,7 @@ def request_for(target: Target, found: FoundInputs, *, reason: str) -> RegradeRe
         reason=reason,
         conversation=conversation,
         session=found.sessions.get(trial.session_id),
+        sample_rate=sample_rate,
     )
 
 
@@ -78,7 +90,8 @@ class Prepared:
 
 
 def prepare(
-    chosen: Iterable[Target], found: FoundInputs, *, reason: str, max_bytes: int
+    chosen: Iterable[Target], found: FoundInputs, *, reason: str, max_bytes: int,
+    sample_rate: float | None = None,
 ) -> list[Prepared]:
     """Every chosen trial's request, encoded, or the reason it cannot be asked for: no
     scenario version to grade against, no conversation in the log, or a request larger
@@ -88,7 +101,7 @@ def prepare(
         if target.identity.scenario_version == UNKNOWN_VERSION:
             out.append(Prepared(target, None, "not sent: its verdict names no scenario version"))
             continue
-        request = request_for(target, found, reason=reason)
+        request = request_for(target, found, reason=reason, sample_rate=sample_rate)
         if request is None:
             out.append(Prepared(target, None, "not sent: its conversation is not in the log"))
             continue

@@ -19,7 +19,8 @@ Progress = Callable[[str, int, int | None], None]  # (step, done, total)
 
 
 def request_regrades(settings: Settings, chosen: Sequence[Target], *, reason: str,
-                     progress: Progress | None = None) -> list[Prepared]:
+                     progress: Progress | None = None,
+                     sample_rate: float | None = None) -> list[Prepared]:
     """Each chosen trial's request as sent, or why it was not."""
     def tell(step: str, done: int, total: int | None) -> None:
         if progress:
@@ -27,7 +28,8 @@ def request_regrades(settings: Settings, chosen: Sequence[Target], *, reason: st
 
     found = find_inputs(chosen, settings,
                         progress=lambda done, total: tell("reading the log", done, total))
-    prepared = prepare(chosen, found, reason=reason, max_bytes=settings.max_event_bytes)
+    prepared = prepare(chosen, found, reason=reason, max_bytes=settings.max_event_bytes,
+                       sample_rate=sample_rate)
     # Idempotent (kafka-python 3.0.12's default, said here so a conflicting setting
     # raises): a retried send neither doubles nor reorders a request.
     producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",

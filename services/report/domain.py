@@ -62,6 +62,8 @@ class TrialLine(TrialChecks):
     judge_output_tokens: int = 0
     judge_cost: float | None = None
     skipped_judges: list[str] = []
+    # LLM judges not run: a production trial outside its scenario's sample.
+    not_sampled_judges: list[str] = []
 
 
 class CheckFailures(BaseModel):
@@ -290,6 +292,7 @@ def build_report(
         c = costs.get(line.trial_id)
         if c is not None:
             line.judge_calls, line.judge_cost, line.skipped_judges = c.calls, c.cost, c.skipped
+            line.not_sampled_judges = c.not_sampled
             line.judge_input_tokens, line.judge_output_tokens = c.input_tokens, c.output_tokens
     scenarios = [
         scenario_report(run_id, sid, trials, lines)

@@ -42,6 +42,7 @@ class TrialJudgeCost(BaseModel):
     requests: int = 0  # HTTP requests those calls made (attempts, retries included)
     cached: int = 0
     skipped: list[str] = []  # judges not asked: the gates had failed the trial
+    not_sampled: list[str] = []  # LLM judges not run: production trial outside the sample
     input_tokens: int = 0
     output_tokens: int = 0
     latency_ms: float = 0.0  # summed wall time of the calls
@@ -68,11 +69,17 @@ class JudgeCostSummary(BaseModel):
     tokens_per_trial: float
     skipped_judges: list[SkippedJudge]
     cost_saved_estimate: float | None = None
+    # Sampling (production traffic): LLM judges not run because the trial was outside its
+    # scenario's sample, what that saved (calls counted, tokens and cost estimated the same
+    # way as for skipped judges).
+    not_sampled: int = 0
+    not_sampled_judges: list[SkippedJudge] = []
+    sampling_saved_estimate: float | None = None
 
 
 def is_call(v: JudgeRecord) -> bool:
     """A verdict for which the model was asked (errors past their budget included)."""
-    return v.result != "skipped" and not v.cached and v.attempts > 0
+    return v.result not in ("skipped", "not_sampled") and not v.cached and v.attempts > 0
 
 
 def trial_costs(judges: Sequence[JudgeRecord], prices: Prices) -> dict[str, TrialJudgeCost]:
@@ -81,6 +88,9 @@ def trial_costs(judges: Sequence[JudgeRecord], prices: Prices) -> dict[str, Tria
         t = out.setdefault(v.trial_id, TrialJudgeCost(trial_id=v.trial_id))
         if v.result == "skipped":
             t.skipped = [*t.skipped, v.judge_id]
+            continue
+        if v.result == "not_sampled":
+            t.not_sampled = [*t.not_sampled, v.judge_id]
             continue
         if v.cached:
             t.cached += 1
@@ -106,14 +116,41 @@ def summarize_costs(
     calls = sum(t.calls for t in per_trial.values())
     tokens_in = sum(t.input_tokens for t in per_trial.values())
     tokens_out = sum(t.output_tokens for t in per_trial.values())
-    skipped: dict[str, int] = {}
+    saved, saved_cost, skipped_n = _saved(judges, "skipped", prices)
+    unsampled, sampling_cost, unsampled_n = _saved(judges, "not_sampled", prices)
+    n = len(mine)
+    return JudgeCostSummary(
+        trials=n,
+        calls=calls,
+        requests=sum(t.requests for t in per_trial.values()),
+        cached=sum(t.cached for t in per_trial.values()),
+        skipped=skipped_n,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        cost=prices.cost(tokens_in, tokens_out),
+        priced=prices.known,
+        calls_per_trial=calls / n if n else 0.0,
+        tokens_per_trial=(tokens_in + tokens_out) / n if n else 0.0,
+        skipped_judges=saved,
+        cost_saved_estimate=saved_cost,
+        not_sampled=unsampled_n,
+        not_sampled_judges=unsampled,
+        sampling_saved_estimate=sampling_cost,
+    )
+
+
+def _saved(judges: Sequence[JudgeRecord], result: str, prices: Prices
+           ) -> tuple[list[SkippedJudge], float | None, int]:
+    """Per judge, the verdicts with `result` (calls not made) and the tokens they would
+    have spent, estimated from the same judge's answered calls; and the cost of those."""
+    counts: dict[str, int] = {}
     for j in judges:
-        if j.result == "skipped":
-            skipped[j.judge_id] = skipped.get(j.judge_id, 0) + 1
+        if j.result == result:
+            counts[j.judge_id] = counts.get(j.judge_id, 0) + 1
     saved: list[SkippedJudge] = []
     saved_in = saved_out = 0
     estimable = True
-    for judge_id, count in sorted(skipped.items()):
+    for judge_id, count in sorted(counts.items()):
         answered = [j for j in judges if j.judge_id == judge_id and is_call(j)]
         if not answered:
             saved.append(SkippedJudge(judge_id=judge_id, trials=count, tokens_saved_estimate=None))
@@ -125,22 +162,8 @@ def summarize_costs(
         saved_out += round(mean_out * count)
         saved.append(SkippedJudge(judge_id=judge_id, trials=count,
                                   tokens_saved_estimate=round((mean_in + mean_out) * count)))
-    n = len(mine)
-    return JudgeCostSummary(
-        trials=n,
-        calls=calls,
-        requests=sum(t.requests for t in per_trial.values()),
-        cached=sum(t.cached for t in per_trial.values()),
-        skipped=sum(skipped.values()),
-        input_tokens=tokens_in,
-        output_tokens=tokens_out,
-        cost=prices.cost(tokens_in, tokens_out),
-        priced=prices.known,
-        calls_per_trial=calls / n if n else 0.0,
-        tokens_per_trial=(tokens_in + tokens_out) / n if n else 0.0,
-        skipped_judges=saved,
-        cost_saved_estimate=prices.cost(saved_in, saved_out) if saved and estimable else None,
-    )
+    cost = prices.cost(saved_in, saved_out) if saved and estimable else None
+    return saved, cost, sum(counts.values())
 
 
 def money(value: float) -> str:
@@ -162,4 +185,11 @@ def cost_lines(s: JudgeCostSummary) -> list[str]:
                      f"{j.trials} calls saved, {tokens} saved")
     if s.cost_saved_estimate is not None:
         lines.append(f"skipping saved an estimated {money(s.cost_saved_estimate)}")
+    for j in s.not_sampled_judges:
+        tokens = (f"~{j.tokens_saved_estimate} tokens" if j.tokens_saved_estimate is not None
+                  else "tokens unknown (no answered call of it in this run)")
+        lines.append(f"not_sampled judge {j.judge_id}: {j.trials} production trials outside "
+                     f"the sample, {j.trials} calls saved, {tokens} saved")
+    if s.sampling_saved_estimate is not None:
+        lines.append(f"sampling saved an estimated {money(s.sampling_saved_estimate)}")
     return lines

@@ -10,6 +10,8 @@ the judged trials is below the scenario's `alert.min_pass_hat_k`, at least
 `alert.min_trials` trials were judged, and errors are not most of the window's trials (a
 window of mostly errors is the judge's incident: PasskJudgeErrorRate). The strict figures
 (errors count as not passed) are the ones shown as pass^k, as the deploy gate reads them.
+Under sampling (production traffic) the judged figures and the alert condition are those of
+the sampled trials (every check ran), shown beside the figures over all trials.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ class WindowView(ReliabilityFigures):
     alert_min_pass_hat_k: float | None
     alert_min_trials: int | None
     alert_condition: bool
+    # Production traffic under sampling: the trials whose every check ran, and pass^k over
+    # them (equal to n / passed without sampling). The alert condition asks about these.
+    n_sampled: int
+    passed_sampled: int
+    pass_hat_k_sampled: float | None
+    pass_hat_k_sampled_lower: float
+    pass_hat_k_sampled_upper: float
 
 
 def alert_condition(tally: ReliabilityTally, min_pass_hat_k: float | None,
@@ -59,15 +68,29 @@ def alert_condition(tally: ReliabilityTally, min_pass_hat_k: float | None,
     return upper < min_pass_hat_k
 
 
+def sampled_tally(row: WindowRecord) -> ReliabilityTally:
+    """The window's sampled trials (every check ran): all of them without sampling."""
+    if row.n_sampled is None:
+        return ReliabilityTally(k=row.k, passed=row.passed, failed=row.failed, errors=row.errors,
+                                invalid=row.invalid)
+    passed, errors = row.passed_sampled or 0, row.errors_sampled or 0
+    return ReliabilityTally(k=row.k, passed=passed, failed=row.n_sampled - passed - errors,
+                            errors=errors)
+
+
 def view(row: WindowRecord) -> WindowView:
-    tally = ReliabilityTally(k=row.k, passed=row.passed, failed=row.failed, errors=row.errors,
-                             invalid=row.invalid)
-    judged = tally.judged()
+    sampled = sampled_tally(row)
+    judged = sampled.judged()
+    lower, upper = pass_hat_k_interval(sampled.n, sampled.passed, sampled.k)
     return WindowView(
-        **row.model_dump(include=set(WindowView.model_fields)),
+        **row.model_dump(include=set(WindowView.model_fields) - {
+            "n_sampled", "passed_sampled"}),
         judged_pass_hat_k=judged.pass_hat_k,
         judged_pass_hat_k_upper=pass_hat_k_interval(judged.n, judged.passed, judged.k)[1],
-        alert_condition=alert_condition(tally, row.alert_min_pass_hat_k, row.alert_min_trials),
+        alert_condition=alert_condition(sampled, row.alert_min_pass_hat_k, row.alert_min_trials),
+        n_sampled=sampled.n, passed_sampled=sampled.passed,
+        pass_hat_k_sampled=sampled.pass_hat_k, pass_hat_k_sampled_lower=lower,
+        pass_hat_k_sampled_upper=upper,
     )
 
 

@@ -117,8 +117,8 @@ def build_view(
         name = f"judge:{j.judge_id}"
         if name in listed:
             continue
-        if j.result == "skipped":
-            checks.append(ShownCheck(check=name, verdict="skipped", reason=j.reason,
+        if j.result in ("skipped", "not_sampled"):
+            checks.append(ShownCheck(check=name, verdict=j.result, reason=j.reason,
                                      gating=False))
         elif j.judge_id in advisory:
             why = advisory[j.judge_id]["why"]

@@ -39,7 +39,8 @@ def print_windows(items: list[WindowView], out: Console) -> None:
 
     table = Table(title="reliability per event-time window (latest last)")
     for column in ("scenario", "window", "start (UTC)", "n", "passed", "failed", "errors",
-                   "invalid", "pass^k", "90% interval", "pass@k", "pass^k judged", "alert"):
+                   "invalid", "pass^k", "90% interval", "pass@k", "sampled", "pass^k sampled",
+                   "pass^k judged", "alert"):
         numeric = column not in ("scenario", "window", "start (UTC)", "alert")
         table.add_column(column, justify="right" if numeric else "left")
 
@@ -51,7 +52,8 @@ def print_windows(items: list[WindowView], out: Console) -> None:
             literal(w.scenario_id), literal(w.window), stamp(w.window_start), str(w.n),
             str(w.passed), str(w.failed), str(w.errors), str(w.invalid), num(w.pass_hat_k),
             f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]", num(w.pass_at_k),
-            num(w.judged_pass_hat_k), "[bold red]ALERT[/]" if w.alert_condition else "",
+            str(w.n_sampled), num(w.pass_hat_k_sampled), num(w.judged_pass_hat_k),
+            "[bold red]ALERT[/]" if w.alert_condition else "",
         )
     out.print(table)
 

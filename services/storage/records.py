@@ -200,6 +200,10 @@ class WindowRecord(Projection, ReliabilityFigures):
     seq: int
     occurred_at: datetime
     event_id: str
+    # The sampled trials (production traffic); NULL in a row from before sampling: all.
+    n_sampled: int | None = None
+    passed_sampled: int | None = None
+    errors_sampled: int | None = None
 
 
 Record = (TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | TranscriptRecord

@@ -96,6 +96,8 @@ ADDED_COLUMNS = ("advisory_checks", "exit_source", "completion")
 # Columns of the figure tables added since (`invalid`: trials the simulated user spoiled).
 ADDED_FIGURE_COLUMNS: tuple[tuple[type[Any], str], ...] = (
     (ScenarioSummary, "invalid"), (WindowRecord, "invalid"))
+# Production traffic: a window's sampled counts (nullable: an old row had every trial sampled).
+ADDED_WINDOW_COLUMNS = ("n_sampled", "passed_sampled", "errors_sampled")
 
 
 def _newest_windows(rows: list[Any]) -> list[Any]:
@@ -165,6 +167,17 @@ class Store:
             except Exception:
                 # Another worker added it first; anything else is still missing and says so.
                 if name not in self._columns(table.name):
+                    raise
+        windows = TABLES[WindowRecord].table
+        for name in ADDED_WINDOW_COLUMNS:
+            if name in self._columns(windows.name):
+                continue
+            kind = windows.c[name].type.compile(dialect=self.engine.dialect)
+            try:
+                with self.engine.begin() as conn:
+                    conn.exec_driver_sql(f"ALTER TABLE {windows.name} ADD COLUMN {name} {kind}")
+            except Exception:
+                if name not in self._columns(windows.name):
                     raise
         self._present = None
 

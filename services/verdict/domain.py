@@ -10,7 +10,8 @@ makes the trial `failed`; one that could not be made at all (a judge past its re
 budget, a verdict that never came) makes it `error` unless another check already
 failed it. Either way an errored check is never read as a pass. A judge `skipped`
 (skip_when_gates_fail: its gates had already failed the trial) is listed as skipped and
-counts as neither.
+counts as neither; an LLM judge of a production trial outside its scenario's sample (the
+gate results say `sampled: false`) is `not_sampled`: never waited for, never counted.
 """
 
 from __future__ import annotations
@@ -157,12 +158,20 @@ def missing_checks(state: TrialState, scenario: Scenario | None) -> list[str]:
     version = state.scenario_version
     if missing or version is None or scenario is None:
         return missing or ["gate:version"]
+    sampled = is_sampled(state)
     return [
-        f"judge:{j.id}" for j in scenario.gating_judges if f"{j.id}@{version}" not in state.judges
+        f"judge:{j.id}" for j in scenario.gating_judges
+        if f"{j.id}@{version}" not in state.judges and (sampled or j.kind != "llm")
     ] + [
         f"user:{u.id}" for u in scenario.user_checks
         if u.gating and f"user:{u.id}@{version}" not in state.judges
     ]
+
+
+def is_sampled(state: TrialState) -> bool:
+    """False for a production trial outside its scenario's LLM-judge sample (its gate
+    results say so): its LLM judges are `not_sampled`, never waited for."""
+    return all(g.sampled for g in state.gates.values())
 
 
 def due_at(state: TrialState, timing: Timing) -> float | None:
@@ -245,9 +254,13 @@ def assemble(
                     reason="error: the exit gate's result carries no result for this "
                     "external check (graded by a gate from before external checks?)"))
     version = state.scenario_version or scenario.version
+    sampled = is_sampled(state)
+    not_sampled: list[str] = []
     for judge in scenario.judges:
         verdict = state.judges.get(f"{judge.id}@{version}")
-        if verdict is None:
+        if verdict is None or verdict.result == "not_sampled":
+            if not sampled and judge.kind == "llm":  # outside the sample: never waited for
+                not_sampled.append(judge.id)
             continue
         if verdict.result == "skipped":  # not asked: the gates had failed the trial already
             skipped.append(judge.id)
@@ -307,6 +320,8 @@ def assemble(
         advisory_judges=advisory,
         advisory_checks=advisory_checks,
         skipped_judges=skipped,
+        sampled=sampled,
+        not_sampled_judges=not_sampled,
         agent_version=facts.agent_version if facts else None,
         exit_reason=facts.exit_reason if facts else None,
         exit_source=exit_gate.exit_source if exit_gate else None,

@@ -146,8 +146,10 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
                                    for i in range(10_000)))
             assert requests.post(url, data=flood.SerializeToString(), headers=pb).ok
         assert _metric(metrics_port, "passk_otlp_pending_traces") <= 1000
-        assert _metric(metrics_port, "passk_otlp_traces_dropped_total",
-                       reason="too_many_pending_traces") >= 99_000
+        # each flood trace past the bound is dropped: evicted, or expired idle (3 s) when
+        # the flood takes longer than that on a loaded machine
+        assert sum(_metric(metrics_port, "passk_otlp_traces_dropped_total", reason=why)
+                   for why in ("too_many_pending_traces", "idle")) >= 99_000
         assert _metric(metrics_port, "passk_otlp_requests_rejected_total",
                        reason="unauthorized") == 2
         assert _metric(metrics_port, "passk_otlp_requests_rejected_total",

@@ -465,3 +465,35 @@ def test_an_invalid_trial_is_counted_apart_and_out_of_n() -> None:
     t.feed(verdict("t2", "passed", attempt=2, k=3))
     r = t.published["s1|run-1|None|None"]
     assert (r.n, r.passed, r.invalid) == (5, 4, 0)
+
+
+def test_sampled_figures_count_only_the_trials_whose_every_check_ran() -> None:
+    from services.grading.estimators import pass_hat_k_interval
+
+    table = Table()
+    outcomes = [("a", "passed", True), ("b", "passed", True), ("c", "failed", True),
+                ("d", "passed", True), ("e", "passed", False), ("f", "failed", False),
+                ("g", "error", True)]
+    for trial, outcome, sampled in outcomes:
+        table.feed(verdict(trial, outcome).model_copy(update={"sampled": sampled}))
+    for record in table.published.values():
+        assert (record.n, record.passed) == (7, 4)
+        # the reference count: the sampled trials' outcomes
+        n = sum(1 for _, _, s in outcomes if s)
+        c = sum(1 for _, o, s in outcomes if s and o == "passed")
+        assert (record.n_sampled, record.passed_sampled, record.errors_sampled) == (n, c, 1)
+        assert record.pass_hat_k_sampled == pytest.approx(comb(c, 3) / comb(n, 3))
+        assert (record.pass_hat_k_sampled_lower, record.pass_hat_k_sampled_upper) == (
+            pytest.approx(pass_hat_k_interval(n, c, 3)[0]),
+            pytest.approx(pass_hat_k_interval(n, c, 3)[1]))
+    # a backfill re-grade of an unsampled trial, same outcome: it joins the sampled figures
+    table.feed(verdict("e", "passed", attempt=2))
+    run = next(r for r in table.published.values() if r.run_id == "run-1")
+    assert (run.n, run.passed, run.n_sampled, run.passed_sampled) == (7, 4, 6, 4)
+    # a trial that was never unsampled keeps the old shape: every trial is sampled
+    other = Table()
+    other.feed(verdict("z", "passed"))
+    rec = next(iter(other.published.values()))
+    assert (rec.n_sampled, rec.passed_sampled) == (1, 1)
+    assert "n_sampled" not in {k for k, v in other.items() if k.startswith("b|")
+                               for k in v if v[k] is not None}

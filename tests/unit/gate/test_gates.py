@@ -135,3 +135,19 @@ def test_a_regrade_grades_its_request_under_its_attempt_with_new_ids() -> None:
                             session_wait_s=120)
     state = next(g for g in missing if g.gate == "state")
     assert not state.passed and "no persisted session within 120 s" in state.reasons[0]
+
+
+def test_gate_results_say_whether_a_production_trial_is_sampled() -> None:
+    from services.gate.gates import gates_for
+    from services.grading.sampling import in_sample
+
+    sc = scenario(sampling={"llm_judges": 0.5}, exit_attribute="app.exit")
+    ids = [f"{i:032x}" for i in range(40)]
+    out_id = next(t for t in ids if not in_sample(t, 0.5))
+    prod = conversation(out_id, production=True, exit_reason="unknown")
+    results = gates_for(prod, session(), sc, waited_s=1)
+    assert [r.sampled for r in results] == [False, False]
+    assert "named no exit" in results[0].checks[0].reason and not results[0].passed
+    assert all(r.sampled for r in gates_for(prod, session(), sc, waited_s=1, sample_rate=1.0))
+    # a trial with passk ids is always sampled, whatever the rate
+    assert all(r.sampled for r in gates_for(conversation(out_id), session(), sc, waited_s=1))

@@ -247,3 +247,32 @@ def test_the_user_view_starts_with_the_persona_and_keeps_only_the_two_speakers()
     head = seen.transcript[0].content or ""
     assert "A field technician." in head and "The pump seized." in head
     assert "product prompt" not in head
+
+
+async def test_a_production_trial_outside_the_sample_asks_no_model(
+        standin: StartStandin, tmp_path: Path) -> None:
+    from services.grading.sampling import in_sample
+
+    url = await standin()
+    registry = CollectorRegistry()
+    g = grader(url, tmp_path, registry)
+    sampled = type(SCENARIO).model_validate(
+        {**SCENARIO.model_dump(exclude={"version"}), "sampling": {"llm_judges": 0.5}}).versioned()
+    ids = [f"{i:032x}" for i in range(40)]
+    out_id = next(t for t in ids if not in_sample(t, 0.5))
+    in_id = next(t for t in ids if in_sample(t, 0.5))
+    before = (await standin_stats(url)).get("requests", 0)
+    out = await g.grade(trial(out_id).model_copy(update={"production": True}), sampled)
+    assert [(v.judge_id, v.result) for v in out] == [
+        ("asked_parts", "not_sampled"), ("asked_tests", "not_sampled"), ("no_apology", "passed")]
+    assert (await standin_stats(url)).get("requests", 0) == before
+    assert registry.get_sample_value("passk_judge_not_sampled_total",
+                                     {"judge": "asked_parts"}) == 1
+    # not a verdict of the model: a judge outage's error rate is not diluted by the sample
+    assert not registry.get_sample_value("passk_judge_verdicts_total",
+                                         {"judge": "asked_parts", "result": "not_sampled"})
+    inside = await g.grade(trial(in_id).model_copy(update={"production": True}), sampled)
+    assert {v.result for v in inside} == {"passed"}
+    # a backfill (--sample 1.0) judges the one left out
+    again = await g.grade(trial(out_id).model_copy(update={"production": True}), sampled, 1.0)
+    assert {v.result for v in again} == {"passed"}

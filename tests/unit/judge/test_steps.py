@@ -54,7 +54,7 @@ class Grader:
         self.graded: list[tuple[str, str]] = []
         self.after_gates: list[tuple[str, list[str]]] = []
 
-    async def grade(self, trial: Any, scenario: Any) -> list[JudgeVerdict]:
+    async def grade(self, trial: Any, scenario: Any, sample_rate: Any = None) -> list[JudgeVerdict]:
         self.graded.append((trial.trial_id, scenario.id))
         return self.verdicts
 

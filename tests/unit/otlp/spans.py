@@ -88,3 +88,13 @@ def agent_trace(trace: int = 1, root_attrs: dict[str, Any] | None = None) -> lis
         span(trace, 4, 1, "chat", chat_attrs([user, call, result], [final], (30, 2)), 4, 8),
         span(trace, 1, None, "invoke_agent debrief", root, 0, 1500),
     ]
+
+
+def plain_trace(trace: int = 1, root_attrs: dict[str, Any] | None = None) -> list[PbSpan]:
+    """`agent_trace` as a production service writes it: no passk attribute at all."""
+    spans = agent_trace(trace)
+    root = spans[-1]
+    del root.attributes[:]
+    root.attributes.extend(kv(k, v) for k, v in {
+        "gen_ai.operation.name": "invoke_agent", **(root_attrs or {})}.items())
+    return spans

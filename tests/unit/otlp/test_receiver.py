@@ -11,6 +11,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from prometheus_client import CollectorRegistry
 
+from schemas.events import DeadLetter
 from services.otlp.mapping import Taken
 from services.otlp.metrics import OtlpMetrics
 from services.otlp.receiver import STATE, Receiver, make_app
@@ -23,7 +24,11 @@ PB = {"Content-Type": "application/x-protobuf"}
 class Recorder:
     def __init__(self) -> None:
         self.taken: list[Taken] = []
+        self.letters: list[DeadLetter] = []
         self.fail = False
+
+    async def publish_letter(self, letter: DeadLetter) -> None:
+        self.letters.append(letter)
 
     async def publish(self, taken: Taken) -> None:
         if self.fail:
@@ -39,10 +44,11 @@ class Clock:
         return self.now
 
 
-async def _client(**settings):  # type: ignore[no-untyped-def]
+async def _client(scenarios=None, **settings):  # type: ignore[no-untyped-def]
     registry = CollectorRegistry()
     recorder, clock = Recorder(), Clock()
-    receiver = Receiver(OtlpSettings(**settings), recorder, OtlpMetrics(registry), clock)
+    receiver = Receiver(OtlpSettings(**settings), recorder, OtlpMetrics(registry), clock,
+                        scenarios=None if scenarios is None else (lambda: scenarios))
     client = TestClient(TestServer(make_app(receiver)))
     await client.start_server()
     return client, recorder, registry, clock
@@ -184,5 +190,106 @@ async def test_json_in_json_out() -> None:
         assert r.status == 200 and r.content_type == "application/json"
         assert json_format.ParseDict(await r.json(), ExportTraceServiceResponse()) is not None
         assert len(rec.taken) == 1
+    finally:
+        await client.close()
+
+
+async def test_plain_traces_become_trials_by_rule_and_the_rest_dead_letters() -> None:
+    import asyncio
+    import base64
+    import json
+
+    from schemas.scenario import Scenario
+    from tests.unit.otlp.spans import plain_trace
+
+    rules = [Scenario.model_validate({"id": "support", "expected_exit": "resolved",
+                                      "match": {"service.name": "support-agent"}}).versioned()]
+    client, rec, reg, _ = await _client(scenarios=rules)
+    try:
+        r = await client.post("/v1/traces", headers=PB, data=request(
+            *plain_trace(21), resource={"service.name": "support-agent"}).SerializeToString())
+        assert r.status == 200
+        r = await client.post("/v1/traces", headers=PB, data=request(
+            *plain_trace(22), resource={"service.name": "nobody"}).SerializeToString())
+        assert r.status == 200
+        answer = ExportTraceServiceResponse.FromString(await r.read())
+        assert "no_matching_scenario" in answer.partial_success.error_message
+        assert [(t.conversation.scenario_id, t.conversation.trial_id) for t in rec.taken] == [
+            ("support", f"{21:032x}")]
+        async with asyncio.timeout(5):
+            while not rec.letters:
+                await asyncio.sleep(0.01)
+        (letter,) = rec.letters
+        assert (letter.reason, letter.source_topic) == ("no_matching_scenario", "otlp")
+        assert base64.b64decode(letter.key_b64 or "") == f"{22:032x}".encode()
+        excerpt = json.loads(base64.b64decode(letter.value_b64))
+        assert excerpt["attributes"]["service.name"] == "nobody" and excerpt["spans"] == 4
+        assert _v(reg, "passk_otlp_dead_letters_total", reason="no_matching_scenario") == 1
+    finally:
+        await client.close()
+
+
+async def test_the_state_probe_supplies_the_session_of_a_trace_without_one() -> None:
+    from types import SimpleNamespace
+
+    class Probe:
+        asked: list[str] = []
+
+        async def find(self, session_id: str):  # type: ignore[no-untyped-def]
+            self.asked.append(session_id)
+            if session_id == "sess-1":
+                return SimpleNamespace(state={"ticket": "closed"}, exit_reason="resolved"), None
+            return None, "not found"
+
+        async def close(self) -> None:
+            return None
+
+    registry = CollectorRegistry()
+    recorder, probe = Recorder(), Probe()
+    receiver = Receiver(OtlpSettings(), recorder, OtlpMetrics(registry), Clock(), probe=probe)
+    client = TestClient(TestServer(make_app(receiver)))
+    await client.start_server()
+    try:
+        r = await client.post("/v1/traces", data=request(*agent_trace(31)).SerializeToString(),
+                              headers=PB)
+        assert r.status == 200
+        (taken,) = recorder.taken
+        assert probe.asked == ["sess-1"]
+        assert taken.session is not None and taken.session.state == {"ticket": "closed"}
+        assert taken.session.exit_reason == "resolved"
+    finally:
+        await client.close()
+
+
+async def test_held_spans_are_bounded_in_bytes_and_malformed_bodies_are_400() -> None:
+    client, rec, reg, _ = await _client(PASSK_OTLP_MAX_PENDING_BYTES=3_000_000,
+                                        PASSK_OTLP_OFFLOAD_BYTES=100_000)
+    receiver = client.app[STATE]
+    try:
+        for i in range(10):  # 1 MB spans whose root never comes
+            body = request(span(1 << 70 | i, 2, 1, "chat", {"big": "x" * 1_000_000}))
+            r = await client.post("/v1/traces", data=body.SerializeToString(), headers=PB)
+            assert r.status == 200
+            assert receiver.pending.bytes <= 3_000_000
+        assert _v(reg, "passk_otlp_traces_dropped_total", reason="too_many_pending_bytes") == 8
+        assert _v(reg, "passk_otlp_pending_bytes") <= 3_000_000
+        # a span alone larger than the bound: dropped at once, its later spans too
+        body = request(span(1 << 71, 2, 1, "chat", {"big": "y" * 3_500_000}))
+        assert (await client.post("/v1/traces", data=body.SerializeToString(),
+                                  headers=PB)).status == 200
+        assert receiver.pending.bytes <= 3_000_000
+        js = {"Content-Type": "application/json"}
+        # (a gzip header followed by garbage: tests/e2e/test_otlp_attacks.py, real worker)
+        for data, headers in [
+            (b"[" * 100_000 + b"]" * 100_000, js),
+            (b'{"resourceSpans": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001, js),
+            (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}', js),
+        ]:
+            r = await client.post("/v1/traces", data=data, headers=headers)
+            assert r.status == 400, (r.status, data[:40])
+        # and a good trace is still taken
+        r = await client.post("/v1/traces", data=request(*agent_trace(77)).SerializeToString(),
+                              headers=PB)
+        assert r.status == 200 and rec.taken[-1].trace_id == f"{77:032x}"
     finally:
         await client.close()

@@ -109,3 +109,22 @@ def test_prepare_says_why_a_trial_cannot_be_asked_for() -> None:
     assert versionless.payload is None and "no scenario version" in versionless.status
     (big,) = prepare(chosen[:1], found, reason="r", max_bytes=100)
     assert big.payload is None and "above PASSK_MAX_EVENT_BYTES (100)" in big.status
+
+
+def test_sample_backfills_only_the_trials_the_sample_left_out() -> None:
+    from services.grading.sampling import in_sample
+    from services.regrade.plan import left_out
+    from services.storage.records import judge_record
+    from tests.unit.storage import factories as f
+
+    ids = [f"{i:032x}" for i in range(60)]
+    rows = [judge_record(f.judge(t, "polite", "not_sampled" if not in_sample(t, 0.1)
+                                 else "passed")) for t in ids]
+    assert left_out(rows, 1.0) == {t for t in ids if not in_sample(t, 0.1)}
+    half = left_out(rows, 0.5)
+    assert half == {t for t in ids if in_sample(t, 0.5) and not in_sample(t, 0.1)}
+    chosen = targets([trial(t, "passed") for t in ids], [], errors_only=False, only=half)
+    assert [c.identity.trial_id for c in chosen] == sorted(half)
+    found = FoundInputs({t: conversation(t) for t in ids}, {})
+    request = request_for(chosen[0], found, reason="backfill", sample_rate=0.5)
+    assert request is not None and request.sample_rate == 0.5 and request.attempt == 2

@@ -106,7 +106,7 @@ def test_json_has_exactly_the_documented_shape() -> None:
         ["trial_id", "scenario_id", "outcome", "failed_checks", "exit_reason", "exit_source",
          "completion", "tokens", "turns", "duration_s", "checks_passed", "advisory_checks",
          "judge_calls", "judge_input_tokens", "judge_output_tokens", "judge_cost",
-         "skipped_judges"]
+         "skipped_judges", "not_sampled_judges"]
     ] * 2
     assert [s["scenario_id"] for s in data["scenarios"]] == ["a", "b"]
     failed = data["trials"][1]["failed_checks"]

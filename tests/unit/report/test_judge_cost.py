@@ -63,3 +63,18 @@ def test_a_skipped_judge_never_answered_in_the_run_has_unknown_savings() -> None
     assert s.cost is None and s.cost_saved_estimate is None
     assert "no cost: set PASSK_JUDGE_PRICE_PER_MTOK_IN" in cost_lines(s)[0]
     assert "tokens unknown" in cost_lines(s)[1]
+
+
+def test_the_run_summary_says_what_sampling_saved() -> None:
+    rows = [*ROWS, row("t4", "a", "not_sampled", attempts=0),
+            row("t5", "a", "not_sampled", attempts=0), row("t5", "b", "not_sampled", attempts=0)]
+    s = summarize_costs(["t1", "t2", "t4", "t5"], rows, Prices(per_mtok_in=1.0, per_mtok_out=2.0))
+    assert s.calls == 3 and s.not_sampled == 3  # not_sampled is never a call
+    assert trial_costs(rows, Prices())["t5"].not_sampled == ["a", "b"]
+    saved = {j.judge_id: (j.trials, j.tokens_saved_estimate) for j in s.not_sampled_judges}
+    assert saved == {"a": (2, 2100), "b": (1, 2100)}
+    # in: a 2 * 1000 + b 2000; out: a 2 * 50 + b 100 -> 4000 / 1e6 + 200 * 2 / 1e6
+    assert s.sampling_saved_estimate == pytest.approx(0.0044)
+    assert any(line.startswith("not_sampled judge a: 2 production trials") for line in
+               cost_lines(s))
+    assert cost_lines(s)[-1] == "sampling saved an estimated 0.0044"

@@ -68,3 +68,25 @@ def test_the_projection_keeps_each_windows_newest_record(tmp_path: Path) -> None
     assert store.windows(size="1d") == []
     assert store.windows(scenarios=["other"]) == []
     store.close()
+
+
+def test_a_sampled_window_shows_and_alerts_on_its_sampled_trials(tmp_path: Path) -> None:
+    from services.report.over_time import windows_json
+
+    # 40 trials (gates and deterministic checks: 36 passed); 12 sampled, 3 of them passed
+    rec = record(40, passed=36, failed=4).model_copy(update={
+        "n_sampled": 12, "passed_sampled": 3, "errors_sampled": 0,
+        "alert_min_pass_hat_k": 0.8, "alert_min_trials": 10})
+    store = Store(f"sqlite:///{tmp_path / 'p.db'}")
+    store.apply_many([rec])
+    (w,) = views(store.windows())
+    store.close()
+    assert (w.n, w.passed, w.n_sampled, w.passed_sampled) == (40, 36, 12, 3)
+    assert w.pass_hat_k_sampled == pytest.approx(comb(3, 3) / comb(12, 3))
+    assert w.pass_hat_k_sampled_upper < 0.2 and w.alert_condition is True
+    row = windows_json([w])["windows"][0]
+    assert {"n_sampled", "passed_sampled", "pass_hat_k_sampled", "pass_hat_k_sampled_lower",
+            "pass_hat_k_sampled_upper"} <= set(row)
+    # 8 sampled: below min_trials, quiet whatever the figure
+    few = rec.model_copy(update={"n_sampled": 8, "passed_sampled": 0})
+    assert view(window_record(few)).alert_condition is False  # type: ignore[arg-type]

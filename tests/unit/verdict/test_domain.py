@@ -331,3 +331,23 @@ def test_an_uncalibrated_llm_user_check_is_advisory_and_spoils_nothing() -> None
     assert "user:in_role" in verdict.checks_passed
     assert [(a.judge_id, a.result) for a in verdict.advisory_judges
             if a.judge_id.startswith("user:")] == [("user:no_answer", "failed")]
+
+
+def test_an_unsampled_production_trial_waits_for_no_llm_judge() -> None:
+    gates = [gate_result("exit", True, version=V, sampled=False),
+             gate_result("state", True, version=V, sampled=False)]
+    state = collect(*gates)
+    assert domain.missing_checks(state, SC) == []  # never waited for
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
+    assert verdict.outcome == "passed" and verdict.sampled is False
+    assert verdict.not_sampled_judges == [j.id for j in SC.judges if j.kind == "llm"]
+    # a not_sampled verdict that did arrive is listed the same way, never as a pass
+    state = collect(*gates, *[judge_verdict(j, "not_sampled", version=V) for j in GATING])
+    verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
+    assert verdict.outcome == "passed" and not any(
+        c.startswith("judge:") for c in verdict.checks_passed)
+    # a sampled trial still waits for every gating judge
+    state = collect(gate_result("exit", True, version=V), gate_result("state", True, version=V))
+    assert domain.missing_checks(state, SC) == [f"judge:{j}" for j in GATING]
+    assert domain.assemble(state, SC, missing=[], waited_s=0,
+                           **EVERY_JUDGE_GATES).sampled is True
