@@ -323,7 +323,8 @@ def plan_round(number: int, rng: random.Random, args: argparse.Namespace) -> dic
         # blocks of six rounds alternate with and without the load, so that each worker
         # is killed both ways (a load on every other round would tie it to the victim)
         "load": args.load_procs if ((number - 1) // len(VICTIMS)) % 2 == 0 else 0,
-        "broker_restart": number % args.broker_every == 0,
+        # rounds 1, 6, 11...: the first on partitions no group has committed yet
+        "broker_restart": (number - 1) % args.broker_every == 0,
         "trials_per_scenario": per_scenario,
         "trials": trials,
         "seed": args.seed * 100_000 + number,
@@ -565,6 +566,11 @@ def main() -> int:
                          *range(args.port_base + 10, args.port_base + 20)) if not port_free(p)]
     if taken:
         sys.exit(f"soak: ports in use: {taken} (choose another --port-base)")
+    def stop_soak(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")  # the finally below stops everything
+
+    signal.signal(signal.SIGTERM, stop_soak)
+    signal.signal(signal.SIGINT, stop_soak)  # a client library must not keep it
     broker = Broker(work / "kafka", args.port_base)
     stack = Stack(work, broker, args.port_base)
     rng = random.Random(args.seed)
