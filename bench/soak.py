@@ -97,7 +97,7 @@ class Broker:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
         self.env.update(PASSK_KAFKA_DIR=str(data), PASSK_KAFKA_PORT=str(port),
                         PASSK_KAFKA_CONTROLLER_PORT=str(port + 1), PASSK_KAFKA_HEAP="768m",
-                        PASSK_KAFKA_READY_S="300", PYTHON=sys.executable)
+                        PASSK_KAFKA_READY_S="800", PYTHON=sys.executable)
 
     @property
     def bootstrap(self) -> str:
@@ -106,7 +106,7 @@ class Broker:
     def up(self) -> float:
         started = time.monotonic()
         out = subprocess.run(["bash", "infra/kafka/kafka-up.sh"], cwd=ROOT, env=self.env,
-                             capture_output=True, text=True, timeout=400)
+                             capture_output=True, text=True, timeout=900)
         if out.returncode != 0:
             raise RuntimeError(f"kafka-up failed: {out.stdout}{out.stderr}")
         return time.monotonic() - started
