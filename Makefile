@@ -8,7 +8,7 @@ PASSK := $(BIN)/passk
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help install kafka-up kafka-down pg-up pg-down topics up down demo test test-unit \
-        test-integration test-e2e lint typecheck schemas dashboard bench clean
+        test-integration test-e2e lint typecheck schemas dashboard bench soak clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -91,6 +91,11 @@ bench: install kafka-up ## benchmarks: the whole pipeline vs raw Kafka and an in
 	$(BIN)/python bench/ci_overhead.py --trials 5
 	$(BIN)/python bench/audit_scale.py --sizes $${PASSK_BENCH_AUDIT_SIZES:-5000,20000}
 	$(BIN)/python bench/adaptive.py --budget $${PASSK_BENCH_ADAPTIVE_BUDGET:-80}
+
+# Not part of `make bench` or `make test`: a long run on a broker of its own (bench/README.md, "Soak").
+SOAK_ROUNDS ?= 100
+soak: install ## hunt rare losses: SOAK_ROUNDS rounds of replay, a worker SIGKILLed each round, the broker restarted every fifth, half under CPU load; `passk audit` after each (SOAK_ARGS=... passes options)
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/soak.py --rounds $(SOAK_ROUNDS) --repair $(SOAK_ARGS)
 
 clean: ## remove local state (var/), keeping the venv and the jar cache
 	rm -rf var

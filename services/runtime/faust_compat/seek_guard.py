@@ -142,14 +142,30 @@ PATCH = Patch(_install)
 
 
 async def read_committed(consumer: Any) -> dict[TP, int | None]:
-    """The group's committed offset of every assigned partition (None: never committed),
-    read in the consumer's thread like Faust's seek_to_committed, without seeking."""
+    """The offset each assigned partition resumes from, read in the consumer's thread like
+    Faust's seek_to_committed, without seeking: the group's committed offset, or, for a
+    partition the group never committed, its first offset (what `earliest`, passk's reset
+    policy, starts a new group at). Faust drops the rest of a fetched batch when the
+    group's generation changes or the flow stops mid-batch, and relies on this seek to
+    read them again; a partition left where the fetcher was lost them for good (a soak:
+    the first verdicts written after a broker outage, on partitions the aggregate had
+    never committed, were never counted; bench/README.md, "Soak")."""
     client = consumer._thread._ensure_consumer()
+    from_start = _resets_to_earliest(consumer)
 
     async def read() -> dict[TP, int | None]:
-        return {tp: await client.committed(tp) for tp in client.assignment()}
+        offsets = {tp: await client.committed(tp) for tp in client.assignment()}
+        never = [tp for tp, offset in offsets.items() if offset is None or offset < 0]
+        if never and from_start:
+            offsets.update(await client.beginning_offsets(never))
+        return offsets
 
     return await consumer._thread.call_thread(read)  # type: ignore[no-any-return]
+
+
+def _resets_to_earliest(consumer: Any) -> bool:
+    conf = getattr(getattr(consumer, "app", None), "conf", None)
+    return getattr(conf, "consumer_auto_offset_reset", None) == "earliest"
 
 
 def seek_in_memory(consumer: Any, tp: TP, offset: int) -> None:

@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
 from faust.types import TP
 
+from services.runtime.faust_compat import seek_guard
 from services.runtime.faust_compat.seek_guard import SeekGuardedReadOffsets
 
 T = TP("passk.conversation-finished.v1", 3)
@@ -80,3 +85,56 @@ def test_the_patch_is_installed_on_faust_consumers() -> None:
     faust_compat.apply()
     app = faust.App("passk-guard-installed", broker="kafka://127.0.0.1:1")
     assert isinstance(app.consumer._read_offset, SeekGuardedReadOffsets)
+
+
+class _Client:
+    """aiokafka's consumer as read_committed sees it: two partitions, one never committed."""
+
+    def __init__(self, committed: dict[TP, int | None], start: dict[TP, int]) -> None:
+        self._committed, self._start = committed, start
+
+    def assignment(self) -> set[TP]:
+        return set(self._committed)
+
+    async def committed(self, tp: TP) -> int | None:
+        return self._committed[tp]
+
+    async def beginning_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return {tp: self._start[tp] for tp in tps}
+
+
+def _consumer(client: _Client, reset: str) -> Any:
+    async def call_thread(fn: Any) -> Any:
+        return await fn()
+
+    thread = SimpleNamespace(_ensure_consumer=lambda: client, call_thread=call_thread)
+    return SimpleNamespace(_thread=thread,
+                           app=SimpleNamespace(conf=SimpleNamespace(
+                               consumer_auto_offset_reset=reset)))
+
+
+NEVER = TP("passk.trial-verdicts.v1", 0)
+
+
+def test_a_partition_never_committed_resumes_from_its_first_offset() -> None:
+    # A soak lost the first verdicts of partitions the aggregate had never committed:
+    # Faust dropped the rest of a fetched batch on a generation change, and its seek back
+    # "to the committed offset" left those partitions where the fetcher was, past them.
+    client = _Client({T: 494, NEVER: None}, {T: 0, NEVER: 0})
+    offsets = asyncio.run(seek_guard.read_committed(_consumer(client, "earliest")))
+    assert offsets == {T: 494, NEVER: 0}
+
+
+def test_a_group_that_starts_at_the_latest_offset_is_left_as_it_was() -> None:
+    client = _Client({T: 494, NEVER: None}, {T: 0, NEVER: 0})
+    offsets = asyncio.run(seek_guard.read_committed(_consumer(client, "latest")))
+    assert offsets == {T: 494, NEVER: None}
+
+
+def test_a_trimmed_partition_resumes_from_the_first_offset_it_still_holds() -> None:
+    client = _Client({NEVER: None}, {NEVER: 1200})
+    offsets = asyncio.run(seek_guard.read_committed(_consumer(client, "earliest")))
+    assert offsets == {NEVER: 1200}
+    guard = SeekGuardedReadOffsets()
+    guard.update(offsets)  # what perform_seek does with them: the first record is awaited
+    assert guard.pending(NEVER) and guard[NEVER] == 1200
