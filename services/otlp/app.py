@@ -132,7 +132,7 @@ class OtlpWorker:
         asyncio.run(run(self.settings, self.otlp, OtlpMetrics(REGISTRY), self.open_probe))
 
 
-def build(settings: Settings,
+def build(settings: Settings, *,
           state_probe: Callable[[Path], Callable[[], Probe]] | None = None) -> OtlpWorker:
     """The receiver (and exporter) worker from `settings`; its own settings, the
     PASSK_OTLP_* variables, are read here, once, when the worker is built.

@@ -17,6 +17,7 @@ from schemas.scenario import (
     JudgeSpec,
     Judging,
     Limits,
+    Sampling,
     Scenario,
     SimulatedUser,
 )
@@ -49,6 +50,7 @@ PARTS: list[tuple[str, type[BaseModel], str]] = [
     ("Judging", Judging, "judging."),
     ("Alert targets", AlertTargets, "alert."),
     ("The simulated user", SimulatedUser, "user."),
+    ("Production traffic", Sampling, "sampling."),
 ]
 
 
