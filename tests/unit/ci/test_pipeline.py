@@ -82,3 +82,17 @@ def test_an_unknown_baseline_is_exit_2_and_what_started_meanwhile_is_stopped(
     assert "--baseline 'nope'" in str(done.exception or "") + done.output
     # looked up while the broker boots, never past it: started, then stopped
     assert STACK == ["started", "stopped"]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--adaptive"], "--adaptive needs --budget"),
+    (["--budget", "10"], "go with --adaptive"),
+    (["--goal", "0.9"], "go with --adaptive"),
+])
+def test_adaptive_options_are_checked_before_anything_starts(
+        quiet: Path, args: list[str], said: str) -> None:
+    done = _ci("--scenarios", str(ROOT / "examples" / "scenarios"),
+               "--target", str(ROOT / "examples" / "agent" / "target-http.yaml"), *args)
+    assert done.exit_code == 2, done.output
+    assert said in done.output
+    assert STACK == []  # nothing was started
