@@ -171,6 +171,8 @@ class Stack:
     def stop(self) -> None:
         if self.daemon is None:
             return
+        programs = [*VICTIMS, "otlp", "judge-standin"]
+        pids = [p for p in (self.pid(w) for w in programs) if p]
         subprocess.run([str(BIN / "supervisorctl"), "-c", str(self.conf), "shutdown"],
                        capture_output=True, timeout=120)
         try:
@@ -179,6 +181,10 @@ class Stack:
             self.daemon.kill()
             self.daemon.wait(10)
         self.daemon = None
+        for pid in pids:  # a worker that outlived its supervisord (a broker gone, say)
+            if alive(pid):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def pid(self, program: str) -> int | None:
         out = subprocess.run([str(BIN / "supervisorctl"), "-c", str(self.conf), "status",
