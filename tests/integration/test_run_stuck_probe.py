@@ -56,7 +56,7 @@ def _files(tmp_path: Path, wait_s: float) -> tuple[Path, Path]:
 def _run(settings: Settings, scenarios: Path, target: Path, run_id: str, closed: Path,
          ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "run", "--scenarios", str(scenarios),
+        [sys.executable, "-m", "services.cli", "run", "--publish", "--scenarios", str(scenarios),
          "--target", str(target), "--run-id", run_id],
         env=isolated_env(settings, COLUMNS="200", PASSK_TEST_CLOSED_LOG=str(closed)),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
