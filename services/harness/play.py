@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from schemas.scenario import Scenario
 from services.contract.exits import Unreachable, UsageError
@@ -76,6 +77,25 @@ def users_for(scenarios: Sequence[Scenario], settings: Settings, user_model: str
     return users, warning
 
 
+def _open(producer: Any, target: Target, settings: Settings) -> tuple[Any, Any]:
+    """The agent's client and the state probe, once the input topics are known to exist
+    (Unreachable, nothing sent, otherwise; a target whose agent cannot be built is a
+    UsageError)."""
+    from services.harness.adapters import make_client
+    from services.harness.probes import make_probe
+
+    missing = producer.missing_topics([topic_name(t, settings) for t in (
+        Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
+    if missing:
+        raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
+                          "(create them with `passk topics create`)")
+    try:
+        agent = make_client(target.agent)
+    except AgentError as exc:
+        raise UsageError(f"agent: {exc.reason}") from None
+    return agent, make_probe(target.state)
+
+
 def play(
     scenarios: Sequence[Scenario],
     target: Target,
@@ -91,9 +111,7 @@ def play(
 ) -> RunSummary:
     """Plan max(trials, k) trials per scenario, skip those of this run already in the log,
     play the rest and publish each (SIGINT/SIGTERM stop it cleanly: see runner.py)."""
-    from services.harness.adapters import make_client
     from services.harness.log import published_trials, publisher
-    from services.harness.probes import make_probe
     from services.kafka.producer import TrafficProducer
 
     done = published_trials(run_id, settings)
@@ -103,16 +121,7 @@ def play(
     # set on SIGINT: a publish stops waiting for its acknowledgement (runner.py)
     stop_waiting = threading.Event()
     try:
-        missing = producer.missing_topics([topic_name(t, settings) for t in (
-            Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
-        if missing:
-            raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
-                              "(create them with `passk topics create`)")
-        try:
-            agent = make_client(target.agent)
-        except AgentError as exc:
-            raise UsageError(f"agent: {exc.reason}") from None
-        probe = make_probe(target.state)
+        agent, probe = _open(producer, target, settings)
         on_plan(todo)
         harness = Harness(
             run_id=run_id, agent=agent, probe=probe, users=users,
@@ -153,10 +162,8 @@ def play_adaptive(
 ) -> AdaptiveResult:
     """`passk run --adaptive`: k trials each, then rounds for the undecided scenarios
     (services/harness/adaptive_run.py), each round's verdicts read from the projection."""
-    from services.harness.adapters import make_client
     from services.harness.adaptive_run import run_adaptive
     from services.harness.log import published_trials, publisher
-    from services.harness.probes import make_probe
     from services.kafka.producer import TrafficProducer
     from services.storage.store import Store
 
@@ -164,16 +171,7 @@ def play_adaptive(
     producer = TrafficProducer(settings)
     stop_waiting = threading.Event()
     try:
-        missing = producer.missing_topics([topic_name(t, settings) for t in (
-            Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
-        if missing:
-            raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
-                              "(create them with `passk topics create`)")
-        try:
-            agent = make_client(target.agent)
-        except AgentError as exc:
-            raise UsageError(f"agent: {exc.reason}") from None
-        probe = make_probe(target.state)
+        agent, probe = _open(producer, target, settings)
 
         async def one_round(round_plan: list[PlannedTrial]) -> tuple[RunSummary, set[str]]:
             sent: set[str] = set()
