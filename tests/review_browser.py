@@ -71,14 +71,22 @@ def all_by_testid(driver: Any, testid: str) -> list[Any]:
 
 
 def submit(driver: Any, testid: str, timeout: float = 60) -> None:
-    """Click a form's submit button and wait until the next page has replaced this one."""
-    from selenium.webdriver.support import expected_conditions
+    """Click a form's submit button and wait until the next page has replaced this one.
+
+    The old document is marked with a window property that a new document does not
+    have. Selenium's staleness_of asks about the old <html> node instead, and Chromium
+    answers that with "Node with given id does not belong to the document" (an unknown
+    error, not StaleElementReference) when the navigation lands mid-question.
+    """
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    button = by_testid(driver, testid)
-    page = driver.find_element("css selector", "html")
-    button.click()
-    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(page))
+    driver.execute_script("window.__passkOldPage = true;")
+    by_testid(driver, testid).click()
+    # a script run while the page is being swapped may fail: ask again until the deadline
+    WebDriverWait(driver, timeout, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return document.readyState === 'complete' && !window.__passkOldPage;"))
 
 
 def sign_in(driver: Any, base: str, name: str, token: str) -> None:
