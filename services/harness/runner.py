@@ -92,11 +92,26 @@ class Harness:
         broker at most `stop_grace_s` more (asked again: not at all)."""
         if self._stopping.is_set():
             self.stop_waiting.set()
+            self._cancel_playing()  # again: a cancel can be lost (see converse)
             return
         self._stopping.set()
+        self._cancel_playing()
+        asyncio.get_running_loop().call_later(self.stop_grace_s, self._grace_over)
+
+    def _grace_over(self) -> None:
+        self.stop_waiting.set()
+        self._cancel_playing()  # a conversation still going had its cancel lost
+
+    def _cancel_playing(self) -> None:
         for task in list(self._playing):
             task.cancel()
-        asyncio.get_running_loop().call_later(self.stop_grace_s, self.stop_waiting.set)
+
+    def _check_stopping(self) -> None:
+        """A stopped run talks no more. Python 3.11's asyncio.wait_for returns the reply
+        instead of raising when the cancel lands as the reply arrives (fixed in 3.12), and
+        the conversation would then go on to its next turn, to an agent that may hang."""
+        if self._stopping.is_set():
+            raise asyncio.CancelledError
 
     async def converse(self, planned: PlannedTrial) -> FinishedTrial:
         scenario = planned.scenario
@@ -106,6 +121,7 @@ class Harness:
         limit = scenario.limits.max_duration_s
         exit_reason, harness_error = PERSONA_EXHAUSTED, None
         while True:
+            self._check_stopping()
             if user_gives_up(scenario, conversation):
                 break
             try:
@@ -115,6 +131,7 @@ class Harness:
                                           f"{exc}") from None
             if line is None:
                 break
+            self._check_stopping()
             conversation.said_by_user(line)
             wait = self.timeout_s
             if limit is not None:
@@ -146,6 +163,7 @@ class Harness:
 
     async def play(self, planned: PlannedTrial) -> tuple[FinishedTrial, Probed | None, str | None]:
         finished = await self.converse(planned)
+        self._check_stopping()  # a stop that landed as the last reply came: no probing
         probed, why = None, None
         if planned.scenario.has_state_gate:
             if finished.conversation.session_id is None:

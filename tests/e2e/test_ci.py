@@ -299,12 +299,6 @@ def test_an_edited_scenario_is_refused_by_run_and_graded_as_edited_by_ci(
     assert all(t.outcome == "failed" for t in trials)
 
 
-# Known bug (docs/known-limits.md): since the harness's bounded delivery (issue 29 item 4)
-# was merged with passk ci, a signal mid-ci has twice left ci waiting in the harness's
-# event loop past 180 s on a loaded machine (it passed before the merge). Marked so the
-# suite reports it (XFAIL / XPASS) while the cause is found; issue 31 stays open for it.
-@pytest.mark.xfail(reason="ci can hang after a signal since the delivery merge "
-                          "(docs/known-limits.md)", strict=False)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_mid_ci_stops_everything_it_started(tmp_path: Path, sig: int) -> None:
     mark = uuid.uuid4().hex

@@ -153,3 +153,32 @@ async def test_trials_the_broker_did_not_take_are_exit_4_first_planned_first() -
     summary = await h.run(plan_trials([scenario(k=3)], "r", 0))
     assert summary.undelivered == ["r:s:001", "r:s:003"] and summary.published == 1
     assert summary.exit_code() == 4
+
+
+async def test_a_stop_that_lands_as_a_reply_arrives_still_ends_the_conversation() -> None:
+    # Python 3.11's asyncio.wait_for returns the reply, not CancelledError, when the
+    # cancel and the reply land in the same loop step: the conversation must not go on
+    # to its next turn (here an agent that never answers).
+    from services.harness.domain import parse_reply
+
+    turns: list[int] = []
+
+    class StopsAsItReplies:
+        async def send(self, trial: object, run_id: str, session_id: str | None,
+                       message: str, history: object) -> object:
+            turns.append(len(turns) + 1)
+            if len(turns) == 2:
+                h.stop()  # the cancel is queued; the reply is returned in the same step
+            elif len(turns) >= 3:
+                await asyncio.Event().wait()  # hangs until cancelled
+            return parse_reply({"session_id": "s1", "reply": "ok"})
+
+        async def close(self) -> None:
+            pass
+
+    sent: Sent = []
+    h = harness("tests.unit.harness.agents:closes_on_third", sent, timeout_s=60)
+    h.agent = StopsAsItReplies()  # type: ignore[assignment]
+    summary = await asyncio.wait_for(h.run(plan_trials([scenario(k=1)], "r", 0)), 5)
+    assert turns == [1, 2]  # no third turn: the stop ended it
+    assert sent == [] and summary.interrupted == 1 and summary.exit_code() == 130
