@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from kafka import KafkaConsumer, TopicPartition
 
 from schemas.scenario import Scenario
 from services.contract.codec import Rejection
@@ -32,7 +31,7 @@ from services.contract.scenario_records import CatalogState
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.follower import TopicFollower
-from services.kafka.kafka_client import kafka_client_kwargs
+from services.kafka.scan import ScanTimedOut, TopicMissing, batches
 
 log = logging.getLogger(__name__)
 
@@ -132,36 +131,20 @@ class ScenarioCatalog(TopicFollower):
 
 
 def read_catalog(settings: Settings, *, timeout: float = 30.0) -> CatalogState:
-    """Read the whole scenarios topic (up to its end at the time of the call)."""
+    """Read the whole scenarios topic (up to its end at the time of the call; an aborted
+    publish is never read: the scan reads committed records only)."""
     name = topic_name(Topic.SCENARIOS, settings)
-    consumer = KafkaConsumer(
-        **kafka_client_kwargs(settings),
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",  # an aborted publish is never read
-    )
     state = CatalogState()
     try:
-        partitions = consumer.partitions_for_topic(name)
-        if not partitions:
-            raise CatalogUnavailable(
-                f"the scenarios topic {name} does not exist; run `passk topics create`"
-            )
-        tps = [TopicPartition(name, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        end = consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < end[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                raise CatalogUnavailable(f"timed out reading {name} after {timeout:g} s")
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    state.apply(record.key, record.value, where=_where(record))
-        return state
-    finally:
-        consumer.close()
+        for batch in batches(settings, name, timeout=timeout):
+            for record in batch:
+                state.apply(record.key, record.value, where=_where(record))
+    except TopicMissing:
+        raise CatalogUnavailable(
+            f"the scenarios topic {name} does not exist; run `passk topics create`") from None
+    except ScanTimedOut as exc:
+        raise CatalogUnavailable(str(exc)) from None
+    return state
 
 
 def load_catalog(settings: Settings) -> dict[str, Scenario]:

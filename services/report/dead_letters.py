@@ -100,36 +100,20 @@ def select(values: Iterable[bytes], *, since: datetime | None, reason: str | Non
 
 def read_topic(settings: Any, *, timeout: float = 30.0) -> Iterable[bytes]:
     """Every record value on the dead-letters topic, up to its end offsets now."""
-    import time
-
-    from kafka import KafkaConsumer, TopicPartition
-
     from services.contract.exits import Unreachable
     from services.contract.topics import Topic, topic_name
-    from services.kafka.kafka_client import kafka_client_kwargs
+    from services.kafka.scan import ScanTimedOut, TopicMissing, batches
 
     name = topic_name(Topic.DEAD_LETTERS, settings)
-    consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest")
     try:
-        partitions = consumer.partitions_for_topic(name)
-        if not partitions:
-            raise Unreachable(f"the dead-letters topic {name} does not exist; run "
-                              "`passk topics create`")
-        tps = [TopicPartition(name, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        end = consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < end[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                raise Unreachable(f"timed out reading {name} after {timeout:g} s")
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    if record.offset < end[TopicPartition(record.topic, record.partition)]:
-                        yield record.value or b""
-    finally:
-        consumer.close()
+        for batch in batches(settings, name, timeout=timeout):
+            for record in batch:
+                yield record.value or b""
+    except TopicMissing:
+        raise Unreachable(f"the dead-letters topic {name} does not exist; run "
+                          "`passk topics create`") from None
+    except ScanTimedOut as exc:
+        raise Unreachable(str(exc)) from None
 
 
 def register(app: typer.Typer) -> None:
