@@ -7,6 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from schemas.events import ConversationFinished, Message, SessionPersisted
+from services.contract.settings import Settings
+from services.contract.topics import Topic
+from tests.support import produce, read_topic, wait_for
+
 
 def transcript(judge_id: str, flagged: bool, n: int) -> list[dict[str, Any]]:
     said = f"Replaced the pump, item {n}." + (f" [[fail:{judge_id}]]" if flagged else "")
@@ -55,3 +60,32 @@ def scenario_yaml(folder: Path, scenario_id: str, judges: dict[str, str | None],
     path = folder / f"{scenario_id}.yaml"
     path.write_text("\n".join(lines) + "\n" + extra)
     return path
+
+
+def send_trial(settings: Settings, trial_id: str, scenario_id: str, said: str, *,
+               run_id: str) -> None:
+    """A debrief trial whose user says `said` (a `[[fail:JUDGE]]` marker makes the stand-in
+    judge JUDGE fail it), and its persisted session, on the input topics."""
+    conversation = ConversationFinished(
+        event_id=f"cf-{trial_id}", run_id=run_id, scenario_id=scenario_id,
+        trial_id=trial_id, session_id=f"s-{trial_id}", exit_reason="product_closed",
+        transcript=[Message(role="assistant", content="What did you do?"),
+                    Message(role="user", content=said),
+                    Message(role="assistant", content="Recorded. Goodbye.")],
+    )  # fmt: skip
+    session = SessionPersisted(event_id=f"sp-{trial_id}", session_id=f"s-{trial_id}",
+                               state={"report": {"fault": "pump"}}, trial_id=trial_id)
+    produce(settings, Topic.CONVERSATION_FINISHED,
+            [(conversation.session_id, conversation.model_dump_json().encode())])
+    produce(settings, Topic.SESSION_PERSISTED,
+            [(session.session_id, session.model_dump_json().encode())])
+
+
+def verdict_of(settings: Settings, trial_id: str) -> dict[str, Any]:
+    def found() -> dict[str, Any] | None:
+        for _, value, _ in read_topic(settings, Topic.TRIAL_VERDICTS):
+            if value["trial_id"] == trial_id:
+                return value
+        return None
+
+    return wait_for(found, timeout=180, interval=1.0, what=f"the verdict of {trial_id}")

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from schemas.events import ConversationFinished, Message, SessionPersisted
 from services.contract.settings import Settings
 from services.contract.topics import Topic
-from tests.calibration_sets import items, scenario_yaml, write_set
+from tests.calibration_sets import items, scenario_yaml, send_trial, verdict_of, write_set
 from tests.e2e.conftest import PROCESSORS, Pipeline, running_pipeline
-from tests.support import produce, read_topic, wait_for
+from tests.support import read_topic, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -22,32 +21,6 @@ pytestmark = pytest.mark.e2e
 def ok(result: Any) -> str:
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     return str(result.stdout)
-
-
-def send_trial(settings: Settings, trial_id: str, scenario_id: str, said: str) -> None:
-    conversation = ConversationFinished(
-        event_id=f"cf-{trial_id}", run_id="calib-run", scenario_id=scenario_id,
-        trial_id=trial_id, session_id=f"s-{trial_id}", exit_reason="product_closed",
-        transcript=[Message(role="assistant", content="What did you do?"),
-                    Message(role="user", content=said),
-                    Message(role="assistant", content="Recorded. Goodbye.")],
-    )  # fmt: skip
-    session = SessionPersisted(event_id=f"sp-{trial_id}", session_id=f"s-{trial_id}",
-                               state={"report": {"fault": "pump"}}, trial_id=trial_id)
-    produce(settings, Topic.CONVERSATION_FINISHED,
-            [(conversation.session_id, conversation.model_dump_json().encode())])
-    produce(settings, Topic.SESSION_PERSISTED,
-            [(session.session_id, session.model_dump_json().encode())])
-
-
-def verdict_of(settings: Settings, trial_id: str) -> dict[str, Any]:
-    def found() -> dict[str, Any] | None:
-        for _, value, _ in read_topic(settings, Topic.TRIAL_VERDICTS):
-            if value["trial_id"] == trial_id:
-                return value
-        return None
-
-    return wait_for(found, timeout=180, interval=1.0, what=f"the verdict of {trial_id}")
 
 
 def calibrate_then_grade(
@@ -58,7 +31,7 @@ def calibrate_then_grade(
     the trial's verdict."""
     write_set(suite / "calibration", "checked", items("checked", *counts))
     calibrated = json.loads(ok(p.passk("calibrate", str(suite / "calibration"), "--json")))
-    send_trial(p.settings, trial_id, "calib-flow", said)
+    send_trial(p.settings, trial_id, "calib-flow", said, run_id="calib-run")
     return calibrated, verdict_of(p.settings, trial_id)
 
 
@@ -127,9 +100,9 @@ def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
         ok(p.passk("scenarios", "publish", str(suite / "scenarios")))
         base = json.loads(ok(p.passk("calibrate", str(suite / "calibration"), "--json")))
         version = base["judges"][0]["judge_version"]
-        send_trial(settings, "l1", "calib-labels", "Done. [[fail:lj]]")
-        send_trial(settings, "l2", "calib-labels", "Done. [[fail:lj]]")
-        send_trial(settings, "l3", "calib-labels", "Done, nothing odd.")
+        send_trial(settings, "l1", "calib-labels", "Done. [[fail:lj]]", run_id="calib-run")
+        send_trial(settings, "l2", "calib-labels", "Done. [[fail:lj]]", run_id="calib-run")
+        send_trial(settings, "l3", "calib-labels", "Done, nothing odd.", run_id="calib-run")
         for t in ("l1", "l2", "l3"):
             verdict_of(settings, t)
 
@@ -191,6 +164,6 @@ def test_uncalibrated_policy_gating_restores_the_old_behaviour(
     suite = tmp_path / "suite"
     scenario_yaml(suite / "scenarios", "calib-old", {"fresh": None})
     ok(pipeline.passk("scenarios", "publish", str(suite / "scenarios")))
-    send_trial(settings, "t-old", "calib-old", "Done. [[fail:fresh]]")
+    send_trial(settings, "t-old", "calib-old", "Done. [[fail:fresh]]", run_id="calib-run")
     verdict = verdict_of(settings, "t-old")
     assert verdict["outcome"] == "failed" and verdict["gating_judges"] == ["fresh"]

@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
-from schemas.events import ConversationFinished, Message, SessionPersisted
 from services.calibration.store import CalibrationStore
 from services.contract.settings import Settings
 from services.contract.topics import Topic
 from services.storage.store import Store
-from tests.calibration_sets import scenario_yaml
+from tests.calibration_sets import scenario_yaml, send_trial, verdict_of
 from tests.e2e.conftest import PROCESSORS, running_pipeline
 from tests.review_browser import (
     CHROMEDRIVER,
@@ -31,7 +30,7 @@ from tests.review_browser import (
     sign_in,
     submit,
 )
-from tests.support import produce, read_topic, wait_for
+from tests.support import read_topic, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -47,30 +46,9 @@ def ok(result: Any) -> str:
     return str(result.stdout)
 
 
-def send_trial(settings: Settings, trial_id: str, flagged: bool) -> None:
+def send_flagged(settings: Settings, trial_id: str, flagged: bool) -> None:
     said = f"Replaced the pump on {trial_id}." + (f" [[fail:{JUDGE}]]" if flagged else "")
-    conversation = ConversationFinished(
-        event_id=f"cf-{trial_id}", run_id=RUN, scenario_id=SCENARIO, trial_id=trial_id,
-        session_id=f"s-{trial_id}", exit_reason="product_closed",
-        transcript=[Message(role="assistant", content="What did you do?"),
-                    Message(role="user", content=said),
-                    Message(role="assistant", content="Recorded. Goodbye.")])
-    session = SessionPersisted(event_id=f"sp-{trial_id}", session_id=f"s-{trial_id}",
-                               state={"report": {"fault": "pump"}}, trial_id=trial_id)
-    produce(settings, Topic.CONVERSATION_FINISHED,
-            [(conversation.session_id, conversation.model_dump_json().encode())])
-    produce(settings, Topic.SESSION_PERSISTED,
-            [(session.session_id, session.model_dump_json().encode())])
-
-
-def verdict_of(settings: Settings, trial_id: str) -> dict[str, Any]:
-    def found() -> dict[str, Any] | None:
-        for _, value, _ in read_topic(settings, Topic.TRIAL_VERDICTS):
-            if value["trial_id"] == trial_id:
-                return value
-        return None
-
-    return wait_for(found, timeout=180, interval=1.0, what=f"the verdict of {trial_id}")
+    send_trial(settings, trial_id, SCENARIO, said, run_id=RUN)
 
 
 def kappa(pairs: list[tuple[bool, bool]]) -> float:
@@ -117,7 +95,7 @@ def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
                           PASSK_MIN_LABELLED=str(MIN_LABELLED)) as p:
         ok(p.passk("scenarios", "publish", str(suite / "scenarios")))
         for trial_id, flag in flagged.items():
-            send_trial(settings, trial_id, flag)
+            send_flagged(settings, trial_id, flag)
         before = verdict_of(settings, "r-00")  # flagged, but the judge is advisory
         assert before["outcome"] == "passed", before
         assert [(a["judge_id"], a["why"]) for a in before["advisory_judges"]] == [
@@ -179,7 +157,7 @@ def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
             assert (full["n"], full["precision"], full["gating"]) == (12, 1.0, True), full
 
             # the next trial's verdict: the judge now fails it
-            send_trial(settings, "r-after", True)
+            send_flagged(settings, "r-after", True)
             after = verdict_of(settings, "r-after")
             assert after["outcome"] == "failed", after
             assert after["gating_judges"] == [JUDGE]
