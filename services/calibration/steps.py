@@ -82,7 +82,7 @@ class Steps:
         if isinstance(decoded, Label):
             state = domain.on_label(state, decoded)
         else:
-            state = domain.on_verdict(state, decoded)  # type: ignore[arg-type]
+            state = domain.on_verdict(state, decoded)
         ready = domain.ready_joins(key, state)
         sent = [await self.send_labelled(key=j.judge_id.encode(), value=encode(j))
                 for j in ready]

@@ -108,7 +108,7 @@ def stopping_on_signals() -> Iterator[None]:
 
 def _reinstall(handler_of: dict[signal.Signals, Any]) -> None:
     for sig, handler in handler_of.items():
-        signal.signal(sig, handler)  # type: ignore[arg-type]
+        signal.signal(sig, handler)
 
 
 def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: None,

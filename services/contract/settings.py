@@ -265,4 +265,4 @@ def settings_files(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings(_env_file=settings_files() or None)  # type: ignore[call-arg]
+    return Settings(_env_file=settings_files() or None)

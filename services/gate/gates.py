@@ -52,7 +52,7 @@ def _gate_result(
     return GateResult(
         event_id=f"gate:{conversation.trial_id}:{gate}:{scenario.version}",
         **TrialIdentity.of(conversation, scenario.version).as_fields(),
-        gate=gate,  # type: ignore[arg-type]
+        gate=gate,
         passed=all(c.passed for c in checks),
         reasons=[c.reason for c in checks if not c.passed],
         checks=checks,

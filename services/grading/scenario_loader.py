@@ -126,7 +126,7 @@ class _StrictLoader(yaml.SafeLoader):
                 mark = self.peek_event().start_mark
                 raise TooDeep(None, None, f"the document nests deeper than {MAX_YAML_DEPTH} "
                               "levels (lists and mappings inside each other)", mark)
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 

@@ -6,20 +6,24 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from services.contract.exits import BROKER_WAIT, ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from services.harness.adaptive_run import AdaptiveResult
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 SHOWN = 10
 
 
-def _plain(console, text: str, style: str | None = None) -> None:  # type: ignore[no-untyped-def]
+def _plain(console: Console, text: str, style: str | None = None) -> None:
     console.print(text, style=style, soft_wrap=True, markup=False, highlight=False)
 
 
@@ -215,7 +219,8 @@ def register(app: typer.Typer, *,
         raise typer.Exit(code)
 
 
-def _adaptive_summary(result, console, err, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def _adaptive_summary(result: AdaptiveResult, console: Console, err: Console,
+                      as_json: bool) -> None:
     """The adaptive run's answer: each scenario's interval and decision, the budget, what a
     fixed plan would have spent; exit 1 when a trial was not published or a verdict never
     came, 130 when stopped."""

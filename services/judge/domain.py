@@ -82,7 +82,7 @@ def make_verdict(
         gating=spec.gating,
         result=result,
         reason=reason,
-        **facts,  # type: ignore[arg-type]
+        **facts,
     )
 
 

@@ -60,7 +60,7 @@ def install() -> bool:
         return False
     for cls in (transport.KafkaTCPTransport, transport.KafkaSSLTransport):
         if "_sock_recv" in vars(cls):
-            cls._sock_recv = delivering_data_before_close(cls._sock_recv)  # type: ignore[method-assign]
+            cls._sock_recv = delivering_data_before_close(cls._sock_recv)
     _installed = True
     return True
 

@@ -22,7 +22,7 @@ def processor_user(processor: str) -> str:
 
 
 def passwords(secrets_dir: Path) -> dict[str, str]:
-    return json.loads((secrets_dir / "users.json").read_text())  # type: ignore[no-any-return]
+    return json.loads((secrets_dir / "users.json").read_text())
 
 
 def client_env(secrets_dir: Path, user: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ import hmac
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Protocol
 
 from aiohttp import web
@@ -356,7 +356,7 @@ def make_app(receiver: Receiver,
     app[STATE] = receiver
     app.router.add_post("/v1/traces", post_traces)
 
-    async def sweeper(app: web.Application):  # type: ignore[no-untyped-def]
+    async def sweeper(app: web.Application) -> AsyncIterator[None]:
         async def loop() -> None:
             while True:
                 await asyncio.sleep(min(1.0, receiver.settings.idle_s / 4))

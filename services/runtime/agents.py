@@ -23,7 +23,7 @@ from services.contract.settings import Settings
 from services.runtime.app import DeadLetters, Record, raw_inputs
 from services.runtime.outbox import Outbox
 
-Agent = Callable[[faust.StreamT], Awaitable[None]]
+Agent = Callable[[faust.StreamT[bytes]], Awaitable[None]]
 Handler = Callable[[Record], Awaitable[None]]
 Before = Callable[[], Awaitable[None]]
 
@@ -50,7 +50,7 @@ def _labelled(run: Agent, module: str, name: str) -> Agent:
     """`run` as the agent it is: Faust labels an agent in its logs and its crash reports by
     its function's module and qualified name, which would otherwise be this module's
     closure (`services.runtime.agents.each_record.<locals>.run`) for them all."""
-    async def agent(stream: faust.StreamT) -> None:
+    async def agent(stream: faust.StreamT[bytes]) -> None:
         await run(stream)
 
     agent.__module__, agent.__name__, agent.__qualname__ = module, name, name
@@ -61,7 +61,7 @@ def each_record(reject: DeadLetters, handle: Handler, *, before: Before | None =
                 ) -> Agent:
     """Records one after another, each handled as `handle` under the dead-letter guard
     (`before`: awaited once, before the first record is read)."""
-    async def run(stream: faust.StreamT) -> None:
+    async def run(stream: faust.StreamT[bytes]) -> None:
         if before is not None:
             await before()
         async for record in stream.events():
@@ -76,7 +76,7 @@ def through_outbox(outbox: Outbox, reject: DeadLetters, handle: Handler, *,
     """Records in batches of at most `batch_max` (waiting at most `within_s` for one to
     fill), each handled under the dead-letter guard (one after another, or
     `concurrently`); a batch's outputs are delivered before its state is written."""
-    async def run(stream: faust.StreamT) -> None:
+    async def run(stream: faust.StreamT[bytes]) -> None:
         if before is not None:
             await before()
         await outbox.run(stream, partial(reject.guard, handle=handle), batch_max=batch_max,
@@ -89,7 +89,7 @@ def in_batches(handle_batch: Callable[[Sequence[Record]], Awaitable[None]], *,
                batch_max: int, within_s: float) -> Agent:
     """Records in batches of at most `batch_max` (waiting at most `within_s` for one to
     fill), each batch handed whole to `handle_batch`; acked when the next is taken."""
-    async def run(stream: faust.StreamT) -> None:
+    async def run(stream: faust.StreamT[bytes]) -> None:
         # take_events is on faust.Stream, missing from the StreamT protocol in its stubs.
         batches = stream.take_events(batch_max, within=within_s)  # type: ignore[attr-defined]
         async for records in batches:

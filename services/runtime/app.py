@@ -40,7 +40,7 @@ INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
 
 # One input record being handled (its value, key, topic, partition, offset, timestamp in
 # `.message`). A processor's steps name it by this alias: only the runtime imports faust.
-Record: TypeAlias = faust.types.EventT
+Record: TypeAlias = faust.types.EventT[bytes]
 # A topic a processor's steps send to, named likewise.
 OutputTopic: TypeAlias = faust.TopicT
 
@@ -164,7 +164,8 @@ async def broker_reachable(bootstrap: str, timeout: float = 3.0) -> None:
     raise last
 
 
-def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None):  # type: ignore[no-untyped-def]
+def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None
+                 ) -> None:
     """What every worker runs beside its agents: /metrics when a port is set, with its
     consumer lag read from the broker, and the scenario catalog's consumer closed on
     shutdown."""
@@ -247,7 +248,7 @@ class DeadLetters:
         self.settings = settings
         self.deliver = Delivery(processor)
 
-    async def decoded(self, event: faust.types.EventT, model: type[M]) -> M | None:
+    async def decoded(self, event: Record, model: type[M]) -> M | None:
         """The record as `model`, within the settings' bounds on every input; None once it
         is a dead letter (why: the codec's reason)."""
         found = decode_or_reject(event.value, model, self.settings)
@@ -256,7 +257,7 @@ class DeadLetters:
             return None
         return found
 
-    async def __call__(self, event: faust.types.EventT, rejection: Rejection) -> None:
+    async def __call__(self, event: Record, rejection: Rejection) -> None:
         message = event.message
         record = dead_letter(
             processor=self.processor,
@@ -274,7 +275,7 @@ class DeadLetters:
         metrics.events.labels(self.processor, "rejected").inc()
 
     async def guard(
-        self, event: faust.types.EventT, handle: Callable[[faust.types.EventT], Awaitable[None]]
+        self, event: Record, handle: Callable[[Record], Awaitable[None]]
     ) -> None:
         """Handle one record; whatever it raises (a bug, a shape no check foresaw) makes
         that record a dead letter ("processing_error") and the stream goes on, instead of

@@ -27,7 +27,7 @@ def _frame_of(awaitable: Any) -> FrameType | None:
     for name in ("cr_frame", "ag_frame", "gi_frame"):
         frame = getattr(awaitable, name, None)
         if frame is not None:
-            return frame  # type: ignore[no-any-return]
+            return frame
     return None
 
 

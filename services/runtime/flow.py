@@ -133,8 +133,8 @@ class JoinFlow:
 ADJUST_EVERY_S = 0.5
 
 
-def join_flow(app: faust.App, table: faust.types.TableT, inputs: tuple[str, str], bound: int,
-              waits_on: Callable[[Any], str | None],
+def join_flow(app: faust.App, table: faust.types.TableT[str, Any], inputs: tuple[str, str],
+              bound: int, waits_on: Callable[[Any], str | None],
               unread: Callable[[str, int], bool]) -> JoinFlow:
     """A JoinFlow for `table`'s pending trials, adjusted every ADJUST_EVERY_S (a timer:
     nothing per record but the count)."""

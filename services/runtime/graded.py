@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from services.contract.settings import Settings
 from services.contract.topics import dedup_retained_config
 from services.runtime.faust_compat import on_disk_table
-from services.runtime.ticks import table_value
+from services.runtime.ticks import StateTable, table_value
 
 # Per partition database (8 partitions by default): at most two write buffers of 4 MiB
 # and a 4 MiB block cache, so the markers cost at most ~12 MiB of RAM per partition held
@@ -41,7 +41,7 @@ ROCKSDB_OPTIONS: dict[str, Any] = {
 }
 
 
-def graded_table(app: faust.App, name: str, settings: Settings) -> faust.types.TableT:
+def graded_table(app: faust.App, name: str, settings: Settings) -> StateTable:
     """A changelogged table of graded-trial markers on RocksDB, expired by TTL."""
     retention_s = settings.dedup_retention_s
     # on RocksDB while the app's other tables stay in memory (faust_compat says why)
@@ -55,7 +55,7 @@ def graded_table(app: faust.App, name: str, settings: Settings) -> faust.types.T
         extra_topic_configs=dedup_retained_config(settings),
     )
     app.tables.add(table)
-    return table  # type: ignore[no-any-return]
+    return table
 
 
 def fresh(marked_at: float | None, now: float, retention_s: float) -> bool:
@@ -68,7 +68,7 @@ class KeyedStates:
     in the RocksDB table. Values are `ticks.table_value(state, due_at)`; a value with no
     due time whose `marked_at(state)` is set is a marker."""
 
-    def __init__(self, pending: faust.types.TableT, graded: faust.types.TableT,
+    def __init__(self, pending: StateTable, graded: StateTable,
                  schedule: Callable[[str, float | None], None],
                  marked_at: Callable[[dict[str, Any]], float | None],
                  retention_s: float,
@@ -99,12 +99,12 @@ class KeyedStates:
     def read(self, key: str) -> dict[str, Any] | None:
         value = self.pending.get(key)
         if value is not None:
-            return value  # type: ignore[no-any-return]
+            return value
         marker = self.graded.get(key)
         if marker is None or not fresh(self.marked_at(marker["state"]), time.time(),
                                        self.retention_s):
             return None
-        return marker  # type: ignore[no-any-return]
+        return marker
 
     def apply(self, key: str, value: dict[str, Any] | None) -> None:
         """Write a key's state (None: forget it); a graded trial leaves the pending table."""

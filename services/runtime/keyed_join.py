@@ -29,7 +29,7 @@ from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.catalog import SCENARIO_GRACE_S, ScenarioCatalog, unknown_scenario
 from services.runtime.agents import subscribe, through_outbox
-from services.runtime.app import DeadLetters, raw_topic
+from services.runtime.app import DeadLetters, Record, raw_topic
 from services.runtime.flow import JoinFlow, join_flow
 from services.runtime.graded import KeyedStates, graded_table
 from services.runtime.outbox import Outbox
@@ -37,9 +37,9 @@ from services.runtime.ticks import Deadlines
 
 S = TypeVar("S", bound=BaseModel)
 M = TypeVar("M", bound=BaseModel)
-Handler = Callable[[faust.types.EventT], Awaitable[None]]
+Handler = Callable[[Record], Awaitable[None]]
 # (the tick's event, its key, the key's state, the stream clock of its partition)
-TickHandler = Callable[[faust.types.EventT, str, Any, float], Awaitable[None]]
+TickHandler = Callable[[Record, str, Any, float], Awaitable[None]]
 
 
 def input_waited_for(roles: Mapping[str, str], awaiting: Callable[[Any], str | None]
@@ -105,11 +105,11 @@ class KeyedJoin(Generic[S]):
         await self.outbox.send(topic, key.encode(), value)
 
     # ------------------------------------------------------------------ inputs
-    async def decoded(self, event: faust.types.EventT, model: type[M]) -> M | None:
+    async def decoded(self, event: Record, model: type[M]) -> M | None:
         """The record as `model`, or None once it is a dead letter."""
         return await self.reject.decoded(event, model)
 
-    async def scenario(self, event: faust.types.EventT, scenario_id: str,
+    async def scenario(self, event: Record, scenario_id: str,
                        version: str | None = None) -> Scenario | None:
         """The scenario (version) an input names, waited for a moment (published just
         before its traffic, it may not be read yet); None once the input is a dead letter."""
@@ -130,7 +130,7 @@ class KeyedJoin(Generic[S]):
         routes = {topic_name(t, self.settings): h for t, h in on_input.items()}
         aside = {topic_name(t, self.settings): h for t, h in (apart or {}).items()}
 
-        async def handle(event: faust.types.EventT) -> None:
+        async def handle(event: Record) -> None:
             message = event.message
             topic = message.topic
             if topic in aside:

@@ -22,12 +22,12 @@ from typing import Any
 
 import faust
 
-from services.runtime.app import Delivery
+from services.runtime.app import Delivery, Record
 from services.runtime.faust_compat import as_current_event, current_event
 
 
 @contextmanager
-def handling(event: faust.types.EventT) -> Iterator[None]:
+def handling(event: Record) -> Iterator[None]:
     """Make `event` the one being processed, as Faust does inside `stream.events()`.
 
     Inside `take_events` the agent's body runs with no current event, yet Faust writes a
@@ -54,7 +54,7 @@ class Outbox:
         self.read = read
         self.apply = apply
         self._sent: list[tuple[asyncio.Future[Any], faust.TopicT, bytes | None, bytes]] = []
-        self._writes: dict[str, tuple[faust.types.EventT, Any]] = {}
+        self._writes: dict[str, tuple[Record, Any]] = {}
 
     async def send(self, topic: faust.TopicT, key: bytes | None, value: bytes) -> None:
         try:
@@ -95,7 +95,7 @@ class Outbox:
             with handling(event):
                 self.apply(key, value)
 
-    async def run(self, stream: faust.StreamT, handle: Callable[[faust.types.EventT], Any],
+    async def run(self, stream: faust.StreamT[bytes], handle: Callable[[Record], Any],
                   *, batch_max: int, within_s: float, concurrently: bool = False) -> None:
         """An agent's loop: read `stream` in batches of at most `batch_max` records (waiting
         at most `within_s` for one to fill), handle each as the current event (one after
@@ -104,7 +104,7 @@ class Outbox:
         # take_events is on faust.Stream, missing from the StreamT protocol in its stubs.
         batches = stream.take_events(batch_max, within=within_s)  # type: ignore[attr-defined]
 
-        async def one(event: faust.types.EventT) -> None:
+        async def one(event: Record) -> None:
             with handling(event):
                 await handle(event)
 

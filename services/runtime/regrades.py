@@ -4,18 +4,16 @@ published) goes to the dead letters, like any input."""
 
 from __future__ import annotations
 
-import faust
-
 from schemas.events import RegradeRequest
 from schemas.scenario import Scenario
 from services.contract.codec import Rejection, decode_or_reject
 from services.contract.settings import Settings
 from services.kafka.catalog import SCENARIO_GRACE_S, ScenarioCatalog, unknown_scenario
-from services.runtime.app import DeadLetters
+from services.runtime.app import DeadLetters, Record
 
 
 async def read_regrade(
-    event: faust.types.EventT, catalog: ScenarioCatalog, reject: DeadLetters,
+    event: Record, catalog: ScenarioCatalog, reject: DeadLetters,
     settings: Settings, *, grace_s: float = SCENARIO_GRACE_S,
 ) -> tuple[RegradeRequest, Scenario] | None:
     """The request and its scenario version, or None once the event is a dead letter.

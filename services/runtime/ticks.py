@@ -13,7 +13,7 @@ import heapq
 import json
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeAlias
 
 import faust
 from faust.types import TP
@@ -25,6 +25,10 @@ from services.runtime.faust_compat import awaiting_seek, current_event, on_recov
 from services.runtime.outage import BROKER, Dependency
 
 PROBE_INTERVAL_S = 5.0
+
+
+# A table of keyed state: each key's `table_value`.
+StateTable: TypeAlias = faust.types.TableT[str, dict[str, Any]]
 
 
 def table_value(state: dict[str, Any], due_at: float | None) -> dict[str, Any]:
@@ -47,7 +51,7 @@ class DeadlineTicker:
     one pass over the table (once per rebalance, not once per tick).
     """
 
-    def __init__(self, table: faust.types.TableT, ticks: faust.TopicT, again_after_s: float = 10.0,
+    def __init__(self, table: StateTable, ticks: faust.TopicT, again_after_s: float = 10.0,
                  stream_now: Callable[[int], float] | None = None):
         self.table = table
         self.ticks = ticks
@@ -212,7 +216,7 @@ class StreamClock:
 
 def faust_highwater(app: faust.App) -> Callable[[str, int], int | None]:
     def highwater(topic: str, partition: int) -> int | None:
-        return app.consumer.highwater(TP(topic, partition))  # type: ignore[no-any-return]
+        return app.consumer.highwater(TP(topic, partition))
 
     return highwater
 
@@ -269,7 +273,7 @@ class Deadlines:
     own tick topic, and a stream clock tells the agent what time it is on a partition.
     The processor calls `schedule(key, due_at)` whenever it stores a key's state."""
 
-    def __init__(self, app: faust.App, table: faust.types.TableT, ticks: faust.TopicT,
+    def __init__(self, app: faust.App, table: StateTable, ticks: faust.TopicT,
                  settings: Settings, inputs: tuple[str, ...] = ()) -> None:
         """`inputs`: the topics whose stream clock the deadlines run on (no tick is sent
         for a key until its partition of them has been read up to its due time)."""

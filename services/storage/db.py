@@ -7,7 +7,9 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import create_engine
 
 from services.contract.masking import mask_url
@@ -26,7 +28,7 @@ def engine_for(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
             # WAL lets the report read while a sink writes; several processes share the file.
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")

@@ -15,14 +15,14 @@ from faust.types import TP
 # --- the event being processed ------------------------------------------------------
 
 
-def current_event() -> faust.types.EventT | None:
+def current_event() -> faust.types.EventT[Any] | None:
     """The event being processed (None outside one): Faust writes a table's changelog to
     its partition, and the RocksDB store picks its partition's database by it."""
     return faust_streams.current_event()
 
 
 @contextmanager
-def as_current_event(event: faust.types.EventT) -> Iterator[None]:
+def as_current_event(event: faust.types.EventT[Any]) -> Iterator[None]:
     """Make `event` the one being processed, as Faust does inside `stream.events()`:
     code that handles a batch (`take_events`) runs with no current event otherwise."""
     token = faust_streams._current_event.set(weakref.ref(event))
@@ -100,7 +100,7 @@ def _by_topic(tps: Any) -> dict[str, Any]:
 def paused_partitions(consumer: Any) -> Set[TP]:
     """What faust's consumer holds paused now (it resumes every partition after a
     rebalance's recovery, so this is the truth, not what passk last paused)."""
-    return consumer._paused_partitions  # type: ignore[no-any-return]
+    return consumer._paused_partitions
 
 
 def pause_keeping_fetched(consumer: Any, tp: TP) -> None:
@@ -125,7 +125,7 @@ def forget_paused(consumer: Any, tp: TP) -> None:
 # --- a table on RocksDB while the app's other tables stay in memory -----------------
 
 
-class _OnDisk(faust.Table):  # type: ignore[misc]  # faust.Table is untyped to mypy
+class _OnDisk(faust.Table[Any, Any]):
     """`Table(store="rocksdb://")` does not do it in faust-streaming 0.15.3: yarl's
     URL("rocksdb://") is falsy (no host, no path), so the table falls back to the app's
     store, silently in memory. The store is therefore named where it is built."""
@@ -134,12 +134,12 @@ class _OnDisk(faust.Table):  # type: ignore[misc]  # faust.Table is untyped to m
         return self._new_store_by_url("rocksdb://")
 
 
-def on_disk_table(app: faust.App, **options: Any) -> faust.types.TableT:
+def on_disk_table(app: faust.App, **options: Any) -> faust.types.TableT[Any, Any]:
     """A faust Table (not yet added to `app.tables`) whose store is RocksDB."""
     return _OnDisk(app, **options)
 
 
-def new_store(table: faust.types.TableT) -> Any:
+def new_store(table: faust.types.TableT[Any, Any]) -> Any:
     """The store faust builds for `table` (what `table.data` is once it is started)."""
     return table._new_store()  # type: ignore[attr-defined]
 
@@ -157,7 +157,7 @@ RECOVERY_ORDER = ("deadlines", "join_flow")
 _STEPS = "_passk_recovery_steps"  # on the table: step name -> callback
 
 
-def on_recovery_completed(table: faust.types.TableT, step: str,
+def on_recovery_completed(table: faust.types.TableT[Any, Any], step: str,
                           callback: Callable[[], None]) -> None:
     """Run `callback` after `table`'s recovery completes, at `step`'s place in
     RECOVERY_ORDER."""

@@ -160,7 +160,7 @@ async def read_committed(consumer: Any) -> dict[TP, int | None]:
             offsets.update(await client.beginning_offsets(never))
         return offsets
 
-    return await consumer._thread.call_thread(read)  # type: ignore[no-any-return]
+    return await consumer._thread.call_thread(read)
 
 
 def _resets_to_earliest(consumer: Any) -> bool:

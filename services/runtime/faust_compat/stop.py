@@ -56,7 +56,7 @@ def _install() -> None:
         await original(self)
 
     close.__wrapped__ = original  # type: ignore[attr-defined]  # for the tests
-    Fetcher.close = close  # type: ignore[method-assign]
+    Fetcher.close = close
 
 
 PATCH = Patch(_install)
