@@ -52,7 +52,7 @@ def free_port() -> int:
 
 def spawn(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     """`passk ARGS` in a session of its own (so `stop` ends it with its children)."""
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - lives with the process
+    out = open(log, "ab") if log else subprocess.DEVNULL  # lives with the process
     return subprocess.Popen([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 

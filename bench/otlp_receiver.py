@@ -134,7 +134,7 @@ async def through_receiver(bodies: list[bytes], traces: int, settings: Settings,
         elapsed = time.perf_counter() - start
     await runner.cleanup()
     producer.close(30)
-    completed = metrics.traces_completed._value.get()  # noqa: SLF001 - the bench's own registry
+    completed = metrics.traces_completed._value.get()  # the bench's own registry
     assert completed == traces, f"{completed} of {traces} traces published"
     events = sum(producer.acked.values())
     assert events in (traces, 2 * traces), events  # a trial, with its session when stated

@@ -456,7 +456,7 @@ def run_round(stack: Stack, broker: Broker, plan: dict[str, Any], work: Path,
         if aggregate:
             try:
                 result["trace"] = stack.trace(aggregate)
-            except Exception as exc:  # noqa: BLE001 - the round's record matters more
+            except Exception as exc:  # the round's record matters more
                 result["trace"] = {"error": f"{type(exc).__name__}: {exc}"}
         # late or lost: the same audit once more after a while, nothing else changed
         again = wait_until(lambda: (a := audit(stack))[1] is not None and a[1]["clean"]

@@ -152,8 +152,8 @@ def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: No
                     f"--baseline {options.baseline!r}: no trial verdicts in the projection "
                     f"({url}). Known runs: {', '.join(runs[:10]) or 'none'}")
             baseline.append(base)
-        import services.harness.play  # noqa: F401
-        import services.report.wait  # noqa: F401
+        import services.harness.play
+        import services.report.wait
         import services.scenarios.publish  # noqa: F401
 
     with stack_for(settings, say=say, meanwhile=meanwhile) as stack:

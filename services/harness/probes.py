@@ -229,7 +229,7 @@ def _give_up(dbapi: Any) -> None:
         return
     try:
         stop()
-    except Exception:  # noqa: BLE001 - the query is abandoned whatever the driver says
+    except Exception:  # the query is abandoned whatever the driver says
         pass
 
 

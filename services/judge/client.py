@@ -224,7 +224,7 @@ class JudgeClient:
         for attempt in range(1, budget + 1):
             try:
                 answer, completion, elapsed = await self._ask_once(judge_id, messages)
-            except Exception as exc:  # noqa: BLE001 - every failure is classified below
+            except Exception as exc:  # every failure is classified below
                 failure = classify(exc)
                 completion = getattr(exc, "completion", None)
                 if completion is not None:  # a malformed answer still spent tokens
@@ -312,7 +312,7 @@ class JudgeClient:
             await self._ask_once(judge_id, judge_prompt.render(judge_id, assertion, transcript))
         except judge_prompt.MalformedAnswer:
             return True  # it answered; a bad answer is not an outage
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.info("canary failed: %s", classify(exc).detail)
             return False
         return True

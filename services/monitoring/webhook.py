@@ -26,7 +26,7 @@ def serve(port: int, out: Path) -> None:
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:  # http.server's name
             size = int(self.headers.get("Content-Length") or 0)
             if size > MAX_BODY:
                 self.send_response(413)

@@ -111,7 +111,7 @@ class Review:
         if self.source.refresh is not None:
             try:
                 await self.source.refresh()
-            except Exception as exc:  # noqa: BLE001 - a page shows what was read so far
+            except Exception as exc:  # a page shows what was read so far
                 log.warning("review: could not catch up with the broker (%s); showing what "
                             "was read", type(exc).__name__)
 
@@ -263,7 +263,7 @@ class Review:
             return self.refuse(request, "mark pass or fail for at least one judge", 400)
         try:
             await run_in_threadpool(self.publish, labels)
-        except Exception as exc:  # noqa: BLE001 - any broker failure: say so, keep nothing
+        except Exception as exc:  # any broker failure: say so, keep nothing
             log.warning("review: could not publish %d label(s): %s", len(labels),
                         type(exc).__name__)
             return self.refuse(request, "the labels could not be published (is the broker "

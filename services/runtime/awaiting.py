@@ -85,7 +85,7 @@ def log_on_signal(loop: asyncio.AbstractEventLoop,
     def dump() -> None:
         try:
             said = state()
-        except Exception as exc:  # noqa: BLE001 - the tasks are still worth logging
+        except Exception as exc:  # the tasks are still worth logging
             said = f"(state unreadable: {type(exc).__name__}: {exc})"
         log.warning("asyncio tasks and what each awaits (SIGUSR2):\n%s\n%s\nend of tasks",
                     said, describe(asyncio.all_tasks(loop)))

@@ -119,7 +119,7 @@ def _await_readable(settings: Settings, written: list[RecordMetadata], timeout: 
 def _abort(producer: KafkaProducer) -> None:
     try:
         producer.abort_transaction()
-    except Exception:  # noqa: S110 - the original error is the one to report; the
+    except Exception:  # the original error is the one to report; the
         # broker aborts an open transaction itself when its timeout passes.
         pass
 

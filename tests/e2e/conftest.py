@@ -90,7 +90,7 @@ def _or_why_not(part: Callable[[], str]) -> str:
     replace the failure it explains with one of its own (a broker down, a worker gone)."""
     try:
         return part()
-    except Exception as exc:  # noqa: BLE001 - any reason is shown, none raised
+    except Exception as exc:  # any reason is shown, none raised
         return f"(not available: {type(exc).__name__}: {exc})"
 
 
@@ -107,7 +107,7 @@ class Pipeline:
     worker_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
-        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
+        log = open(self.logs / f"{name}.log", "ab")  # lives with the process
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "services.cli", *args], env={**self.env, **(env or {})},
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

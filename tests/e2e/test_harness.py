@@ -43,7 +43,7 @@ PLAN: dict[str, dict[str, Any]] = {
 def reference_product(tmp_path: Path, plan: dict[str, Any]) -> Iterator[tuple[int, Path]]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     port, db = free_port(), tmp_path / "agent" / "agent.db"
-    log = open(tmp_path / "agent.log", "ab")  # noqa: SIM115 - lives with the process
+    log = open(tmp_path / "agent.log", "ab")  # lives with the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "examples.agent.server", "--port", str(port), "--db", str(db),
          "--faults", json.dumps(plan)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)

@@ -140,7 +140,7 @@ def webhook() -> Iterator[Webhook]:
     hook = Webhook()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:  # http.server's name
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             hook.payloads.append(json.loads(body))
             self.send_response(200)

@@ -69,4 +69,4 @@ async def test_results_go_out_with_their_trace_ids_through_an_outage(settings: S
     assert records["g1"]["attributes"]["gen_ai.evaluation.explanation"] == "exit was handed_off"
     assert records["v2"]["attributes"]["gen_ai.evaluation.score.label"] == "pass"
     assert sink.refused == 2
-    assert metrics.export_failures._value.get() >= 1  # noqa: SLF001
+    assert metrics.export_failures._value.get() >= 1

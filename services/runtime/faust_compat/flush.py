@@ -37,7 +37,7 @@ def _install() -> None:
     original_send_pending = ProducerBuffer._send_pending
     original_flush = ProducerBuffer.flush
 
-    def __post_init__(self: Any) -> None:  # noqa: N807
+    def __post_init__(self: Any) -> None:
         original_post_init(self)
         self._passk_put = 0  # messages put in the queue so far
         self._passk_handed = 0  # of those, handed to the producer (or failed to be)

@@ -109,7 +109,7 @@ def _install() -> None:
     original_seek = Consumer.seek
     original_seek_to_committed = ThreadDelegate.seek_to_committed
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
         self._read_offset = SeekGuardedReadOffsets()
 

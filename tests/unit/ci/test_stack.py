@@ -24,7 +24,7 @@ def _group(tmp_path: Path, name: str, script: str) -> Started:
     log = tmp_path / f"{name}.log"
     child = tmp_path / f"{name}.child"
     popen = subprocess.Popen(
-        ["bash", "-c", f"{script} & echo $! > {child}; wait"], stdout=open(log, "ab"),  # noqa: SIM115
+        ["bash", "-c", f"{script} & echo $! > {child}; wait"], stdout=open(log, "ab"),
         stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 10
     while not (child.exists() and child.read_text().strip()):
@@ -62,7 +62,7 @@ def test_stopping_a_group_stops_its_children_even_when_they_ignore_sigterm(
 
 def test_a_group_whose_leader_exited_is_alive_while_a_member_runs(tmp_path: Path) -> None:
     log = tmp_path / "leader.log"
-    popen = subprocess.Popen(["bash", "-c", "sleep 300 & echo started"], stdout=open(log, "ab"),  # noqa: SIM115
+    popen = subprocess.Popen(["bash", "-c", "sleep 300 & echo started"], stdout=open(log, "ab"),
                              stderr=subprocess.STDOUT, start_new_session=True)
     popen.wait(10)  # the script is done, as kafka-up.sh once the broker serves
     started = Started("kafka", popen, log)

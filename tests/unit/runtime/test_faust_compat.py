@@ -220,7 +220,7 @@ def test_the_fetch_wrapper_builds_fausts_consumer(tmp_path: Path) -> None:
 
 @dataclass(frozen=True)
 class Broker:
-    nodeId: int  # noqa: N815 - aiokafka's name
+    nodeId: int  # aiokafka's name
 
 
 class Metadata:

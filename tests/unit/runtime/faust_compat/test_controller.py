@@ -16,7 +16,7 @@ from services.runtime.faust_compat.controller import _get_controller_node
 
 @dataclass(frozen=True)
 class Broker:
-    nodeId: int  # noqa: N815 - aiokafka's name
+    nodeId: int  # aiokafka's name
 
 
 @dataclass
