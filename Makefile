@@ -8,7 +8,7 @@ PASSK := $(BIN)/passk
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help install kafka-up kafka-down pg-up pg-down topics up down demo test test-unit \
-        test-integration test-e2e lint typecheck schemas dashboard bench soak clean
+        test-integration test-e2e lint fmt typecheck schemas dashboard bench soak clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}'
@@ -71,6 +71,14 @@ lint: install ## ruff, the import contracts in pyproject.toml (the layers import
 	$(BIN)/ruff check schemas services tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy schemas services
+
+# `make lint` checks and changes nothing; `make fmt` formats (ruff format) and applies ruff's
+# safe fixes (import order, unneeded noqa, ...) in place. The same run on each commit:
+# `.venv/bin/pre-commit install` (.pre-commit-config.yaml, with the import contracts).
+FMT_PATHS := schemas services tests bench
+fmt: install ## format the code in place: ruff check --fix (imports, noqa), then ruff format
+	$(BIN)/ruff check --fix $(FMT_PATHS)
+	$(BIN)/ruff format $(FMT_PATHS)
 
 typecheck: install ## mypy
 	$(BIN)/mypy schemas services
