@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from services.monitoring.dashboard import build, queries
-from tests.unit.infra.test_alerts import promtool
+from tests.integration.infra.test_alerts_promtool import promtool
 
 # Per 30 s: 500 prompt and 50 completion tokens, one trial verdict (two workers' series).
 SERIES = [
