@@ -172,7 +172,7 @@ def test_a_crash_anywhere_recovers_from_any_offset_faust_may_commit(seed: int) -
     in batches of its own sizes; the re-keyer appends repeats from its own committed
     offset; the figures sent before the crash are those of any batches up to the cut."""
     rng = random.Random(seed)
-    traffic = spread_traffic(seed + 10, trials=30)
+    traffic = spread_traffic(seed + 10, trials=20)
     undisturbed = one_at_a_time(traffic)
     first = Worker()
     first.run(traffic, [rng.randint(1, 8) for _ in range(10)])
@@ -205,4 +205,4 @@ def test_a_crash_anywhere_recovers_from_any_offset_faust_may_commit(seed: int) -
             assert {k: figures(r) for k, r in w.published.items()} == {
                 k: figures(r) for k, r in undisturbed.published.items()}, (kept, committed)
             crashes += 1
-    assert crashes > 150
+    assert crashes > 150, crashes
