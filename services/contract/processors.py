@@ -2,7 +2,7 @@
 and reads back, which of its topics are joined by key, its Faust tables and its /metrics
 port. The CLI (`passk worker`, `passk supervise`, `passk status`), the monitoring config,
 the consumer-lag monitor, the secured broker's ACLs, topic creation and every app's topic
-and table declarations read this registry; tests/unit/contract/test_apps_match_registry.py
+and table declarations read this registry; tests/integration/test_apps_match_registry.py
 builds every app and checks its real topics and tables against it.
 
 A table's changelog topic is not written anywhere: it is derived here from the table's

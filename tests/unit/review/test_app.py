@@ -5,12 +5,8 @@ is refused and publishes nothing, labels carry the reviewer's name, text is esca
 from __future__ import annotations
 
 import logging
-import os
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -168,16 +164,3 @@ def test_make_up_records_that_reviewers_are_set_never_their_tokens() -> None:
     from services.contract.masking import mask_value
 
     assert mask_value("PASSK_REVIEW_TOKENS", "ann:s3cret-ann") == "(set; not recorded)"
-
-
-def test_make_up_supervises_the_review_app(tmp_path: Path) -> None:
-    out = tmp_path / "run" / "supervisord.conf"
-    done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(out),
-         "--log-dir", str(tmp_path / "log"), "--review-port", "8711"],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PASSK_REVIEW_TOKENS": "ann:s3cret-ann"})
-    assert done.returncode == 0, done.stderr
-    conf = out.read_text()
-    assert "[program:review]" in conf and "review --port 8711" in conf
-    assert "s3cret" not in conf

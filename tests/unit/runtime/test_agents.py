@@ -1,5 +1,5 @@
 """Agents declared from the registry, and the three ways they read. (The agents of every real
-app are checked against the registry in tests/unit/contract/test_apps_match_registry.py;
+app are checked against the registry in tests/integration/test_apps_match_registry.py;
 they read the real broker in tests/integration and tests/e2e.)"""
 
 from __future__ import annotations

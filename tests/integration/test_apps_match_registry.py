@@ -23,7 +23,7 @@ from services.contract.settings import Settings
 from services.contract.topics import topic_name
 from tests.unit.fakes import without_setting_variables
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Runs in the subprocess: build every worker's app and describe it as Faust built it.
 DESCRIBE = """
