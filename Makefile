@@ -51,7 +51,7 @@ demo: install ## the main job, end to end: scenarios, traffic, verdicts, report,
 # a group on one worker (the shared pipeline's tests, a module's own broker); e2e goes
 # first so that the longest tests start first and the short ones fill in after. Then the
 # tests marked `alone` (a worker or broker SIGKILLed mid-stream) one at a time, with the
-# machine to themselves: under the parallel run's load one lost a trial (docs/known-limits.md).
+# machine to themselves: under the parallel run's load one lost a trial (docs/notes/incidents.md).
 TEST_WORKERS ?= 4
 test: kafka-up ## the whole suite: on TEST_WORKERS workers (4), then the `alone` tests one by one
 	$(BIN)/pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup -m "not alone" \

@@ -382,7 +382,7 @@ def test_an_outage_past_the_producer_timeout_loses_no_figure(tmp_path: Path) -> 
             told = log.read_text(errors="replace")
             wrong = off(last, expected)
             scopes = sum(1 for scope in expected if scope in last)
-            # One line per run for the record (docs/known-limits.md has ten of them).
+            # One line per run for the record (docs/notes/incidents.md has ten of them).
             print(f"\nOUTAGE-RUN verdicts={len(verdicts)} scopes={scopes}/{len(expected)} "
                   f"wrong={len(wrong)} starts={len(starts)} "
                   f"commits_refused={told.count('not committing: a record')} "

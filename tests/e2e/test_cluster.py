@@ -38,7 +38,7 @@ pytestmark = [
                        reason="heavy: set PASSK_CLUSTER_TEST=1 to run the three-broker test"),
 ]
 SCENARIOS = ROOT / "examples" / "scenarios"
-# 5 example scenarios x 500: 2,500 trials (figures in docs/faust-notes.md).
+# 5 example scenarios x 500: 2,500 trials (figures in docs/notes/faust-notes.md).
 TRIALS_PER_SCENARIO = 500
 LOST_BROKER = 2
 
@@ -198,7 +198,7 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
         # every group, the survivors and the third gate worker, consumed and committed all
         pipeline.wait_settled(timeout=600, processors=processors)
         settled_s = time.monotonic() - started
-        # the figures docs/faust-notes.md quotes (run with -s to see them)
+        # the figures docs/notes/faust-notes.md quotes (run with -s to see them)
         print(f"cluster figures: {total} trials, outcomes {dict(Counter(outcome.values()))}, "
               f"every verdict {all_verdicts_s:.0f} s and every group at lag 0 "
               f"{settled_s:.0f} s after the replay started")

@@ -430,7 +430,7 @@ def test_a_regrade_gaining_its_windows_is_finished_as_a_gain_after_a_crash() -> 
 
 
 def test_a_verdict_not_read_again_loses_its_own_change_only() -> None:
-    """Run 10 of the outage experiment (docs/known-limits.md), on the pure count: two
+    """Run 10 of the outage experiment (docs/notes/incidents.md), on the pure count: two
     trials of one day counted one after the other, a crash keeping their memories and
     losing their window writes, and the restart not reading the first one's verdict
     again. The second one's change is finished all the same (before, it waited behind
