@@ -1,6 +1,7 @@
-"""Every relative link in the README, docs/, bench/README.md and CHANGELOG.md resolves: the
-file exists, and a `#fragment` names a heading of the target (GitHub's anchors). Files keep
-moving between these documents; a link left pointing at the old place fails here."""
+"""Every relative link in the README, docs/ (notes/ too), bench/README.md and CHANGELOG.md
+resolves: the file exists, and a `#fragment` names a heading of the target (GitHub's
+anchors). Files keep moving between these documents; a link left pointing at the old place
+fails here."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from markdown_it import MarkdownIt
 ROOT = Path(__file__).resolve().parents[3]
 DOCUMENTS = sorted(
     p for p in [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "bench" / "README.md",
-                *(ROOT / "docs").glob("*.md")] if p.exists()
+                *(ROOT / "docs").rglob("*.md")] if p.exists()
 )
 _md = MarkdownIt("commonmark").enable("table")
 
@@ -71,6 +72,19 @@ def broken_links(document: Path) -> list[str]:
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_resolves(document: Path) -> None:
     assert broken_links(document) == []
+
+
+def test_every_document_under_docs_is_checked_and_reached_from_the_index() -> None:
+    """docs/ at any depth (the dated notes in docs/notes/ too), and each of its documents
+    linked from docs/README.md, the reading path and the reference list."""
+    under_docs = {p for p in DOCUMENTS if (ROOT / "docs") in p.parents}
+    assert under_docs == set((ROOT / "docs").rglob("*.md"))
+    assert any(p.parent.name == "notes" for p in under_docs)
+    index = ROOT / "docs" / "README.md"
+    reached = {(index.parent / urlsplit(h).path).resolve()
+               for h in relative_links(index.read_text()) if urlsplit(h).path}
+    missing = sorted(str(p.relative_to(ROOT)) for p in under_docs - {index} - reached)
+    assert missing == []
 
 
 def test_the_checker_sees_a_broken_file_and_a_broken_anchor(tmp_path: Path) -> None:
