@@ -174,6 +174,9 @@ def test_a_crash_anywhere_recovers_from_any_offset_faust_may_commit(seed: int) -
     rng = random.Random(seed)
     traffic = spread_traffic(seed + 10, trials=20)
     undisturbed = one_at_a_time(traffic)
+    want = {k: v for k, v in undisturbed.items() if k.startswith(("b|", "l|"))}
+    want_latest = latest(undisturbed)
+    want_figures = {k: figures(r) for k, r in undisturbed.published.items()}
     first = Worker()
     first.run(traffic, [rng.randint(1, 8) for _ in range(10)])
     crashes = 0
@@ -198,11 +201,10 @@ def test_a_crash_anywhere_recovers_from_any_offset_faust_may_commit(seed: int) -
                         w.published[scope(r)] = r
             again = traffic[committed:] + traffic[rekeyed_from:]
             w.run(again, [rng.randint(1, 9) for _ in range(10)], first=committed)
-            want = {k: v for k, v in undisturbed.items() if k.startswith(("b|", "l|"))}
             assert {k: v for k, v in w.table.items() if k.startswith(("b|", "l|"))} == want, (
                 kept, committed, rekeyed_from)
-            assert latest(Table() | w.table) == latest(undisturbed)  # type: ignore[arg-type]
-            assert {k: figures(r) for k, r in w.published.items()} == {
-                k: figures(r) for k, r in undisturbed.published.items()}, (kept, committed)
+            assert latest(Table() | w.table) == want_latest  # type: ignore[arg-type]
+            assert {k: figures(r) for k, r in w.published.items()} == want_figures, (
+                kept, committed)
             crashes += 1
     assert crashes > 150, crashes

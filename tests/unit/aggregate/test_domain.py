@@ -214,6 +214,8 @@ def test_a_crash_after_any_write_is_finished_when_the_verdict_is_read_again() ->
     undisturbed = Table()
     for v in traffic:
         undisturbed.feed(v)
+    want = (undisturbed.counts(), latest(undisturbed),
+            {k: figures(r) for k, r in undisturbed.published.items()})
     crashes = 0
     before = Table()  # fed traffic[:i]
     for i, v in enumerate(traffic):
@@ -223,10 +225,9 @@ def test_a_crash_after_any_write_is_finished_when_the_verdict_is_read_again() ->
             t.feed(v, cut=cut)  # the changelog lost every write after `cut`
             for again in traffic[max(0, i - 3):]:  # the uncommitted offsets, read again
                 t.feed(again)
-            assert t.counts() == undisturbed.counts(), (i, cut)
-            assert latest(t) == latest(undisturbed), (i, cut)  # what the gauges show
-            assert {k: figures(r) for k, r in t.published.items()} == {
-                k: figures(r) for k, r in undisturbed.published.items()}, (i, cut)
+            assert t.counts() == want[0], (i, cut)
+            assert latest(t) == want[1], (i, cut)  # what the gauges show
+            assert {k: figures(r) for k, r in t.published.items()} == want[2], (i, cut)
             crashes += 1
         before.feed(v)
     assert crashes > 150
@@ -244,6 +245,8 @@ def test_a_crash_across_several_verdicts_recovers_from_any_offset_faust_may_comm
     undisturbed = Table()
     for v in traffic:
         undisturbed.feed(v)
+    want = (undisturbed.counts(), latest(undisturbed),
+            {k: figures(r) for k, r in undisturbed.published.items()})
     log: list[tuple[int, str, dict[str, Any] | None]] = []  # (verdict, key, value)
     records: list[tuple[int, ScenarioReliability]] = []  # sent before that verdict's writes
     first = Table()
@@ -273,10 +276,9 @@ def test_a_crash_across_several_verdicts_recovers_from_any_offset_faust_may_comm
             t.published = {scope(r): r for i, r in records if i < sent_up_to}
             for again in traffic[committed:] + traffic[rekeyed_from:]:
                 t.feed(again)
-            assert t.counts() == undisturbed.counts(), (kept, committed, rekeyed_from)
-            assert latest(t) == latest(undisturbed), (kept, committed)
-            assert {k: figures(r) for k, r in t.published.items()} == {
-                k: figures(r) for k, r in undisturbed.published.items()}, (kept, committed)
+            assert t.counts() == want[0], (kept, committed, rekeyed_from)
+            assert latest(t) == want[1], (kept, committed)
+            assert {k: figures(r) for k, r in t.published.items()} == want[2], (kept, committed)
             crashes += 1
     assert crashes > 150
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import random
 from itertools import combinations
 from math import comb
 
+import numpy as np
 import pytest
 
 from services.grading.estimators import (
@@ -193,8 +193,9 @@ class TestPassHatKInterval:
 
     @pytest.mark.parametrize(("n", "c", "k"), [(5, 4, 3), (20, 15, 5), (3, 1, 3)])
     def test_matches_monte_carlo(self, n: int, c: int, k: int) -> None:
-        rng = random.Random(1234)
-        draws = sorted(rng.betavariate(c + 1, n - c + 1) ** k for _ in range(200_000))
+        # 200,000 draws from the posterior, by numpy's generator (Python's betavariate in
+        # a loop took seconds)
+        draws = np.sort(np.random.default_rng(1234).beta(c + 1, n - c + 1, 200_000) ** k)
         lower, upper = pass_hat_k_interval(n, c, k)
         assert lower == pytest.approx(draws[int(0.05 * len(draws))], abs=0.005)
         assert upper == pytest.approx(draws[int(0.95 * len(draws))], abs=0.005)
