@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The shell steps of the GitHub Action (action.yml at the repository root), one
-# subcommand each, so that they are tested here (tests/unit/infra/test_ci_action.py)
+# subcommand each, so that they are tested here (tests/integration/infra/test_ci_action.py)
 # rather than only on GitHub:
 #
 #   action.sh install   venv with passk and its pinned dependencies; the Kafka jars fetched
