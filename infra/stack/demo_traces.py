@@ -175,11 +175,19 @@ def record(args: argparse.Namespace, model_url: str) -> Recorded:
 
 
 def send(url: str, at_ns: dict[str, int], by_trace: dict[str, list[Any]],
-         token: str | None) -> None:
+         token: str | None, patience_s: float = 240.0) -> int:
     """Each trace as one OTLP/HTTP protobuf request, its times moved so that its root span
-    ends at the trace's event time."""
+    ends at the trace's event time. A trace the receiver answers as rejected (OTLP partial
+    success: until its scenario catalog has read examples/production, a plain trace matches
+    no scenario and is dead-lettered) is sent again a little later, within `patience_s`.
+    Returns how many sends were rejected."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
 
+    deadline = time.monotonic() + patience_s
+    rejected = 0
     for trace_id, spans in by_trace.items():
         request = encode_spans(spans)
         root_end = max(s.end_time or 0 for s in spans if s.parent is None)
@@ -194,18 +202,26 @@ def send(url: str, at_ns: dict[str, int], by_trace: dict[str, list[Any]],
         headers = {"Content-Type": "application/x-protobuf"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        req = urllib.request.Request(url, data=request.SerializeToString(), headers=headers,
-                                     method="POST")
-        for attempt in range(30):
+        body = request.SerializeToString()
+        while True:
+            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(req, timeout=10) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError as exc:
-                if attempt == 29:
-                    raise SystemExit(f"demo: the OTLP receiver at {url} did not take a "
-                                     f"trace: {exc}") from None
-                time.sleep(1.0)
+                    said = ExportTraceServiceResponse.FromString(answer.read())
+                if not said.partial_success.rejected_spans:
+                    break
+                why = said.partial_success.error_message
+            except OSError as exc:  # not up yet, or 503 past its in-flight bound
+                why = str(exc)
+            rejected += 1
+            if time.monotonic() > deadline:
+                raise SystemExit(f"demo: the OTLP receiver at {url} did not take trace "
+                                 f"{trace_id}: {why}")
+            if rejected == 1:
+                print(f"  the receiver did not take trace {trace_id} ({why[:200]}); is its "
+                      "scenario catalog behind? sending it again", flush=True)
+            time.sleep(2.0)
+    return rejected
 
 
 def await_verdicts(plan: list[Planned], timeout: float) -> dict[str, str]:
@@ -229,6 +245,18 @@ def await_verdicts(plan: list[Planned], timeout: float) -> dict[str, str]:
         store.close()
 
 
+def dead_letters() -> dict[str, str]:
+    """Each trace id `passk dead-letters` lists, with its reason: why a trace was not taken."""
+    import subprocess
+
+    done = subprocess.run([str(ROOT / ".venv" / "bin" / "passk"), "dead-letters", "--json",
+                           "--since", "2h"], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        return {}
+    return {d["key"]: f"{d['reason']}: {d.get('excerpt', '')}"[:200]
+            for d in json.loads(done.stdout).get("dead_letters", []) if d.get("key")}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="demo_traces")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -250,7 +278,7 @@ def main(argv: list[str]) -> int:
 
     with chat_model() as model_url:
         plan, at_ns, by_trace = record(args, model_url)
-    send(args.url, at_ns, by_trace, os.environ.get("PASSK_OTLP_TOKEN") or None)
+    resent = send(args.url, at_ns, by_trace, os.environ.get("PASSK_OTLP_TOKEN") or None)
     args.plan.write_text(json.dumps({"trials": [asdict(p) for p in plan]}, indent=1))
     for hour in sorted({p.hour for p in plan}):
         mine = [p for p in plan if p.hour == hour]
@@ -261,14 +289,17 @@ def main(argv: list[str]) -> int:
             said.append(f"{sid} {len(ps)} traces ({sum(p.sampled for p in ps)} in the LLM-judge "
                         f"sample{f', {repeats} re-ask an answered question' if repeats else ''})")
         print(f"  hour {hour}: " + "; ".join(said))
-    print(f"  sent {len(plan)} plain GenAI traces to {args.url} (no passk ids); waiting for "
-          "their verdicts")
+    print(f"  sent {len(plan)} plain GenAI traces to {args.url} (no passk ids"
+          + (f"; {resent} sends rejected and made again, each a dead letter: passk "
+             "dead-letters" if resent else "") + "); waiting for their verdicts")
     outcomes = await_verdicts(plan, args.timeout)
     wrong = [(p.trial_id, p.expected_outcome, outcomes.get(p.trial_id, "missing"))
              for p in plan if outcomes.get(p.trial_id) != p.expected_outcome]
     if wrong:
+        letters = dead_letters()
         for trial_id, want, got in wrong[:10]:
-            print(f"demo: trace {trial_id}: expected {want}, got {got}")
+            note = f" (dead letter: {letters[trial_id]})" if trial_id in letters else ""
+            print(f"demo: trace {trial_id}: expected {want}, got {got}{note}")
         print(f"demo: {len(wrong)} of {len(plan)} traces did not get their expected outcome")
         return 1
     runs = ", ".join(sorted({p.run_id for p in plan}))

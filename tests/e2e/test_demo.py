@@ -43,7 +43,7 @@ def continuous_half(clone: Path, env: dict[str, str], out: str, otlp: int) -> No
     the production-run trials arrived with sampled figures: the sampled scenario's windows
     hold fewer sampled trials than trials, exactly the plan's (the contract's hash)."""
     plan = json.loads((clone / "var/demo/live-e2e/plan.json").read_text())["trials"]
-    assert f"plain GenAI traces to http://127.0.0.1:{otlp}/v1/traces (no passk ids)" in out
+    assert f"plain GenAI traces to http://127.0.0.1:{otlp}/v1/traces (no passk ids" in out
     assert f"all {len(plan)} traces graded as planned" in out, out[-5000:]
     assert "passk windows: n=" in out and "n_sampled=" in out, out[-5000:]
     refunds = [t for t in plan if t["scenario_id"] == "support-refunds"]
