@@ -81,8 +81,10 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
     standin, metrics_base, agent = free_port(), free_port_block(len(WORKERS)), free_port()
     prometheus, alertmanager = free_port(), free_port()
     otlp, webhook = free_port(), free_port()
+    # PYTHONPATH too: the clone's processes must import the clone's code, whose settings
+    # put its projection under the clone's var/ (not the checkout's that ran the test).
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PASSK_", "OPENAI_",
-                                                                     "VIRTUAL_ENV"))}
+                                                                     "VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(
         PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
         PASSK_STANDIN_PORT=str(standin),
