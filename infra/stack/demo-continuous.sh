@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The continuous half of `make demo` (run after the CI part, on the stack it started):
-# replay several hours of production-like event time in which one scenario degrades in its
-# last (the current) hour, then show the latest windows (`passk windows`), Prometheus's
-# passk_scenario_pass_hat_k for that scenario, the reliability-drop alert firing, and the
-# notification Alertmanager delivered to a loopback webhook receiver this script runs.
-# Expected figures come from the generator's plan. `make down` stops all of it.
+# The continuous half of `make demo` (run after the CI part, on the stack it started): the
+# production path. A support agent on the official openai client, instrumented by
+# opentelemetry-instrumentation-openai-v2, sends plain GenAI traces (no passk id) to the
+# OTLP receiver (`passk worker otlp`, started by `make up`) for several hours of event time
+# (infra/stack/demo_traces.py); the receiver routes each by the `match:` rules of
+# examples/production/, where `support-refunds` judges half its traffic with the LLM judge
+# (`sampling: {llm_judges: 0.5}`) and degrades in its last (the current) hour. Then: the
+# latest windows (`passk windows --runs 'production-*'`: all trials and the sampled ones),
+# Prometheus's sampled pass^k for that scenario, the reliability-drop alert firing on the
+# sampled figures, and the notification Alertmanager delivered to a loopback webhook
+# receiver this script runs. Expected figures come from the traffic's plan (which trace
+# is in the sample is the contract's hash of its id). `make down` stops all of it.
 #
 # Demo-sized monitoring: Prometheus scrapes every 5 s and every alert's `for:` is 10 s
 # (PASSK_ALERT_FOR, rendered into var/monitoring; infra/prometheus/alerts.yml keeps the
@@ -14,8 +20,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 bin="$root/.venv/bin"; passk="$bin/passk"; python="$bin/python"
 hours="${PASSK_DEMO_HOURS:-4}"
-per_hour="${PASSK_DEMO_WINDOW_TRIALS:-12}"
-degrading="${PASSK_DEMO_DEGRADING:-debrief-billable-repair}"
+per_hour="${PASSK_DEMO_WINDOW_TRIALS:-24}"  # support-refunds traces per hour
+degrading="${PASSK_DEMO_DEGRADING:-support-refunds}"
 degraded_prob="${PASSK_DEMO_DEGRADED_PASS_PROB:-0.2}"
 run_id="${PASSK_DEMO_LIVE_RUN_ID:-live-$(date -u +%Y%m%dT%H%M%SZ)}"
 out="$root/var/demo/$run_id"
@@ -64,43 +70,29 @@ if [ "$monitoring" = 1 ]; then
 fi
 
 echo
-echo "== continuous 2/5 $hours hours of production-like traffic; $degrading degrades in the last"
+echo "== continuous 2/5 $hours hours of production traffic: plain GenAI traces through the OTLP receiver"
+"$passk" scenarios publish examples/production
 hour_epoch=$(( $(date -u +%s) / 3600 * 3600 ))
 hour_now="$(date -u -d "@$hour_epoch" +%Y-%m-%dT%H:%M:%SZ)"
-read -r base_n base_passed < <("$python" infra/stack/demo_continuous.py baseline "$degrading" "$hour_now")
-: > "$out/traffic.jsonl"
-for i in $(seq 0 $((hours - 1))); do
-  back=$((hours - 1 - i))
-  start="$(date -u -d "@$((hour_epoch - back * 3600 + 60))" +%Y-%m-%dT%H:%M:%SZ)"
-  degrade=()
-  [ "$i" -eq $((hours - 1)) ] && degrade=(--pass-prob "$degrading=$degraded_prob")
-  "$passk" generate --scenarios examples/scenarios --run-id "$run_id-$i" \
-    --out "$out/traffic-$i.jsonl" --expected "$out/expected-$i.json" --trials "$per_hour" \
-    --default-pass-prob 1.0 "${degrade[@]}" --quirk-rate session_missing=0 \
-    --seed "$((${PASSK_DEMO_SEED:-7} + 100 + i))" --start "$start" >/dev/null
-  cat "$out/traffic-$i.jsonl" >> "$out/traffic.jsonl"
-  echo "  hour $start: $per_hour trials per scenario (run $run_id-$i)"
-done
-"$passk" replay "$out/traffic.jsonl"
-for i in $(seq 0 $((hours - 1))); do
-  "$passk" wait --run-id "$run_id-$i" --expected "$out/expected-$i.json" --timeout 600 >/dev/null
-done
+read -r base_n base_passed base_ns base_ps < <("$python" infra/stack/demo_continuous.py baseline "$degrading" "$hour_now")
+"$python" infra/stack/demo_traces.py send \
+  --url "http://127.0.0.1:${PASSK_OTLP_PORT:-4318}/v1/traces" --plan "$out/plan.json" \
+  --hours "$hours" --hour-start "$hour_epoch" --refunds "$per_hour" --degrading "$degrading" \
+  --degraded-pass "$degraded_prob" --seed "${PASSK_DEMO_SEED:-7}" --nonce "$run_id"
 
 echo
-echo "== continuous 3/5 the latest windows per scenario (passk windows)"
-"$python" infra/stack/demo_continuous.py show --scenario "$degrading" --hour "$hour_now" \
-  --expected "$out/expected-$((hours - 1)).json" --base-n "$base_n" --base-passed "$base_passed" \
-  >"$out/plan.txt" || { cat "$out/plan.txt"; exit 1; }
+echo "== continuous 3/5 the latest windows per scenario (passk windows --runs 'production-*')"
+show=("$python" infra/stack/demo_continuous.py show --scenario "$degrading" --hour "$hour_now"
+      --plan "$out/plan.json" --base-n "$base_n" --base-passed "$base_passed"
+      --base-sampled "$base_ns" --base-passed-sampled "$base_ps")
+"${show[@]}" >"$out/plan.txt" || { cat "$out/plan.txt"; exit 1; }
 cat "$out/plan.txt"
-"$passk" windows --window 1h --last "$hours" --html "$out/windows.html"
+"$passk" windows --runs 'production-*' --window 1h --last "$hours" --html "$out/windows.html"
 
 if [ "$monitoring" = 1 ]; then
   echo
   echo "== continuous 4/5 Prometheus and the drop alert; 5/5 the webhook's notification"
-  "$python" infra/stack/demo_continuous.py show --scenario "$degrading" --hour "$hour_now" \
-    --expected "$out/expected-$((hours - 1)).json" --base-n "$base_n" \
-    --base-passed "$base_passed" --prometheus "$prom" --webhook-file "$webhook_file" \
-    | sed -n '/^== Prometheus/,$p'
+  "${show[@]}" --prometheus "$prom" --webhook-file "$webhook_file" | sed -n '/^== Prometheus/,$p'
 fi
 echo
 echo "Reliability over time (one page): $out/windows.html"

@@ -1,14 +1,16 @@
 """The checks of the continuous half of `make demo` (infra/stack/demo-continuous.sh).
 
 `baseline SCENARIO HOUR`   prints the trials the scenario's window starting HOUR already
-                           held (the CI part's, an earlier demo's), as `n passed`, so the
-                           expected figure counts them too.
-`show ...`                 after the replay: waits for the window in `passk windows --json`,
-                           prints the expected figures (from the generator's plan plus the
-                           baseline), Prometheus's passk_scenario_pass_hat_k for the scenario
-                           (its HTTP API), the drop alert firing there, and the notification
-                           the loopback webhook received. Each wait has a deadline; a figure
-                           that disagrees with the plan is an error (exit 1).
+                           held (an earlier demo's), as `n passed n_sampled passed_sampled`,
+                           so the expected figures count them too.
+`show ...`                 after the traffic (infra/stack/demo_traces.py): waits for the
+                           window in `passk windows --runs 'production-*' --json`, prints the
+                           expected figures (from the traffic's plan plus the baseline): over
+                           every trial and over the sampled ones; Prometheus's
+                           passk_scenario_sampled_pass_hat_k for the scenario (its HTTP API),
+                           the drop alert firing there on the sampled figures, and the
+                           notification the loopback webhook received. Each wait has a
+                           deadline; a figure that disagrees with the plan is an error (exit 1).
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ def wait(what: str, check: Callable[[], T | None], timeout: float) -> T:
         time.sleep(1.0)
 
 
-def baseline(scenario: str, hour: str) -> tuple[int, int]:
-    """(n, passed) of the scenario's window starting `hour` as the aggregate counted it
-    before the replay (the CI part's trials, an earlier demo's), once the aggregate and the
-    sink have read everything: the expected figure adds the plan's trials to these."""
+def baseline(scenario: str, hour: str) -> tuple[int, int, int, int]:
+    """(n, passed, n_sampled, passed_sampled) of the scenario's window starting `hour` as
+    the aggregate counted it before the traffic (an earlier demo's), once the aggregate and
+    the sink have read everything: the expected figures add the plan's trials to these."""
     from services.cli.status import processor_status
     from services.contract.settings import get_settings
     from services.storage.store import Store
@@ -60,7 +62,12 @@ def baseline(scenario: str, hour: str) -> tuple[int, int]:
                 if r.window_start.replace(tzinfo=start.tzinfo) == start]
     finally:
         store.close()
-    return (rows[0].n, rows[0].passed) if rows else (0, 0)
+    if not rows:
+        return 0, 0, 0, 0
+    row = rows[0]
+    sampled = (row.n_sampled, row.passed_sampled or 0) if row.n_sampled is not None \
+        else (row.n, row.passed)
+    return row.n, row.passed, *sampled
 
 
 def prometheus(url: str, path: str, **params: str) -> dict[str, Any]:
@@ -71,51 +78,66 @@ def prometheus(url: str, path: str, **params: str) -> dict[str, Any]:
 
 
 def windows_json() -> list[dict[str, Any]]:
-    done = subprocess.run([PASSK, "windows", "--json", "--window", "1h", "--last", "1"],
+    done = subprocess.run([PASSK, "windows", "--json", "--window", "1h", "--last", "1",
+                           "--runs", "production-*"],
                           capture_output=True, text=True, timeout=120)
     return json.loads(done.stdout)["windows"] if done.returncode == 0 else []
 
 
 def show(args: argparse.Namespace) -> int:
-    plan = json.loads(Path(args.expected).read_text())
-    trials = [t for t in plan["trials"] if t["scenario_id"] == args.scenario]
-    k = next(s["k"] for s in plan["scenarios"] if s["scenario_id"] == args.scenario)
-    base_n, base_c = args.base_n, args.base_passed
-    n = base_n + len(trials)
-    c = base_c + sum(t["expected_outcome"] == "passed" for t in trials)
+    plan = json.loads(Path(args.plan).read_text())
+    trials = [t for t in plan["trials"]
+              if t["scenario_id"] == args.scenario and t["hour"] == args.hour]
+    k = 3  # examples/production: trials: 3
+    n = args.base_n + len(trials)
+    c = args.base_passed + sum(t["expected_outcome"] == "passed" for t in trials)
+    n_s = args.base_sampled + sum(t["sampled"] for t in trials)
+    c_s = args.base_passed_sampled + sum(
+        t["sampled"] and t["expected_outcome"] == "passed" for t in trials)
     expected = comb(c, k) / comb(n, k)
+    expected_s = comb(c_s, k) / comb(n_s, k) if n_s >= k else None
     start = args.hour
-    print(f"plan: {args.scenario} in the window {start} (1h): "
-          f"{c - base_c} of {len(trials)} generated trials pass"
-          + (f", plus {base_c} of {base_n} the window already held (the CI part's, any earlier demo's)"
-             if base_n else "")
-          + f" -> n={n}, c={c}, k={k}, expected pass^k = C({c},{k})/C({n},{k}) = {expected:.4f}")
+    print(f"plan: {args.scenario} in the window {start} (1h): {len(trials)} traces, "
+          f"{sum(t['sampled'] for t in trials)} of them in the LLM-judge sample; "
+          f"{sum(t['repeats_question'] for t in trials)} re-ask an answered question, of which "
+          f"the sampled ones fail"
+          + (f"; plus {args.base_n} trials the window already held (an earlier demo's)"
+             if args.base_n else ""))
+    print(f"plan: all trials n={n}, c={c} -> pass^k = C({c},{k})/C({n},{k}) = {expected:.4f} "
+          "(unsampled trials ran gates and deterministic checks only)")
+    print(f"plan: sampled n_sampled={n_s}, c={c_s} -> pass^k sampled = "
+          + (f"C({c_s},{k})/C({n_s},{k}) = {expected_s:.4f}" if expected_s is not None
+             else "none (fewer than k)"))
 
     def window_done() -> dict[str, Any] | None:
         for w in windows_json():
             if (w["scenario_id"] == args.scenario and w["window_start"] == start
-                    and w["n"] == n):
+                    and w["n"] == n and w["n_sampled"] == n_s):
                 return w
         return None
 
     w = wait("the window in the projection", window_done, 180)
-    if abs((w["pass_hat_k"] or 0.0) - expected) > 1e-9:
-        print(f"demo: passk windows says pass^k {w['pass_hat_k']}, the plan {expected}")
+    if abs((w["pass_hat_k"] or 0.0) - expected) > 1e-9 or (
+            expected_s is not None
+            and abs((w["pass_hat_k_sampled"] or 0.0) - expected_s) > 1e-9):
+        print(f"demo: passk windows says pass^k {w['pass_hat_k']}, sampled "
+              f"{w['pass_hat_k_sampled']}; the plan {expected}, {expected_s}")
         return 1
-    print(f"passk windows: pass^k {w['pass_hat_k']:.4f} = the plan's "
-          f"(interval [{w['pass_hat_k_lower']:.3f}, {w['pass_hat_k_upper']:.3f}], "
+    print(f"passk windows: n={w['n']} pass^k {w['pass_hat_k']:.4f}; n_sampled={w['n_sampled']} "
+          f"pass^k sampled {w['pass_hat_k_sampled']:.4f} = the plan's "
+          f"(interval [{w['pass_hat_k_sampled_lower']:.3f}, {w['pass_hat_k_sampled_upper']:.3f}], "
           f"alert condition {'held' if w['alert_condition'] else 'did not hold'})")
     if not args.prometheus:
         return 0
 
     print(f"\n== Prometheus ({args.prometheus}): "
-          f'passk_scenario_pass_hat_k{{scenario="{args.scenario}"}}')
-    expr = f'passk_scenario_pass_hat_k{{scenario="{args.scenario}"}}'
+          f'passk_scenario_sampled_pass_hat_k{{scenario="{args.scenario}"}}')
+    expr = f'passk_scenario_sampled_pass_hat_k{{scenario="{args.scenario}"}}'
 
     def scraped() -> list[dict[str, Any]] | None:
         got = prometheus(args.prometheus, "/api/v1/query", query=expr)["result"]
         hourly = [r for r in got if r["metric"].get("window") == "1h"]
-        ok = hourly and abs(float(hourly[0]["value"][1]) - expected) < 1e-9
+        ok = hourly and abs(float(hourly[0]["value"][1]) - (expected_s or 0.0)) < 1e-9
         return got if ok else None
 
     for r in wait("Prometheus to scrape the figure", scraped, 120):
@@ -153,15 +175,16 @@ def main(argv: list[str]) -> int:
     s = sub.add_parser("show")
     s.add_argument("--scenario", required=True)
     s.add_argument("--hour", required=True)
-    s.add_argument("--expected", required=True)
+    s.add_argument("--plan", required=True)
     s.add_argument("--base-n", type=int, default=0)
     s.add_argument("--base-passed", type=int, default=0)
+    s.add_argument("--base-sampled", type=int, default=0)
+    s.add_argument("--base-passed-sampled", type=int, default=0)
     s.add_argument("--prometheus", default="")
     s.add_argument("--webhook-file", default="")
     args = parser.parse_args(argv)
     if args.command == "baseline":
-        n, c = baseline(args.scenario, args.hour)
-        print(n, c)
+        print(*baseline(args.scenario, args.hour))
         return 0
     return show(args)
 

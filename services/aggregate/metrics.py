@@ -24,6 +24,7 @@ class ReliabilityGauges(Collector):
         self._lock = threading.Lock()
         self._windows: dict[tuple[str, str], tuple[int, Bucket]] = {}
         self._targets: dict[str, tuple[float, int]] = {}
+        self._llm_judges: dict[str, int] = {}  # LLM judges per scenario (the catalog's)
         if registry is not None:
             registry.register(self)
 
@@ -54,7 +55,9 @@ class ReliabilityGauges(Collector):
     def set_targets(self, scenarios: Iterable[Scenario], default_min_pass_hat_k: float,
                     default_min_trials: int) -> None:
         targets = {}
+        llm_judges = {}
         for s in scenarios:
+            llm_judges[s.id] = sum(1 for j in s.judges if j.kind == "llm")
             alert = s.alert
             targets[s.id] = (
                 alert.min_pass_hat_k if alert and alert.min_pass_hat_k is not None
@@ -64,11 +67,13 @@ class ReliabilityGauges(Collector):
             )
         with self._lock:
             self._targets = targets
+            self._llm_judges = llm_judges
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self._lock:
             windows = [b for _, b in self._windows.values()]
             targets = dict(self._targets)
+            llm_judges = dict(self._llm_judges)
         labels = ["scenario", "window"]
         families = {
             name: GaugeMetricFamily(f"passk_scenario_{name}", doc, labels=labels)
@@ -97,6 +102,10 @@ class ReliabilityGauges(Collector):
                                        "fewer than k)."),
                 ("sampled_pass_hat_k_lower", "5% bound of pass^k over the sampled trials."),
                 ("sampled_pass_hat_k_upper", "95% bound of pass^k over the sampled trials."),
+                ("llm_judge_calls_saved", "LLM judge calls the sample saved in that window: "
+                                          "its trials outside the LLM-judge sample times the "
+                                          "scenario's LLM judges (as the catalog has it now); "
+                                          "absent until the catalog was read."),
             )
         }
         for b in sorted(windows, key=lambda b: (b.scenario_id, b.window or "")):
@@ -123,6 +132,9 @@ class ReliabilityGauges(Collector):
             s_lower, s_upper = pass_hat_k_interval(n_s, passed_s, b.k)
             families["sampled_pass_hat_k_lower"].add_metric(at, s_lower)
             families["sampled_pass_hat_k_upper"].add_metric(at, s_upper)
+            if b.scenario_id in llm_judges:
+                families["llm_judge_calls_saved"].add_metric(
+                    at, max(tally.n - n_s, 0) * llm_judges[b.scenario_id])
             judged = sampled.judged()
             if judged.pass_hat_k is not None:
                 families["judged_pass_hat_k"].add_metric(at, judged.pass_hat_k)

@@ -77,6 +77,44 @@ PANELS: tuple[PanelSpec, ...] = (
         min_max=(0, 1),
     ),
     PanelSpec(
+        "Sampled pass^k beside pass^k over all trials",
+        "Production traffic under sampling (docs/production.md): pass^k over the latest 1h "
+        "window's sampled trials (every check ran, LLM judges included: the unbiased figure, "
+        "what the drop alert asks about) beside pass^k over all its trials (unsampled ones ran "
+        "gates and deterministic checks only, so it reads high). Equal without sampling.",
+        (
+            Query(f"passk_scenario_sampled_pass_hat_k{{{SCENARIO},{WINDOW}}}",
+                  "{{scenario}} sampled"),
+            Query(f"passk_scenario_pass_hat_k{{{SCENARIO},{WINDOW}}}", "{{scenario}} all trials"),
+        ),
+        unit="percentunit", width=8, min_max=(0, 1),
+    ),
+    PanelSpec(
+        "Sampled trials in the latest window",
+        "n_sampled: the latest 1h window's trials in their scenario's LLM-judge sample, beside "
+        "all its trials. The sampled pass^k's interval narrows with n_sampled, not with the "
+        "traffic; the drop alert waits for alert.min_trials sampled trials.",
+        (
+            Query(f"passk_scenario_sampled_trials{{{SCENARIO},{WINDOW}}}",
+                  "{{scenario}} sampled"),
+            Query(f"passk_scenario_trials{{{SCENARIO},{WINDOW}}}", "{{scenario}} all trials"),
+        ),
+        width=8,
+    ),
+    PanelSpec(
+        "LLM judge calls saved by sampling",
+        "What the LLM-judge sample saved: per scenario in its latest 1h window (trials outside "
+        "the sample times the scenario's LLM judges), and per judge per interval (calls not "
+        "made, passk_judge_not_sampled_total). `passk report` prices them.",
+        (
+            Query(f"passk_scenario_llm_judge_calls_saved{{{SCENARIO},{WINDOW}}}",
+                  "{{scenario}} latest window"),
+            Query("sum by (judge) (increase(passk_judge_not_sampled_total[$__rate_interval]))",
+                  "{{judge}} per interval"),
+        ),
+        width=8,
+    ),
+    PanelSpec(
         "pass@k per scenario",
         "pass@k of each scenario's latest 1h window: at least one of k trials passes.",
         (Query(f"passk_scenario_pass_at_k{{{SCENARIO},{WINDOW}}}", "{{scenario}}"),),

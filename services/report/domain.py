@@ -15,9 +15,15 @@ from pydantic import BaseModel
 
 from schemas.events import ExternalCheckResult, FailedCheck, ReliabilityFigures
 from services.grading.adaptive import Observed, fixed_plan_trials, standing
-from services.grading.estimators import pass_hat_k_interval
+from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
-from services.report.judge_cost import JudgeCostSummary, Prices, summarize_costs, trial_costs
+from services.report.judge_cost import (
+    JudgeCostSummary,
+    Prices,
+    sampling_saved,
+    summarize_costs,
+    trial_costs,
+)
 from services.storage.records import JudgeRecord, TrialRecord, summarize
 
 # The CLI's exit codes (services/contract/exits.py): no trials is "nothing to judge".
@@ -38,10 +44,29 @@ class ScenarioReport(ReliabilityFigures):
     tokens_median: float | None = None
     turns_median: float | None = None
     duration_s_median: float | None = None
+    # Production traffic under sampling (docs/production.md): the trials whose every check
+    # ran (none of their LLM judges `not_sampled`; every trial without sampling) and pass^k
+    # over them, with its 90% credible interval; and what the sample saved: the LLM judge
+    # calls not made, their tokens and cost estimated from the same judges' answered calls
+    # in the run (None: not estimable, or no prices set).
+    n_sampled: int = 0
+    passed_sampled: int = 0
+    errors_sampled: int = 0
+    pass_hat_k_sampled: float | None = None
+    pass_hat_k_sampled_lower: float = 0.0
+    pass_hat_k_sampled_upper: float = 1.0
+    judge_calls_saved: int = 0
+    judge_tokens_saved_estimate: int | None = 0
+    judge_cost_saved_estimate: float | None = None
 
     @property
     def insufficient(self) -> bool:
         return self.n < self.k
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the LLM-judge sample left some of its trials out."""
+        return self.n_sampled < self.n
 
 
 class TrialLine(TrialChecks):
@@ -192,10 +217,17 @@ def trial_line(t: TrialRecord) -> TrialLine:
 
 
 def scenario_report(run_id: str, scenario_id: str, trials: Sequence[TrialRecord],
-                    lines: Sequence[TrialLine]) -> ScenarioReport:
+                    lines: Sequence[TrialLine], judges: Sequence[JudgeRecord] = (),
+                    prices: Prices = Prices()) -> ScenarioReport:
     summary = summarize(run_id, scenario_id, trials)
     mine = [t for t in lines if t.scenario_id == scenario_id]
     lower, upper = pass_hat_k_interval(summary.n, summary.passed, summary.k)
+    sampled = ReliabilityTally(k=summary.k)
+    for t in mine:
+        if not t.not_sampled_judges and t.outcome != "invalid":
+            sampled.add(t.outcome)
+    s_lower, s_upper = pass_hat_k_interval(sampled.n, sampled.passed, sampled.k)
+    saved = sampling_saved([t.trial_id for t in mine], judges, prices)
     return ScenarioReport(
         **summary.model_dump(include=set(ScenarioReport.model_fields)),
         pass_hat_k_lower=lower,
@@ -207,6 +239,15 @@ def scenario_report(run_id: str, scenario_id: str, trials: Sequence[TrialRecord]
         tokens_median=_median([t.tokens for t in mine]),
         turns_median=_median([t.turns for t in mine]),
         duration_s_median=_median([t.duration_s for t in mine]),
+        n_sampled=sampled.n,
+        passed_sampled=sampled.passed,
+        errors_sampled=sampled.errors,
+        pass_hat_k_sampled=sampled.pass_hat_k,
+        pass_hat_k_sampled_lower=s_lower,
+        pass_hat_k_sampled_upper=s_upper,
+        judge_calls_saved=saved.calls,
+        judge_tokens_saved_estimate=saved.tokens_estimate,
+        judge_cost_saved_estimate=saved.cost_estimate,
     )
 
 
@@ -295,7 +336,7 @@ def build_report(
             line.not_sampled_judges = c.not_sampled
             line.judge_input_tokens, line.judge_output_tokens = c.input_tokens, c.output_tokens
     scenarios = [
-        scenario_report(run_id, sid, trials, lines)
+        scenario_report(run_id, sid, trials, lines, run_judges, prices)
         for sid in sorted({t.scenario_id for t in trials})
     ]
     return RunReport(

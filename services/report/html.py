@@ -134,6 +134,9 @@ def _scenario_rows(report: RunReport) -> Iterable[str]:
             + cell("errors", str(s.errors)) + cell("invalid", str(s.invalid))
             + cell("pass_at_k", figure(s.pass_at_k)) + cell("pass_hat_k", figure(s.pass_hat_k))
             + cell("pass_hat_k_interval", interval)
+            + cell("n_sampled", str(s.n_sampled))
+            + cell("pass_hat_k_sampled", figure(s.pass_hat_k_sampled))
+            + cell("judge_calls_saved", str(s.judge_calls_saved))
             + f'<td data-figure="scenario_passed" data-value="{str(s.scenario_passed).lower()}">'
             + _verdict(s) + "</td>"
             + cell("completion", "exit gate only" if s.completion == "conversation"
@@ -303,7 +306,8 @@ deploys; the gap to pass@k is where flakiness hides.</p>
 {_plot(reliability_figure(report), "reliability-chart")}
 <table id="scenarios"><thead><tr><th>scenario</th><th>k</th><th>n</th><th>passed</th>
 <th>failed</th><th>errors</th><th>invalid</th><th>pass@k</th><th>pass^k</th>
-<th>pass^k 90% interval</th>
+<th>pass^k 90% interval</th><th>sampled</th><th>pass^k sampled</th>
+<th>LLM judge calls saved</th>
 <th>verdict</th><th>gates</th></tr></thead>
 <tbody>{"".join(_scenario_rows(report))}</tbody></table>
 {without}

@@ -139,6 +139,32 @@ def summarize_costs(
     )
 
 
+class SamplingSaved(BaseModel):
+    """What the LLM-judge sample saved on some trials (a scenario's, in a report): the
+    calls not made, and their tokens and cost estimated from the same judges' answered
+    calls in the run (None: a judge answered no call, or no prices set)."""
+
+    calls: int = 0
+    tokens_estimate: int | None = 0
+    cost_estimate: float | None = None
+
+
+def sampling_saved(trial_ids: Sequence[str], judges: Sequence[JudgeRecord],
+                   prices: Prices) -> SamplingSaved:
+    """The `not_sampled` verdicts of `trial_ids` among `judges` (the run's), each estimated
+    from its judge's answered calls among `judges`."""
+    mine = set(trial_ids)
+    unsampled = [j for j in judges if j.trial_id in mine and j.result == "not_sampled"]
+    if not unsampled:
+        return SamplingSaved()
+    ids = {j.judge_id for j in unsampled}
+    answered = [j for j in judges if j.judge_id in ids and is_call(j)]
+    saved, cost, calls = _saved([*unsampled, *answered], "not_sampled", prices)
+    tokens = None if any(s.tokens_saved_estimate is None for s in saved) else sum(
+        s.tokens_saved_estimate or 0 for s in saved)
+    return SamplingSaved(calls=calls, tokens_estimate=tokens, cost_estimate=cost)
+
+
 def _saved(judges: Sequence[JudgeRecord], result: str, prices: Prices
            ) -> tuple[list[SkippedJudge], float | None, int]:
     """Per judge, the verdicts with `result` (calls not made) and the tokens they would

@@ -146,8 +146,17 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
                       annotation_text=f"alert target {target:g}", annotation_position="top left")
     fig.update_layout(height=320, margin={"t": 30, "b": 40, "l": 50, "r": 20},
                       yaxis={"range": [0, 1.05], "title": "estimate"},
+                      xaxis={"range": time_range(items), "type": "date"},
                       legend={"orientation": "h", "y": 1.15})
     return fig
+
+
+def time_range(items: Sequence[WindowView]) -> list[str]:
+    """The x axis: from the first window's start to the last one's end, so a single window
+    spans its own length (plotly alone zooms one point to a millisecond)."""
+    first = min(w.window_start for w in items)
+    last = max(w.window_end for w in items)
+    return [first.isoformat(), last.isoformat()]
 
 
 def middle(w: WindowView) -> datetime:

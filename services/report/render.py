@@ -14,7 +14,7 @@ from services.report.domain import (
     advisory_check_text,
     advisory_text,
 )
-from services.report.judge_cost import cost_lines
+from services.report.judge_cost import cost_lines, money
 
 WHOSE_EXIT = {"session": "persisted session", "harness": "harness"}
 
@@ -34,8 +34,9 @@ def scenarios_table(report: RunReport) -> Table:
     # Figures never wrap or shrink; a long scenario id folds instead.
     table.add_column("scenario", overflow="fold", min_width=10)
     spoiled = any(s.invalid for s in report.scenarios)
+    sampled = any(s.sampled for s in report.scenarios)  # production traffic under sampling
     names = ("k", "n", "passed", "failed", "errors", *(("invalid",) if spoiled else ()),
-             "pass@k", "pass^k")
+             "pass@k", "pass^k", *(("sampled", "pass^k sampled") if sampled else ()))
     for name in names:
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     table.add_column("passed?", justify="center", no_wrap=True)
@@ -43,9 +44,33 @@ def scenarios_table(report: RunReport) -> Table:
         table.add_row(
             escape(s.scenario_id), str(s.k), str(s.n), str(s.passed), str(s.failed), str(s.errors),
             *((str(s.invalid),) if spoiled else ()),
-            figure(s.pass_at_k), figure(s.pass_hat_k), verdict_cell(s),
+            figure(s.pass_at_k), figure(s.pass_hat_k),
+            *((str(s.n_sampled), figure(s.pass_hat_k_sampled)) if sampled else ()),
+            verdict_cell(s),
         )
     return table
+
+
+def sampling_lines(report: RunReport) -> list[str]:
+    """Per scenario the LLM-judge sample left trials out of: its sampled figures, and what
+    the sample saved."""
+    out = []
+    for s in report.scenarios:
+        if not s.sampled:
+            continue
+        hat = "—" if s.pass_hat_k_sampled is None else f"{s.pass_hat_k_sampled:.3f}"
+        tokens = (f"~{s.judge_tokens_saved_estimate} tokens"
+                  if s.judge_tokens_saved_estimate is not None else "tokens unknown")
+        cost = (f", an estimated {money(s.judge_cost_saved_estimate)}"
+                if s.judge_cost_saved_estimate is not None else "")
+        out.append(
+            f"sampled {s.scenario_id}: {s.n_sampled} of {s.n} trials in the LLM-judge sample, "
+            f"{s.passed_sampled} passed: pass^k sampled {hat} "
+            f"[{s.pass_hat_k_sampled_lower:.3f}, {s.pass_hat_k_sampled_upper:.3f}] (the "
+            f"unbiased figure; pass^k over all trials counts unjudged ones as passing their "
+            f"LLM judges); the sample saved {s.judge_calls_saved} LLM judge calls, "
+            f"{tokens}{cost}")
+    return out
 
 
 def failing_checks_table(report: RunReport) -> Table:
@@ -96,6 +121,8 @@ def print_report(report: RunReport, console: Console) -> None:
             console.print(f"  {escape(t.trial_id)}: {escape(checks)}", soft_wrap=True)
     if report.fixed_plan is not None:
         console.print(escape(report.fixed_plan.text()), soft_wrap=True)
+    for line in sampling_lines(report):
+        console.print(escape(line), soft_wrap=True)
     if report.judge_cost is not None:
         for line in cost_lines(report.judge_cost):
             console.print(escape(line), soft_wrap=True)

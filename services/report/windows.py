@@ -19,14 +19,29 @@ if TYPE_CHECKING:  # plotly loads with over_time: only when the command runs
 
 
 def load_windows(database_url: str, last: int, size: str | None,
-                 scenarios: list[str] | None = None) -> list[WindowView]:
+                 scenarios: list[str] | None = None, runs: str | None = "*"
+                 ) -> list[WindowView]:
+    """The latest windows; of the runs `runs` names (services/report/run_windows.py; None:
+    the default, every run but make demo's and passk ci's; "*": every run)."""
+    from datetime import UTC, datetime
+
     from services.report.over_time import views
+    from services.report.run_windows import last_of_each, recount, run_filter, sizes_of, unsampled
     from services.storage.store import Store
 
+    shown = run_filter(runs)
     # A store that cannot be reached escapes as OperationalError: exit 4 (services.cli).
     store = Store(database_url)
     try:
-        return views(store.windows(last, size=size, scenarios=scenarios))
+        every = store.runs()
+        if all(shown(r) for r in every):  # the aggregate's own records: what the alert saw
+            return views(store.windows(last, size=size, scenarios=scenarios))
+        aggregated = store.windows(size=size, scenarios=scenarios)
+        trials = [t for r in every if shown(r) for t in store.trials(r)
+                  if scenarios is None or t.scenario_id in scenarios]
+        not_sampled = unsampled(store.judges_of(t.trial_id for t in trials))
+        rows = recount(trials, not_sampled, sizes_of(aggregated), aggregated, datetime.now(UTC))
+        return views(last_of_each(rows, last))
     finally:
         store.close()
 
@@ -64,18 +79,26 @@ def register(app: typer.Typer) -> None:
         last: int = typer.Option(6, "--last", min=1, help="windows per scenario and size"),
         window: str = typer.Option(None, "--window", help="one window size (e.g. 1h); "
                                    "default: every size"),
+        runs: str = typer.Option(None, "--runs", help="run ids to show: comma-separated "
+                                 "globs or prefixes (production-*); '*' every run; default: "
+                                 "every run but make demo's (demo-*) and passk ci's (ci-*)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
         html: Path = typer.Option(None, "--html", dir_okay=False,
                                   help="also write a page of pictures over time here"),
         database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
     ) -> None:
         """The latest windows per scenario: pass^k with its credible interval, pass@k, n,
-        errors apart, and whether the reliability-drop alert's condition held. Exit 3 when
-        the projection holds no window yet."""
+        errors apart, the sampled trials' figures, and whether the reliability-drop alert's
+        condition held. Of every run but make demo's and passk ci's unless --runs says.
+        Exit 3 when the projection holds no window (of those runs) yet."""
         from services.contract.settings import get_settings
         from services.report.over_time import windows_json
 
-        items = load_windows(database_url or get_settings().database_url, last, window)
+        try:
+            items = load_windows(database_url or get_settings().database_url, last, window,
+                                 runs=runs)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
         if not items:
             raise NothingToJudge("no windows in the projection yet (is the sink running, and "
                                  "has the aggregate published any?)")

@@ -300,6 +300,23 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
     wait_for(prometheus_agrees, timeout=120, interval=1.0,
              what="Prometheus's passk_scenario_pass_hat_k equal to the topic's")
 
+    # Replayed traffic carries passk ids, so every trial is sampled: the dashboard's
+    # sampling panels read the sampled pass^k equal to pass^k, n_sampled equal to n, and
+    # no LLM judge call saved (tests/e2e/test_production.py and make demo show sampling).
+    def sampled_agree() -> tuple[bool, object]:
+        got = {q: {r["metric"]["scenario"]: float(r["value"][1])
+                   for r in monitoring.query(f'{q}{{window="1h"}}')} for q in (
+            "passk_scenario_sampled_pass_hat_k", "passk_scenario_sampled_trials",
+            "passk_scenario_llm_judge_calls_saved")}
+        want = {"passk_scenario_sampled_pass_hat_k":
+                {sid: float(r["pass_hat_k"]) for sid, r in on_topic.items()},
+                "passk_scenario_sampled_trials": {sid: float(TRIALS) for sid in on_topic},
+                "passk_scenario_llm_judge_calls_saved": {sid: 0.0 for sid in on_topic}}
+        return all(got[q].keys() == want[q].keys() and all(
+            abs(got[q][s] - want[q][s]) < 1e-9 for s in want[q]) for q in want), got
+
+    wait_seeing(sampled_agree, timeout=120, what="the sampled gauges equal the figures")
+
     # The drop alert fires for the degrading scenario, and only for it.
     def drop_firing() -> list[dict[str, Any]]:
         return [a for a in monitoring.alerts()
@@ -347,7 +364,11 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
     assert not [a for a in monitoring.alerts()
                 if a["labels"]["alertname"] in ("PasskTrialsUnaccounted", "PasskAuditStale")]
 
-    # Every dashboard panel's query returns data from this Prometheus.
+    # Every dashboard panel's query returns data from this Prometheus: the sampling
+    # panels' among them.
+    titles = {title for title, _ in dashboard_queries(build_dashboard())}
+    assert {"Sampled pass^k beside pass^k over all trials", "Sampled trials in the latest window",
+            "LLM judge calls saved by sampling"} <= titles
     empty = [
         (title, expr) for title, expr in dashboard_queries(build_dashboard())
         if not monitoring.query_range(expr, began, time.time())

@@ -127,3 +127,22 @@ def test_fewer_than_k_judged_trials_export_no_judged_estimate(
     assert value(registry, "passk_scenario_pass_hat_k", **at) == 0.0
     assert value(registry, "passk_scenario_judged_pass_hat_k", **at) is None
     assert value(registry, "passk_scenario_errors", **at) == 10
+
+
+def test_the_llm_judge_calls_the_sample_saved_per_window(registry: CollectorRegistry) -> None:
+    # 40 trials in the hour, 12 of them in the sample: 28 left out, each saving the calls of
+    # the scenario's two LLM judges (its third judge is a regex: it ran on every trial)
+    gauges = ReliabilityGauges(registry)
+    bucket = window(HOUR, passed=36, failed=4).model_copy(update={
+        "n_sampled": 12, "passed_sampled": 10, "errors_sampled": 0})
+    gauges.set_window(bucket)
+    at = {"scenario": "s1", "window": "1h"}
+    assert value(registry, "passk_scenario_llm_judge_calls_saved", **at) is None  # no catalog
+    gauges.set_targets([scenario(id="s1", judges=[
+        {"id": "a", "assertion": "A holds."}, {"id": "b", "assertion": "B holds."},
+        {"id": "c", "kind": "regex", "pattern": "refund", "must_match": True}])], 0.8, 10)
+    assert value(registry, "passk_scenario_llm_judge_calls_saved", **at) == (40 - 12) * 2
+    assert value(registry, "passk_scenario_sampled_trials", **at) == 12
+    # without sampling nothing was saved
+    gauges.set_window(window(HOUR + 3600, passed=5))
+    assert value(registry, "passk_scenario_llm_judge_calls_saved", **at) == 0

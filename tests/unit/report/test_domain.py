@@ -99,6 +99,9 @@ def test_json_has_exactly_the_documented_shape() -> None:
         "scenario_id", "k", "n", "passed", "failed", "errors", "pass_at_k", "pass_hat_k",
         "scenario_passed", "invalid", "pass_hat_k_lower", "pass_hat_k_upper", "completion",
         "scenario_versions", "tokens_median", "turns_median", "duration_s_median",
+        "n_sampled", "passed_sampled", "errors_sampled", "pass_hat_k_sampled",
+        "pass_hat_k_sampled_lower", "pass_hat_k_sampled_upper", "judge_calls_saved",
+        "judge_tokens_saved_estimate", "judge_cost_saved_estimate",
     ]] * 2
     # each scenario names the versions its trials were graded against
     assert all(len(s["scenario_versions"]) == 1 for s in data["scenarios"])
