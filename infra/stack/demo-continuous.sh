@@ -19,6 +19,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 bin="$root/.venv/bin"; passk="$bin/passk"; python="$bin/python"
+eval "$("$python" -m services.contract.ports)"  # run alone too: PASSK_PORT_OFFSET moves them all
 hours="${PASSK_DEMO_HOURS:-4}"
 per_hour="${PASSK_DEMO_WINDOW_TRIALS:-24}"  # support-refunds traces per hour
 degrading="${PASSK_DEMO_DEGRADING:-support-refunds}"

@@ -152,6 +152,14 @@ def invalid_trials(lines: Sequence[TrialLine]) -> list[InvalidTrial]:
             for t in lines if t.outcome == "invalid"]
 
 
+def planned_by_passk_run(run_id: str, trials: Sequence[TrialLine]) -> bool:
+    """Every trial id is one `passk run` plans (`<run_id>:<scenario_id>:<NNN>`): not
+    production traffic, a replay or an import, whose counts per scenario are whatever came."""
+    return bool(trials) and all(
+        t.trial_id.startswith(f"{run_id}:{t.scenario_id}:")
+        and t.trial_id.rsplit(":", 1)[1].isdigit() for t in trials)
+
+
 def fixed_plan_comparison(scenarios: Sequence[ScenarioReport]) -> FixedPlanComparison | None:
     """None for a run that was a fixed plan: every scenario ran max(T, k) trials for one
     T (what `passk run --trials T` does). Otherwise (an adaptive run) the trials it ran
@@ -352,7 +360,9 @@ def build_report(
         judge_cost=summarize_costs([t.trial_id for t in trials], run_judges, prices)
         if trials else None,
         invalid_trials=invalid_trials(lines),
-        fixed_plan=fixed_plan_comparison(scenarios),
+        # Only a run passk planned has a plan to compare with (not production traffic).
+        fixed_plan=fixed_plan_comparison(scenarios)
+        if planned_by_passk_run(run_id, lines) else None,
     )
 
 

@@ -273,9 +273,17 @@ def test_a_fixed_plan_run_has_no_comparison_an_adaptive_one_has() -> None:
                         + trials(*[("b", "passed", None)] * 5, k=5)).fixed_plan is None
     # 3 failed of 3 next to 20 passed of 20, both k = 1: a fixed plan reaching both widths
     # gives each 20 trials (the widest need, at 20 of 20), 40 in all; 23 were run
-    adaptive = build_report("r", trials(*[("low", "failed", None)] * 3, k=1)
-                            + trials(*[("high", "passed", None)] * 20, k=1))
+    def planned(scenario: str, outcome: str, count: int) -> list:  # as passk run names them
+        return [trial_record(f.verdict(f"r:{scenario}:{i:03d}", outcome, k=1, run_id="r",
+                                       scenario_id=scenario, when=i))
+                for i in range(1, count + 1)]
+
+    adaptive = build_report("r", planned("low", "failed", 3) + planned("high", "passed", 20))
     assert adaptive.fixed_plan is not None
     assert (adaptive.fixed_plan.trials_run, adaptive.fixed_plan.fixed_plan_trials) == (23, 40)
     assert "23 trials" in adaptive.fixed_plan.text()
     assert "would have run 40" in adaptive.fixed_plan.text()
+    # the same counts from production traffic (trace ids, not passk run's): no plan to compare
+    traffic = build_report("r", trials(*[("low", "failed", None)] * 3, k=1)
+                           + trials(*[("high", "passed", None)] * 20, k=1))
+    assert traffic.fixed_plan is None
