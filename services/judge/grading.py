@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -86,6 +87,18 @@ class Grader:
         if llm_judges_sampled(trial, scenario, sample_rate):
             return [*await self.grade_judges(trial, scenario, scenario.judges), *users]
         rate = scenario.llm_judge_rate if sample_rate is None else sample_rate
+        out = await self._llm_judges_not_asked(
+            trial, scenario, lambda spec: domain.not_sampled_verdict(trial, scenario, spec, rate),
+            # not a verdict of the model: the error rate stays honest
+            self.metrics.unsampled if self.metrics else None)
+        return [*out, *users]
+
+    async def _llm_judges_not_asked(
+        self, trial: ConversationFinished, scenario: Scenario,
+        recorded: Callable[[JudgeSpec], JudgeVerdict], count: Callable[[str], None] | None,
+    ) -> list[JudgeVerdict]:
+        """The deterministic judges graded; each LLM judge, not asked of the model, given
+        the verdict `recorded` makes for it (skipped, not sampled), counted by `count`."""
         asked = [s for s in scenario.judges if not domain.is_llm(s)]
         graded = {v.judge_id: v for v in await self.grade_judges(trial, scenario, asked)}
         out = []
@@ -93,11 +106,11 @@ class Grader:
             if spec.id in graded:
                 out.append(graded[spec.id])
                 continue
-            out.append(domain.not_sampled_verdict(trial, scenario, spec, rate).model_copy(
+            out.append(recorded(spec).model_copy(
                 update={"judge_version": self.version_of(spec)}))
-            if self.metrics:  # not a verdict of the model: the error rate stays honest
-                self.metrics.unsampled(spec.id)
-        return [*out, *users]
+            if count is not None:
+                count(spec.id)
+        return out
 
     async def grade_user(self, trial: ConversationFinished, scenario: Scenario
                          ) -> list[JudgeVerdict]:
@@ -133,17 +146,10 @@ class Grader:
         deterministic judges (they cost nothing) and each LLM judge recorded as skipped."""
         if not failed_gates or not llm_judges_sampled(trial, scenario):
             return await self.grade(trial, scenario)
-        asked = [s for s in scenario.judges if not domain.is_llm(s)]
-        graded = {v.judge_id: v for v in await self.grade_judges(trial, scenario, asked)}
-        out = []
-        for spec in scenario.judges:
-            if spec.id in graded:
-                out.append(graded[spec.id])
-                continue
-            out.append(domain.skipped_verdict(trial, scenario, spec, failed_gates).model_copy(
-                update={"judge_version": self.version_of(spec)}))
-            if self.metrics:
-                self.metrics.skip(spec.id)
+        out = await self._llm_judges_not_asked(
+            trial, scenario,
+            lambda spec: domain.skipped_verdict(trial, scenario, spec, failed_gates),
+            self.metrics.skip if self.metrics else None)
         return [*out, *await self.grade_user(trial, scenario)]
 
     async def _one(
