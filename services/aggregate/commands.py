@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from services.contract.exits import BROKER_WAIT
+from services.clikit import BROKER_WAIT
 from services.contract.settings import Settings
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
@@ -119,7 +119,7 @@ def register(app: typer.Typer, *, paused: Paused) -> None:
         to its table's changelog, publishes the new figures and starts it again. Exit 0."""
         from rich.table import Table
 
-        from services.contract.exits import console as make_console
+        from services.clikit import console as make_console
         from services.contract.settings import get_settings
         from services.contract.terminal import literal
         from services.kafka.reach import require_broker

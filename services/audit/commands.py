@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from services.contract.exits import BROKER_WAIT, CliError, ExitCode, NothingToJudge, UsageError
+from services.clikit import BROKER_WAIT
+from services.contract.exits import CliError, ExitCode, NothingToJudge, UsageError
 
 if TYPE_CHECKING:
     from services.audit.domain import AuditReport
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 def render(report: AuditReport) -> None:
     from rich.table import Table
 
-    from services.contract.exits import console as make_console
+    from services.clikit import console as make_console
     from services.contract.terminal import literal
 
     console = make_console()

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from services.contract.exits import BROKER_WAIT
+from services.clikit import BROKER_WAIT
 from services.kafka.kafka_client import kafka_client_kwargs
 from services.kafka.reach import require_broker
 

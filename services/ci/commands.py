@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from services.ci.pipeline import stopping_on_signals as stopping
         from services.ci.render import ci_json, junit_xml
         from services.ci.render import markdown as render_markdown
-        from services.contract.exits import console as make_console
+        from services.clikit import console as make_console
         from services.contract.settings import get_settings
         from services.report.render import print_comparison, print_gate, print_report
 

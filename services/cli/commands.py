@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from services.contract.exits import BROKER_WAIT, UsageError, console
+from services.clikit import BROKER_WAIT, console
+from services.contract.exits import UsageError
 from services.contract.processors import PROCESSORS, WORKERS
 from services.kafka.reach import require_broker
 

@@ -12,7 +12,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from services.contract.exits import BROKER_WAIT, ExitCode, UsageError
+from services.clikit import BROKER_WAIT
+from services.contract.exits import ExitCode, UsageError
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
@@ -80,7 +81,7 @@ def register(app: typer.Typer, *,
         PASSK_PRODUCER_DELIVERY_TIMEOUT_S; the first such trial is named), 1 when a trial
         could not be published for another reason, 2 for invalid scenarios or target, 130
         when stopped (SIGINT: finished trials are published, with a summary)."""
-        from services.contract.exits import console as make_console
+        from services.clikit import console as make_console
         from services.contract.settings import get_settings
         from services.grading.scenario_loader import validate_paths
         from services.harness.play import play, unpinned, users_for

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import typer
 from kafka.errors import KafkaError
 
-from services.contract.exits import BROKER_WAIT, Unreachable
+from services.clikit import BROKER_WAIT
+from services.contract.exits import Unreachable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,8 +57,8 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         from rich.table import Table
 
+        from services.clikit import console as make_console
         from services.contract.codec import encode
-        from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import Topic, topic_name
         from services.kafka.producer import TrafficProducer

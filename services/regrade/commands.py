@@ -9,7 +9,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from services.contract.exits import BROKER_WAIT, CliError, ExitCode, NothingToJudge
+from services.clikit import BROKER_WAIT
+from services.contract.exits import CliError, ExitCode, NothingToJudge
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -42,7 +43,7 @@ def register(app: typer.Typer) -> None:
         windows and the gauges, while the projection's history keeps both. Exit 3 when
         no trial is to be re-graded, 1 when a trial's conversation is not in the log or
         a new verdict did not come within --await-verdicts."""
-        from services.contract.exits import console as make_console
+        from services.clikit import console as make_console
         from services.contract.settings import get_settings
         from services.kafka.reach import require_broker
         from services.regrade.plan import targets

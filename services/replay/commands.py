@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from services.contract.exits import BROKER_WAIT
+from services.clikit import BROKER_WAIT
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
@@ -78,8 +78,8 @@ def register(app: typer.Typer) -> None:
         no line was valid, 4 when the broker is down, 130 when stopped (SIGINT), with the
         summary of what was delivered.
         """
+        from services.clikit import console as make_console
         from services.contract.exits import Unreachable
-        from services.contract.exits import console as make_console
         from services.contract.settings import get_settings
         from services.contract.topics import topic_name
         from services.kafka.producer import TrafficProducer
@@ -196,7 +196,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Synthetic production-like traffic with per-scenario flakiness, and expected verdicts."""
-        from services.contract.exits import console as make_console
+        from services.clikit import console as make_console
         from services.grading.scenario_loader import InvalidScenarios, load_scenarios
         from services.replay.generate import (
             DEFAULT_QUIRK_RATES,

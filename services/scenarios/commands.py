@@ -8,14 +8,9 @@ import typer
 from kafka.errors import KafkaError
 from rich.table import Table
 
-from services.contract.exits import (
-    BROKER_WAIT,
-    CliError,
-    ExitCode,
-    Unreachable,
-    classify,
-)
-from services.contract.exits import console as _console
+from services.clikit import BROKER_WAIT
+from services.clikit import console as _console
+from services.contract.exits import CliError, ExitCode, Unreachable, classify
 from services.grading.scenario_loader import FILE_LEVEL, LoadResult, ScenarioError, validate_paths
 from services.kafka.reach import require_broker
 
