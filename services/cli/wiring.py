@@ -74,7 +74,7 @@ def regrade_trials(settings: Settings, trials: Sequence[tuple[Any, int]], reason
 def recount_scenarios(settings: Settings, scenarios: set[str]) -> int:
     """`passk aggregate recount --scenario ...` for `passk audit --repair`: how many
     scopes' counts moved."""
-    from services.aggregate.commands import recount_aggregate
+    from services.aggregate.recounting import recount_aggregate
 
     return len(recount_aggregate(settings, scenarios, worker_paused).scopes)
 
