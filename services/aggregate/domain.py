@@ -209,10 +209,21 @@ def _empty_buckets(verdict: TrialVerdict, config: Config, partition: int,
     return out
 
 
-def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
-          now: float | None = None) -> Step:
-    """What one verdict (new, repeated, re-graded or read again after a crash) changes.
-    `now`: the wall clock (None: read it), which bounds event time."""
+@dataclass(frozen=True)
+class _When:
+    """Where a verdict falls in event time on its partition."""
+
+    limit: float  # the furthest event time believed (`ceiling`)
+    clock: PartitionClock | None  # the partition's clock, bounded by `limit`
+    healed: bool  # the stored clock was past `limit`, and is bounded now
+    finished: float | None  # the trial's finished_at
+    # None: counted in its windows too; "late": older than the retention, "future": dated
+    # past the bound, counted in its run only
+    untimed: str | None
+
+
+def _when(read: Read, verdict: TrialVerdict, partition: int, config: Config,
+          now: float | None) -> _When:
     limit = ceiling(config, now)
     raw_clock = read(clock_key(partition))
     clock = partition_clock(raw_clock, limit)
@@ -227,87 +238,157 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
         untimed = "future"
     elif cutoff is not None and finished is not None and finished < cutoff:
         untimed = "late"
+    return _When(limit, clock, healed, finished, untimed)
 
-    empty = _empty_buckets(verdict, config, partition, windowed=untimed is None)
+
+def _read_buckets(read: Read, verdict: TrialVerdict, config: Config, partition: int,
+                  windowed: bool) -> tuple[dict[str, Bucket], set[str]]:
+    """This verdict's buckets (its run's, its windows'), stored or blank; which were
+    stored."""
     buckets: dict[str, Bucket] = {}
     stored: set[str] = set()
-    for key, blank in empty.items():
+    for key, blank in _empty_buckets(verdict, config, partition, windowed).items():
         raw = read(key)
         if raw:
             stored.add(key)
         buckets[key] = Bucket.model_validate(raw) if raw else blank
+    return buckets, stored
+
+
+def _finish_cut_change(memory: TrialMemory, buckets: dict[str, Bucket], stored: set[str],
+                       verdict: TrialVerdict) -> dict[str, Bucket]:
+    """A crash may have cut this trial's last change short: the buckets it had not
+    reached yet, moved now."""
+    changed: dict[str, Bucket] = {}
+    for key, seq in memory.seqs.items():
+        bucket = buckets.get(key)
+        if bucket is None or bucket.seq >= seq:
+            continue  # applied (or not a bucket of this verdict)
+        if bucket.seq != seq - 1 and (
+                key not in stored or verdict.attempt != memory.attempt):
+            # An earlier change of another trial is missing too. Read from a verdict
+            # of an earlier attempt, this change waits: the verdict that made the
+            # missing one may still come before the one that made this. (A bucket
+            # not stored was changed before by other trials and expired since.)
+            continue
+        # Read from the attempt that made it, behind by more than this change: the
+        # verdict that made the missing one came before this one on the partition,
+        # so it was read again first, or not at all (a record skipped on a restart:
+        # run 10 of the outage experiment, docs/known-limits.md). Waiting for it
+        # would stall every later change of the bucket for good, and let new trials
+        # take their numbers: this one is finished, and the missing one is lost
+        # alone (if it ever comes, it finds its number passed).
+        source = None if key in memory.gained else memory.prev_outcome
+        changed[key] = bucket.moved(source, memory.outcome,
+                                    was_sampled=memory.prev_sampled,
+                                    sampled=memory.sampled).model_copy(
+            update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
+    return changed
+
+
+def _note(memory: TrialMemory | None, verdict: TrialVerdict,
+          untimed: str | None) -> tuple[str, Outcome | None]:
+    """What this verdict is to the trial (Step.note), and the outcome it replaces."""
+    if memory is None:
+        return untimed or "counted", None
+    if verdict.attempt > memory.attempt:
+        return "regraded", memory.outcome
+    return ("duplicate" if verdict.attempt == memory.attempt else "superseded"), None
+
+
+def _move(verdict: TrialVerdict, memory: TrialMemory | None, before: Outcome | None,
+          buckets: dict[str, Bucket], changed: dict[str, Bucket], when: _When,
+          partition: int) -> TrialMemory:
+    """The trial counted (or moved) in every bucket of this verdict (into `changed`), and
+    the trial's memory of it."""
+    seqs = dict(memory.seqs) if memory else {}
+    gained: list[str] = []
+    for key, bucket in buckets.items():
+        # A bucket this trial was never counted in (say, a window size added since)
+        # gains it; the others move it.
+        source = before if key in seqs else None
+        if source is None and before is not None:
+            gained.append(key)
+        moved = bucket.moved(
+            source, verdict.outcome, was_sampled=memory.sampled if memory else True,
+            sampled=verdict.sampled).model_copy(update={
+            "seq": bucket.seq + 1, "k": verdict.k,
+            "scenario_version": verdict.scenario_version})
+        changed[key] = moved
+        seqs[key] = moved.seq
+    clock, finished, limit = when.clock, when.finished, when.limit
+    return TrialMemory(
+        attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
+        run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
+        finished_at=finished, seqs=seqs, gained=gained, partition=partition,
+        sampled=verdict.sampled, prev_sampled=memory.sampled if memory else None,
+        kept_from=(memory.kept_from if memory else None) if when.untimed is None else (
+            clock.watermark if clock else min(finished or limit, limit)))
+
+
+def _latest(read: Read, step: Step, buckets: dict[str, Bucket], changed: dict[str, Bucket],
+            limit: float, partition: int) -> None:
+    """The most recent window of each size: from every window of this verdict, not only
+    the changed ones, since a crash may have cut this write after the counts'."""
+    for key in buckets:
+        bucket = changed.get(key, buckets[key])
+        if bucket.window is None or bucket.window_start is None or bucket.seq == 0:
+            continue
+        lkey = latest_key(bucket.scenario_id, bucket.window)
+        current = read(lkey)
+        if current is not None and current["window_start"] > limit:
+            current = None  # a window a bad date opened before event time was bounded
+        if current is None or bucket.window_start > current["window_start"]:
+            step.writes.append(
+                (lkey, {"window_start": bucket.window_start, "partition": partition}))
+        if current is None or bucket.window_start >= current["window_start"]:
+            step.latest.append(bucket)
+
+
+def _advance_clock(step: Step, when: _When, partition: int, config: Config) -> None:
+    """The partition's watermark moved by a timed trial past it (or written back bounded,
+    when it healed), and whether to sweep."""
+    clock, finished = when.clock, when.finished
+    if when.untimed is None and finished is not None and (
+            clock is None or finished > clock.watermark):
+        swept_at = clock.swept_at if clock else finished
+        step.writes.append((clock_key(partition), PartitionClock(
+            watermark=finished, swept_at=swept_at).model_dump()))
+        step.sweep = finished - swept_at >= config.sweep_every_s
+    elif when.healed and clock is not None:
+        # Written back bounded, and swept: the windows past the bound go (see `expired`).
+        step.writes.append((clock_key(partition), clock.model_dump()))
+        step.sweep = True
+
+
+def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
+          now: float | None = None) -> Step:
+    """What one verdict (new, repeated, re-graded or read again after a crash) changes.
+    `now`: the wall clock (None: read it), which bounds event time."""
+    when = _when(read, verdict, partition, config, now)
+    buckets, stored = _read_buckets(read, verdict, config, partition,
+                                    windowed=when.untimed is None)
     mkey = trial_key(verdict.scenario_id, verdict.trial_id)
     raw_memory = read(mkey)
     memory = TrialMemory.model_validate(raw_memory) if raw_memory else None
-    if memory is None and untimed == "late" and verdict.attempt > 1:
+    if memory is None and when.untimed == "late" and verdict.attempt > 1:
         # A re-grade of a trial forgotten past the retention: its first attempt was
         # counted then, with an outcome no longer known, so nothing can be moved, and
         # counting it again would count the trial twice.
         return Step("late")
 
     changed: dict[str, Bucket] = {}
-    # A crash may have cut this trial's last change short: finish it before anything else.
     if memory is not None:
-        for key, seq in memory.seqs.items():
-            bucket = buckets.get(key)
-            if bucket is None or bucket.seq >= seq:
-                continue  # applied (or not a bucket of this verdict)
-            if bucket.seq != seq - 1 and (
-                    key not in stored or verdict.attempt != memory.attempt):
-                # An earlier change of another trial is missing too. Read from a verdict
-                # of an earlier attempt, this change waits: the verdict that made the
-                # missing one may still come before the one that made this. (A bucket
-                # not stored was changed before by other trials and expired since.)
-                continue
-            # Read from the attempt that made it, behind by more than this change: the
-            # verdict that made the missing one came before this one on the partition,
-            # so it was read again first, or not at all (a record skipped on a restart:
-            # run 10 of the outage experiment, docs/known-limits.md). Waiting for it
-            # would stall every later change of the bucket for good, and let new trials
-            # take their numbers: this one is finished, and the missing one is lost
-            # alone (if it ever comes, it finds its number passed).
-            source = None if key in memory.gained else memory.prev_outcome
-            changed[key] = bucket.moved(source, memory.outcome,
-                                        was_sampled=memory.prev_sampled,
-                                        sampled=memory.sampled).model_copy(
-                update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
+        changed = _finish_cut_change(memory, buckets, stored, verdict)
         buckets.update(changed)
-
-    before: Outcome | None
-    if memory is None:
-        note, before = untimed or "counted", None
-    elif verdict.attempt > memory.attempt:
-        note, before = "regraded", memory.outcome
-    else:
-        note, before = ("duplicate" if verdict.attempt == memory.attempt else "superseded"), None
+    note, before = _note(memory, verdict, when.untimed)
 
     writes: list[tuple[str, dict[str, Any] | None]] = []
     moves = note in ("counted", "late", "future") or (
         note == "regraded" and memory is not None and (
             before != verdict.outcome or memory.sampled != verdict.sampled))
     if moves:
-        seqs = dict(memory.seqs) if memory else {}
-        gained: list[str] = []
-        for key, bucket in buckets.items():
-            # A bucket this trial was never counted in (say, a window size added since)
-            # gains it; the others move it.
-            source = before if key in seqs else None
-            if source is None and before is not None:
-                gained.append(key)
-            moved = bucket.moved(
-                source, verdict.outcome, was_sampled=memory.sampled if memory else True,
-                sampled=verdict.sampled).model_copy(update={
-                "seq": bucket.seq + 1, "k": verdict.k,
-                "scenario_version": verdict.scenario_version})
-            changed[key] = moved
-            seqs[key] = moved.seq
-        memory = TrialMemory(
-            attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
-            run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
-            finished_at=finished, seqs=seqs, gained=gained, partition=partition,
-            sampled=verdict.sampled, prev_sampled=memory.sampled if memory else None,
-            kept_from=(memory.kept_from if memory else None) if untimed is None else (
-                clock.watermark if clock else min(finished or limit, limit)))
+        memory = _move(verdict, memory, before, buckets, changed, when, partition)
         writes.append((mkey, memory.model_dump()))
     elif note == "regraded" and memory is not None:  # same outcome: only the attempt moves
         writes.append((mkey, memory.model_copy(update={"attempt": verdict.attempt}).model_dump()))
@@ -321,31 +402,8 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
             if key not in published and key in stored:
                 published[key] = buckets[key]
     step = Step(note, writes, [b for b in published.values() if b.seq > 0])
-
-    # The most recent window of each size: from every window of this verdict, not only
-    # the changed ones, since a crash may have cut this write after the counts'.
-    for key in buckets:
-        bucket = changed.get(key, buckets[key])
-        if bucket.window is None or bucket.window_start is None or bucket.seq == 0:
-            continue
-        lkey = latest_key(bucket.scenario_id, bucket.window)
-        current = read(lkey)
-        if current is not None and current["window_start"] > limit:
-            current = None  # a window a bad date opened before event time was bounded
-        if current is None or bucket.window_start > current["window_start"]:
-            writes.append((lkey, {"window_start": bucket.window_start, "partition": partition}))
-        if current is None or bucket.window_start >= current["window_start"]:
-            step.latest.append(bucket)
-
-    if untimed is None and finished is not None and (clock is None or finished > clock.watermark):
-        swept_at = clock.swept_at if clock else finished
-        writes.append((clock_key(partition), PartitionClock(
-            watermark=finished, swept_at=swept_at).model_dump()))
-        step.sweep = finished - swept_at >= config.sweep_every_s
-    elif healed and clock is not None:
-        # Written back bounded, and swept: the windows past the bound go (see `expired`).
-        writes.append((clock_key(partition), clock.model_dump()))
-        step.sweep = True
+    _latest(read, step, buckets, changed, when.limit, partition)
+    _advance_clock(step, when, partition, config)
     return step
 
 

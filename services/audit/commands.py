@@ -1,4 +1,5 @@
-"""`passk audit [--run-id ID | --since DURATION] [--json] [--repair]`."""
+"""`passk audit [--run-id ID | --since DURATION] [--json] [--repair]`: options, then
+`reconcile.audit_and_repair`, then `render`."""
 
 from __future__ import annotations
 
@@ -7,52 +8,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from services.contract.exits import BROKER_WAIT, CliError, ExitCode, NothingToJudge, UsageError
+from services.clikit import BROKER_WAIT, console
+from services.contract.exits import CliError, ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from services.audit.domain import AuditReport
     from services.audit.reconcile import Recounter, Regrader, TableReader
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
-
-
-def render(report: AuditReport) -> None:
-    from rich.table import Table
-
-    from services.contract.exits import console as make_console
-    from services.contract.terminal import literal
-
-    console = make_console()
-    stages = Table("stage", "trials", title=f"{report.trials} trials audited"
-                   + (f", {report.in_flight} still in flight" if report.in_flight else ""))
-    for stage, n in report.stages.items():
-        stages.add_row(stage, str(n))
-    for reason, n in report.dead_lettered.items():
-        stages.add_row(f"dead-lettered: {literal(reason)}", str(n))
-    console.print(stages)
-    if report.unaccounted:
-        lost = Table("trial", "run", "scenario", "stopped at", "detail",
-                     title=f"{sum(report.unaccounted_by_stage.values())} unaccounted "
-                           "(the first 50)")
-        for u in report.unaccounted[:50]:
-            lost.add_row(*(literal(cell) for cell in (u.trial_id or "(a count)", u.run_id or "",
-                                                       u.scenario_id, u.stopped_at, u.detail)))
-        console.print(lost)
-    if report.scopes:
-        scopes = Table("scenario", "scope", "counted (p/f/e)", "expected (p/f/e)",
-                       title="counts that differ from their verdicts")
-        for s in report.scopes:
-            where = f"run {s.run_id}" if s.scope == "run" else f"{s.scope} @ {s.window_start}"
-            scopes.add_row(literal(s.scenario_id), literal(where),
-                           f"{s.counted.passed}/{s.counted.failed}/{s.counted.errors}",
-                           f"{s.expected.passed}/{s.expected.failed}/{s.expected.errors}")
-        console.print(scopes)
-    if report.repaired is not None:
-        r = report.repaired
-        console.print(f"repaired: {r.regraded} re-graded, {r.reprojected} re-projected, "
-                      f"{r.recounted_scopes} scopes recounted", markup=False)
-    console.print("clean: every trial accounted for" if report.clean
-                  else "NOT clean", markup=False)
 
 
 def register(app: typer.Typer, *, read_table: TableReader, regrade: Regrader,
@@ -81,9 +43,8 @@ def register(app: typer.Typer, *, read_table: TableReader, regrade: Regrader,
         count in its run and windows. Lists each trial that stopped short and where, and
         each count that differs from its verdicts. Exit 0 clean (also after a repair that
         left it clean), 1 something unaccounted, 3 nothing to audit."""
-        from services.audit.reconcile import Scope, audit_until_clean, default_grace_s
-        from services.audit.reconcile import audit as audit_log
-        from services.audit.reconcile import repair as repair_log
+        from services.audit.reconcile import Scope, audit_and_repair, default_grace_s
+        from services.audit.render import print_audit
         from services.contract.settings import get_settings
         from services.grading.windows import parse_duration
         from services.kafka.reach import require_broker
@@ -96,27 +57,18 @@ def register(app: typer.Typer, *, read_table: TableReader, regrade: Regrader,
             raise UsageError(f"--since: {exc}") from None
         settings = get_settings()
         require_broker(wait, settings)
-        if grace is None:
-            grace = default_grace_s(settings)
-        scope = Scope(run_id=run_id, since_s=since_s, grace_s=grace)
-        with audit_log(settings, scope, read_table) as audited:
-            report = audited.report
-            if report.trials == 0:
-                raise NothingToJudge("nothing to audit: no trial in " + (
-                    f"run {run_id!r}" if run_id else "the log" if since is None
-                    else f"the last {since}"))
-            repaired = None
-            if repair and not report.clean:
-                repaired = repair_log(settings, audited, regrade=regrade, recount=recount)
-        if repaired is not None:
-            report = audit_until_clean(settings, scope, read_table, repair_wait)
-            report.repaired = repaired
+        scope = Scope(run_id=run_id, since_s=since_s,
+                      grace_s=default_grace_s(settings) if grace is None else grace)
+        report = audit_and_repair(
+            settings, scope, read_table=read_table, repair_log=repair, repair_wait_s=repair_wait,
+            regrade=regrade, recount=recount, described=f"run {run_id!r}" if run_id
+            else "the log" if since is None else f"the last {since}")
         if as_json:
             typer.echo(json.dumps(report.model_dump(mode="json")))
         else:
-            render(report)
+            print_audit(report, console())
         if not report.clean:
             raise CliError(f"{sum(report.unaccounted_by_stage.values())} unaccounted, "
                            f"{len(report.scopes)} "
-                           "counts off" + (" after the repair" if repaired else ""),
+                           "counts off" + (" after the repair" if report.repaired else ""),
                            ExitCode.NO)

@@ -150,3 +150,24 @@ def audit_until_clean(settings: Settings, scope: Scope, read_table: TableReader,
         if report.clean or time.monotonic() >= deadline:
             return report
         time.sleep(2.0)
+
+
+def audit_and_repair(settings: Settings, scope: Scope, *, read_table: TableReader,
+                     repair_log: bool, repair_wait_s: float, regrade: Regrader,
+                     recount: Recounter, described: str) -> AuditReport:
+    """`passk audit`: every trial in `scope` accounted for; with `repair_log` and not
+    clean, repaired and audited again until clean or `repair_wait_s` (the report then
+    says what was repaired). NothingToJudge when the scope (`described`) has no trial."""
+    from services.contract.exits import NothingToJudge
+
+    with audit(settings, scope, read_table) as audited:
+        report = audited.report
+        if report.trials == 0:
+            raise NothingToJudge("nothing to audit: no trial in " + described)
+        repaired = None
+        if repair_log and not report.clean:
+            repaired = repair(settings, audited, regrade=regrade, recount=recount)
+    if repaired is not None:
+        report = audit_until_clean(settings, scope, read_table, repair_wait_s)
+        report.repaired = repaired
+    return report

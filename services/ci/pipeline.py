@@ -15,13 +15,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.ci.stack import CI_PROCESSORS, Stack, stack_for, start_workers
 from services.contract.exits import NothingToJudge, Unreachable, UsageError
@@ -29,6 +29,12 @@ from services.contract.settings import Settings
 from services.harness.adaptive_run import AdaptiveOptions
 from services.report.compare import Comparison, compare_runs
 from services.report.domain import GateDecision, RunReport, gate_decision
+
+if TYPE_CHECKING:
+    from schemas.scenario import Scenario
+    from services.grading.scenario_loader import LoadResult
+    from services.harness.runner import UserFactory
+    from services.harness.target import Target
 
 Say = Callable[[str], None]
 
@@ -115,11 +121,45 @@ def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: No
            on_trial: Callable[[str, str], None] = lambda trial_id, what: None) -> CiResult:
     """Everything `passk ci` does but writing its outputs. Raises UsageError (2),
     NothingToJudge (3), Unreachable (4) and Stopped (130) with everything stopped."""
+    began = time.monotonic()
+    timings: dict[str, float] = {"startup_s": process_age_s()}
+    loaded, target = _validate(options, say)
+    versions = {s.id: str(s.version) for s in loaded.scenarios}
+    baseline: list[RunReport] = []
+
+    def meanwhile() -> None:
+        _meanwhile(options, settings, baseline)
+
+    with stack_for(settings, say=say, meanwhile=meanwhile) as stack:
+        base = baseline[0] if baseline else None
+        timings.update(stack.timings)
+        mark = time.monotonic()
+        published = _publish(loaded.scenarios, stack, say)
+        timings["publish_s"] = time.monotonic() - mark
+        mark = time.monotonic()
+        start_workers(stack, say, CI_PROCESSORS)
+        timings["workers_spawn_s"] = time.monotonic() - mark
+        users = _users(options, loaded.scenarios, stack, say)
+        mark = time.monotonic()
+        expected = _play(options, loaded.scenarios, target, users, stack, say, on_trial)
+        timings["conversations_s"] = time.monotonic() - mark
+        mark = time.monotonic()
+        _await(options, settings, stack, expected)
+        timings["last_verdict_s"] = time.monotonic() - mark
+        result = _decide(options, settings, base, versions, loaded.sources, published, stack)
+    timings.update({k: v for k, v in stack.timings.items() if k == "teardown_s"})
+    timings["total_s"] = timings["startup_s"] + time.monotonic() - began
+    timings["own_s"] = timings["total_s"] - timings.get("conversations_s", 0.0)
+    result.timings = timings
+    return result
+
+
+def _validate(options: CiOptions, say: Say) -> tuple[LoadResult, Target]:
+    """The scenarios (each with a user to play) and the target: nothing started yet, so
+    exit 2 stays cheap."""
     from services.grading.scenario_loader import validate_paths
     from services.harness.target import InvalidTarget, load_target
 
-    began = time.monotonic()
-    timings: dict[str, float] = {"startup_s": process_age_s()}
     loaded = validate_paths([options.scenarios])
     if loaded.errors:
         raise UsageError(f"{len(loaded.errors)} problem(s) in {options.scenarios}: "
@@ -133,101 +173,106 @@ def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: No
         raise UsageError(f"{options.scenarios}: scenario(s) without a `user:` section, so no "
                          f"user to play: {', '.join(without_user)}; nothing was run")
     try:
-        target = load_target(options.target, os.environ)
+        return loaded, load_target(options.target, os.environ)
     except InvalidTarget as exc:
         raise UsageError(f"invalid target file {exc.file}: field {exc.field}: "
                          f"{exc.problem}") from None
-    versions = {s.id: str(s.version) for s in loaded.scenarios}
-    baseline: list[RunReport] = []
 
-    def meanwhile() -> None:
-        """While a broker of its own boots: the rest of ci's imports, and the baseline
-        (an unknown one is exit 2; the broker just started is stopped with the stack)."""
-        from services.report.load import load_report
 
-        if options.baseline:
-            base, runs, url = load_report(options.baseline, settings.database_url, settings)
-            if not base.trials:
-                raise UsageError(
-                    f"--baseline {options.baseline!r}: no trial verdicts in the projection "
-                    f"({url}). Known runs: {', '.join(runs[:10]) or 'none'}")
-            baseline.append(base)
-        import services.harness.play
-        import services.report.wait
-        import services.scenarios.publish  # noqa: F401
+def _meanwhile(options: CiOptions, settings: Settings, baseline: list[RunReport]) -> None:
+    """While a broker of its own boots: the rest of ci's imports, and the baseline (an
+    unknown one is exit 2; the broker just started is stopped with the stack)."""
+    from services.report.load import load_report
 
-    with stack_for(settings, say=say, meanwhile=meanwhile) as stack:
-        from services.harness.play import play, users_for
-        from services.report.wait import await_verdicts
-        from services.scenarios.publish import publish_scenarios
+    if options.baseline:
+        base, runs, url = load_report(options.baseline, settings.database_url, settings)
+        if not base.trials:
+            raise UsageError(
+                f"--baseline {options.baseline!r}: no trial verdicts in the projection "
+                f"({url}). Known runs: {', '.join(runs[:10]) or 'none'}")
+        baseline.append(base)
+    import services.harness.play
+    import services.report.wait
+    import services.scenarios.publish  # noqa: F401
 
-        base = baseline[0] if baseline else None
-        timings.update(stack.timings)
-        mark = time.monotonic()
-        published: dict[str, str] = {
-            p.scenario.id: str(p.status)
-            for p in publish_scenarios(loaded.scenarios, stack.settings)}
-        changed = [f"{sid} ({status})" for sid, status in published.items()
-                   if status != "unchanged"]
-        say(f"ci: published {', '.join(changed)}" if changed
-            else "ci: every scenario already published as it is")
-        timings["publish_s"] = time.monotonic() - mark
-        mark = time.monotonic()
-        start_workers(stack, say, CI_PROCESSORS)
-        timings["workers_spawn_s"] = time.monotonic() - mark
-        users, stand_in = users_for(loaded.scenarios, stack.settings, options.user_model,
-                                    stack.standin_url)
-        if stand_in:
-            say(stand_in)
-        if stack.standin is not None and users.model_client is not None:
-            from services.ci.stack import wait_listening
 
-            port = int((stack.standin_url or "").rsplit(":", 1)[1].split("/")[0])
-            wait_listening(port, stack.standin, 60)
-        mark = time.monotonic()
-        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            if options.adaptive is not None:
-                from services.harness.play import play_adaptive
+def _publish(scenarios: Sequence[Scenario], stack: Stack, say: Say) -> dict[str, str]:
+    """Every scenario published (always), so every trial is pinned to its file."""
+    from services.scenarios.publish import publish_scenarios
 
-                adaptive = play_adaptive(
-                    loaded.scenarios, target, options.run_id, stack.settings, users=users,
-                    options=options.adaptive, concurrency=options.concurrency,
-                    agent_version=options.agent_version, on_trial=on_trial,
-                    on_round=lambda number, given: say(f"ci: round {number}: " + ", ".join(
-                        f"{sid} +{count}" for sid, count in given.items())))
-                summary = adaptive.summary
-                # every trial of the run in the log is to be waited for, none is skipped
-                summary.published, summary.skipped = adaptive.trials_run, 0
-            else:
-                summary = play(loaded.scenarios, target, options.run_id, stack.settings,
-                               users=users, trials=options.trials,
-                               concurrency=options.concurrency,
-                               agent_version=options.agent_version, on_trial=on_trial)
-        finally:
-            _reinstall(handlers)  # the harness's loop leaves SIG_DFL behind for SIGTERM
-        timings["conversations_s"] = time.monotonic() - mark
-        if summary.interrupted:
-            raise Stopped(f"{summary.interrupted} trial(s) not run")
-        if summary.not_published:
-            raise Unreachable(f"{summary.not_published} trial(s) could not be published: "
-                              f"{summary.errors[0][1] if summary.errors else ''}; run the "
-                              "same --run-id again to retry them")
-        expected = summary.published + summary.skipped
-        mark = time.monotonic()
-        outcomes = await_verdicts(
-            settings.database_url, options.run_id, expected,
-            timeout=options.verdict_timeout_s, poll_s=0.2, check=stack.check)
-        timings["last_verdict_s"] = time.monotonic() - mark
-        if len(outcomes) < expected:
-            raise Unreachable(f"timed out after {options.verdict_timeout_s:g} s: "
-                              f"{len(outcomes)} of {expected} trials have a verdict")
-        result = _decide(options, settings, base, versions, loaded.sources, published, stack)
-    timings.update({k: v for k, v in stack.timings.items() if k == "teardown_s"})
-    timings["total_s"] = timings["startup_s"] + time.monotonic() - began
-    timings["own_s"] = timings["total_s"] - timings.get("conversations_s", 0.0)
-    result.timings = timings
-    return result
+    published: dict[str, str] = {
+        p.scenario.id: str(p.status) for p in publish_scenarios(scenarios, stack.settings)}
+    changed = [f"{sid} ({status})" for sid, status in published.items()
+               if status != "unchanged"]
+    say(f"ci: published {', '.join(changed)}" if changed
+        else "ci: every scenario already published as it is")
+    return published
+
+
+def _users(options: CiOptions, scenarios: Sequence[Scenario], stack: Stack,
+           say: Say) -> UserFactory:
+    """Who plays the users; the stand-in listening when it plays them."""
+    from services.harness.play import users_for
+
+    users, stand_in = users_for(scenarios, stack.settings, options.user_model,
+                                stack.standin_url)
+    if stand_in:
+        say(stand_in)
+    if stack.standin is not None and users.model_client is not None:
+        from services.ci.stack import wait_listening
+
+        port = int((stack.standin_url or "").rsplit(":", 1)[1].split("/")[0])
+        wait_listening(port, stack.standin, 60)
+    return users
+
+
+def _play(options: CiOptions, scenarios: Sequence[Scenario], target: Target,
+          users: UserFactory, stack: Stack, say: Say,
+          on_trial: Callable[[str, str], None]) -> int:
+    """The trials run (fixed or adaptive) against the target; how many verdicts to wait
+    for. Stopped when interrupted, Unreachable when a trial was not published."""
+    from services.harness.play import play
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if options.adaptive is not None:
+            from services.harness.play import play_adaptive
+
+            adaptive = play_adaptive(
+                scenarios, target, options.run_id, stack.settings, users=users,
+                options=options.adaptive, concurrency=options.concurrency,
+                agent_version=options.agent_version, on_trial=on_trial,
+                on_round=lambda number, given: say(f"ci: round {number}: " + ", ".join(
+                    f"{sid} +{count}" for sid, count in given.items())))
+            summary = adaptive.summary
+            # every trial of the run in the log is to be waited for, none is skipped
+            summary.published, summary.skipped = adaptive.trials_run, 0
+        else:
+            summary = play(scenarios, target, options.run_id, stack.settings,
+                           users=users, trials=options.trials,
+                           concurrency=options.concurrency,
+                           agent_version=options.agent_version, on_trial=on_trial)
+    finally:
+        _reinstall(handlers)  # the harness's loop leaves SIG_DFL behind for SIGTERM
+    if summary.interrupted:
+        raise Stopped(f"{summary.interrupted} trial(s) not run")
+    if summary.not_published:
+        raise Unreachable(f"{summary.not_published} trial(s) could not be published: "
+                          f"{summary.errors[0][1] if summary.errors else ''}; run the "
+                          "same --run-id again to retry them")
+    return summary.published + summary.skipped
+
+
+def _await(options: CiOptions, settings: Settings, stack: Stack, expected: int) -> None:
+    """Every verdict in the projection, or Unreachable after the verdict timeout."""
+    from services.report.wait import await_verdicts
+
+    outcomes = await_verdicts(
+        settings.database_url, options.run_id, expected,
+        timeout=options.verdict_timeout_s, poll_s=0.2, check=stack.check)
+    if len(outcomes) < expected:
+        raise Unreachable(f"timed out after {options.verdict_timeout_s:g} s: "
+                          f"{len(outcomes)} of {expected} trials have a verdict")
 
 
 def _decide(options: CiOptions, settings: Settings, base: RunReport | None,

@@ -18,6 +18,7 @@ characters (GitHub's comment limit): the longest cells are cut first, then rows.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 from services.ci.pipeline import CiResult
@@ -210,3 +211,19 @@ def ci_json(result: CiResult) -> dict[str, Any]:
                   "reused": result.reused, "published": result.published,
                   "timings_s": {k: round(v, 2) for k, v in result.timings.items()}}
     return data
+
+
+def closing_lines(result: CiResult, written: list[tuple[str, Path]], baseline: str | None,
+                  fail_on_regression: bool) -> list[str]:
+    """What `passk ci` says last on stderr: the files it wrote, its timings, and the
+    regressions that failed it."""
+    lines = [f"{name}: {path.resolve()}" for name, path in written]
+    t = result.timings
+    lines.append(
+        f"ci: {t.get('total_s', 0):.1f} s in all, {t.get('conversations_s', 0):.1f} s "
+        f"of conversations, {t.get('own_s', 0):.1f} s of its own "
+        f"(broker {t.get('broker_s', 0):.1f}, last verdict "
+        f"{t.get('last_verdict_s', 0):.1f}, teardown {t.get('teardown_s', 0):.1f})")
+    if fail_on_regression and result.regressions and result.exit_code == 1:
+        lines.append(f"ci: confidently worse than {baseline}: {', '.join(result.regressions)}")
+    return lines

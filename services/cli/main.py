@@ -1,4 +1,5 @@
-"""The `passk` command line. Each service contributes its commands through `register`."""
+"""The `passk` command line. Each processor contributes its commands through the
+`register` of its `commands` module, all called in one place: `register_commands`."""
 
 from __future__ import annotations
 
@@ -6,22 +7,67 @@ import importlib
 import sys
 import time
 from importlib.metadata import version
+from typing import Any
 
 import typer
 
-from services.cli.wiring import WIRED, WIRED_APPS
-from services.contract.exits import EXIT_CODES_HELP, ExitCode, classify, say_error
+# typer vendors click; its ClickException is what typer's main loop reports and exits on.
+from typer._click.exceptions import ClickException
+from typer.core import TyperGroup
+
+from services.aggregate import commands as aggregate_commands
+from services.audit import commands as audit_commands
+from services.calibration import commands as calibration_commands
+from services.ci import commands as ci_commands
+from services.cli import commands as cli_commands
+from services.cli import wiring
+from services.cli.wiring import WIRED_APPS
+from services.contract.exits import EXIT_CODES_HELP, CliError, ExitCode, classify, say_error
 from services.contract.processors import PROCESSORS, co_partitioning_problem
 from services.contract.settings import Settings, get_settings
 from services.contract.topics import topic_name
+from services.harness import commands as harness_commands
+from services.judge import commands as judge_commands
 from services.kafka.admin import create_topics_retrying, partition_counts
 from services.kafka.kafka_client import (
     EXIT_KAFKA_REFUSED,
     refusal_message,
     watch_authentication,
 )
+from services.otlp import commands as otlp_commands
+from services.regrade import commands as regrade_commands
+from services.replay import commands as replay_commands
+from services.report import commands as report_commands
+from services.review import commands as review_commands
+from services.scenarios import commands as scenarios_commands
+from services.sink import commands as sink_commands
+
+
+class _ClickError(ClickException):
+    """A command's `CliError` as click's: typer's own main loop (and its CliRunner in
+    tests) prints it with `show` and exits with `exit_code`."""
+
+    def __init__(self, error: CliError):
+        super().__init__(error.message)
+        self.exit_code = int(error.code)
+
+    def show(self, file: Any = None) -> None:
+        say_error(self.message)
+
+
+class PasskGroup(TyperGroup):
+    """The `passk` group: a command's `CliError` (a plain exception, from below the CLI)
+    becomes click's, so every command ends with its message and exit code."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CliError as exc:
+            raise _ClickError(exc) from exc
+
 
 app = typer.Typer(
+    cls=PasskGroup,
     name="passk",
     help="passk: grade agent trials with binary judges and outcome gates; pass@k and pass^k.",
     epilog=EXIT_CODES_HELP,
@@ -47,27 +93,30 @@ def _options(
 ) -> None:
     pass
 
-# Modules that add commands: each defines `register(app: typer.Typer) -> None`; the two
-# that compose two processors take what they need of the other as keywords (wiring).
-COMMAND_MODULES = (
-    "services.cli.commands",
-    "services.replay.commands",
-    "services.scenarios.commands",
-    "services.judge.commands",
-    "services.report.wait",
-    "services.report.commands",
-    "services.sink.commands",
-    "services.report.windows",
-    "services.report.dead_letters",
-    "services.regrade.commands",
-    "services.calibration.commands",
-    "services.harness.commands",
-    "services.otlp.commands",
-    "services.aggregate.commands",
-    "services.audit.commands",
-    "services.review.commands",
-    "services.ci.commands",
-)
+
+def register_commands(app: typer.Typer) -> None:
+    """Every `passk` command, in the order `passk --help` lists them. The commands that
+    compose two processors are handed what they need of the other (services/cli/wiring.py).
+    Each module imports its heavy dependencies inside its command bodies: start-up stays
+    fast although every module loads on each run."""
+    cli_commands.register(app)
+    replay_commands.register(app)
+    scenarios_commands.register(app)
+    judge_commands.register(app)
+    report_commands.register_wait(app)
+    report_commands.register(app)
+    sink_commands.register(app)
+    report_commands.register_windows(app)
+    report_commands.register_dead_letters(app)
+    regrade_commands.register(app)
+    calibration_commands.register(app, judge_grader=wiring.judge_grader)
+    harness_commands.register(app, publish=wiring.publish)
+    otlp_commands.register(app, state_probe=wiring.state_probe)
+    aggregate_commands.register(app, paused=wiring.worker_paused)
+    audit_commands.register(app, read_table=wiring.aggregate_table,
+                            regrade=wiring.regrade_trials, recount=wiring.recount_scenarios)
+    review_commands.register(app, trial_view=wiring.trial_view)
+    ci_commands.register(app)
 
 
 @app.command()
@@ -120,8 +169,15 @@ def refuse_unless_co_partitioned(service: str, settings: Settings) -> None:
         raise typer.Exit(2)
 
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(app, **WIRED.get(_name, {}))
+register_commands(app)
+
+
+def _bootstrap() -> str:
+    """The broker address an "unreachable" error names."""
+    try:
+        return get_settings().kafka_bootstrap_servers
+    except Exception:  # the settings themselves may be what is broken
+        return "KAFKA_BOOTSTRAP_SERVERS"
 
 
 def main() -> None:
@@ -138,7 +194,7 @@ def main() -> None:
         if refused is not None:
             say_error(refused)
             sys.exit(EXIT_KAFKA_REFUSED)
-        answer = classify(exc)
+        answer = classify(exc, _bootstrap)
         if answer is None:
             raise
         code, message = answer

@@ -220,3 +220,46 @@ def input_leaders(names: list[str], settings: Settings) -> list[PartitionLeader]
                 tuple(sorted(p.get("isr_nodes") or ())),
             ))
     return sorted(out, key=lambda x: (x.topic, x.partition))
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """What `passk status` shows: each processor, its inputs' leaders, dead letters per
+    reason (None: the topic could not be read)."""
+
+    statuses: list[ProcessorStatus]
+    leaders: list[PartitionLeader]
+    letters: dict[str, int] | None
+
+    @property
+    def healthy(self) -> bool:
+        return all(s.healthy for s in self.statuses)
+
+
+def status_report(names: list[str], settings: Settings, wait: float | None) -> StatusReport:
+    """Each processor's status, asked again each second for at most `wait` seconds until
+    every one is healthy (the broker first reached within `wait`)."""
+    from services.kafka.reach import require_broker
+
+    deadline = time.monotonic() + (wait or 0)
+    require_broker(wait, settings)
+    while True:
+        statuses = processor_status(names, settings)
+        if all(s.healthy for s in statuses) or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    letters = _dead_letter_counts(settings)
+    return StatusReport(statuses, input_leaders(names, settings), letters)
+
+
+def _dead_letter_counts(settings: Settings) -> dict[str, int] | None:
+    """Dead letters per reason since the topic began (refused inputs and traces not taken);
+    None when the topic cannot be read within a few seconds."""
+    from services.contract.exits import CliError
+    from services.report.dead_letters import read_topic, select
+
+    try:
+        listing = select(read_topic(settings, timeout=10.0), since=None, reason=None, limit=1)
+    except (CliError, KafkaError, OSError):
+        return None
+    return dict(sorted(listing.counts.items()))

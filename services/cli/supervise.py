@@ -92,3 +92,44 @@ def write_private(path: Path, text: str) -> None:
 
 def passk_executable() -> str:
     return str(Path(sys.executable).parent / "passk")
+
+
+def write_config(out: Path, log_dir: Path, *, chosen: Sequence[str], metrics_base: int,
+                 standin_port: int, agent_port: int, review_port: int,
+                 kafka_secrets: Path | None) -> None:
+    """`passk supervise config`: supervisord's configuration for the `chosen` workers
+    (every worker when empty), and the stand-in, the review app and the reference agent on
+    their ports (0: not supervised), written readable by its owner only."""
+    from services.contract.exits import UsageError
+    from services.contract.processors import PROCESSORS
+    from services.kafka.kafka_users import UnknownKafkaUser
+
+    passk = passk_executable()
+    if kafka_secrets is not None and not (kafka_secrets / "users.json").is_file():
+        raise UsageError(f"--kafka-secrets {kafka_secrets}: no users.json there (made "
+                         "by a kafka-up with PASSK_KAFKA_SECURITY=sasl_ssl)")
+    try:  # each port is the registry's, whichever workers are chosen
+        programs = [p for p in worker_programs(tuple(PROCESSORS), passk, metrics_base,
+                                               kafka_secrets.resolve() if kafka_secrets
+                                               else None)
+                    if not chosen or p.name in chosen]
+    except UnknownKafkaUser as exc:
+        raise UsageError(str(exc)) from None
+    if standin_port:
+        programs.insert(0, Program("judge-standin", f"{passk} judge-standin --host "
+                                   f"127.0.0.1 --port {standin_port}", {}))
+    if review_port:
+        # Its reviewers (PASSK_REVIEW_TOKENS) come from the environment supervisord
+        # passes on, never from this file.
+        programs.append(Program("review", f"{passk} review --port {review_port}",
+                                {"PYTHONUNBUFFERED": "1"}))
+    if agent_port:
+        # The fault plan comes from PASSK_AGENT_FAULTS, which supervisord passes on.
+        db = (out.parent.parent / "agent" / "agent.db").resolve()
+        programs.insert(0, Program("example-agent", f"{sys.executable} -m "
+                                   f"examples.agent.server --host 127.0.0.1 --port "
+                                   f"{agent_port} --db {db}", {"PYTHONUNBUFFERED": "1"}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    write_private(out, supervisord_conf(programs, run_dir=out.parent.resolve(),
+                                        log_dir=log_dir.resolve(), cwd=Path.cwd()))

@@ -1,8 +1,8 @@
 """What one processor's command needs of another processor, handed to it here.
 
 No processor imports another (docs/layers.md). Two commands compose two on purpose, and the
-CLI, the one layer above every processor, is where that composition lives: `main` passes
-these to their modules' `register`.
+CLI, the one layer above every processor, is where that composition lives:
+`main.register_commands` passes these to their modules' `register`.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def regrade_trials(settings: Settings, trials: Sequence[tuple[Any, int]], reason
 def recount_scenarios(settings: Settings, scenarios: set[str]) -> int:
     """`passk aggregate recount --scenario ...` for `passk audit --repair`: how many
     scopes' counts moved."""
-    from services.aggregate.commands import recount_aggregate
+    from services.aggregate.recounting import recount_aggregate
 
     return len(recount_aggregate(settings, scenarios, worker_paused).scopes)
 
@@ -82,31 +82,20 @@ def recount_scenarios(settings: Settings, scenarios: set[str]) -> int:
 def trial_view(settings: Settings) -> Callable[[str], Any]:
     """Trial id -> the view `passk show` builds of it (None: no such trial), for `passk
     review`'s item page: the report processor's, over the projection."""
-    from services.report.commands import open_trial
+    from services.report.load import open_trial
     from services.storage.store import Store
 
     store = Store(settings.database_url)
-    return lambda trial_id: open_trial(store, trial_id)
+    return lambda trial_id: open_trial(store, trial_id, settings)
 
 
-def publish(scenarios: list[Any], settings: Settings) -> list[tuple[str, str]]:
+def publish(scenarios: Sequence[Any], settings: Settings) -> list[tuple[str, str]]:
     """`passk scenarios publish`'s, for `passk run --publish`: every new or changed
     scenario sent in one transaction; (id, new | updated | unchanged) of each."""
     from services.scenarios.publish import publish_scenarios
 
     return [(p.scenario.id, p.status) for p in publish_scenarios(scenarios, settings)]
 
-
-# The composed commands' modules, and what each `register` is handed.
-WIRED: dict[str, dict[str, Callable[..., Any]]] = {
-    "services.calibration.commands": {"judge_grader": judge_grader},
-    "services.otlp.commands": {"state_probe": state_probe},
-    "services.aggregate.commands": {"paused": worker_paused},
-    "services.audit.commands": {"read_table": aggregate_table, "regrade": regrade_trials,
-                                "recount": recount_scenarios},
-    "services.review.commands": {"trial_view": trial_view},
-    "services.harness.commands": {"publish": publish},
-}
 
 # The servers that compose two processors (`passk worker NAME`): what each app's `build`
 # is handed besides the settings.

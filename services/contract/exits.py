@@ -14,10 +14,11 @@ Using it from a command (new commands need nothing else):
 
 - raise `CliError("what went wrong", ExitCode.NO)` (or `Unreachable(...)`,
   `NothingToJudge(...)`, `UsageError(...)`): `services.cli.main` prints `error: <message>`
-  on stderr and exits with the code;
+  on stderr and exits with the code (plain exceptions: the CLI layer turns them into
+  click's, `services.cli.main.PasskGroup`);
 - let a Kafka, SQLAlchemy or settings exception escape: `main` maps it with `classify`
   (unreachable broker or database -> 4, malformed URL or setting -> 2);
-- take `wait: float | None = BROKER_WAIT` (the one `--wait`) and call
+- take `wait: float | None = BROKER_WAIT` (the one `--wait`, `services.clikit`) and call
   `services.kafka.reach.require_broker(wait, settings)` before the first Kafka client: it
   answers "unreachable" within `wait_s` (`--wait`, else `PASSK_BROKER_WAIT_S`) instead of
   kafka-python's 30 s bootstrap timeout, and "refused" as soon as a SASL broker turns our
@@ -28,18 +29,8 @@ from __future__ import annotations
 
 import errno
 import sys
+from collections.abc import Callable
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
-
-import typer
-
-# typer vendors click; its ClickException is what typer's main loop reports and exits on.
-from typer._click.exceptions import ClickException
-
-from services.contract.settings import get_settings
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 
 class ExitCode(IntEnum):
@@ -58,22 +49,19 @@ EXIT_CODES_HELP = (
 )
 
 
-class CliError(ClickException):
+class CliError(Exception):
     """A command's answer that is not a plain success: a message and its exit code.
 
-    A ClickException, so typer itself (and its CliRunner in tests) prints it with `show`
-    and exits with `exit_code`; `services.cli.main` maps what is not one (`classify`)."""
+    A plain exception: the CLI layer (`services.cli.main`) prints `error: <message>` and
+    exits with `code`, whether typer's own main loop or `main` meets it."""
 
     code: ExitCode = ExitCode.NO
 
     def __init__(self, message: str, code: ExitCode | None = None):
         super().__init__(message)
+        self.message = message
         if code is not None:
             self.code = code
-        self.exit_code = int(self.code)
-
-    def show(self, file: Any = None) -> None:
-        say_error(self.message)
 
 
 class UsageError(CliError):
@@ -92,14 +80,6 @@ class KafkaRefused(CliError):
     code = ExitCode.KAFKA_REFUSED
 
 
-# The one `--wait` of every command that talks to the broker (pass it to require_broker).
-BROKER_WAIT: Any = typer.Option(
-    None, "--wait", min=0,
-    help="wait at most this many seconds for the Kafka broker before exit 4 "
-         "(default PASSK_BROKER_WAIT_S)",
-)
-
-
 # kafka-python's names for "no broker answered" (some exist only in some versions).
 _KAFKA_UNREACHABLE = (
     "NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError", "BrokerNotAvailableError",
@@ -107,8 +87,12 @@ _KAFKA_UNREACHABLE = (
 )
 
 
-def classify(exc: BaseException) -> tuple[ExitCode, str] | None:
-    """The exit code and message for an exception a command let escape; None: a bug."""
+def classify(
+    exc: BaseException, bootstrap: Callable[[], str] = lambda: "KAFKA_BOOTSTRAP_SERVERS",
+) -> tuple[ExitCode, str] | None:
+    """The exit code and message for an exception a command let escape; None: a bug.
+    `bootstrap`: the broker address to name when it is unreachable (the caller reads it
+    from the settings; this module reads none)."""
     if isinstance(exc, CliError):
         return exc.code, str(exc)
     from kafka import errors as kafka_errors
@@ -119,8 +103,7 @@ def classify(exc: BaseException) -> tuple[ExitCode, str] | None:
         getattr(kafka_errors, name) for name in _KAFKA_UNREACHABLE if hasattr(kafka_errors, name)
     )
     if isinstance(exc, unreachable):
-        bootstrap = _bootstrap()
-        return ExitCode.UNREACHABLE, f"the Kafka broker at {bootstrap} is unreachable ({exc})"
+        return ExitCode.UNREACHABLE, f"the Kafka broker at {bootstrap()} is unreachable ({exc})"
     if isinstance(exc, ArgumentError | NoSuchModuleError):
         return ExitCode.USAGE, f"PASSK_DATABASE_URL (or --database-url) is not usable: {exc}"
     if isinstance(exc, OperationalError | InterfaceError):
@@ -139,22 +122,7 @@ def classify(exc: BaseException) -> tuple[ExitCode, str] | None:
     return None
 
 
-def _bootstrap() -> str:
-    try:
-        return get_settings().kafka_bootstrap_servers
-    except Exception:  # the settings themselves may be what is broken
-        return "KAFKA_BOOTSTRAP_SERVERS"
-
-
 def say_error(message: str) -> None:
     """One line on stderr; plain text, so a pipe or a log keeps it whole."""
     print(f"error: {message}", file=sys.stderr)
 
-
-def console(stderr: bool = False) -> Console:
-    """A rich Console for command output. Not a terminal (a pipe, a file, CI): wide, so
-    tables and messages are not cut at rich's default of 80 columns."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else 1000, soft_wrap=False)

@@ -13,6 +13,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -268,3 +269,40 @@ def replay_file(
         summary.undelivered = list(report.undelivered)
     return summary
 
+
+
+
+# What shows the progress of a replay: given the file's line count, a context in which
+# each line number read is reported.
+Track = Callable[[int], AbstractContextManager[Callable[[int], None]]]
+
+
+def send_file(path: Path, settings: Settings, *, dry_run: bool, rate: float | None,
+              wait: float | None, track: Track) -> tuple[ReplaySummary, int]:
+    """`passk replay`: the broker checked (not for a dry run), the lines counted, then,
+    inside `track`, the input topics checked and every valid line of `path` sent
+    (`replay_file`); the summary and the file's line count."""
+    from services.contract.exits import Unreachable
+    from services.kafka.producer import TrafficProducer
+    from services.kafka.reach import require_broker
+
+    if not dry_run:
+        require_broker(wait, settings)
+    total = count_lines(path)
+    with track(total) as on_line:
+        if dry_run:
+            return replay_file(path, sender=None, settings=settings, on_line=on_line), total
+        # kafka errors escape to services.cli: one line, exit 4
+        producer = TrafficProducer(settings)
+        try:
+            missing = producer.missing_topics([topic_name(t, settings) for t in REPLAYED_TOPICS])
+            if missing:
+                raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
+                                  "(create them with `passk topics create`)")
+            # Bounded: waits for the broker's acknowledgements at most the producer's
+            # deadline, and a SIGINT ends it with the summary.
+            summary = replay_file(path, sender=producer, settings=settings, rate=rate,
+                                  on_line=on_line)
+        finally:
+            producer.close(timeout_s=0)  # replay_file waited already
+    return summary, total

@@ -12,16 +12,11 @@ consumer (nothing committed). What is printed is bounded: the newest `--limit` l
 from __future__ import annotations
 
 import base64
-import json
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-
-import typer
-
-from services.contract.exits import BROKER_WAIT
 
 EXCERPT_CHARS = 200
 
@@ -116,49 +111,21 @@ def read_topic(settings: Any, *, timeout: float = 30.0) -> Iterable[bytes]:
         raise Unreachable(str(exc)) from None
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("dead-letters")
-    def dead_letters(
-        since: str = typer.Option(None, "--since", help="only letters this recent "
-                                  "(a duration: 90m, 2h, 1d)"),
-        reason: str = typer.Option(None, "--reason", help="only letters of this reason, "
-                                   "e.g. no_matching_scenario"),
-        limit: int = typer.Option(1000, "--limit", min=1, help="list at most the newest N "
-                                  "(every letter is counted)"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-        wait: float | None = BROKER_WAIT,
-    ) -> None:
-        """Every dead letter, and every trace the OTLP receiver or `passk import otel` did
-        not take, with its reason, source, key and an excerpt; counts per reason. Exit 4
-        when the broker is down."""
-        from datetime import UTC, timedelta
+def list_dead_letters(settings: Any, *, since: str | None, reason: str | None, limit: int,
+                      wait: float | None) -> Listing:
+    """`passk dead-letters`: the letters on the topic now, the newest `limit` of those
+    `since` ago (a duration: 90m, 2h, 1d) and of `reason`, every one counted."""
+    from datetime import UTC, timedelta
 
-        from rich.table import Table
+    from services.contract.exits import UsageError
+    from services.grading.windows import parse_duration
+    from services.kafka.reach import require_broker
 
-        from services.contract.exits import UsageError, console
-        from services.contract.settings import get_settings
-        from services.grading.windows import parse_duration
-        from services.kafka.reach import require_broker
-
-        cutoff = None
-        if since is not None:
-            try:
-                cutoff = datetime.now(UTC) - timedelta(seconds=parse_duration(since))
-            except ValueError as exc:
-                raise UsageError(f"--since: {exc}") from None
-        settings = get_settings()
-        require_broker(wait, settings)
-        listing = select(read_topic(settings), since=cutoff, reason=reason, limit=limit)
-        if as_json:
-            typer.echo(json.dumps(listing.as_json(), ensure_ascii=False))
-            return
-        out = console()
-        table = Table(title=f"dead letters ({sum(listing.counts.values())})")
-        for column in ("at (UTC)", "reason", "source", "key", "excerpt"):
-            table.add_column(column, overflow="fold")
-        for x in listing.letters:
-            table.add_row(x.at.strftime("%Y-%m-%d %H:%M:%S"), x.reason, x.source, x.key or "",
-                          x.excerpt)
-        out.print(table)
-        for r, n in sorted(listing.counts.items()):
-            out.print(f"{r}: {n}", markup=False, highlight=False)
+    cutoff = None
+    if since is not None:
+        try:
+            cutoff = datetime.now(UTC) - timedelta(seconds=parse_duration(since))
+        except ValueError as exc:
+            raise UsageError(f"--since: {exc}") from None
+    require_broker(wait, settings)
+    return select(read_topic(settings), since=cutoff, reason=reason, limit=limit)

@@ -1,12 +1,19 @@
-"""Printing a run's report and the deploy gate's decision with rich."""
+"""What the report's commands print, with rich: a run's report, the deploy gate's decision,
+a comparison, one trial, the windows, the dead letters, `passk wait`'s progress."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from services.contract.terminal import literal as escape
 from services.report.compare import Comparison, RunFigures, ScenarioChange
+from services.report.dead_letters import Listing
 from services.report.domain import (
     GateDecision,
     RunReport,
@@ -15,6 +22,10 @@ from services.report.domain import (
     advisory_text,
 )
 from services.report.judge_cost import cost_lines, money
+from services.report.trial_view import TrialView, json_cell, message_text
+
+if TYPE_CHECKING:  # plotly loads with over_time: only for `passk windows`
+    from services.report.over_time import WindowView
 
 WHOSE_EXIT = {"session": "persisted session", "harness": "harness"}
 
@@ -212,3 +223,142 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         )
     else:
         console.print("no scenario is confidently worse than in the base run")
+
+
+def print_view(view: TrialView, console: Console) -> None:
+    """`passk show`: a trial, its checks, its state against the expectations, its judge
+    calls and its transcript; every text from events printed literally."""
+    e = escape
+    colour = {"passed": "green", "failed": "red", "error": "yellow"}.get(view.outcome, "white")
+    console.print(f"trial [bold]{e(view.trial_id)}[/bold] of scenario {e(view.scenario_id)} "
+                  f"(run {e(view.run_id)}): [{colour}]{e(view.outcome)}[/{colour}]; exit "
+                  f"{e(view.exit_reason or '—')} ({e(view.exit_source or 'unknown')})",
+                  soft_wrap=True)
+    checks = Table(title="checks")
+    for col in ("check", "verdict", "reason"):
+        checks.add_column(col, overflow="fold")
+    for c in view.checks:
+        mark = {"passed": "green", "failed": "red", "error": "yellow"}.get(c.verdict, "dim")
+        checks.add_row(e(c.check), f"[{mark}]{e(c.verdict)}[/{mark}]", e(c.reason))
+    console.print(checks)
+    if view.expectations:
+        state = Table(title="persisted state against the expectations (✘: the failing path)")
+        for col in ("", "check", "expected", "actual", "reason"):
+            state.add_column(col, overflow="fold")
+        for x in view.expectations:
+            mark = "[green]✔[/green]" if x.passed else "[bold red]✘[/bold red]"
+            name = e(x.check) if x.passed else f"[bold red]{e(x.check)}[/bold red]"
+            state.add_row(mark, name, e(json_cell(x.expected)), e(json_cell(x.actual)), e(x.reason))
+        console.print(state)
+    if view.judges:
+        judges = Table(title="judge calls")
+        for col in ("judge", "result", "model", "prompt tok", "completion tok", "latency ms",
+                    "attempts", "cache"):
+            judges.add_column(col, overflow="fold")
+        for j in view.judges:
+            judges.add_row(e(j.judge_id), e(j.result), e(j.model or "—"),
+                           str(j.input_tokens or 0), str(j.output_tokens or 0),
+                           "—" if j.latency_ms is None else f"{j.latency_ms:.0f}",
+                           str(j.attempts), "hit" if j.cached else "—")
+        console.print(judges)
+    cost = f", estimated cost {money(view.judge_cost)}" if view.judge_cost is not None else ""
+    console.print(f"judging: {view.judge_calls} model calls, {view.judge_input_tokens} prompt + "
+                  f"{view.judge_output_tokens} completion tokens{cost}", soft_wrap=True)
+    if view.transcript is None:
+        console.print("transcript: not kept in the projection (the sink never stored it)")
+        return
+    console.print(f"transcript ({len(view.transcript)} messages):")
+    for m in view.transcript:
+        console.print(f"  [bold]{e(str(m.get('role', '?')))}[/bold]: {e(message_text(m))}",
+                      soft_wrap=True)
+
+
+# ------------------------------------------------------------------------- HTML
+
+STYLE = """
+details.trial { border: 1px solid #e3e7ec; border-radius: 4px; margin: 6px 0; padding: 4px 10px; }
+details.trial > summary { cursor: pointer; }
+details.trial:target { border-color: #1f5f99; }
+.trial .failing-path td { background: #fdecea; }
+.trial .failing-path td.path { font-weight: 700; color: #b42318; }
+.transcript { list-style: none; padding-left: 0; }
+.transcript li { margin: 4px 0; } .transcript .role { font-weight: 600; margin-right: 6px; }
+.transcript .text { white-space: pre-wrap; overflow-wrap: anywhere; }
+.transcript .role-user .role { color: #1f5f99; }
+.transcript .role-assistant .role { color: #16794c; }
+code.json { white-space: pre-wrap; overflow-wrap: anywhere; }
+"""
+
+# Opens the trial a link points at (#trial-...), on load and when the address changes.
+OPEN_SCRIPT = """
+(function () {
+  function openTarget() {
+    if (!location.hash || location.hash.indexOf('#trial-') !== 0) { return; }
+    var el = document.getElementById(location.hash.slice(1));
+    if (el && el.tagName === 'DETAILS') { el.open = true; }
+  }
+  window.addEventListener('hashchange', openTarget);
+  openTarget();
+})();
+"""
+
+
+def print_windows(items: list[WindowView], out: Console) -> None:
+    from services.report.over_time import stamp
+
+    table = Table(title="reliability per event-time window (latest last)")
+    for column in ("scenario", "window", "start (UTC)", "n", "passed", "failed", "errors",
+                   "invalid", "pass^k", "90% interval", "pass@k", "sampled", "pass^k sampled",
+                   "pass^k judged", "alert"):
+        numeric = column not in ("scenario", "window", "start (UTC)", "alert")
+        table.add_column(column, justify="right" if numeric else "left")
+
+    def num(v: float | None) -> str:
+        return "—" if v is None else f"{v:.3f}"
+
+    for w in items:
+        table.add_row(
+            escape(w.scenario_id), escape(w.window), stamp(w.window_start), str(w.n),
+            str(w.passed), str(w.failed), str(w.errors), str(w.invalid), num(w.pass_hat_k),
+            f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]", num(w.pass_at_k),
+            str(w.n_sampled), num(w.pass_hat_k_sampled), num(w.judged_pass_hat_k),
+            "[bold red]ALERT[/]" if w.alert_condition else "",
+        )
+    out.print(table)
+
+
+def print_dead_letters(listing: Listing, out: Console) -> None:
+    table = Table(title=f"dead letters ({sum(listing.counts.values())})")
+    for column in ("at (UTC)", "reason", "source", "key", "excerpt"):
+        table.add_column(column, overflow="fold")
+    for x in listing.letters:
+        # an excerpt is whatever a client sent: no terminal control, no markup, runs
+        table.add_row(x.at.strftime("%Y-%m-%d %H:%M:%S"), escape(x.reason), escape(x.source),
+                      escape(x.key or ""), escape(x.excerpt))
+    out.print(table)
+    for r, n in sorted(listing.counts.items()):
+        out.print(f"{r}: {n}", markup=False, highlight=False)
+
+
+@contextmanager
+def verdict_progress(console: Console, total: int) -> Iterator[Callable[[int], None]]:
+    """`passk wait`'s progress bar; yields what to call with each count of verdicts."""
+    columns = (TextColumn("verdicts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("verdicts", total=total)
+        yield lambda n: progress.update(task, completed=n)
+
+
+def print_wrong_outcomes(wanted: list[dict[str, Any]], wrong: list[tuple[str, str, str]],
+                         console: Console) -> None:
+    """`passk wait --expected`: the trials that did not get their expected outcome, or
+    that all did."""
+    if wrong:
+        table = Table("trial", "expected", "got", title="trials that did not get their "
+                      "expected outcome")
+        for row in wrong:
+            table.add_row(*row)
+        console.print(table)
+        return
+    console.print(f"[green]{len(wanted)}/{len(wanted)} trials got exactly their expected "
+                  "outcome[/green]")

@@ -170,7 +170,7 @@ def page_trials(trials: Sequence[TrialRecord]) -> tuple[list[TrialRecord], int]:
 # ------------------------------------------------------------------------- text
 
 
-def _json(value: Any) -> str:
+def json_cell(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
@@ -180,55 +180,6 @@ def message_text(message: dict[str, Any]) -> str:
         fn = call.get("function") or {}
         parts.append(f"[tool call {fn.get('name', call.get('name'))}({fn.get('arguments', '')})]")
     return " ".join(p for p in parts if p)
-
-
-def print_view(view: TrialView, console: Any) -> None:
-    from rich.table import Table
-
-    from services.contract.terminal import literal as e
-
-    colour = {"passed": "green", "failed": "red", "error": "yellow"}.get(view.outcome, "white")
-    console.print(f"trial [bold]{e(view.trial_id)}[/bold] of scenario {e(view.scenario_id)} "
-                  f"(run {e(view.run_id)}): [{colour}]{e(view.outcome)}[/{colour}]; exit "
-                  f"{e(view.exit_reason or '—')} ({e(view.exit_source or 'unknown')})",
-                  soft_wrap=True)
-    checks = Table(title="checks")
-    for col in ("check", "verdict", "reason"):
-        checks.add_column(col, overflow="fold")
-    for c in view.checks:
-        mark = {"passed": "green", "failed": "red", "error": "yellow"}.get(c.verdict, "dim")
-        checks.add_row(e(c.check), f"[{mark}]{e(c.verdict)}[/{mark}]", e(c.reason))
-    console.print(checks)
-    if view.expectations:
-        state = Table(title="persisted state against the expectations (✘: the failing path)")
-        for col in ("", "check", "expected", "actual", "reason"):
-            state.add_column(col, overflow="fold")
-        for x in view.expectations:
-            mark = "[green]✔[/green]" if x.passed else "[bold red]✘[/bold red]"
-            name = e(x.check) if x.passed else f"[bold red]{e(x.check)}[/bold red]"
-            state.add_row(mark, name, e(_json(x.expected)), e(_json(x.actual)), e(x.reason))
-        console.print(state)
-    if view.judges:
-        judges = Table(title="judge calls")
-        for col in ("judge", "result", "model", "prompt tok", "completion tok", "latency ms",
-                    "attempts", "cache"):
-            judges.add_column(col, overflow="fold")
-        for j in view.judges:
-            judges.add_row(e(j.judge_id), e(j.result), e(j.model or "—"),
-                           str(j.input_tokens or 0), str(j.output_tokens or 0),
-                           "—" if j.latency_ms is None else f"{j.latency_ms:.0f}",
-                           str(j.attempts), "hit" if j.cached else "—")
-        console.print(judges)
-    cost = f", estimated cost {money(view.judge_cost)}" if view.judge_cost is not None else ""
-    console.print(f"judging: {view.judge_calls} model calls, {view.judge_input_tokens} prompt + "
-                  f"{view.judge_output_tokens} completion tokens{cost}", soft_wrap=True)
-    if view.transcript is None:
-        console.print("transcript: not kept in the projection (the sink never stored it)")
-        return
-    console.print(f"transcript ({len(view.transcript)} messages):")
-    for m in view.transcript:
-        console.print(f"  [bold]{e(str(m.get('role', '?')))}[/bold]: {e(message_text(m))}",
-                      soft_wrap=True)
 
 
 # ------------------------------------------------------------------------- HTML
@@ -298,8 +249,8 @@ def view_html(view: TrialView, *, open_: bool = False) -> str:
         f'<tr class="{"passing-path" if x.passed else "failing-path"}" '
         f'data-path="{escape(x.path or "")}"><td>{"✔" if x.passed else "✘"}</td>'
         f'<td class="path">{escape(x.check)}</td>'
-        f'<td><code class="json">{escape(_short(_json(x.expected)))}</code></td>'
-        f'<td><code class="json">{escape(_short(_json(x.actual)))}</code></td>'
+        f'<td><code class="json">{escape(_short(json_cell(x.expected)))}</code></td>'
+        f'<td><code class="json">{escape(_short(json_cell(x.actual)))}</code></td>'
         f'<td class="reason">{escape(x.reason)}</td></tr>'
         for x in view.expectations
     )

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
-
-from services.contract.exits import NothingToJudge, UsageError, console
-
-if TYPE_CHECKING:  # plotly loads with over_time: only when the command runs
-    from rich.console import Console
-
+if TYPE_CHECKING:  # plotly loads with over_time: only when it is needed
     from services.report.over_time import WindowView
-
-# Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 
 def load_windows(database_url: str, last: int, size: str | None,
@@ -44,76 +34,3 @@ def load_windows(database_url: str, last: int, size: str | None,
         return views(last_of_each(rows, last))
     finally:
         store.close()
-
-
-def print_windows(items: list[WindowView], out: Console) -> None:
-    from rich.table import Table
-
-    from services.contract.terminal import literal
-    from services.report.over_time import stamp
-
-    table = Table(title="reliability per event-time window (latest last)")
-    for column in ("scenario", "window", "start (UTC)", "n", "passed", "failed", "errors",
-                   "invalid", "pass^k", "90% interval", "pass@k", "sampled", "pass^k sampled",
-                   "pass^k judged", "alert"):
-        numeric = column not in ("scenario", "window", "start (UTC)", "alert")
-        table.add_column(column, justify="right" if numeric else "left")
-
-    def num(v: float | None) -> str:
-        return "—" if v is None else f"{v:.3f}"
-
-    for w in items:
-        table.add_row(
-            literal(w.scenario_id), literal(w.window), stamp(w.window_start), str(w.n),
-            str(w.passed), str(w.failed), str(w.errors), str(w.invalid), num(w.pass_hat_k),
-            f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]", num(w.pass_at_k),
-            str(w.n_sampled), num(w.pass_hat_k_sampled), num(w.judged_pass_hat_k),
-            "[bold red]ALERT[/]" if w.alert_condition else "",
-        )
-    out.print(table)
-
-
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def windows(
-        last: int = typer.Option(6, "--last", min=1, help="windows per scenario and size"),
-        window: str = typer.Option(None, "--window", help="one window size (e.g. 1h); "
-                                   "default: every size"),
-        runs: str = typer.Option(None, "--runs", help="run ids to show: comma-separated "
-                                 "globs or prefixes (production-*); '*' every run; default: "
-                                 "every run but make demo's (demo-*) and passk ci's (ci-*)"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-        html: Path = typer.Option(None, "--html", dir_okay=False,
-                                  help="also write a page of pictures over time here"),
-        database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
-    ) -> None:
-        """The latest windows per scenario: pass^k with its credible interval, pass@k, n,
-        errors apart, the sampled trials' figures, and whether the reliability-drop alert's
-        condition held. Of every run but make demo's and passk ci's unless --runs says.
-        Exit 3 when the projection holds no window (of those runs) yet."""
-        from services.contract.settings import get_settings
-        from services.report.over_time import windows_json
-
-        try:
-            items = load_windows(database_url or get_settings().database_url, last, window,
-                                 runs=runs)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
-        if not items:
-            raise NothingToJudge("no windows in the projection yet (is the sink running, and "
-                                 "has the aggregate published any?)")
-        if as_json:
-            typer.echo(json.dumps(windows_json(items), ensure_ascii=False))
-        else:
-            print_windows(items, console())
-        if html is not None:
-            from datetime import UTC, datetime
-
-            from services.report.over_time import render_windows_page
-
-            try:
-                html.write_text(render_windows_page(items, generated_at=datetime.now(UTC)),
-                                encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"cannot write {html}: {exc}") from exc
-            console(stderr=True).print(f"windows page: {html.resolve()}", soft_wrap=True)

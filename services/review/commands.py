@@ -7,7 +7,8 @@ from typing import Any
 
 import typer
 
-from services.contract.exits import BROKER_WAIT, Unreachable, UsageError
+from services.clikit import BROKER_WAIT
+from services.contract.exits import Unreachable, UsageError
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 

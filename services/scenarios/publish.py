@@ -20,7 +20,7 @@ from kafka.errors import KafkaTimeoutError
 from kafka.producer.future import RecordMetadata
 
 from schemas.scenario import Scenario
-from services.contract.scenario_records import encode_scenario
+from services.contract.scenario_records import CatalogState, encode_scenario
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.grading.scenario_loader import InvalidScenarios, LoadResult, validate_paths
@@ -132,3 +132,38 @@ def publish_paths(
     if result.errors:
         raise InvalidScenarios(result.errors)
     return result, publish_scenarios(result.scenarios, settings)
+
+
+def publish_set(scenarios: Sequence[Scenario], settings: Settings,
+                wait: float | None) -> list[Published]:
+    """`passk scenarios publish` of a valid set: the broker reached, then the set published
+    in one transaction. Unreachable when the catalog or the broker is; a CliError (4 for
+    an unreachable broker, else 1) when the transaction failed: nothing was published."""
+    from kafka.errors import KafkaError
+
+    from services.contract.exits import CliError, ExitCode, Unreachable, classify
+    from services.kafka.catalog import CatalogUnavailable
+    from services.kafka.reach import require_broker
+
+    require_broker(wait, settings)
+    try:
+        return publish_scenarios(scenarios, settings)
+    except CatalogUnavailable as exc:
+        raise Unreachable(str(exc)) from exc
+    except KafkaError as exc:  # the set was one transaction: none of it is readable
+        code = ExitCode.UNREACHABLE if classify(exc) else ExitCode.NO
+        raise CliError(f"publishing failed, nothing was published: "
+                       f"{type(exc).__name__}: {exc}", code) from exc
+
+
+def published_catalog(settings: Settings, wait: float | None) -> CatalogState:
+    """`passk scenarios list`: the scenarios topic read whole (every version seen)."""
+    from services.contract.exits import Unreachable
+    from services.kafka.catalog import CatalogUnavailable, read_catalog
+    from services.kafka.reach import require_broker
+
+    require_broker(wait, settings)
+    try:
+        return read_catalog(settings)
+    except CatalogUnavailable as exc:
+        raise Unreachable(str(exc)) from exc

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from services.contract.exits import BROKER_WAIT, CliError, ExitCode, console
+from services.clikit import BROKER_WAIT, console
+from services.contract.exits import CliError, ExitCode
 from services.kafka.reach import require_broker
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.

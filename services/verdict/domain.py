@@ -207,6 +207,116 @@ def on_tick(
     return TickDecision("emit", missing_checks(state, scenario), waited)
 
 
+@dataclass
+class _Checks:
+    """Every check of a trial, sorted as the verdict reports them."""
+
+    passed: list[str] = field(default_factory=list)
+    failed: list[FailedCheck] = field(default_factory=list)
+    errors: list[FailedCheck] = field(default_factory=list)
+    spoiled: list[FailedCheck] = field(default_factory=list)  # the simulated user's, failed
+    gating: list[str] = field(default_factory=list)
+    advisory: list[AdvisoryJudge] = field(default_factory=list)
+    advisory_checks: list[ExternalCheckResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    not_sampled: list[str] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> Outcome:
+        return ("invalid" if self.spoiled else "failed" if self.failed
+                else "error" if self.errors else "passed")
+
+
+def _gates(state: TrialState, checks: _Checks) -> None:
+    for name in GATES:
+        gate = state.gates.get(name)
+        if gate is None:
+            continue
+        if gate.passed:
+            checks.passed.append(f"gate:{name}")
+        else:
+            checks.failed.append(
+                FailedCheck(check=f"gate:{name}", reason="; ".join(gate.reasons)))
+
+
+def _external(state: TrialState, scenario: Scenario, checks: _Checks) -> None:
+    exit_gate = state.gates.get("exit")
+    # The gate read the conversation's external checks against this scenario version and
+    # marked the ones it names as gating; a named one not reported arrives failed.
+    carried = exit_gate.external_checks if exit_gate else []
+    for external in carried:
+        if not external.gating:
+            checks.advisory_checks.append(external)
+        elif external.passed:
+            checks.passed.append(external.check)
+        else:
+            checks.failed.append(FailedCheck(check=external.check, reason=external.reason))
+    # A named check the exit gate's result says nothing about was never graded (a gate
+    # worker from before external checks, say): an error, never a silent pass.
+    graded = {e.check for e in carried if e.gating}
+    if exit_gate is not None:
+        for check_id in scenario.external_checks:
+            if f"external:{check_id}" not in graded:
+                checks.errors.append(FailedCheck(
+                    check=f"external:{check_id}",
+                    reason="error: the exit gate's result carries no result for this "
+                    "external check (graded by a gate from before external checks?)"))
+
+
+def _judges(state: TrialState, scenario: Scenario, version: str | None, sampled: bool,
+            policy: GatingPolicy, book: CalibrationBook, checks: _Checks) -> None:
+    for judge in scenario.judges:
+        verdict = state.judges.get(f"{judge.id}@{version}")
+        if verdict is None or verdict.result == "not_sampled":
+            if not sampled and judge.kind == "llm":  # outside the sample: never waited for
+                checks.not_sampled.append(judge.id)
+            continue
+        if verdict.result == "skipped":  # not asked: the gates had failed the trial already
+            checks.skipped.append(judge.id)
+            continue
+        gates, why = policy.gates(
+            judge, verdict.judge_version, book.get(verdict.judge_version)
+        )
+        if not gates:
+            checks.advisory.append(AdvisoryJudge(
+                judge_id=judge.id, judge_version=verdict.judge_version, why=why,
+                result=verdict.result, reason=verdict.reason,
+            ))  # fmt: skip
+            continue
+        checks.gating.append(judge.id)
+        check = f"judge:{judge.id}"
+        if verdict.result == "passed":
+            checks.passed.append(check)
+        elif verdict.result == "failed":
+            checks.failed.append(FailedCheck(check=check, reason=verdict.reason))
+        else:
+            checks.errors.append(FailedCheck(check=check, reason=f"error: {verdict.reason}"))
+
+
+def _user_checks(state: TrialState, scenario: Scenario, version: str | None,
+                 policy: GatingPolicy, book: CalibrationBook, checks: _Checks) -> None:
+    """The simulated user's checks: one that failed spoils the trial (`invalid`, whatever
+    the agent's checks said); one that could not be made is an error like any check."""
+    for spec in scenario.user_checks:
+        check = f"user:{spec.id}"
+        verdict = state.judges.get(f"{check}@{version}")
+        if verdict is None:
+            continue
+        gates, why = policy.gates(spec, verdict.judge_version, book.get(verdict.judge_version))
+        if not gates:
+            checks.advisory.append(AdvisoryJudge(
+                judge_id=check, judge_version=verdict.judge_version, why=why,
+                result=verdict.result, reason=verdict.reason,
+            ))  # fmt: skip
+            continue
+        if verdict.result == "passed":
+            checks.passed.append(check)
+        elif verdict.result == "failed":
+            checks.spoiled.append(FailedCheck(check=check, reason=verdict.reason))
+        elif verdict.result == "error":
+            checks.errors.append(FailedCheck(check=check, reason=f"error: {verdict.reason}"))
+
+
 def assemble(
     state: TrialState,
     scenario: Scenario,
@@ -217,111 +327,32 @@ def assemble(
     book: CalibrationBook,
 ) -> TrialVerdict:
     """Build the one verdict of a trial. `missing` checks are counted as errors."""
-    failed: list[FailedCheck] = []
-    errors: list[FailedCheck] = []
-    passed: list[str] = []
-    gating: list[str] = []
-    advisory: list[AdvisoryJudge] = []
-    skipped: list[str] = []
-    for name in GATES:
-        gate = state.gates.get(name)
-        if gate is None:
-            continue
-        if gate.passed:
-            passed.append(f"gate:{name}")
-        else:
-            failed.append(FailedCheck(check=f"gate:{name}", reason="; ".join(gate.reasons)))
-    advisory_checks: list[ExternalCheckResult] = []
-    exit_gate = state.gates.get("exit")
-    # The gate read the conversation's external checks against this scenario version and
-    # marked the ones it names as gating; a named one not reported arrives failed.
-    carried = exit_gate.external_checks if exit_gate else []
-    for external in carried:
-        if not external.gating:
-            advisory_checks.append(external)
-        elif external.passed:
-            passed.append(external.check)
-        else:
-            failed.append(FailedCheck(check=external.check, reason=external.reason))
-    # A named check the exit gate's result says nothing about was never graded (a gate
-    # worker from before external checks, say): an error, never a silent pass.
-    graded = {e.check for e in carried if e.gating}
-    if exit_gate is not None:
-        for check_id in scenario.external_checks:
-            if f"external:{check_id}" not in graded:
-                errors.append(FailedCheck(
-                    check=f"external:{check_id}",
-                    reason="error: the exit gate's result carries no result for this "
-                    "external check (graded by a gate from before external checks?)"))
+    checks = _Checks()
+    _gates(state, checks)
+    _external(state, scenario, checks)
     version = state.scenario_version or scenario.version
     sampled = is_sampled(state)
-    not_sampled: list[str] = []
-    for judge in scenario.judges:
-        verdict = state.judges.get(f"{judge.id}@{version}")
-        if verdict is None or verdict.result == "not_sampled":
-            if not sampled and judge.kind == "llm":  # outside the sample: never waited for
-                not_sampled.append(judge.id)
-            continue
-        if verdict.result == "skipped":  # not asked: the gates had failed the trial already
-            skipped.append(judge.id)
-            continue
-        gates, why = policy.gates(
-            judge, verdict.judge_version, book.get(verdict.judge_version)
-        )
-        if not gates:
-            advisory.append(AdvisoryJudge(
-                judge_id=judge.id, judge_version=verdict.judge_version, why=why,
-                result=verdict.result, reason=verdict.reason,
-            ))  # fmt: skip
-            continue
-        gating.append(judge.id)
-        check = f"judge:{judge.id}"
-        if verdict.result == "passed":
-            passed.append(check)
-        elif verdict.result == "failed":
-            failed.append(FailedCheck(check=check, reason=verdict.reason))
-        else:
-            errors.append(FailedCheck(check=check, reason=f"error: {verdict.reason}"))
-    # The simulated user's checks: one that failed spoils the trial (`invalid`, whatever
-    # the agent's checks said); one that could not be made is an error like any check.
-    spoiled: list[FailedCheck] = []
-    for spec in scenario.user_checks:
-        check = f"user:{spec.id}"
-        verdict = state.judges.get(f"{check}@{version}")
-        if verdict is None:
-            continue
-        gates, why = policy.gates(spec, verdict.judge_version, book.get(verdict.judge_version))
-        if not gates:
-            advisory.append(AdvisoryJudge(
-                judge_id=check, judge_version=verdict.judge_version, why=why,
-                result=verdict.result, reason=verdict.reason,
-            ))  # fmt: skip
-            continue
-        if verdict.result == "passed":
-            passed.append(check)
-        elif verdict.result == "failed":
-            spoiled.append(FailedCheck(check=check, reason=verdict.reason))
-        elif verdict.result == "error":
-            errors.append(FailedCheck(check=check, reason=f"error: {verdict.reason}"))
+    _judges(state, scenario, version, sampled, policy, book, checks)
+    _user_checks(state, scenario, version, policy, book, checks)
     for check in missing:
-        errors.append(FailedCheck(check=check, reason=f"error: no result within {waited_s:g} s"))
+        checks.errors.append(
+            FailedCheck(check=check, reason=f"error: no result within {waited_s:g} s"))
 
-    outcome: Outcome = ("invalid" if spoiled else "failed" if failed else "error" if errors
-                        else "passed")
+    exit_gate = state.gates.get("exit")
     facts = exit_gate or state.gates.get("state")
     return TrialVerdict(
         event_id=with_attempt(f"verdict:{state.trial_id}", state.attempt),
         **TrialIdentity.of(state, version or "unknown").as_fields(),
         k=scenario.trials,
-        outcome=outcome,
-        failed_checks=spoiled + failed + errors,
-        checks_passed=passed,
-        gating_judges=gating,
-        advisory_judges=advisory,
-        advisory_checks=advisory_checks,
-        skipped_judges=skipped,
+        outcome=checks.outcome,
+        failed_checks=checks.spoiled + checks.failed + checks.errors,
+        checks_passed=checks.passed,
+        gating_judges=checks.gating,
+        advisory_judges=checks.advisory,
+        advisory_checks=checks.advisory_checks,
+        skipped_judges=checks.skipped,
         sampled=sampled,
-        not_sampled_judges=not_sampled,
+        not_sampled_judges=checks.not_sampled,
         agent_version=facts.agent_version if facts else None,
         exit_reason=facts.exit_reason if facts else None,
         exit_source=exit_gate.exit_source if exit_gate else None,

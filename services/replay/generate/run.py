@@ -7,10 +7,12 @@ import hashlib
 import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from schemas.events import (
     ConversationFinished,
     ExternalCheck,
+    Message,
     SessionPersisted,
     TrialMetrics,
     count_turns,
@@ -50,15 +52,36 @@ def _ids(config: GenerateConfig, plan: TrialPlan) -> tuple[str, str]:
 def build_trial(
     plan: TrialPlan, config: GenerateConfig, rng: random.Random, finished_at: datetime
 ) -> tuple[ConversationFinished, SessionPersisted, ExpectedTrial]:
-    scenario = plan.scenario
-    mode, target = plan.failure_mode, plan.target
+    """One trial's two events and the outcome it must get. The phases draw from `rng` in
+    a fixed order (state, turns, exit, transcript, metrics, session time): the same seed
+    gives the same bytes."""
     trial_id, session_id = _ids(config, plan)
+    state = _state(plan, rng)
+    conversation, flagged = _conversation(plan, config, rng, finished_at, trial_id,
+                                          session_id, state)
+    session = _session(plan, config, rng, finished_at, trial_id, session_id, state,
+                       conversation.exit_reason)
+    expected = _expected(plan, trial_id, session_id, session.exit_reason, flagged)
+    return conversation, session, expected
+
+
+def _state(plan: TrialPlan, rng: random.Random) -> dict[str, Any]:
+    """A passing session state, or one violating exactly the planned expectation."""
+    scenario, mode, target = plan.scenario, plan.failure_mode, plan.target
     state = passing_state(scenario, rng)
     if mode in ("missing_field", "unexpected_follow_up"):
         assert isinstance(target, int)
         state = mutate_state(scenario, state, mode, target, rng)
         assert violates_only(scenario, state, target), (scenario.id, mode, target)
+    return state
 
+
+def _conversation(plan: TrialPlan, config: GenerateConfig, rng: random.Random,
+                  finished_at: datetime, trial_id: str, session_id: str,
+                  state: dict[str, Any]) -> tuple[ConversationFinished, list[str]]:
+    """The conversation (its turns, exit, transcript with the judges' fail markers,
+    metrics), and the advisory judges flagged to fail on it."""
+    scenario, mode, target = plan.scenario, plan.failure_mode, plan.target
     limits = scenario.limits
     upper = min(limits.max_turns or 14, 14)
     turns = rng.randint(min(4, upper), upper)
@@ -84,22 +107,6 @@ def build_trial(
         marker=marker,
         call_id="call_" + _digest(session_id, "tool")[:12],
     )
-
-    if limits.max_duration_s is not None:
-        duration_ms = rng.uniform(0.2, 0.9) * limits.max_duration_s * 1000
-        if mode == "over_duration":
-            duration_ms = limits.max_duration_s * 1000 + rng.uniform(5_000, 120_000)
-    else:
-        duration_ms = rng.uniform(20_000, 600_000)
-    n_turns = count_turns(transcript)
-    assistant_turns = sum(1 for m in transcript if m.role == "assistant")
-    metrics = TrialMetrics(
-        input_tokens=rng.randint(150, 400) * n_turns,
-        output_tokens=rng.randint(20, 90) * assistant_turns,
-        turns=n_turns,
-        duration_ms=round(duration_ms),
-        latency_ms=round(rng.uniform(300, 2500), 1),
-    )
     conversation = ConversationFinished(
         event_id="cf-" + _digest(session_id, "conversation_finished")[:24],
         occurred_at=finished_at,
@@ -110,12 +117,39 @@ def build_trial(
         agent_version=config.agent_version,
         exit_reason=exit_reason,
         transcript=transcript,
-        metrics=metrics,
+        metrics=_metrics(plan, transcript, rng),
         # The checks a scenario names gate: synthetic traffic reports them, passing (the
         # generator injects no external-check failures), so they fail no trial unplanned.
         checks=[ExternalCheck(id=c, passed=True, reason="synthetic: passed")
                 for c in scenario.external_checks],
     )
+    return conversation, flagged
+
+
+def _metrics(plan: TrialPlan, transcript: list[Message], rng: random.Random) -> TrialMetrics:
+    limits = plan.scenario.limits
+    if limits.max_duration_s is not None:
+        duration_ms = rng.uniform(0.2, 0.9) * limits.max_duration_s * 1000
+        if plan.failure_mode == "over_duration":
+            duration_ms = limits.max_duration_s * 1000 + rng.uniform(5_000, 120_000)
+    else:
+        duration_ms = rng.uniform(20_000, 600_000)
+    n_turns = count_turns(transcript)
+    assistant_turns = sum(1 for m in transcript if m.role == "assistant")
+    return TrialMetrics(
+        input_tokens=rng.randint(150, 400) * n_turns,
+        output_tokens=rng.randint(20, 90) * assistant_turns,
+        turns=n_turns,
+        duration_ms=round(duration_ms),
+        latency_ms=round(rng.uniform(300, 2500), 1),
+    )
+
+
+def _session(plan: TrialPlan, config: GenerateConfig, rng: random.Random,
+             finished_at: datetime, trial_id: str, session_id: str, state: dict[str, Any],
+             exit_reason: str | None) -> SessionPersisted:
+    """The persisted session: early, late or on time (its quirks), with the product's
+    own exit or none."""
     if "session_early" in plan.quirks:
         persisted_at = finished_at - timedelta(seconds=rng.uniform(0.5, 3.0))
     elif "session_late" in plan.quirks:
@@ -126,11 +160,11 @@ def build_trial(
     # checks theirs), the rest leave it to the harness. Decided by digest, not by the rng,
     # so the draws of everything else stay as they were.
     product_exit: str | None = None
-    if mode == "product_exit_wrong":
-        product_exit = str(target)
+    if plan.failure_mode == "product_exit_wrong":
+        product_exit = str(plan.target)
     elif int(_digest(session_id, "product_exit")[:8], 16) % 2 == 0:
         product_exit = exit_reason
-    session = SessionPersisted(
+    return SessionPersisted(
         event_id="sp-" + _digest(session_id, "session_persisted")[:24],
         occurred_at=persisted_at,
         session_id=session_id,
@@ -138,8 +172,14 @@ def build_trial(
         exit_reason=product_exit,
         trial_id=trial_id,
         run_id=config.run_id,
-        scenario_id=scenario.id,
+        scenario_id=plan.scenario.id,
     )
+
+
+def _expected(plan: TrialPlan, trial_id: str, session_id: str, product_exit: str | None,
+              flagged: list[str]) -> ExpectedTrial:
+    """The outcome the trial must get, the checks that must fail it, and why."""
+    scenario, mode, target = plan.scenario, plan.failure_mode, plan.target
     checks = failed_checks(mode, target, plan.quirks)
     detail = ""
     if mode in ("missing_field", "unexpected_follow_up"):
@@ -148,7 +188,7 @@ def build_trial(
         detail = f"{mode}:{target}"
     if not scenario.has_state_gate:
         detail = (detail + "; " if detail else "") + "completion: conversation (no session)"
-    expected = ExpectedTrial(
+    return ExpectedTrial(
         trial_id=trial_id,
         scenario_id=scenario.id,
         session_id=session_id,
@@ -162,7 +202,6 @@ def build_trial(
         detail=detail,
         advisory_flagged=flagged,
     )
-    return conversation, session, expected
 
 
 def generate(scenarios: Sequence[Scenario], config: GenerateConfig) -> Traffic:

@@ -49,6 +49,6 @@ def test_a_refusal_exits_5_and_names_the_user_not_the_password() -> None:
     sasl = settings(KAFKA_SECURITY_PROTOCOL="SASL_SSL", KAFKA_SASL_USERNAME="passk-cli",
                     KAFKA_SASL_PASSWORD="hunter2")
     refused = KafkaRefused(reach.authentication_failed(sasl))
-    assert refused.exit_code == ExitCode.KAFKA_REFUSED == 5
+    assert refused.code == ExitCode.KAFKA_REFUSED == 5
     assert "authentication failed for user 'passk-cli'" in refused.message
     assert "hunter2" not in refused.message
