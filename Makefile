@@ -67,8 +67,9 @@ test-integration: kafka-up ## the processors against the real broker
 test-e2e: kafka-up ## the whole pipeline as an operator runs it
 	$(BIN)/pytest -q -ra tests/e2e
 
-lint: install ## ruff, the import contracts in pyproject.toml (the layers import only downward), mypy
+lint: install ## ruff (checks, and the format: `make fmt` fixes it), the import contracts in pyproject.toml (the layers import only downward), mypy
 	$(BIN)/ruff check schemas services tests bench
+	$(BIN)/ruff format --check schemas services tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy schemas services
 

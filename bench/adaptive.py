@@ -45,8 +45,14 @@ WORKERS = ["gate", "judge", "verdict", "aggregate", "sink"]
 
 
 def passk(env: dict[str, str], *args: str, timeout: float = 1800) -> str:
-    done = subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"passk {args[0]} exited {done.returncode}: {done.stderr[-2000:]}")
     return done.stdout
@@ -79,39 +85,99 @@ def main() -> None:
     workers = None
     try:
         judge_port, agent_port = free_port(), free_port()
-        procs.append(spawn(dict(os.environ), "judge-standin", "--port", str(judge_port),
-                           log=work / "standin.log"))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "examples.agent.server", "--port", str(agent_port),
-             "--db", str(work / "agent.db"), "--faults", json.dumps(PLAN)], cwd=ROOT,
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(
+            spawn(
+                dict(os.environ),
+                "judge-standin",
+                "--port",
+                str(judge_port),
+                log=work / "standin.log",
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "examples.agent.server",
+                    "--port",
+                    str(agent_port),
+                    "--db",
+                    str(work / "agent.db"),
+                    "--faults",
+                    json.dumps(PLAN),
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         wait_until(lambda: up(f"http://127.0.0.1:{judge_port}/v1/models"), 60, "stand-in")
         wait_until(lambda: up(f"http://127.0.0.1:{agent_port}/healthz"), 60, "product")
-        os.environ.update(OPENAI_BASE_URL=f"http://127.0.0.1:{judge_port}/v1",
-                          OPENAI_API_KEY="stand-in", PASSK_JUDGE_MODEL="passk-standin",
-                          PASSK_SESSION_WAIT_S="10")
+        os.environ.update(
+            OPENAI_BASE_URL=f"http://127.0.0.1:{judge_port}/v1",
+            OPENAI_API_KEY="stand-in",
+            PASSK_JUDGE_MODEL="passk-standin",
+            PASSK_SESSION_WAIT_S="10",
+        )
         workers, env, _ = fresh_pipeline(WORKERS, work, "adaptive")
         passk(env, "scenarios", "publish", str(scenarios))
         target = work / "target.yaml"
-        target.write_text(json.dumps({
-            "agent": {"kind": "http", "url": f"http://127.0.0.1:{agent_port}/chat",
-                      "timeout_s": 20},
-            "state": {"kind": "http", "wait_s": 3,
-                      "url": f"http://127.0.0.1:{agent_port}/sessions/{{session_id}}"}}))
-        common = ("--scenarios", str(scenarios), "--target", str(target),
-                  "--concurrency", "8")
+        target.write_text(
+            json.dumps(
+                {
+                    "agent": {
+                        "kind": "http",
+                        "url": f"http://127.0.0.1:{agent_port}/chat",
+                        "timeout_s": 20,
+                    },
+                    "state": {
+                        "kind": "http",
+                        "wait_s": 3,
+                        "url": f"http://127.0.0.1:{agent_port}/sessions/{{session_id}}",
+                    },
+                }
+            )
+        )
+        common = ("--scenarios", str(scenarios), "--target", str(target), "--concurrency", "8")
 
         started = time.monotonic()
-        adaptive = json.loads(passk(
-            env, "run", *common, "--run-id", "bench-adaptive", "--adaptive", "--budget",
-            str(args.budget), "--goal", str(args.goal), "--credibility",
-            str(args.credibility), "--batch", "8", "--json"))
+        adaptive = json.loads(
+            passk(
+                env,
+                "run",
+                *common,
+                "--run-id",
+                "bench-adaptive",
+                "--adaptive",
+                "--budget",
+                str(args.budget),
+                "--goal",
+                str(args.goal),
+                "--credibility",
+                str(args.credibility),
+                "--batch",
+                "8",
+                "--json",
+            )
+        )
         adaptive_s = time.monotonic() - started
         per_scenario = adaptive["fixed_plan_trials"] // len(PLAN)
 
         started = time.monotonic()
-        fixed_run = json.loads(passk(env, "run", *common, "--run-id", "bench-fixed",
-                                     "--trials", str(per_scenario), "--json"))
+        fixed_run = json.loads(
+            passk(
+                env,
+                "run",
+                *common,
+                "--run-id",
+                "bench-fixed",
+                "--trials",
+                str(per_scenario),
+                "--json",
+            )
+        )
         fixed = wait_verdicts(env, "bench-fixed", fixed_run["published"])
         fixed_s = time.monotonic() - started
     finally:
@@ -119,28 +185,40 @@ def main() -> None:
             workers.stop()
         stop(procs)
 
-    print(f"adaptive vs a fixed plan of the same per-scenario interval width "
-          f"(goal {args.goal}, {args.credibility:.0%} interval, budget {args.budget})")
-    print(f"{'scenario':32} {'adaptive n':>10} {'decision':>10} {'fixed n':>8} "
-          f"{'decision':>10}")
+    print(
+        f"adaptive vs a fixed plan of the same per-scenario interval width "
+        f"(goal {args.goal}, {args.credibility:.0%} interval, budget {args.budget})"
+    )
+    print(f"{'scenario':32} {'adaptive n':>10} {'decision':>10} {'fixed n':>8} {'decision':>10}")
     disagree = []
     goals = {s["scenario_id"]: s["goal"] for s in adaptive["scenarios"]}
     fixed_by = {s["scenario_id"]: s for s in fixed["scenarios"]}
     for s in adaptive["scenarios"]:
         f = fixed_by[s["scenario_id"]]
         judged = f["passed"] + f["failed"]
-        fixed_decision = decide(judged, f["passed"], f["k"], goals[s["scenario_id"]],
-                                args.credibility)[2]
+        fixed_decision = decide(
+            judged, f["passed"], f["k"], goals[s["scenario_id"]], args.credibility
+        )[2]
         if fixed_decision != "undecided" and fixed_decision != s["decision"]:
             disagree.append(s["scenario_id"])
-        print(f"{s['scenario_id']:32} {s['n']:>10} {s['decision']:>10} {judged:>8} "
-              f"{fixed_decision:>10}")
+        print(
+            f"{s['scenario_id']:32} {s['n']:>10} {s['decision']:>10} {judged:>8} "
+            f"{fixed_decision:>10}"
+        )
     fixed_trials = sum(f["n"] + f.get("invalid", 0) for f in fixed["scenarios"])
-    print(f"trials: adaptive {adaptive['trials_run']} ({adaptive_s:.0f} s), fixed plan "
-          f"{fixed_trials} ({fixed_s:.0f} s); ratio {adaptive['trials_run'] / fixed_trials:.2f}"
-          f" (predicted fixed plan: {adaptive['fixed_plan_trials']})")
-    print("decisions: " + ("equal wherever the fixed plan decides" if not disagree
-                           else f"DIFFER for {', '.join(disagree)}"))
+    print(
+        f"trials: adaptive {adaptive['trials_run']} ({adaptive_s:.0f} s), fixed plan "
+        f"{fixed_trials} ({fixed_s:.0f} s); ratio {adaptive['trials_run'] / fixed_trials:.2f}"
+        f" (predicted fixed plan: {adaptive['fixed_plan_trials']})"
+    )
+    print(
+        "decisions: "
+        + (
+            "equal wherever the fixed plan decides"
+            if not disagree
+            else f"DIFFER for {', '.join(disagree)}"
+        )
+    )
     shutil.rmtree(work, ignore_errors=True)
     raise SystemExit(1 if disagree else 0)
 

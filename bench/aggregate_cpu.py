@@ -92,8 +92,9 @@ def reference(verdicts: list[dict]) -> dict[tuple, tuple[int, int, int]]:  # typ
         scopes: list[tuple] = [(v["scenario_id"], v["run_id"], None, None)]  # type: ignore[type-arg]
         if v.get("finished_at"):
             at = int(datetime.fromisoformat(v["finished_at"]).timestamp())
-            scopes += [(v["scenario_id"], None, label, at - at % size)
-                       for label, size in WINDOWS.items()]
+            scopes += [
+                (v["scenario_id"], None, label, at - at % size) for label, size in WINDOWS.items()
+            ]
         for scope in scopes:
             counts[scope][index[v["outcome"]]] += 1
     return {k: (c[0], c[1], c[2]) for k, c in counts.items()}
@@ -105,34 +106,62 @@ def published(settings: Settings) -> dict[tuple, tuple[int, int, int]]:  # type:
     last: dict[tuple, tuple[int, int, int]] = {}  # type: ignore[type-arg]
     for _, value in read_all(settings, Topic.SCENARIO_RELIABILITY):
         r = json.loads(value)
-        start = (int(datetime.fromisoformat(r["window_start"]).timestamp())
-                 if r.get("window_start") else None)
+        start = (
+            int(datetime.fromisoformat(r["window_start"]).timestamp())
+            if r.get("window_start")
+            else None
+        )
         last[(r["scenario_id"], r.get("run_id"), r.get("window"), start)] = (
-            r["passed"], r["failed"], r["errors"])
+            r["passed"],
+            r["failed"],
+            r["errors"],
+        )
     return last
 
 
-def drain(lines: list[bytes], rate: float | None, workdir: Path,
-          profile: Path | None) -> None:
+def drain(lines: list[bytes], rate: float | None, workdir: Path, profile: Path | None) -> None:
     prefix = f"passk.bench{uuid.uuid4().hex[:8]}."
     settings = Settings(  # type: ignore[call-arg]
-        PASSK_TOPIC_PREFIX=prefix, PASSK_DATA_DIR=str(workdir / prefix),
-        PASSK_WINDOWS=",".join(WINDOWS))
+        PASSK_TOPIC_PREFIX=prefix,
+        PASSK_DATA_DIR=str(workdir / prefix),
+        PASSK_WINDOWS=",".join(WINDOWS),
+    )
     create_topics(settings)
-    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=settings.kafka_bootstrap_servers,
-               PASSK_TOPIC_PREFIX=prefix, PASSK_DATA_DIR=str(settings.data_dir),
-               PASSK_WINDOWS=settings.windows, PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        KAFKA_BOOTSTRAP_SERVERS=settings.kafka_bootstrap_servers,
+        PASSK_TOPIC_PREFIX=prefix,
+        PASSK_DATA_DIR=str(settings.data_dir),
+        PASSK_WINDOWS=settings.windows,
+        PYTHONUNBUFFERED="1",
+    )
     worker = spawn(env, "worker", "aggregate", log=workdir / f"{prefix}aggregate.log")
     spy = None
     try:
-        wait_until(lambda: all(s.ready for s in processor_status(["aggregate"], settings)),
-                   180, "the aggregate up")
+        wait_until(
+            lambda: all(s.ready for s in processor_status(["aggregate"], settings)),
+            180,
+            "the aggregate up",
+        )
         if profile is not None:
             profile.parent.mkdir(parents=True, exist_ok=True)
             spy = subprocess.Popen(
-                [str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(worker.pid),
-                 "-r", "50", "-f", "raw", "--nonblocking", "-o", str(profile)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                [
+                    str(Path(sys.executable).with_name("py-spy")),
+                    "record",
+                    "-p",
+                    str(worker.pid),
+                    "-r",
+                    "50",
+                    "-f",
+                    "raw",
+                    "--nonblocking",
+                    "-o",
+                    str(profile),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all", linger_ms=5)
         name = topic_name(Topic.TRIAL_VERDICTS, settings)
         cpu0, start = cpu_seconds(worker.pid), time.monotonic()
@@ -145,22 +174,33 @@ def drain(lines: list[bytes], rate: float | None, workdir: Path,
                     time.sleep(ahead)
         producer.flush()
         producer.close()
-        wait_until(lambda: all(s.settled for s in processor_status(["aggregate"], settings)),
-                   3600, f"{len(lines)} verdicts counted", interval=0.2)
+        wait_until(
+            lambda: all(s.settled for s in processor_status(["aggregate"], settings)),
+            3600,
+            f"{len(lines)} verdicts counted",
+            interval=0.2,
+        )
         elapsed, cpu = time.monotonic() - start, cpu_seconds(worker.pid) - cpu0
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(60)
         load = os.getloadavg()[0]
-        print(f"{len(lines)} verdicts{f' at {rate:g}/s' if rate else ' at once'}: "
-              f"{elapsed:.1f} s, aggregate CPU {cpu:.2f} s = "
-              f"{1000 * cpu / len(lines):.3f} ms per verdict (load average {load:.1f})")
+        print(
+            f"{len(lines)} verdicts{f' at {rate:g}/s' if rate else ' at once'}: "
+            f"{elapsed:.1f} s, aggregate CPU {cpu:.2f} s = "
+            f"{1000 * cpu / len(lines):.3f} ms per verdict (load average {load:.1f})"
+        )
         want = reference([json.loads(line) for line in lines])
         got = published(settings)
         wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
-        print(f"figures: {len(want)} scopes, "
-              + ("all equal the reference count" if not wrong and len(got) == len(want)
-                 else f"{len(wrong)} differ, {len(got)} published: {list(wrong.items())[:5]}"))
+        print(
+            f"figures: {len(want)} scopes, "
+            + (
+                "all equal the reference count"
+                if not wrong and len(got) == len(want)
+                else f"{len(wrong)} differ, {len(got)} published: {list(wrong.items())[:5]}"
+            )
+        )
         if wrong or len(got) != len(want):
             raise SystemExit(1)
     finally:

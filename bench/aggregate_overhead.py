@@ -53,8 +53,12 @@ RUN_ID = "bench-aggregate"
 
 
 def one_run(
-    traffic: Path, trials: int, processors: list[str], workdir: Path,
-    profile: list[str] | None = None, profile_dir: Path | None = None,
+    traffic: Path,
+    trials: int,
+    processors: list[str],
+    workdir: Path,
+    profile: list[str] | None = None,
+    profile_dir: Path | None = None,
     prefix: str | None = None,
 ) -> tuple[float, dict[str, float]]:
     """End-to-end seconds, and the CPU seconds each worker spent. The topics (under
@@ -67,25 +71,47 @@ def one_run(
     )
     create_topics(settings)
     port = free_port()
-    env = dict(os.environ,
-               KAFKA_BOOTSTRAP_SERVERS=settings.kafka_bootstrap_servers,
-               PASSK_TOPIC_PREFIX=prefix, PASSK_DATABASE_URL=settings.database_url,
-               PASSK_DATA_DIR=str(settings.data_dir), PASSK_SESSION_WAIT_S="30",
-               OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="stand-in",
-               PASSK_JUDGE_MODEL="passk-standin", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        KAFKA_BOOTSTRAP_SERVERS=settings.kafka_bootstrap_servers,
+        PASSK_TOPIC_PREFIX=prefix,
+        PASSK_DATABASE_URL=settings.database_url,
+        PASSK_DATA_DIR=str(settings.data_dir),
+        PASSK_SESSION_WAIT_S="30",
+        OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1",
+        OPENAI_API_KEY="stand-in",
+        PASSK_JUDGE_MODEL="passk-standin",
+        PYTHONUNBUFFERED="1",
+    )
     logs = workdir / f"{prefix}logs"
     logs.mkdir()
-    procs = [passk(env, "judge-standin", "--host", "127.0.0.1", "--port", str(port),
-                   log=logs / "standin.log")]
+    procs = [
+        passk(
+            env,
+            "judge-standin",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            log=logs / "standin.log",
+        )
+    ]
     try:
-        publish = subprocess.run([sys.executable, "-m", "services.cli", "scenarios", "publish",
-                                  str(SCENARIOS)], env=env, cwd=ROOT, capture_output=True)
+        publish = subprocess.run(
+            [sys.executable, "-m", "services.cli", "scenarios", "publish", str(SCENARIOS)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+        )
         if publish.returncode != 0:
             raise SystemExit(publish.stderr.decode())
         workers = {p: passk(env, "worker", p, log=logs / f"{p}.log") for p in processors}
         procs += workers.values()
-        wait_until(lambda: all(s.ready for s in processor_status(processors, settings)), 180,
-                   "every worker up")
+        wait_until(
+            lambda: all(s.ready for s in processor_status(processors, settings)),
+            180,
+            "every worker up",
+        )
         store = Store(settings.database_url)
 
         def done() -> bool:
@@ -97,8 +123,12 @@ def one_run(
 
         spies = profilers(workers, profile or [], profile_dir or workdir)
         start = time.monotonic()
-        replay = subprocess.run([sys.executable, "-m", "services.cli", "replay", str(traffic)],
-                                env=env, cwd=ROOT, capture_output=True)
+        replay = subprocess.run(
+            [sys.executable, "-m", "services.cli", "replay", str(traffic)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+        )
         if replay.returncode != 0:
             raise SystemExit(replay.stdout.decode() + replay.stderr.decode())
         wait_until(done, 3600, f"{trials} verdicts through {', '.join(processors)}")
@@ -115,10 +145,30 @@ def generate(trials: int, workdir: Path) -> Path:
     traffic, expected = workdir / "traffic.jsonl", workdir / "expected.json"
     per_scenario = max(1, trials // len(list(SCENARIOS.glob("*.yaml"))))
     gen = subprocess.run(
-        [sys.executable, "-m", "services.cli", "generate", "--scenarios", str(SCENARIOS),
-         "--run-id", RUN_ID, "--out", str(traffic), "--expected", str(expected),
-         "--trials", str(per_scenario), "--seed", "3", "--default-pass-prob", "0.9"],
-        env=dict(os.environ), cwd=ROOT, capture_output=True)
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "generate",
+            "--scenarios",
+            str(SCENARIOS),
+            "--run-id",
+            RUN_ID,
+            "--out",
+            str(traffic),
+            "--expected",
+            str(expected),
+            "--trials",
+            str(per_scenario),
+            "--seed",
+            "3",
+            "--default-pass-prob",
+            "0.9",
+        ],
+        env=dict(os.environ),
+        cwd=ROOT,
+        capture_output=True,
+    )
     if gen.returncode != 0:
         raise SystemExit(gen.stderr.decode())
     return traffic
@@ -128,8 +178,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=1, help="each round runs both, in turn")
-    parser.add_argument("--profile", default="",
-                        help="comma-separated workers to profile with py-spy (run with aggregate)")
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="comma-separated workers to profile with py-spy (run with aggregate)",
+    )
     parser.add_argument("--profile-dir", type=Path, default=ROOT / "var" / "bench" / "profiles")
     args = parser.parse_args()
     # Stopped with SIGTERM, still stop every worker it started (the finally blocks).
@@ -146,20 +199,26 @@ def main() -> None:
             for name in order:
                 processors = BASE + (["aggregate"] if name == "with" else [])
                 profile = [p for p in args.profile.split(",") if p] if name == "with" else []
-                seconds, used = one_run(traffic, trials, processors, workdir, profile,
-                                        args.profile_dir)
+                seconds, used = one_run(
+                    traffic, trials, processors, workdir, profile, args.profile_dir
+                )
                 times[name].append(seconds)
                 cpu[name].append(used)
-                print(f"  round {round_no + 1}: {name:7} aggregate  {seconds:7.1f} s  "
-                      f"{trials / seconds:6.1f} trials/s  CPU s: "
-                      + ", ".join(f"{p} {c:.1f}" for p, c in used.items()), flush=True)
+                print(
+                    f"  round {round_no + 1}: {name:7} aggregate  {seconds:7.1f} s  "
+                    f"{trials / seconds:6.1f} trials/s  CPU s: "
+                    + ", ".join(f"{p} {c:.1f}" for p, c in used.items()),
+                    flush=True,
+                )
     without, with_ = min(times["without"]), min(times["with"])
     ratio = with_ / without
     print(f"\n{trials} trials, end to end (best of {args.rounds}):")
     print(f"  without aggregate  {without:7.1f} s   {trials / without:6.1f} trials/s")
     print(f"  with aggregate     {with_:7.1f} s   {trials / with_:6.1f} trials/s")
-    print(f"  with / without     {ratio:7.3f}   (target <= 1.10: "
-          f"{'met' if ratio <= 1.10 else 'NOT met'})")
+    print(
+        f"  with / without     {ratio:7.3f}   (target <= 1.10: "
+        f"{'met' if ratio <= 1.10 else 'NOT met'})"
+    )
     # On a shared, loaded machine wall time is noisy; CPU time is what the aggregate costs.
     agg = [c["aggregate"] for c in cpu["with"]]
     rest = [sum(v for p, v in c.items() if p != "aggregate") for c in cpu["with"]]
@@ -168,10 +227,21 @@ def main() -> None:
     results = ROOT / "var" / "bench"
     results.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    (results / f"aggregate-overhead-{stamp}.json").write_text(json.dumps({
-        "trials": trials, "rounds": args.rounds, "seconds": times, "cpu_seconds": cpu,
-        "aggregate_cpu_over_other_workers": cpu_share,
-        "ratio_with_over_without": ratio, "target": 1.10}, indent=2) + "\n")
+    (results / f"aggregate-overhead-{stamp}.json").write_text(
+        json.dumps(
+            {
+                "trials": trials,
+                "rounds": args.rounds,
+                "seconds": times,
+                "cpu_seconds": cpu,
+                "aggregate_cpu_over_other_workers": cpu_share,
+                "ratio_with_over_without": ratio,
+                "target": 1.10,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

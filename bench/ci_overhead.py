@@ -42,8 +42,14 @@ WORKERS = ("gate", "judge", "verdict", "sink")
 
 def passk(env: dict[str, str], *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return time.perf_counter() - started, done
 
 
@@ -67,53 +73,99 @@ def main() -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PASSK_"))}
     base.update(PASSK_AGENT_PORT=str(port), PASSK_SESSION_WAIT_S="15", PYTHONUNBUFFERED="1")
     product = subprocess.Popen(
-        [sys.executable, "-m", "examples.agent.server", "--port", str(port),
-         "--db", str(work / "agent.db"), "--faults", f"@{FAULTS}"], cwd=ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "examples.agent.server",
+            "--port",
+            str(port),
+            "--db",
+            str(work / "agent.db"),
+            "--faults",
+            f"@{FAULTS}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     prefix = f"passk.bci{uuid.uuid4().hex[:8]}."
-    warm_env = {**{k: v for k, v in base.items() if not k.startswith("KAFKA_")},
-                "KAFKA_BOOTSTRAP_SERVERS": os.environ.get("KAFKA_BOOTSTRAP_SERVERS",
-                                                          "127.0.0.1:9092"),
-                "PASSK_TOPIC_PREFIX": prefix,
-                "PASSK_DATABASE_URL": f"sqlite:///{work / 'warm.db'}",
-                "PASSK_DATA_DIR": str(work / "warm")}
-    settings = Settings(**{k: v for k, v in warm_env.items()  # type: ignore[arg-type]
-                           if k.startswith(("KAFKA_", "PASSK_TOPIC"))})
+    warm_env = {
+        **{k: v for k, v in base.items() if not k.startswith("KAFKA_")},
+        "KAFKA_BOOTSTRAP_SERVERS": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+        "PASSK_TOPIC_PREFIX": prefix,
+        "PASSK_DATABASE_URL": f"sqlite:///{work / 'warm.db'}",
+        "PASSK_DATA_DIR": str(work / "warm"),
+    }
+    settings = Settings(
+        **{
+            k: v
+            for k, v in warm_env.items()  # type: ignore[arg-type]
+            if k.startswith(("KAFKA_", "PASSK_TOPIC"))
+        }
+    )
     procs: list[subprocess.Popen[bytes]] = []
     try:
         wait_until(lambda: _up(port), 30, "the reference product")
         create_topics(settings)
         standin = free_port()
         procs.append(spawn(warm_env, "judge-standin", "--port", str(standin)))
-        warm_env.update(OPENAI_BASE_URL=f"http://127.0.0.1:{standin}/v1",
-                        OPENAI_API_KEY="stand-in")
+        warm_env.update(OPENAI_BASE_URL=f"http://127.0.0.1:{standin}/v1", OPENAI_API_KEY="stand-in")
         procs += [spawn(warm_env, "worker", w, log=work / f"{w}.log") for w in WORKERS]
         wait_until(lambda: settled(settings), 300, "the warm stack's workers joined")
-        print(f"passk ci cold vs passk run warm ({args.trials} trials x 5 example scenarios, "
-              f"the reference product with the demo fault plan)")
+        print(
+            f"passk ci cold vs passk run warm ({args.trials} trials x 5 example scenarios, "
+            f"the reference product with the demo fault plan)"
+        )
         for round_ in range(args.rounds):
             run_id = f"bench-warm-{uuid.uuid4().hex[:6]}"
             start_load = load()
-            run_s, ran = passk(warm_env, "run", "--scenarios", str(SCENARIOS), "--target",
-                               str(TARGET), "--run-id", run_id, "--trials", str(args.trials),
-                               "--publish", "--json")
+            run_s, ran = passk(
+                warm_env,
+                "run",
+                "--scenarios",
+                str(SCENARIOS),
+                "--target",
+                str(TARGET),
+                "--run-id",
+                run_id,
+                "--trials",
+                str(args.trials),
+                "--publish",
+                "--json",
+            )
             assert ran.returncode == 0, ran.stderr
             total = json.loads(ran.stdout)["published"]
-            wait_s, waited = passk(warm_env, "wait", "--run-id", run_id, "--trials", str(total),
-                                   "--timeout", "600")
+            wait_s, waited = passk(
+                warm_env, "wait", "--run-id", run_id, "--trials", str(total), "--timeout", "600"
+            )
             assert waited.returncode == 0, waited.stderr
-            cold_env = {**{k: v for k, v in base.items() if not k.startswith("KAFKA_")},
-                        "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
-                        "PASSK_DATABASE_URL": f"sqlite:///{work / 'cold.db'}",
-                        "PASSK_DATA_DIR": str(work / "cold"), "TMPDIR": str(work)}
-            ci_s, ci = passk(cold_env, "ci", "--scenarios", str(SCENARIOS), "--target",
-                             str(TARGET), "--run-id", f"bench-cold-{round_}",
-                             "--trials", str(args.trials), "--json")
+            cold_env = {
+                **{k: v for k, v in base.items() if not k.startswith("KAFKA_")},
+                "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+                "PASSK_DATABASE_URL": f"sqlite:///{work / 'cold.db'}",
+                "PASSK_DATA_DIR": str(work / "cold"),
+                "TMPDIR": str(work),
+            }
+            ci_s, ci = passk(
+                cold_env,
+                "ci",
+                "--scenarios",
+                str(SCENARIOS),
+                "--target",
+                str(TARGET),
+                "--run-id",
+                f"bench-cold-{round_}",
+                "--trials",
+                str(args.trials),
+                "--json",
+            )
             assert ci.returncode == 1, ci.stderr  # the demo plan's unreliable scenario
             phases = json.loads(ci.stdout)["ci"]["timings_s"]
-            print(f"  round {round_ + 1} (load {start_load} -> {load()}): warm passk run "
-                  f"{run_s:.1f} s (+ passk wait {wait_s:.1f} s); cold passk ci {ci_s:.1f} s; "
-                  f"ci's own {ci_s - run_s:.1f} s beyond the warm run (target <= 30 s)")
+            print(
+                f"  round {round_ + 1} (load {start_load} -> {load()}): warm passk run "
+                f"{run_s:.1f} s (+ passk wait {wait_s:.1f} s); cold passk ci {ci_s:.1f} s; "
+                f"ci's own {ci_s - run_s:.1f} s beyond the warm run (target <= 30 s)"
+            )
             print("    cold ci phases (s): " + ", ".join(f"{k} {v}" for k, v in phases.items()))
     finally:
         stop(procs, grace_s=15)
@@ -126,8 +178,7 @@ def main() -> None:
 
 def _up(port: int) -> bool:
     try:
-        return urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz",
-                                      timeout=1).status == 200
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).status == 200
     except OSError:
         return False
 

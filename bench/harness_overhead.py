@@ -51,8 +51,9 @@ async def plain_loop(base: str, script: list[str], trials: int, concurrency: int
             async with slots:
                 session = None
                 for line in script:
-                    async with http.post(f"{base}/chat", json={"session_id": session,
-                                                               "message": line}) as r:
+                    async with http.post(
+                        f"{base}/chat", json={"session_id": session, "message": line}
+                    ) as r:
                         body = await r.json()
                     session = body["session_id"]
                     if body["exit_reason"]:
@@ -66,17 +67,26 @@ async def plain_loop(base: str, script: list[str], trials: int, concurrency: int
         return time.perf_counter() - started
 
 
-async def harness_run(base: str, settings: Settings, producer: TrafficProducer, trials: int,
-                      concurrency: int) -> float:
-    scenario = next(s for s in load_scenarios(ROOT / "examples" / "scenarios").scenarios
-                    if s.id == SCENARIO)
+async def harness_run(
+    base: str, settings: Settings, producer: TrafficProducer, trials: int, concurrency: int
+) -> float:
+    scenario = next(
+        s for s in load_scenarios(ROOT / "examples" / "scenarios").scenarios if s.id == SCENARIO
+    )
     plan = plan_trials([scenario], f"bench-{uuid.uuid4().hex[:8]}", trials)
     agent = HttpClient(HttpAgent(kind="http", url=f"{base}/chat"))
-    probe = HttpStateProbe(HttpProbe(kind="http", url=f"{base}/sessions/{{session_id}}",
-                                     wait_s=5, interval_s=0.05))
-    harness = Harness(run_id=plan[0].trial_id.rsplit(":", 2)[0], agent=agent, probe=probe,
-                      users=UserFactory(), publish=publisher(producer), timeout_s=30,
-                      concurrency=concurrency)
+    probe = HttpStateProbe(
+        HttpProbe(kind="http", url=f"{base}/sessions/{{session_id}}", wait_s=5, interval_s=0.05)
+    )
+    harness = Harness(
+        run_id=plan[0].trial_id.rsplit(":", 2)[0],
+        agent=agent,
+        probe=probe,
+        users=UserFactory(),
+        publish=publisher(producer),
+        timeout_s=30,
+        concurrency=concurrency,
+    )
     started = time.perf_counter()
     summary = await harness.run(plan)
     elapsed = time.perf_counter() - started
@@ -95,11 +105,22 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     product = subprocess.Popen(
-        [sys.executable, "-m", "examples.agent.server", "--port", str(port),
-         "--db", str(work / "agent.db")], cwd=ROOT, stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "examples.agent.server",
+            "--port",
+            str(port),
+            "--db",
+            str(work / "agent.db"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     settings = Settings(PASSK_TOPIC_PREFIX=f"passk.bh{uuid.uuid4().hex[:8]}.")  # type: ignore[call-arg]
     try:
+
         def up() -> bool:
             try:
                 return urllib.request.urlopen(f"{base}/healthz", timeout=1).status == 200
@@ -108,26 +129,31 @@ def main() -> None:
 
         wait_until(up, 30, "the reference product")
         create_topics(settings)
-        script = next(s for s in load_scenarios(ROOT / "examples" / "scenarios").scenarios
-                      if s.id == SCENARIO).user.script  # type: ignore[union-attr]
+        script = next(
+            s for s in load_scenarios(ROOT / "examples" / "scenarios").scenarios if s.id == SCENARIO
+        ).user.script  # type: ignore[union-attr]
         with TrafficProducer(settings) as producer:
             asyncio.run(harness_run(base, settings, producer, 10, 2))  # warm both paths
             asyncio.run(plain_loop(base, list(script), 10, 2))
-            print(f"harness overhead per trial ({args.trials} trials of {SCENARIO}, "
-                  f"{len(script)} user turns each; plain loop = same product, same calls, "
-                  "no harness)")
+            print(
+                f"harness overhead per trial ({args.trials} trials of {SCENARIO}, "
+                f"{len(script)} user turns each; plain loop = same product, same calls, "
+                "no harness)"
+            )
             for concurrency in (1, 8):
                 for _ in range(args.rounds):
-                    plain = asyncio.run(plain_loop(base, list(script), args.trials,
-                                                   concurrency))
-                    run = asyncio.run(harness_run(base, settings, producer, args.trials,
-                                                  concurrency))
+                    plain = asyncio.run(plain_loop(base, list(script), args.trials, concurrency))
+                    run = asyncio.run(
+                        harness_run(base, settings, producer, args.trials, concurrency)
+                    )
                     per_plain = plain / args.trials * 1000
                     per_run = run / args.trials * 1000
-                    print(f"  concurrency {concurrency}: plain loop {per_plain:.2f} ms/trial, "
-                          f"passk run {per_run:.2f} ms/trial (incl. publish+ack), "
-                          f"overhead {per_run - per_plain:+.2f} ms/trial, "
-                          f"ratio {per_run / per_plain:.2f}")
+                    print(
+                        f"  concurrency {concurrency}: plain loop {per_plain:.2f} ms/trial, "
+                        f"passk run {per_run:.2f} ms/trial (incl. publish+ack), "
+                        f"overhead {per_run - per_plain:+.2f} ms/trial, "
+                        f"ratio {per_run / per_plain:.2f}"
+                    )
     finally:
         product.terminate()
         product.wait(10)

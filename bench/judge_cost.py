@@ -41,16 +41,21 @@ from services.replay.generate.run import generate  # noqa: E402
 from services.storage.db import engine_for  # noqa: E402
 from services.verdict import domain as verdict_domain  # noqa: E402
 
-DEMO = {"trials": 5, "default_pass_prob": 1.0,
-        "pass_prob": {"debrief-follow-up-required": 0.6},
-        "advisory_flags": {"no_customer_charge_stated": 0.4}, "seed": 7}
+DEMO = {
+    "trials": 5,
+    "default_pass_prob": 1.0,
+    "pass_prob": {"debrief-follow-up-required": 0.6},
+    "advisory_flags": {"no_customer_charge_stated": 0.4},
+    "seed": 7,
+}
 DEGRADED = {**DEMO, "default_pass_prob": 0.5, "pass_prob": {}}
 POLICY = GatingPolicy(uncalibrated="gating")  # every judge may fail a trial, both ways
 
 
 def trials_of(scenarios: list[Scenario], knobs: dict) -> tuple[list, dict[str, str]]:
-    config = GenerateConfig(run_id="bench-judge-cost",
-                            started_at=datetime(2026, 12, 1, tzinfo=UTC), **knobs)
+    config = GenerateConfig(
+        run_id="bench-judge-cost", started_at=datetime(2026, 12, 1, tzinfo=UTC), **knobs
+    )
     traffic = generate(scenarios, config)
     conversations: dict[str, ConversationFinished] = {}
     sessions: dict[str, SessionPersisted] = {}
@@ -71,21 +76,27 @@ def outcome(scenario: Scenario, gates: list, verdicts: list[JudgeVerdict]) -> st
         state = verdict_domain.on_judge_verdict(state, v, now=0)
     assert state is not None
     missing = verdict_domain.missing_checks(state, scenario)
-    return verdict_domain.assemble(state, scenario, missing=missing, waited_s=0,
-                                   policy=POLICY, book=CalibrationBook()).outcome
+    return verdict_domain.assemble(
+        state, scenario, missing=missing, waited_s=0, policy=POLICY, book=CalibrationBook()
+    ).outcome
 
 
 def grader(base_url: str, db: Path) -> Grader:
-    client = JudgeClient(model="gpt-4o-mini", base_url=base_url, api_key="standin",
-                         timeout_s=30, concurrency=16, policy=RetryPolicy(max_retries=2))
+    client = JudgeClient(
+        model="gpt-4o-mini",
+        base_url=base_url,
+        api_key="standin",
+        timeout_s=30,
+        concurrency=16,
+        policy=RetryPolicy(max_retries=2),
+    )
     cache = VerdictCache(engine_for(f"sqlite:///{db}"), lookups=False)
     cache.create()
     return Grader(client=client, cache=cache, metrics=None, model="gpt-4o-mini")
 
 
 def spent(verdicts: list[JudgeVerdict]) -> tuple[int, int]:
-    calls = sum(1 for v in verdicts if v.attempts > 0 and not v.cached
-                and v.result != "skipped")
+    calls = sum(1 for v in verdicts if v.attempts > 0 and not v.cached and v.result != "skipped")
     return calls, sum((v.input_tokens or 0) + (v.output_tokens or 0) for v in verdicts)
 
 
@@ -101,9 +112,12 @@ async def measure(base_url: str, scenarios: list[Scenario], knobs: dict, tmp: Pa
         failed = [g.gate for g in gates if not g.passed]
         asked = await every.grade(conv, scenario)
         skipped = await skipping.grade_after_gates(conv, scenario, failed)
-        return {"trial": conv.trial_id, "gate_failed": bool(failed),
-                "every": (*spent(asked), outcome(scenario, gates, asked)),
-                "skip": (*spent(skipped), outcome(scenario, gates, skipped))}
+        return {
+            "trial": conv.trial_id,
+            "gate_failed": bool(failed),
+            "every": (*spent(asked), outcome(scenario, gates, asked)),
+            "skip": (*spent(skipped), outcome(scenario, gates, skipped)),
+        }
 
     try:
         rows = await asyncio.gather(*(one(c, s) for c, s in trials))
@@ -117,7 +131,8 @@ async def measure(base_url: str, scenarios: list[Scenario], knobs: dict, tmp: Pa
     return {
         "trials": n,
         "gate_failed": sum(r["gate_failed"] for r in rows),
-        "calls_every": calls_every, "calls_skip": calls_skip,
+        "calls_every": calls_every,
+        "calls_skip": calls_skip,
         "tokens_every": sum(r["every"][1] for r in rows),
         "tokens_skip": sum(r["skip"][1] for r in rows),
         "same": sum(r["every"][2] == r["skip"][2] for r in rows),
@@ -136,13 +151,15 @@ def main() -> None:
             for name, knobs in (("demo traffic", DEMO), ("degraded build", DEGRADED)):
                 where = Path(tmp) / name.replace(" ", "-")
                 where.mkdir()
-                results.append((name, asyncio.run(
-                    measure(base_url, loaded.scenarios, knobs, where))))
+                results.append(
+                    (name, asyncio.run(measure(base_url, loaded.scenarios, knobs, where)))
+                )
     finally:
         proc.terminate()
         proc.wait(10)
-    print("judge cost with and without skip_when_gates_fail (stand-in model, every "
-          "judgement a call)")
+    print(
+        "judge cost with and without skip_when_gates_fail (stand-in model, every judgement a call)"
+    )
     for name, r in results:
         n = r["trials"]
         saved = r["calls_every"] - r["calls_skip"]

@@ -17,8 +17,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def profilers(workers: dict[str, subprocess.Popen[bytes]], names: list[str],
-              out: Path, *, gil: bool = False) -> list[subprocess.Popen[bytes]]:
+def profilers(
+    workers: dict[str, subprocess.Popen[bytes]], names: list[str], out: Path, *, gil: bool = False
+) -> list[subprocess.Popen[bytes]]:
     """py-spy attached to the named workers, writing collapsed stacks to `out` when
     stopped with SIGINT (see `stop_profilers`; summarise with bench/profile_top.py).
     `gil`: only samples holding the GIL, i.e. CPU; without it a thread waiting to take
@@ -29,11 +30,28 @@ def profilers(workers: dict[str, subprocess.Popen[bytes]], names: list[str],
     spy = Path(sys.executable).with_name("py-spy")
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    return [subprocess.Popen([str(spy), "record", "-p", str(workers[name].pid), "-r", "50",
-                              *(["--gil"] if gil else []),
-                              "-f", "raw", "--nonblocking", "-o", str(out / f"{stamp}-{name}.txt")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for name in names if name in workers]
+    return [
+        subprocess.Popen(
+            [
+                str(spy),
+                "record",
+                "-p",
+                str(workers[name].pid),
+                "-r",
+                "50",
+                *(["--gil"] if gil else []),
+                "-f",
+                "raw",
+                "--nonblocking",
+                "-o",
+                str(out / f"{stamp}-{name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name in names
+        if name in workers
+    ]
 
 
 def stop_profilers(spies: Iterable[subprocess.Popen[bytes]]) -> None:
@@ -53,8 +71,14 @@ def free_port() -> int:
 def spawn(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     """`passk ARGS` in a session of its own (so `stop` ends it with its children)."""
     out = open(log, "ab") if log else subprocess.DEVNULL  # lives with the process
-    return subprocess.Popen([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
-                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.cli", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def stop(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> None:
@@ -71,8 +95,9 @@ def stop(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> Non
             proc.wait(10)
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.5) -> Any:
+def wait_until(
+    condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.5
+) -> Any:
     """The condition's first true value; TimeoutError naming `what` after `timeout` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

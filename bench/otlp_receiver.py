@@ -50,8 +50,9 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def agent_payloads(traces: int, per_request: int, *, plain: bool = False,
-                   stateless: bool = False) -> tuple[list[bytes], int]:
+def agent_payloads(
+    traces: int, per_request: int, *, plain: bool = False, stateless: bool = False
+) -> tuple[list[bytes], int]:
     """`per_request` traces in each request (1: a SimpleSpanProcessor-like client flushing
     per trace; 64: a BatchSpanProcessor's batch)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -62,8 +63,16 @@ def agent_payloads(traces: int, per_request: int, *, plain: bool = False,
     memory = InMemorySpanExporter()
     with chat_server(_port()) as url:
         agent = Agent(url, [memory])
-        agent.run(Trial("bench", "otel-bench", "bench:otel-bench:000", "bench-s",
-                        ["Hi, job 4112.", "Replaced the pump."], state={"report": {"x": 1}}))
+        agent.run(
+            Trial(
+                "bench",
+                "otel-bench",
+                "bench:otel-bench:000",
+                "bench-s",
+                ["Hi, job 4112.", "Replaced the pump."],
+                state={"report": {"x": 1}},
+            )
+        )
     template = encode_spans(memory.get_finished_spans())
     spans_per_trace = len(list(spans_of(template)))
     bodies = []
@@ -79,9 +88,15 @@ def agent_payloads(traces: int, per_request: int, *, plain: bool = False,
                     if plain or stateless:
                         # plain: a production service's trace, none of passk's attributes;
                         # stateless: passk's ids kept, no state (one event per trace, as plain)
-                        kept = [kv for kv in s.attributes if not (
-                            kv.key.startswith("passk.") if plain
-                            else kv.key == "passk.session.state")]
+                        kept = [
+                            kv
+                            for kv in s.attributes
+                            if not (
+                                kv.key.startswith("passk.")
+                                if plain
+                                else kv.key == "passk.session.state"
+                            )
+                        ]
                         del s.attributes[:]
                         s.attributes.extend(kept)
                     for kv in s.attributes:
@@ -104,16 +119,25 @@ def plain_loop(bodies: list[bytes]) -> float:
     return time.perf_counter() - start
 
 
-async def through_receiver(bodies: list[bytes], traces: int, settings: Settings,
-                           concurrency: int, scenarios: list[Any] | None = None) -> float:
+async def through_receiver(
+    bodies: list[bytes],
+    traces: int,
+    settings: Settings,
+    concurrency: int,
+    scenarios: list[Any] | None = None,
+) -> float:
     import aiohttp
     from aiohttp import web
 
     otlp = OtlpSettings(PASSK_OTLP_MAX_PENDING_TRACES=traces + 1)
     producer = TrafficProducer(settings)
     metrics = OtlpMetrics(CollectorRegistry())
-    receiver = Receiver(otlp, KafkaPublisher(lambda: producer, 60), metrics,
-                        scenarios=None if scenarios is None else (lambda: scenarios))
+    receiver = Receiver(
+        otlp,
+        KafkaPublisher(lambda: producer, 60),
+        metrics,
+        scenarios=None if scenarios is None else (lambda: scenarios),
+    )
     runner = web.AppRunner(make_app(receiver), access_log=None)
     await runner.setup()
     port = _port()
@@ -142,34 +166,46 @@ async def through_receiver(bodies: list[bytes], traces: int, settings: Settings,
     return elapsed
 
 
-PRODUCTION = {"id": "bench-prod", "expected_exit": "product_closed",
-              "completion": "conversation", "match": {"service.name": "field-debrief-agent"},
-              "sampling": {"llm_judges": 0.1},
-              "judges": [{"id": "covered", "assertion": "The agent covered the fault."},
-                         {"id": "polite", "assertion": "The agent stayed polite."}]}
+PRODUCTION = {
+    "id": "bench-prod",
+    "expected_exit": "product_closed",
+    "completion": "conversation",
+    "match": {"service.name": "field-debrief-agent"},
+    "sampling": {"llm_judges": 0.1},
+    "judges": [
+        {"id": "covered", "assertion": "The agent covered the fault."},
+        {"id": "polite", "assertion": "The agent stayed polite."},
+    ],
+}
 
 
 def production(args: argparse.Namespace, settings: Settings) -> None:
     from schemas.scenario import Scenario
 
     scenario = Scenario.model_validate(PRODUCTION).versioned()
-    print(f"\nproduction traffic: {args.traces} plain GenAI traces taken by a match rule "
-          "(sampling.llm_judges 0.1) vs the same traces with passk ids, same run")
+    print(
+        f"\nproduction traffic: {args.traces} plain GenAI traces taken by a match rule "
+        "(sampling.llm_judges 0.1) vs the same traces with passk ids, same run"
+    )
     for per_request in (1, 64):
         # Both publish one event per trace (no persisted state): the difference is the rules.
         with_ids, per_trace = agent_payloads(args.traces, per_request, stateless=True)
         plain, _ = agent_payloads(args.traces, per_request, plain=True)
-        ids_s = asyncio.run(through_receiver(with_ids, args.traces, settings,
-                                             args.concurrency))
-        rules_s = asyncio.run(through_receiver(plain, args.traces, settings,
-                                               args.concurrency, [scenario]))
-        print(f"  {per_request:3d} trace(s)/request: plain + rules {args.traces / rules_s:7.0f} "
-              f"traces/s | passk ids {args.traces / ids_s:7.0f} traces/s | "
-              f"plain/ids throughput {ids_s / rules_s:5.2f}")
+        ids_s = asyncio.run(through_receiver(with_ids, args.traces, settings, args.concurrency))
+        rules_s = asyncio.run(
+            through_receiver(plain, args.traces, settings, args.concurrency, [scenario])
+        )
+        print(
+            f"  {per_request:3d} trace(s)/request: plain + rules {args.traces / rules_s:7.0f} "
+            f"traces/s | passk ids {args.traces / ids_s:7.0f} traces/s | "
+            f"plain/ids throughput {ids_s / rules_s:5.2f}"
+        )
     for rate in (1.0, 0.1):
         calls = asyncio.run(llm_calls(scenario, rate, 1000))
-        print(f"  LLM judge calls per 1,000 production trials at llm_judges {rate:g}: "
-              f"{calls} ({len(scenario.judges)} LLM judges per trial)")
+        print(
+            f"  LLM judge calls per 1,000 production trials at llm_judges {rate:g}: "
+            f"{calls} ({len(scenario.judges)} LLM judges per trial)"
+        )
 
 
 async def llm_calls(scenario: Any, rate: float, trials: int) -> int:
@@ -184,43 +220,58 @@ async def llm_calls(scenario: Any, rate: float, trials: int) -> int:
 
         async def judge(self, judge_id: str, assertion: str, transcript: Any) -> CallResult:
             Counting.calls += 1
-            return CallResult(Answer(passed=True, reason="ok"), None, "", 1, 1.0, 100, 5,
-                              "bench")
+            return CallResult(Answer(passed=True, reason="ok"), None, "", 1, 1.0, 100, 5, "bench")
 
     grader = Grader(client=Counting(), cache=None, model="bench")  # type: ignore[arg-type]
-    at_rate = scenario.model_copy(update={"sampling": scenario.sampling.model_copy(
-        update={"llm_judges": rate})})
+    at_rate = scenario.model_copy(
+        update={"sampling": scenario.sampling.model_copy(update={"llm_judges": rate})}
+    )
     for _ in range(trials):
         trial_id = uuid.uuid4().hex
-        await grader.grade(ConversationFinished(
-            event_id=trial_id, run_id="production-bench", scenario_id=scenario.id,
-            trial_id=trial_id, session_id=trial_id, exit_reason="product_closed",
-            transcript=[Message(role="user", content="hi")], production=True), at_rate)
+        await grader.grade(
+            ConversationFinished(
+                event_id=trial_id,
+                run_id="production-bench",
+                scenario_id=scenario.id,
+                trial_id=trial_id,
+                session_id=trial_id,
+                exit_reason="product_closed",
+                transcript=[Message(role="user", content="hi")],
+                production=True,
+            ),
+            at_rate,
+        )
     return Counting.calls
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", type=int, default=int(os.environ.get(
-        "PASSK_BENCH_OTLP_TRACES", "3000")))
+    parser.add_argument(
+        "--traces", type=int, default=int(os.environ.get("PASSK_BENCH_OTLP_TRACES", "3000"))
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
     settings = Settings(PASSK_TOPIC_PREFIX=f"bench-otlp-{uuid.uuid4().hex[:8]}.")  # type: ignore[call-arg]
     create_topics(settings)
-    print(f"\notlp receiver: {args.traces} agent traces, {args.concurrency} concurrent HTTP "
-          "clients, real broker (acks=all), against a loop decoding the same payloads")
+    print(
+        f"\notlp receiver: {args.traces} agent traces, {args.concurrency} concurrent HTTP "
+        "clients, real broker (acks=all), against a loop decoding the same payloads"
+    )
     try:
         for per_request in (1, 64):
             bodies, per_trace = agent_payloads(args.traces, per_request)
             plain = min(plain_loop(bodies) for _ in range(3))
-            receiver = asyncio.run(through_receiver(bodies, args.traces, settings,
-                                                    args.concurrency))
+            receiver = asyncio.run(
+                through_receiver(bodies, args.traces, settings, args.concurrency)
+            )
             spans = args.traces * per_trace
-            print(f"  {per_request:3d} trace(s)/request ({per_trace} spans each): receiver -> "
-                  f"published {spans / receiver:8.0f} spans/s {args.traces / receiver:7.0f} "
-                  f"traces/s | plain decode {spans / plain:9.0f} spans/s "
-                  f"{args.traces / plain:8.0f} traces/s | receiver/plain time "
-                  f"{receiver / plain:6.1f}x")
+            print(
+                f"  {per_request:3d} trace(s)/request ({per_trace} spans each): receiver -> "
+                f"published {spans / receiver:8.0f} spans/s {args.traces / receiver:7.0f} "
+                f"traces/s | plain decode {spans / plain:9.0f} spans/s "
+                f"{args.traces / plain:8.0f} traces/s | receiver/plain time "
+                f"{receiver / plain:6.1f}x"
+            )
         production(args, settings)
     finally:
         from tests.support import delete_topics_with_prefix

@@ -95,9 +95,14 @@ class Broker:
     def __init__(self, data: Path, port: int) -> None:
         self.data, self.port = data, port
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
-        self.env.update(PASSK_KAFKA_DIR=str(data), PASSK_KAFKA_PORT=str(port),
-                        PASSK_KAFKA_CONTROLLER_PORT=str(port + 1), PASSK_KAFKA_HEAP="768m",
-                        PASSK_KAFKA_READY_S="800", PYTHON=sys.executable)
+        self.env.update(
+            PASSK_KAFKA_DIR=str(data),
+            PASSK_KAFKA_PORT=str(port),
+            PASSK_KAFKA_CONTROLLER_PORT=str(port + 1),
+            PASSK_KAFKA_HEAP="768m",
+            PASSK_KAFKA_READY_S="800",
+            PYTHON=sys.executable,
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -105,8 +110,14 @@ class Broker:
 
     def up(self) -> float:
         started = time.monotonic()
-        out = subprocess.run(["bash", "infra/kafka/kafka-up.sh"], cwd=ROOT, env=self.env,
-                             capture_output=True, text=True, timeout=900)
+        out = subprocess.run(
+            ["bash", "infra/kafka/kafka-up.sh"],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"kafka-up failed: {out.stdout}{out.stderr}")
         return time.monotonic() - started
@@ -114,8 +125,13 @@ class Broker:
     def down(self) -> float:
         """Stopped (SIGTERM, its controlled shutdown, SIGKILL after 30 s): kafka-down.sh."""
         started = time.monotonic()
-        subprocess.run(["bash", "infra/kafka/kafka-down.sh"], cwd=ROOT, env=self.env,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            ["bash", "infra/kafka/kafka-down.sh"],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            timeout=120,
+        )
         return time.monotonic() - started
 
 
@@ -134,34 +150,58 @@ class Stack:
         self.metrics_base = port_base + 10
         self.env = dict(os.environ)
         self.env.update(
-            PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
-            KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap, PASSK_TOPIC_PREFIX="soak.",
-            PASSK_DATABASE_URL=f"sqlite:///{base / 'passk.db'}", PASSK_DATA_DIR=str(self.data),
-            PASSK_SESSION_WAIT_S="5", PASSK_UNCALIBRATED_JUDGES="gating",
+            PYTHONPATH=str(ROOT),
+            PYTHONUNBUFFERED="1",
+            KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap,
+            PASSK_TOPIC_PREFIX="soak.",
+            PASSK_DATABASE_URL=f"sqlite:///{base / 'passk.db'}",
+            PASSK_DATA_DIR=str(self.data),
+            PASSK_SESSION_WAIT_S="5",
+            PASSK_UNCALIBRATED_JUDGES="gating",
             OPENAI_BASE_URL=f"http://127.0.0.1:{self.standin_port}/v1",
-            OPENAI_API_KEY="stand-in", PASSK_JUDGE_MODEL="passk-standin",
+            OPENAI_API_KEY="stand-in",
+            PASSK_JUDGE_MODEL="passk-standin",
             PASSK_METRICS_PORT_BASE=str(self.metrics_base),
         )
         self.daemon: subprocess.Popen[bytes] | None = None
         self._consumer: Any = None
 
     def passk(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "services.cli", *args], env=self.env,
-                              cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli", *args],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         made = self.passk("topics", "create")
         if made.returncode != 0:
             raise RuntimeError(f"topics create: {made.stderr}")
-        made = self.passk("supervise", "config", "--out", str(self.conf), "--log-dir",
-                          str(self.logs), "--metrics-base", str(self.metrics_base),
-                          "--standin-port", str(self.standin_port))
+        made = self.passk(
+            "supervise",
+            "config",
+            "--out",
+            str(self.conf),
+            "--log-dir",
+            str(self.logs),
+            "--metrics-base",
+            str(self.metrics_base),
+            "--standin-port",
+            str(self.standin_port),
+        )
         if made.returncode != 0:
             raise RuntimeError(f"supervise config: {made.stderr}")
-        self.daemon = subprocess.Popen([str(BIN / "supervisord"), "-n", "-c", str(self.conf)],
-                                       env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.STDOUT)
+        self.daemon = subprocess.Popen(
+            [str(BIN / "supervisord"), "-n", "-c", str(self.conf)],
+            env=self.env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         if not wait_until(lambda: all(self.pid(w) for w in VICTIMS), 120):
             raise RuntimeError("supervisord did not start every worker in 120 s")
         published = self.passk("scenarios", "publish", str(SCENARIOS))
@@ -173,8 +213,11 @@ class Stack:
             return
         programs = [*VICTIMS, "otlp", "judge-standin"]
         pids = [p for p in (self.pid(w) for w in programs) if p]
-        subprocess.run([str(BIN / "supervisorctl"), "-c", str(self.conf), "shutdown"],
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [str(BIN / "supervisorctl"), "-c", str(self.conf), "shutdown"],
+            capture_output=True,
+            timeout=120,
+        )
         try:
             self.daemon.wait(90)
         except subprocess.TimeoutExpired:
@@ -187,8 +230,12 @@ class Stack:
                     os.kill(pid, signal.SIGKILL)
 
     def pid(self, program: str) -> int | None:
-        out = subprocess.run([str(BIN / "supervisorctl"), "-c", str(self.conf), "status",
-                              program], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(
+            [str(BIN / "supervisorctl"), "-c", str(self.conf), "status", program],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
         return int(out.split("pid ")[1].split(",")[0]) if "RUNNING" in out else None
 
     def kill(self, program: str) -> int | None:
@@ -215,7 +262,7 @@ class Stack:
             begin = added.find("asyncio tasks and what each awaits")
             end = added.find("end of tasks", begin)
             # the consumer's partitions (assigned, paused, read, committed) come first
-            return added[begin:end + len("end of tasks")] if begin >= 0 and end >= 0 else None
+            return added[begin : end + len("end of tasks")] if begin >= 0 and end >= 0 else None
 
         got = wait_until(dumped, timeout)
         return got or f"(no snapshot from {program} pid {pid} in {timeout:.0f} s)"
@@ -231,11 +278,14 @@ class Stack:
         with _environ(self.env):
             settings = Settings()
         if self._consumer is None:
-            self._consumer = KafkaConsumer(**kafka_client_kwargs(settings),
-                                           request_timeout_ms=20000)
+            self._consumer = KafkaConsumer(
+                **kafka_client_kwargs(settings), request_timeout_ms=20000
+            )
         topic = topic_name(Topic.CONVERSATION_FINISHED, settings)
-        parts = [TopicPartition(topic, p)
-                 for p in sorted(self._consumer.partitions_for_topic(topic) or ())]
+        parts = [
+            TopicPartition(topic, p)
+            for p in sorted(self._consumer.partitions_for_topic(topic) or ())
+        ]
         return sum(self._consumer.end_offsets(parts).values())
 
     def drop_consumer(self) -> None:
@@ -258,6 +308,7 @@ class Stack:
             settings = Settings()
         found: dict[str, dict[str, list[Any]]] = {t: {} for t in trial_ids}
         for topic in (Topic.TRIAL_VERDICTS, Topic.AGGREGATE_BY_SCENARIO):
+
             def fold(records: Any, name: str = topic.value) -> None:
                 for r in records:
                     try:
@@ -266,8 +317,15 @@ class Stack:
                         continue
                     if isinstance(v, dict) and v.get("trial_id") in found:
                         found[v["trial_id"]].setdefault(name, []).append(
-                            [r.partition, r.offset, r.timestamp / 1000, v.get("attempt"),
-                             v.get("outcome")])
+                            [
+                                r.partition,
+                                r.offset,
+                                r.timestamp / 1000,
+                                v.get("attempt"),
+                                v.get("outcome"),
+                            ]
+                        )
+
             scan(settings, topic_name(topic, settings), fold)
         return found
 
@@ -275,8 +333,15 @@ class Stack:
         """supervisord's lines of programs that exited since `since` (epoch s)."""
         log = self.logs / "supervisord.log"
         stamp = datetime.fromtimestamp(since).strftime("%Y-%m-%d %H:%M:%S")
-        return [line.strip() for line in log.read_text(errors="replace").splitlines()
-                if "exited:" in line and line[:19] >= stamp] if log.exists() else []
+        return (
+            [
+                line.strip()
+                for line in log.read_text(errors="replace").splitlines()
+                if "exited:" in line and line[:19] >= stamp
+            ]
+            if log.exists()
+            else []
+        )
 
     def statuses(self) -> list[Any]:
         from services.cli.status import processor_status
@@ -305,9 +370,14 @@ def _environ(env: dict[str, str]) -> Iterator[None]:
 @contextmanager
 def cpu_load(procs: int) -> Iterator[list[int]]:
     """`procs` busy loops beside the pipeline for the block's duration, then killed."""
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for _ in range(procs)]
+    busy = [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(procs)
+    ]
     try:
         yield [p.pid for p in busy]
     finally:
@@ -351,17 +421,31 @@ def audit(stack: Stack, *extra: str) -> tuple[int, dict[str, Any] | None, str]:
     return out.returncode, report, said
 
 
-def run_round(stack: Stack, broker: Broker, plan: dict[str, Any], work: Path,
-              args: argparse.Namespace) -> dict[str, Any]:
+def run_round(
+    stack: Stack, broker: Broker, plan: dict[str, Any], work: Path, args: argparse.Namespace
+) -> dict[str, Any]:
     n = plan["round"]
     run_id = f"soak-{args.stamp}-r{n:03d}"
     rdir = work / f"round-{n:03d}"
     rdir.mkdir(parents=True, exist_ok=True)
     traffic, expected = rdir / "traffic.jsonl", rdir / "expected.json"
-    gen = stack.passk("generate", "--scenarios", str(SCENARIOS), "--run-id", run_id, "--out",
-                      str(traffic), "--expected", str(expected), "--trials",
-                      str(plan["trials_per_scenario"]), "--seed", str(plan["seed"]),
-                      "--default-pass-prob", "0.85")
+    gen = stack.passk(
+        "generate",
+        "--scenarios",
+        str(SCENARIOS),
+        "--run-id",
+        run_id,
+        "--out",
+        str(traffic),
+        "--expected",
+        str(expected),
+        "--trials",
+        str(plan["trials_per_scenario"]),
+        "--seed",
+        str(plan["seed"]),
+        "--default-pass-prob",
+        "0.85",
+    )
     if gen.returncode != 0:
         raise RuntimeError(f"generate: {gen.stderr}")
     result: dict[str, Any] = {**plan, "run_id": run_id, "started": now(), "events": []}
@@ -374,29 +458,52 @@ def run_round(stack: Stack, broker: Broker, plan: dict[str, Any], work: Path,
         base_offset = stack.finished_on_log()
         t0, wall0 = time.monotonic(), time.time()
         replay = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate",
-             str(2 * TRIALS_PER_S)], env=stack.env, cwd=ROOT, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "replay",
+                str(traffic),
+                "--rate",
+                str(2 * TRIALS_PER_S),
+            ],
+            env=stack.env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         actions = [(plan["kill_at"], "kill")]
         if plan["broker_restart"]:
             actions.append((plan["broker_stop_at"], "broker"))
         old_pid = None
         for at, what in sorted(actions):
             target = base_offset + int(at * plan["trials"])
-            reached = wait_until(lambda t=target: replay.poll() is not None or
-                                 stack.finished_on_log() >= t, 300, interval=0.1)
+            reached = wait_until(
+                lambda t=target: replay.poll() is not None or stack.finished_on_log() >= t,
+                300,
+                interval=0.1,
+            )
             sent = stack.finished_on_log() - base_offset
             if what == "kill":
                 old_pid = stack.kill(plan["victim"])
-                event("sigkill", worker=plan["victim"], pid=old_pid, trials_on_log=sent,
-                      replay_running=replay.poll() is None, on_time=bool(reached))
+                event(
+                    "sigkill",
+                    worker=plan["victim"],
+                    pid=old_pid,
+                    trials_on_log=sent,
+                    replay_running=replay.poll() is None,
+                    on_time=bool(reached),
+                )
             else:
                 stack.drop_consumer()
                 event("broker stop", trials_on_log=sent, took_s=round(broker.down(), 1))
                 time.sleep(plan["broker_down_s"])  # the planned outage's length
                 event("broker start", took_s=round(broker.up(), 1))
-        replay_budget = plan["trials"] / TRIALS_PER_S + 180 + (
-            plan["broker_down_s"] + 120 if plan["broker_restart"] else 0)
+        replay_budget = (
+            plan["trials"] / TRIALS_PER_S
+            + 180
+            + (plan["broker_down_s"] + 120 if plan["broker_restart"] else 0)
+        )
         try:
             rc = replay.wait(replay_budget)
         except subprocess.TimeoutExpired:
@@ -410,12 +517,20 @@ def run_round(stack: Stack, broker: Broker, plan: dict[str, Any], work: Path,
         tail = (replay.stdout.read().decode(errors="replace") if replay.stdout else "")[-600:]
         event("replay ended", rc=rc)
         result["replay_rc"], result["replay_tail"] = rc, tail
-        restarted = wait_until(lambda: (p := stack.pid(plan["victim"])) and p != old_pid and p,
-                               120)
-        event("victim running again" if restarted else "victim not restarted in 120 s",
-              pid=restarted)
-        waited = stack.passk("wait", "--run-id", run_id, "--expected", str(expected),
-                             "--timeout", str(args.settle_s), timeout=args.settle_s + 120)
+        restarted = wait_until(lambda: (p := stack.pid(plan["victim"])) and p != old_pid and p, 120)
+        event(
+            "victim running again" if restarted else "victim not restarted in 120 s", pid=restarted
+        )
+        waited = stack.passk(
+            "wait",
+            "--run-id",
+            run_id,
+            "--expected",
+            str(expected),
+            "--timeout",
+            str(args.settle_s),
+            timeout=args.settle_s + 120,
+        )
         event("passk wait", rc=waited.returncode)
         result["wait_rc"] = waited.returncode
         result["wait_tail"] = (waited.stdout + waited.stderr)[-800:]
@@ -426,9 +541,10 @@ def run_round(stack: Stack, broker: Broker, plan: dict[str, Any], work: Path,
             return all(s.settled for s in last)
 
         ok = wait_until(settled, args.settle_s, interval=1.0)
-        event("settled" if ok else "not settled",
-              status="; ".join(f"{s.processor}: {s.state}/{s.members}/lag {s.lag}"
-                               for s in last))
+        event(
+            "settled" if ok else "not settled",
+            status="; ".join(f"{s.processor}: {s.state}/{s.members}/lag {s.lag}" for s in last),
+        )
         result["settled"] = bool(ok)
         result["load_avg"] = [round(load_start, 1), round(os.getloadavg()[0], 1)]
     result["duration_s"] = round(time.monotonic() - t0, 1)
@@ -451,25 +567,34 @@ def run_round(stack: Stack, broker: Broker, plan: dict[str, Any], work: Path,
     result["audit"] = _brief(report)
     if report is not None and not report["clean"]:
         result["snapshot"] = snap
-        aggregate = {u["trial_id"] for u in report["unaccounted"]
-                     if u["trial_id"] and u["stopped_at"].startswith("aggregate")}
+        aggregate = {
+            u["trial_id"]
+            for u in report["unaccounted"]
+            if u["trial_id"] and u["stopped_at"].startswith("aggregate")
+        }
         if aggregate:
             try:
                 result["trace"] = stack.trace(aggregate)
             except Exception as exc:  # the round's record matters more
                 result["trace"] = {"error": f"{type(exc).__name__}: {exc}"}
         # late or lost: the same audit once more after a while, nothing else changed
-        again = wait_until(lambda: (a := audit(stack))[1] is not None and a[1]["clean"]
-                           and a, args.late_s, interval=10)
+        again = wait_until(
+            lambda: (a := audit(stack))[1] is not None and a[1]["clean"] and a,
+            args.late_s,
+            interval=10,
+        )
         result["clean_after_wait"] = bool(again)
         event("audit after waiting", clean=bool(again))
         if args.repair and not again:
             rc2, repaired, err2 = audit(stack, "--repair")
-            result["repair"] = {"rc": rc2, "clean": bool(repaired and repaired["clean"]),
-                                "repaired": (repaired or {}).get("repaired"),
-                                "unaccounted_after": (repaired or {}).get("unaccounted"),
-                                "scopes_after": (repaired or {}).get("scopes"),
-                                "stderr": err2}
+            result["repair"] = {
+                "rc": rc2,
+                "clean": bool(repaired and repaired["clean"]),
+                "repaired": (repaired or {}).get("repaired"),
+                "unaccounted_after": (repaired or {}).get("unaccounted"),
+                "scopes_after": (repaired or {}).get("scopes"),
+                "stderr": err2,
+            }
             event("audit --repair", rc=rc2)
     result["ended"] = now()
     for f in (traffic,):  # keep expected.json (small); the traffic can be made again
@@ -480,8 +605,18 @@ def run_round(stack: Stack, broker: Broker, plan: dict[str, Any], work: Path,
 def _brief(report: dict[str, Any] | None) -> dict[str, Any] | None:
     if report is None:
         return None
-    return {k: report.get(k) for k in ("clean", "trials", "stages", "in_flight",
-                                       "dead_lettered", "unaccounted", "scopes")}
+    return {
+        k: report.get(k)
+        for k in (
+            "clean",
+            "trials",
+            "stages",
+            "in_flight",
+            "dead_lettered",
+            "unaccounted",
+            "scopes",
+        )
+    }
 
 
 # --------------------------------------------------------------------------- summary
@@ -545,17 +680,31 @@ def main() -> int:
     ap.add_argument("--min-trials", type=int, default=300)
     ap.add_argument("--max-trials", type=int, default=1500)
     ap.add_argument("--load-procs", type=int, default=3, help="busy loops in a load round")
-    ap.add_argument("--settle-s", type=float, default=420,
-                    help="bound on each round's wait for verdicts and for settling")
-    ap.add_argument("--late-s", type=float, default=60,
-                    help="after a dirty audit, how long to audit again for it to come clean")
-    ap.add_argument("--repair", action="store_true",
-                    help="run `passk audit --repair` after a dirty round")
-    ap.add_argument("--broker-every", type=int, default=5,
-                    help="stop and start the broker in every Nth round")
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=420,
+        help="bound on each round's wait for verdicts and for settling",
+    )
+    ap.add_argument(
+        "--late-s",
+        type=float,
+        default=60,
+        help="after a dirty audit, how long to audit again for it to come clean",
+    )
+    ap.add_argument(
+        "--repair", action="store_true", help="run `passk audit --repair` after a dirty round"
+    )
+    ap.add_argument(
+        "--broker-every", type=int, default=5, help="stop and start the broker in every Nth round"
+    )
     ap.add_argument("--seed", type=int, default=29)
-    ap.add_argument("--port-base", type=int, default=15500,
-                    help="broker, controller (+1), stand-in (+2), /metrics (+10..)")
+    ap.add_argument(
+        "--port-base",
+        type=int,
+        default=15500,
+        help="broker, controller (+1), stand-in (+2), /metrics (+10..)",
+    )
     ap.add_argument("--until", help="stop starting rounds after this UTC time (HH:MM)")
     ap.add_argument("--out", type=Path, default=ROOT / "var" / "soak")
     ap.add_argument("--summary", type=Path, help="only print the summary of a results file")
@@ -568,10 +717,19 @@ def main() -> int:
     work = args.out / args.stamp
     work.mkdir(parents=True)
     results = work / "results.jsonl"
-    taken = [p for p in (args.port_base, args.port_base + 1, args.port_base + 2,
-                         *range(args.port_base + 10, args.port_base + 20)) if not port_free(p)]
+    taken = [
+        p
+        for p in (
+            args.port_base,
+            args.port_base + 1,
+            args.port_base + 2,
+            *range(args.port_base + 10, args.port_base + 20),
+        )
+        if not port_free(p)
+    ]
     if taken:
         sys.exit(f"soak: ports in use: {taken} (choose another --port-base)")
+
     def stop_soak(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")  # the finally below stops everything
 
@@ -594,10 +752,12 @@ def main() -> int:
             with open(results, "a") as f:
                 f.write(json.dumps(result) + "\n")
             a = result["audit"] or {}
-            say(f"round {number}: {result['duration_s']} s, audit "
+            say(
+                f"round {number}: {result['duration_s']} s, audit "
                 f"{'clean' if a.get('clean') else 'NOT clean'} ({a.get('trials')} trials, "
                 f"{len(a.get('unaccounted') or [])} unaccounted), settled {result['settled']}, "
-                f"wait rc {result['wait_rc']}")
+                f"wait rc {result['wait_rc']}"
+            )
     finally:
         stack.drop_consumer()
         stack.stop()

@@ -45,12 +45,18 @@ STAGES = (("gate", "judge"), ("verdict",), ("sink",))
 
 
 def _run(env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
 
 
-def _drain(settings: Settings, names: tuple[str, ...], pids: dict[str, int],
-           timeout: float) -> dict[str, tuple[float, float]]:
+def _drain(
+    settings: Settings, names: tuple[str, ...], pids: dict[str, int], timeout: float
+) -> dict[str, tuple[float, float]]:
     """(records/s, records per CPU second) per processor, from its lag as the broker
     reports it and the CPU time its worker used meanwhile."""
     first: dict[str, tuple[float, int, float]] = {}
@@ -88,7 +94,8 @@ def _topic_bytes(settings: Settings) -> dict[str, int]:
             for topic in log_dir["topics"]:
                 if topic["name"] in names:
                     sizes[topic["name"]] = sizes.get(topic["name"], 0) + sum(
-                        p["partition_size"] for p in topic["partitions"])
+                        p["partition_size"] for p in topic["partitions"]
+                    )
     return sizes
 
 
@@ -99,25 +106,48 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="passk-bench-"))
     settings = Settings(  # type: ignore[call-arg]
         PASSK_TOPIC_PREFIX=f"passk.bench{uuid.uuid4().hex[:8]}.",
-        PASSK_DATABASE_URL=f"sqlite:///{tmp / 'passk.db'}", PASSK_DATA_DIR=str(tmp / "data"),
-        PASSK_SESSION_WAIT_S=600, PASSK_JUDGE_WAIT_S=600)
+        PASSK_DATABASE_URL=f"sqlite:///{tmp / 'passk.db'}",
+        PASSK_DATA_DIR=str(tmp / "data"),
+        PASSK_SESSION_WAIT_S=600,
+        PASSK_JUDGE_WAIT_S=600,
+    )
     create_topics(settings)
     port = free_port()
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
-           "PASSK_TOPIC_PREFIX": settings.topic_prefix, "PASSK_DATABASE_URL": settings.database_url,
-           "PASSK_DATA_DIR": str(settings.data_dir), "PASSK_SESSION_WAIT_S": "600",
-           "PASSK_JUDGE_WAIT_S": "600", "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
-           "OPENAI_API_KEY": "stand-in", "PASSK_JUDGE_MODEL": "passk-standin",
-           "PASSK_JUDGE_CACHE": "0"}
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+        "PASSK_TOPIC_PREFIX": settings.topic_prefix,
+        "PASSK_DATABASE_URL": settings.database_url,
+        "PASSK_DATA_DIR": str(settings.data_dir),
+        "PASSK_SESSION_WAIT_S": "600",
+        "PASSK_JUDGE_WAIT_S": "600",
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+        "OPENAI_API_KEY": "stand-in",
+        "PASSK_JUDGE_MODEL": "passk-standin",
+        "PASSK_JUDGE_CACHE": "0",
+    }
     procs = [spawn(env, "judge-standin", "--host", "127.0.0.1", "--port", str(port))]
     try:
         scenarios = ROOT / "examples" / "scenarios"
         _run(env, "scenarios", "publish", str(scenarios))
         n_scenarios = len(list(scenarios.glob("*.y*ml")))
         traffic, expected = tmp / "traffic.jsonl", tmp / "expected.json"
-        _run(env, "generate", "--scenarios", str(scenarios), "--run-id", "bench", "--out",
-             str(traffic), "--expected", str(expected), "--seed", "1",
-             "--trials", str(max(1, args.trials // n_scenarios)))
+        _run(
+            env,
+            "generate",
+            "--scenarios",
+            str(scenarios),
+            "--run-id",
+            "bench",
+            "--out",
+            str(traffic),
+            "--expected",
+            str(expected),
+            "--seed",
+            "1",
+            "--trials",
+            str(max(1, args.trials // n_scenarios)),
+        )
         trials = len(json.loads(expected.read_text())["trials"])
         _run(env, "replay", str(traffic))
         inputs_per_trial: dict[str, float] = {}
@@ -135,14 +165,20 @@ def main() -> None:
     finally:
         stop(procs)
     load = os.getloadavg()
-    print(f"{trials} trials, one worker per processor, broker {settings.kafka_bootstrap_servers}"
-          f", {os.cpu_count()} cores, load average {load[0]:.1f}")
-    print(f"{'processor':10} {'input records/trial':>20} {'records/s':>10} {'trials/s':>9} "
-          f"{'trials/CPU-s':>13}")
+    print(
+        f"{trials} trials, one worker per processor, broker {settings.kafka_bootstrap_servers}"
+        f", {os.cpu_count()} cores, load average {load[0]:.1f}"
+    )
+    print(
+        f"{'processor':10} {'input records/trial':>20} {'records/s':>10} {'trials/s':>9} "
+        f"{'trials/CPU-s':>13}"
+    )
     for name, (rate, per_cpu) in rates.items():
         per = inputs_per_trial[name]
-        print(f"{name:10} {per:20.2f} {rate:10.0f} {rate / per if per else 0:9.0f} "
-              f"{per_cpu / per if per else 0:13.0f}")
+        print(
+            f"{name:10} {per:20.2f} {rate:10.0f} {rate / per if per else 0:9.0f} "
+            f"{per_cpu / per if per else 0:13.0f}"
+        )
     total = sum(sizes.values())
     print(f"\nbytes on the broker's disk per trial (one replica): {total / trials:.0f}")
     for name, size in sorted(sizes.items(), key=lambda kv: -kv[1]):

@@ -112,8 +112,9 @@ class TrialMetrics(BaseModel):
     duration_ms: float | None = Field(None, ge=0, le=MAX_DURATION_MS, allow_inf_nan=False)
     latency_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
 
-    @field_validator("input_tokens", "output_tokens", "turns", "duration_ms", "latency_ms",
-                     mode="before")
+    @field_validator(
+        "input_tokens", "output_tokens", "turns", "duration_ms", "latency_ms", mode="before"
+    )
     @classmethod
     def _not_a_boolean(cls, value: object) -> object:
         # JSON `true` is not a count; pydantic's lax mode would read it as 1.
@@ -247,8 +248,13 @@ class TrialIdentity(BaseModel):
         """The identity of anything that names its trial (an event, a projection row; a
         conversation, with the `scenario_version` it is graded against)."""
         version = trial.scenario_version if scenario_version is None else scenario_version
-        return cls(trial_id=trial.trial_id, run_id=trial.run_id, scenario_id=trial.scenario_id,
-                   scenario_version=version, session_id=trial.session_id)
+        return cls(
+            trial_id=trial.trial_id,
+            run_id=trial.run_id,
+            scenario_id=trial.scenario_id,
+            scenario_version=version,
+            session_id=trial.session_id,
+        )
 
     def as_fields(self) -> dict[str, str]:
         return self.model_dump()
@@ -404,7 +410,9 @@ class RegradeRequest(DerivedEvent):
         None, description="the trial's newest persisted session in the log; none if it never came"
     )
     sample_rate: float | None = Field(
-        None, ge=0.0, le=1.0,
+        None,
+        ge=0.0,
+        le=1.0,
         description="`passk regrade --sample R`: the LLM-judge rate this attempt is graded "
         "at (a backfill of the trials the scenario's sample left out); None: the scenario's",
     )

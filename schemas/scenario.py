@@ -207,10 +207,16 @@ class Scenario(BaseModel):
     )
     # Production traffic (DESIGN.md, "Production traffic"): a trace with no passk ids is a
     # trial of the scenario whose `match` holds (every key; a value or a list of values).
-    match: dict[Annotated[str, Field(pattern=ATTRIBUTE_KEY)],
-                Annotated[list[Annotated[str, Field(max_length=1024)]],
-                          Field(min_length=1, max_length=MAX_MATCH_VALUES)]] | None = Field(
-        None, min_length=1, max_length=MAX_MATCH_KEYS)
+    match: (
+        dict[
+            Annotated[str, Field(pattern=ATTRIBUTE_KEY)],
+            Annotated[
+                list[Annotated[str, Field(max_length=1024)]],
+                Field(min_length=1, max_length=MAX_MATCH_VALUES),
+            ],
+        ]
+        | None
+    ) = Field(None, min_length=1, max_length=MAX_MATCH_KEYS)
     sampling: Sampling | None = None
     production_run: str | None = Field(None, min_length=1, max_length=200)
     exit_attribute: str | None = Field(None, pattern=ATTRIBUTE_KEY)
@@ -308,8 +314,16 @@ class Scenario(BaseModel):
             # A scenario without alert targets keeps the version it had before they existed.
             body.pop("alert", None)
         # Sections added later keep the versions of scenarios that do not use them.
-        for added in ("user", "external_checks", "judging", "user_checks", "match",
-                      "sampling", "production_run", "exit_attribute"):
+        for added in (
+            "user",
+            "external_checks",
+            "judging",
+            "user_checks",
+            "match",
+            "sampling",
+            "production_run",
+            "exit_attribute",
+        ):
             if not body.get(added):
                 body.pop(added, None)
         canon = json.dumps(body, sort_keys=True, separators=(",", ":"))

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
 # The one `--wait` of every command that talks to the broker (pass it to
 # services.kafka.reach.require_broker).
 BROKER_WAIT: Any = typer.Option(
-    None, "--wait", min=0,
+    None,
+    "--wait",
+    min=0,
     help="wait at most this many seconds for the Kafka broker before exit 4 "
-         "(default PASSK_BROKER_WAIT_S)",
+    "(default PASSK_BROKER_WAIT_S)",
 )
 
 

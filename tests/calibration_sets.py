@@ -22,17 +22,28 @@ def transcript(judge_id: str, flagged: bool, n: int) -> list[dict[str, Any]]:
     ]
 
 
-def items(judge_id: str, tp: int, fp: int, fn: int, tn: int,
-          errors: int = 0) -> list[dict[str, Any]]:
+def items(
+    judge_id: str, tp: int, fp: int, fn: int, tn: int, errors: int = 0
+) -> list[dict[str, Any]]:
     """TP: flagged, human fail; FP: flagged, human pass; FN: not flagged, human fail;
     TN: neither. An error item makes the stand-in answer malformed JSON every time."""
-    cells = [("tp", True, "fail", tp), ("fp", True, "pass", fp),
-             ("fn", False, "fail", fn), ("tn", False, "pass", tn)]
+    cells = [
+        ("tp", True, "fail", tp),
+        ("fp", True, "pass", fp),
+        ("fn", False, "fail", fn),
+        ("tn", False, "pass", tn),
+    ]
     out = []
     for cell, flagged, label, count in cells:
         for i in range(count):
-            out.append({"id": f"{cell}-{i}", "transcript": transcript(judge_id, flagged, i),
-                        "label": label, "note": f"built as {cell}"})
+            out.append(
+                {
+                    "id": f"{cell}-{i}",
+                    "transcript": transcript(judge_id, flagged, i),
+                    "label": label,
+                    "note": f"built as {cell}",
+                }
+            )
     for i in range(errors):
         t = transcript(judge_id, False, 1000 + i)
         t[1]["content"] += " [[standin:malformed]]"
@@ -47,8 +58,9 @@ def write_set(folder: Path, judge_id: str, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def scenario_yaml(folder: Path, scenario_id: str, judges: dict[str, str | None],
-                  extra: str = "") -> Path:
+def scenario_yaml(
+    folder: Path, scenario_id: str, judges: dict[str, str | None], extra: str = ""
+) -> Path:
     """A scenario whose judges are the given ids, each with an optional dimension."""
     folder.mkdir(parents=True, exist_ok=True)
     lines = [f"id: {scenario_id}", "trials: 1", "expected_exit: product_closed", "judges:"]
@@ -62,8 +74,9 @@ def scenario_yaml(folder: Path, scenario_id: str, judges: dict[str, str | None],
     return path
 
 
-def send_trial(settings: Settings, trial_id: str, scenario_id: str, said: str, *,
-               run_id: str) -> None:
+def send_trial(
+    settings: Settings, trial_id: str, scenario_id: str, said: str, *, run_id: str
+) -> None:
     """A debrief trial whose user says `said` (a `[[fail:JUDGE]]` marker makes the stand-in
     judge JUDGE fail it), and its persisted session, on the input topics."""
     conversation = ConversationFinished(
@@ -73,12 +86,22 @@ def send_trial(settings: Settings, trial_id: str, scenario_id: str, said: str, *
                     Message(role="user", content=said),
                     Message(role="assistant", content="Recorded. Goodbye.")],
     )  # fmt: skip
-    session = SessionPersisted(event_id=f"sp-{trial_id}", session_id=f"s-{trial_id}",
-                               state={"report": {"fault": "pump"}}, trial_id=trial_id)
-    produce(settings, Topic.CONVERSATION_FINISHED,
-            [(conversation.session_id, conversation.model_dump_json().encode())])
-    produce(settings, Topic.SESSION_PERSISTED,
-            [(session.session_id, session.model_dump_json().encode())])
+    session = SessionPersisted(
+        event_id=f"sp-{trial_id}",
+        session_id=f"s-{trial_id}",
+        state={"report": {"fault": "pump"}},
+        trial_id=trial_id,
+    )
+    produce(
+        settings,
+        Topic.CONVERSATION_FINISHED,
+        [(conversation.session_id, conversation.model_dump_json().encode())],
+    )
+    produce(
+        settings,
+        Topic.SESSION_PERSISTED,
+        [(session.session_id, session.model_dump_json().encode())],
+    )
 
 
 def verdict_of(settings: Settings, trial_id: str) -> dict[str, Any]:

@@ -31,22 +31,44 @@ def chat_server(port: int) -> Iterator[str]:
         body = await request.json()
         messages = body["messages"]
         last = messages[-1]
-        if last["role"] == "user" and "job" in (last.get("content") or "").lower() and not any(
-                m["role"] == "tool" for m in messages):
-            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": f"call_{len(messages)}", "type": "function",
-                "function": {"name": "lookup_job", "arguments": json.dumps({"job": "4112"})}}]}
+        if (
+            last["role"] == "user"
+            and "job" in (last.get("content") or "").lower()
+            and not any(m["role"] == "tool" for m in messages)
+        ):
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{len(messages)}",
+                        "type": "function",
+                        "function": {
+                            "name": "lookup_job",
+                            "arguments": json.dumps({"job": "4112"}),
+                        },
+                    }
+                ],
+            }
             finish = "tool_calls"
         else:
-            text = (last.get("content") or "")
+            text = last.get("content") or ""
             message = {"role": "assistant", "content": f"Noted: {text}"}
             finish = "stop"
-        return web.json_response({
-            "id": "chatcmpl-test", "object": "chat.completion", "created": 0,
-            "model": body.get("model", "test-agent"),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10 * len(messages), "completion_tokens": 7,
-                      "total_tokens": 10 * len(messages) + 7}})
+        return web.json_response(
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model", "test-agent"),
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {
+                    "prompt_tokens": 10 * len(messages),
+                    "completion_tokens": 7,
+                    "total_tokens": 10 * len(messages) + 7,
+                },
+            }
+        )
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
@@ -74,16 +96,18 @@ class Agent:
 
     _instrumented = False
 
-    def __init__(self, base_url: str, exporters: Sequence[Any], *,
-                 service: str = "field-debrief-agent") -> None:
+    def __init__(
+        self, base_url: str, exporters: Sequence[Any], *, service: str = "field-debrief-agent"
+    ) -> None:
         from openai import OpenAI
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-        self.provider = TracerProvider(resource=Resource.create(
-            {"service.name": service, "service.version": "agent-1.4"}))
+        self.provider = TracerProvider(
+            resource=Resource.create({"service.name": service, "service.version": "agent-1.4"})
+        )
         for exporter in exporters:
             self.provider.add_span_processor(SimpleSpanProcessor(exporter))
         if Agent._instrumented:
@@ -99,23 +123,41 @@ class Agent:
 
         system = {"role": "system", "content": "You take field debriefs."}
         messages: list[dict[str, Any]] = [system]
-        attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "debrief",
-                 "passk.run_id": trial.run_id, "passk.scenario_id": trial.scenario_id,
-                 "passk.trial_id": trial.trial_id, "session.id": trial.session_id,
-                 **trial.attrs}
+        attrs = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "debrief",
+            "passk.run_id": trial.run_id,
+            "passk.scenario_id": trial.scenario_id,
+            "passk.trial_id": trial.trial_id,
+            "session.id": trial.session_id,
+            **trial.attrs,
+        }
         if trial.plain:
-            attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support",
-                     **trial.attrs}
-        with self.tracer.start_as_current_span("invoke_agent debrief", kind=SpanKind.INTERNAL,
-                                               attributes=attrs) as root:
+            attrs = {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "support",
+                **trial.attrs,
+            }
+        with self.tracer.start_as_current_span(
+            "invoke_agent debrief", kind=SpanKind.INTERNAL, attributes=attrs
+        ) as root:
             self.last_trace_id = f"{root.get_span_context().trace_id:032x}"
             for line in trial.user_lines:
                 messages.append({"role": "user", "content": line})
                 while True:
                     reply = self.client.chat.completions.create(
-                        model="test-agent", messages=messages,
-                        tools=[{"type": "function", "function": {
-                            "name": "lookup_job", "parameters": {"type": "object"}}}])
+                        model="test-agent",
+                        messages=messages,
+                        tools=[
+                            {
+                                "type": "function",
+                                "function": {
+                                    "name": "lookup_job",
+                                    "parameters": {"type": "object"},
+                                },
+                            }
+                        ],
+                    )
                     message = reply.choices[0].message
                     entry = message.model_dump(exclude_none=True)
                     entry.pop("refusal", None)
@@ -124,15 +166,19 @@ class Agent:
                         break
                     for call in message.tool_calls:
                         with self.tracer.start_as_current_span(
-                                "execute_tool lookup_job", attributes={
-                                    "gen_ai.operation.name": "execute_tool",
-                                    "gen_ai.tool.name": call.function.name,
-                                    "gen_ai.tool.call.id": call.id,
-                                    "gen_ai.tool.call.arguments": call.function.arguments}) as t:
+                            "execute_tool lookup_job",
+                            attributes={
+                                "gen_ai.operation.name": "execute_tool",
+                                "gen_ai.tool.name": call.function.name,
+                                "gen_ai.tool.call.id": call.id,
+                                "gen_ai.tool.call.arguments": call.function.arguments,
+                            },
+                        ) as t:
                             result = json.dumps({"job": "4112", "appliance": "washer"})
                             t.set_attribute("gen_ai.tool.call.result", result)
-                        messages.append({"role": "tool", "tool_call_id": call.id,
-                                         "content": result})
+                        messages.append(
+                            {"role": "tool", "tool_call_id": call.id, "content": result}
+                        )
             if not trial.plain:
                 root.set_attribute("passk.exit_reason", trial.exit_reason)
             if trial.state is not None and not trial.plain:

@@ -47,13 +47,21 @@ def log_sink(port: int, fail_first: int = 0) -> Iterator[LogSink]:
             for rl in parsed.resource_logs:
                 for sl in rl.scope_logs:
                     for r in sl.log_records:
-                        sink.records.append({
-                            "event_name": r.event_name, "trace_id": r.trace_id.hex(),
-                            "span_id": r.span_id.hex(),
-                            "attributes": {kv.key: getattr(kv.value, kv.value.WhichOneof("value"))
-                                           for kv in r.attributes}})
-        return web.Response(body=ExportLogsServiceResponse().SerializeToString(),
-                            content_type="application/x-protobuf")
+                        sink.records.append(
+                            {
+                                "event_name": r.event_name,
+                                "trace_id": r.trace_id.hex(),
+                                "span_id": r.span_id.hex(),
+                                "attributes": {
+                                    kv.key: getattr(kv.value, kv.value.WhichOneof("value"))
+                                    for kv in r.attributes
+                                },
+                            }
+                        )
+        return web.Response(
+            body=ExportLogsServiceResponse().SerializeToString(),
+            content_type="application/x-protobuf",
+        )
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/logs", logs)

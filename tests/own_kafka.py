@@ -86,22 +86,40 @@ def free_port_block(count: int) -> tuple[int, int]:
 
 
 def _script(name: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(KAFKA / name)], env=env, cwd=ROOT, text=True,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", str(KAFKA / name)],
+        env=env,
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 @contextmanager
-def own_kafka(data_dir: Path, *, brokers: int = 1, security: str = "plaintext",
-              topic_prefix: str = "passk.", heap: str = "512m",
-              authorizer_log: str = "INFO") -> Iterator[OwnKafka]:
+def own_kafka(
+    data_dir: Path,
+    *,
+    brokers: int = 1,
+    security: str = "plaintext",
+    topic_prefix: str = "passk.",
+    heap: str = "512m",
+    authorizer_log: str = "INFO",
+) -> Iterator[OwnKafka]:
     port, cport = free_port_block(brokers)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
     kafka = OwnKafka(data_dir, brokers, port, cport, security, env)
-    env.update(PASSK_KAFKA_DIR=str(data_dir), PASSK_KAFKA_BROKERS=str(brokers),
-               PASSK_KAFKA_PORT=str(port), PASSK_KAFKA_CONTROLLER_PORT=str(cport),
-               PASSK_KAFKA_SECURITY=security, PASSK_KAFKA_HEAP=heap,
-               PASSK_TOPIC_PREFIX=topic_prefix, PASSK_KAFKA_READY_S="600",
-               PASSK_KAFKA_AUTHORIZER_LOG=authorizer_log)
+    env.update(
+        PASSK_KAFKA_DIR=str(data_dir),
+        PASSK_KAFKA_BROKERS=str(brokers),
+        PASSK_KAFKA_PORT=str(port),
+        PASSK_KAFKA_CONTROLLER_PORT=str(cport),
+        PASSK_KAFKA_SECURITY=security,
+        PASSK_KAFKA_HEAP=heap,
+        PASSK_TOPIC_PREFIX=topic_prefix,
+        PASSK_KAFKA_READY_S="600",
+        PASSK_KAFKA_AUTHORIZER_LOG=authorizer_log,
+    )
     try:
         kafka.up()
         yield kafka

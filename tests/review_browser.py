@@ -16,7 +16,8 @@ from tests.support import free_ports, running
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver") or (
-    "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None)
+    "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
+)
 TOKENS = "ann:ann-token-7f3a,bob:bob-token-91c2"
 
 
@@ -34,8 +35,7 @@ def review_app(env: dict[str, str], log: Path, **extra: str) -> Iterator[str]:
     port = free_ports(1)
     env = {**env, "PASSK_REVIEW_TOKENS": TOKENS, **extra}
     base = f"http://127.0.0.1:{port}"
-    with running(["review", "--port", str(port)], env, log,
-                 ready=lambda: answers(f"{base}/login")):
+    with running(["review", "--port", str(port)], env, log, ready=lambda: answers(f"{base}/login")):
         yield base
 
 
@@ -46,9 +46,15 @@ def browser() -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM or "chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--disable-background-networking",
-                "--window-size=1280,1100"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--window-size=1280,1100",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER or "chromedriver"), options=options)
     driver.set_page_load_timeout(60)
@@ -86,7 +92,9 @@ def submit(driver: Any, testid: str, timeout: float = 60) -> None:
     # a script run while the page is being swapped may fail: ask again until the deadline
     WebDriverWait(driver, timeout, ignored_exceptions=(WebDriverException,)).until(
         lambda d: d.execute_script(
-            "return document.readyState === 'complete' && !window.__passkOldPage;"))
+            "return document.readyState === 'complete' && !window.__passkOldPage;"
+        )
+    )
 
 
 def sign_in(driver: Any, base: str, name: str, token: str) -> None:
@@ -100,7 +108,7 @@ def current_trial(driver: Any) -> str:
     """The trial id of the item page the browser shows."""
     path = urlsplit(driver.current_url).path
     assert path.startswith("/item/"), driver.current_url
-    return unquote(path[len("/item/"):])
+    return unquote(path[len("/item/") :])
 
 
 def session_cookie(driver: Any) -> str:

@@ -106,8 +106,9 @@ def stacks_of(pid: int) -> str:
     """What a live worker's threads are doing (py-spy, installed with the dev extras), for
     a failure that waited on the worker in vain."""
     spy = Path(sys.executable).with_name("py-spy")
-    done = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+    )
     return (done.stdout + done.stderr)[-6000:]
 
 
@@ -197,8 +198,10 @@ def delete_topics_with_prefix(settings: Settings) -> None:
 
 def kafka_security_env(settings: Settings) -> dict[str, str]:
     """The Kafka security variables of these settings, for a subprocess."""
-    env = {"KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
-           "KAFKA_SASL_MECHANISM": settings.kafka_sasl_mechanism}
+    env = {
+        "KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
+        "KAFKA_SASL_MECHANISM": settings.kafka_sasl_mechanism,
+    }
     if settings.kafka_sasl_username:
         env["KAFKA_SASL_USERNAME"] = settings.kafka_sasl_username
     if settings.kafka_sasl_password is not None:
@@ -235,8 +238,9 @@ def read_topic(
                 for records in consumer.poll(timeout_ms=1000).values():
                     for r in records:
                         # a tombstone (a compacted table's deleted key) reads as None
-                        out.append((r.key, None if r.value is None else json.loads(r.value),
-                                    r.partition))
+                        out.append(
+                            (r.key, None if r.value is None else json.loads(r.value), r.partition)
+                        )
             return out
         finally:
             consumer.close()
@@ -275,8 +279,13 @@ def running(
 
 @contextmanager
 def workers(
-    settings: Settings, processors: list[str], env: dict[str, str], log: Path, *,
-    extra: Mapping[str, Mapping[str, str]] | None = None, timeout: float = 120,
+    settings: Settings,
+    processors: list[str],
+    env: dict[str, str],
+    log: Path,
+    *,
+    extra: Mapping[str, Mapping[str, str]] | None = None,
+    timeout: float = 120,
 ) -> Iterator[None]:
     """`passk worker <p>` for each processor (env, plus `extra[p]` for that one), for the
     duration of a block that starts once every group has settled; stopped last-first."""
@@ -287,13 +296,17 @@ def workers(
         yield
 
 
-def passk(settings: Settings, *args: str, timeout: float = 120,
-          **env: str) -> subprocess.CompletedProcess[str]:
+def passk(
+    settings: Settings, *args: str, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
     """`passk <args>` as an operator runs it against this test's topics, output captured."""
     return subprocess.run(
         [sys.executable, "-m", "services.cli", *args],
-        env=isolated_env(settings, **{"COLUMNS": "200", **env}), cwd=ROOT,
-        capture_output=True, text=True, timeout=timeout,
+        env=isolated_env(settings, **{"COLUMNS": "200", **env}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

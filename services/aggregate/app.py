@@ -31,8 +31,9 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
     # until 100 kB (some 70 verdicts) gathered or 0.5 s passed, rather than answering each
     # verdict or two with a fetch of its own (half its CPU while verdicts trickled in,
     # bench/README.md).
-    app = make_app(PROCESSOR, settings, linger_ms=10, fetch_min_bytes=100_000,
-                   fetch_max_wait_ms=500)
+    app = make_app(
+        PROCESSOR, settings, linger_ms=10, fetch_min_bytes=100_000, fetch_max_wait_ms=500
+    )
     (by_scenario_in,) = SPEC.agents["count"]
     by_scenario_name = topic_name(by_scenario_in, settings)
     reject = DeadLetters(app, PROCESSOR, settings)
@@ -40,22 +41,39 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
     state = app.Table(STATE.name, default=None, partitions=settings.topic_partitions)
     catalog = ScenarioCatalog(settings)
     run_alongside(app, settings, catalog)
-    steps = Steps(settings=settings, processor=PROCESSOR, state=state,
-                  send=unawaited_sender(app, PROCESSOR), by_scenario=by_scenario_name,
-                  reject=reject, catalog=catalog,
-                  gauges=ReliabilityGauges(registry), metrics=AggregateMetrics(registry),
-                  events=common_metrics().events)
+    steps = Steps(
+        settings=settings,
+        processor=PROCESSOR,
+        state=state,
+        send=unawaited_sender(app, PROCESSOR),
+        by_scenario=by_scenario_name,
+        reject=reject,
+        catalog=catalog,
+        gauges=ReliabilityGauges(registry),
+        metrics=AggregateMetrics(registry),
+        events=common_metrics().events,
+    )
 
     @state.on_recover
     async def restore_gauges() -> None:
-        steps.restore_gauges({tp.partition for tp in app.consumer.assignment()
-                              if tp.topic == by_scenario_name})
+        steps.restore_gauges(
+            {tp.partition for tp in app.consumer.assignment() if tp.topic == by_scenario_name}
+        )
 
     # Counted in batches (Steps.count), each acked once its writes are applied: an offset
     # is committed only after they were delivered (Faust flushes before each commit).
-    subscribe(app, SPEC, settings, {
-        "rekey": each_record(reject, steps.rekey),
-        "count": in_batches(steps.count, batch_max=settings.aggregate_batch_max,
-                            within_s=settings.aggregate_batch_within_s)})
+    subscribe(
+        app,
+        SPEC,
+        settings,
+        {
+            "rekey": each_record(reject, steps.rekey),
+            "count": in_batches(
+                steps.count,
+                batch_max=settings.aggregate_batch_max,
+                within_s=settings.aggregate_batch_within_s,
+            ),
+        },
+    )
     app.timer(interval=5.0)(steps.alert_targets)
     return app

@@ -65,8 +65,10 @@ class Batch(Generic[Tag]):
 
     def group(self) -> list[Write[Tag]]:
         """The held writes in the order they must be applied; the batch holds none after."""
-        writes = sorted(((key, value, tag) for key, (value, tag) in self._held.items()),
-                        key=lambda w: _ORDER.get(w[0][:2], len(_ORDER)))
+        writes = sorted(
+            ((key, value, tag) for key, (value, tag) in self._held.items()),
+            key=lambda w: _ORDER.get(w[0][:2], len(_ORDER)),
+        )
         self._held.clear()
         self._trials.clear()
         return writes

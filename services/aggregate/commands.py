@@ -15,14 +15,18 @@ from services.clikit import BROKER_WAIT, console
 
 
 def register(app: typer.Typer, *, paused: Paused) -> None:
-    aggregate = typer.Typer(help="The aggregate's counts: recount them from the verdict log.",
-                            no_args_is_help=True, rich_markup_mode=None)
+    aggregate = typer.Typer(
+        help="The aggregate's counts: recount them from the verdict log.",
+        no_args_is_help=True,
+        rich_markup_mode=None,
+    )
     app.add_typer(aggregate, name="aggregate")
 
     @aggregate.command()
     def recount(
         scenario: list[str] = typer.Option(
-            None, "--scenario", help="only this scenario (repeatable); default every one"),
+            None, "--scenario", help="only this scenario (repeatable); default every one"
+        ),
         as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
         wait: float | None = BROKER_WAIT,
     ) -> None:
@@ -38,9 +42,12 @@ def register(app: typer.Typer, *, paused: Paused) -> None:
         settings = get_settings()
         require_broker(wait, settings)
         err = console(stderr=True)
-        result = recount_aggregate(settings, set(scenario) if scenario else None, paused,
-                                   lambda step, done, total: err.print(
-                                       f"{step}: {done}/{total}", end="\r"))
+        result = recount_aggregate(
+            settings,
+            set(scenario) if scenario else None,
+            paused,
+            lambda step, done, total: err.print(f"{step}: {done}/{total}", end="\r"),
+        )
         if as_json:
             typer.echo(json.dumps(result.as_json()))
             return

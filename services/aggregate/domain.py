@@ -105,10 +105,20 @@ class Bucket(BaseModel):
             return self.passed + self.failed + self.errors, self.passed, self.errors
         return self.n_sampled, self.passed_sampled or 0, self.errors_sampled or 0
 
-    def moved(self, before: Outcome | None, after: Outcome, *, was_sampled: bool | None = True,
-              sampled: bool = True) -> Bucket:
-        counts: dict[str, int] = {"passed": self.passed, "failed": self.failed,
-                                  "errors": self.errors, "invalid": self.invalid}
+    def moved(
+        self,
+        before: Outcome | None,
+        after: Outcome,
+        *,
+        was_sampled: bool | None = True,
+        sampled: bool = True,
+    ) -> Bucket:
+        counts: dict[str, int] = {
+            "passed": self.passed,
+            "failed": self.failed,
+            "errors": self.errors,
+            "invalid": self.invalid,
+        }
         n_s, p_s, e_s = self.sampled_counts
         # an invalid trial (the simulated user spoiled it) is out of n, sampled or not
         if before is not None:
@@ -121,8 +131,9 @@ class Bucket(BaseModel):
         judged = counts["passed"] + counts["failed"] + counts["errors"]
         if self.n_sampled is None and n_s == judged:
             return self.model_copy(update=counts)  # every trial sampled: nothing apart
-        return self.model_copy(update={**counts, "n_sampled": n_s, "passed_sampled": p_s,
-                                       "errors_sampled": e_s})
+        return self.model_copy(
+            update={**counts, "n_sampled": n_s, "passed_sampled": p_s, "errors_sampled": e_s}
+        )
 
 
 class PartitionClock(BaseModel):
@@ -196,8 +207,9 @@ class Step:
         return [record(b) for b in self.figures]
 
 
-def _empty_buckets(verdict: TrialVerdict, config: Config, partition: int,
-                   windowed: bool) -> dict[str, Bucket]:
+def _empty_buckets(
+    verdict: TrialVerdict, config: Config, partition: int, windowed: bool
+) -> dict[str, Bucket]:
     base = {"scenario_id": verdict.scenario_id, "k": verdict.k, "partition": partition}
     out = {run_key(verdict.scenario_id, verdict.run_id): Bucket(**base, run_id=verdict.run_id)}
     if verdict.finished_at is not None and windowed:
@@ -205,7 +217,8 @@ def _empty_buckets(verdict: TrialVerdict, config: Config, partition: int,
         for size in config.sizes:
             start = size.start(at)
             out[window_key(verdict.scenario_id, size.label, start)] = Bucket(
-                **base, window=size.label, window_start=start, window_end=size.end(start))
+                **base, window=size.label, window_start=start, window_end=size.end(start)
+            )
     return out
 
 
@@ -222,13 +235,17 @@ class _When:
     untimed: str | None
 
 
-def _when(read: Read, verdict: TrialVerdict, partition: int, config: Config,
-          now: float | None) -> _When:
+def _when(
+    read: Read, verdict: TrialVerdict, partition: int, config: Config, now: float | None
+) -> _When:
     limit = ceiling(config, now)
     raw_clock = read(clock_key(partition))
     clock = partition_clock(raw_clock, limit)
-    healed = raw_clock is not None and clock is not None and (
-        raw_clock["watermark"] != clock.watermark or raw_clock["swept_at"] != clock.swept_at)
+    healed = (
+        raw_clock is not None
+        and clock is not None
+        and (raw_clock["watermark"] != clock.watermark or raw_clock["swept_at"] != clock.swept_at)
+    )
     finished = verdict.finished_at.timestamp() if verdict.finished_at else None
     cutoff = clock.watermark - config.retention_s if clock else None
     # A trial whose windows are gone (older than the retention) or cannot exist yet (dated
@@ -241,8 +258,9 @@ def _when(read: Read, verdict: TrialVerdict, partition: int, config: Config,
     return _When(limit, clock, healed, finished, untimed)
 
 
-def _read_buckets(read: Read, verdict: TrialVerdict, config: Config, partition: int,
-                  windowed: bool) -> tuple[dict[str, Bucket], set[str]]:
+def _read_buckets(
+    read: Read, verdict: TrialVerdict, config: Config, partition: int, windowed: bool
+) -> tuple[dict[str, Bucket], set[str]]:
     """This verdict's buckets (its run's, its windows'), stored or blank; which were
     stored."""
     buckets: dict[str, Bucket] = {}
@@ -255,8 +273,9 @@ def _read_buckets(read: Read, verdict: TrialVerdict, config: Config, partition: 
     return buckets, stored
 
 
-def _finish_cut_change(memory: TrialMemory, buckets: dict[str, Bucket], stored: set[str],
-                       verdict: TrialVerdict) -> dict[str, Bucket]:
+def _finish_cut_change(
+    memory: TrialMemory, buckets: dict[str, Bucket], stored: set[str], verdict: TrialVerdict
+) -> dict[str, Bucket]:
     """A crash may have cut this trial's last change short: the buckets it had not
     reached yet, moved now."""
     changed: dict[str, Bucket] = {}
@@ -264,8 +283,7 @@ def _finish_cut_change(memory: TrialMemory, buckets: dict[str, Bucket], stored: 
         bucket = buckets.get(key)
         if bucket is None or bucket.seq >= seq:
             continue  # applied (or not a bucket of this verdict)
-        if bucket.seq != seq - 1 and (
-                key not in stored or verdict.attempt != memory.attempt):
+        if bucket.seq != seq - 1 and (key not in stored or verdict.attempt != memory.attempt):
             # An earlier change of another trial is missing too. Read from a verdict
             # of an earlier attempt, this change waits: the verdict that made the
             # missing one may still come before the one that made this. (A bucket
@@ -279,15 +297,17 @@ def _finish_cut_change(memory: TrialMemory, buckets: dict[str, Bucket], stored: 
         # take their numbers: this one is finished, and the missing one is lost
         # alone (if it ever comes, it finds its number passed).
         source = None if key in memory.gained else memory.prev_outcome
-        changed[key] = bucket.moved(source, memory.outcome,
-                                    was_sampled=memory.prev_sampled,
-                                    sampled=memory.sampled).model_copy(
-            update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version})
+        changed[key] = bucket.moved(
+            source, memory.outcome, was_sampled=memory.prev_sampled, sampled=memory.sampled
+        ).model_copy(
+            update={"seq": seq, "k": memory.k, "scenario_version": memory.scenario_version}
+        )
     return changed
 
 
-def _note(memory: TrialMemory | None, verdict: TrialVerdict,
-          untimed: str | None) -> tuple[str, Outcome | None]:
+def _note(
+    memory: TrialMemory | None, verdict: TrialVerdict, untimed: str | None
+) -> tuple[str, Outcome | None]:
     """What this verdict is to the trial (Step.note), and the outcome it replaces."""
     if memory is None:
         return untimed or "counted", None
@@ -296,9 +316,15 @@ def _note(memory: TrialMemory | None, verdict: TrialVerdict,
     return ("duplicate" if verdict.attempt == memory.attempt else "superseded"), None
 
 
-def _move(verdict: TrialVerdict, memory: TrialMemory | None, before: Outcome | None,
-          buckets: dict[str, Bucket], changed: dict[str, Bucket], when: _When,
-          partition: int) -> TrialMemory:
+def _move(
+    verdict: TrialVerdict,
+    memory: TrialMemory | None,
+    before: Outcome | None,
+    buckets: dict[str, Bucket],
+    changed: dict[str, Bucket],
+    when: _When,
+    partition: int,
+) -> TrialMemory:
     """The trial counted (or moved) in every bucket of this verdict (into `changed`), and
     the trial's memory of it."""
     seqs = dict(memory.seqs) if memory else {}
@@ -310,24 +336,47 @@ def _move(verdict: TrialVerdict, memory: TrialMemory | None, before: Outcome | N
         if source is None and before is not None:
             gained.append(key)
         moved = bucket.moved(
-            source, verdict.outcome, was_sampled=memory.sampled if memory else True,
-            sampled=verdict.sampled).model_copy(update={
-            "seq": bucket.seq + 1, "k": verdict.k,
-            "scenario_version": verdict.scenario_version})
+            source,
+            verdict.outcome,
+            was_sampled=memory.sampled if memory else True,
+            sampled=verdict.sampled,
+        ).model_copy(
+            update={
+                "seq": bucket.seq + 1,
+                "k": verdict.k,
+                "scenario_version": verdict.scenario_version,
+            }
+        )
         changed[key] = moved
         seqs[key] = moved.seq
     clock, finished, limit = when.clock, when.finished, when.limit
     return TrialMemory(
-        attempt=verdict.attempt, outcome=verdict.outcome, prev_outcome=before,
-        run_id=verdict.run_id, k=verdict.k, scenario_version=verdict.scenario_version,
-        finished_at=finished, seqs=seqs, gained=gained, partition=partition,
-        sampled=verdict.sampled, prev_sampled=memory.sampled if memory else None,
-        kept_from=(memory.kept_from if memory else None) if when.untimed is None else (
-            clock.watermark if clock else min(finished or limit, limit)))
+        attempt=verdict.attempt,
+        outcome=verdict.outcome,
+        prev_outcome=before,
+        run_id=verdict.run_id,
+        k=verdict.k,
+        scenario_version=verdict.scenario_version,
+        finished_at=finished,
+        seqs=seqs,
+        gained=gained,
+        partition=partition,
+        sampled=verdict.sampled,
+        prev_sampled=memory.sampled if memory else None,
+        kept_from=(memory.kept_from if memory else None)
+        if when.untimed is None
+        else (clock.watermark if clock else min(finished or limit, limit)),
+    )
 
 
-def _latest(read: Read, step: Step, buckets: dict[str, Bucket], changed: dict[str, Bucket],
-            limit: float, partition: int) -> None:
+def _latest(
+    read: Read,
+    step: Step,
+    buckets: dict[str, Bucket],
+    changed: dict[str, Bucket],
+    limit: float,
+    partition: int,
+) -> None:
     """The most recent window of each size: from every window of this verdict, not only
     the changed ones, since a crash may have cut this write after the counts'."""
     for key in buckets:
@@ -340,7 +389,8 @@ def _latest(read: Read, step: Step, buckets: dict[str, Bucket], changed: dict[st
             current = None  # a window a bad date opened before event time was bounded
         if current is None or bucket.window_start > current["window_start"]:
             step.writes.append(
-                (lkey, {"window_start": bucket.window_start, "partition": partition}))
+                (lkey, {"window_start": bucket.window_start, "partition": partition})
+            )
         if current is None or bucket.window_start >= current["window_start"]:
             step.latest.append(bucket)
 
@@ -349,11 +399,18 @@ def _advance_clock(step: Step, when: _When, partition: int, config: Config) -> N
     """The partition's watermark moved by a timed trial past it (or written back bounded,
     when it healed), and whether to sweep."""
     clock, finished = when.clock, when.finished
-    if when.untimed is None and finished is not None and (
-            clock is None or finished > clock.watermark):
+    if (
+        when.untimed is None
+        and finished is not None
+        and (clock is None or finished > clock.watermark)
+    ):
         swept_at = clock.swept_at if clock else finished
-        step.writes.append((clock_key(partition), PartitionClock(
-            watermark=finished, swept_at=swept_at).model_dump()))
+        step.writes.append(
+            (
+                clock_key(partition),
+                PartitionClock(watermark=finished, swept_at=swept_at).model_dump(),
+            )
+        )
         step.sweep = finished - swept_at >= config.sweep_every_s
     elif when.healed and clock is not None:
         # Written back bounded, and swept: the windows past the bound go (see `expired`).
@@ -361,13 +418,13 @@ def _advance_clock(step: Step, when: _When, partition: int, config: Config) -> N
         step.sweep = True
 
 
-def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
-          now: float | None = None) -> Step:
+def apply(
+    read: Read, verdict: TrialVerdict, partition: int, config: Config, now: float | None = None
+) -> Step:
     """What one verdict (new, repeated, re-graded or read again after a crash) changes.
     `now`: the wall clock (None: read it), which bounds event time."""
     when = _when(read, verdict, partition, config, now)
-    buckets, stored = _read_buckets(read, verdict, config, partition,
-                                    windowed=when.untimed is None)
+    buckets, stored = _read_buckets(read, verdict, config, partition, windowed=when.untimed is None)
     mkey = trial_key(verdict.scenario_id, verdict.trial_id)
     raw_memory = read(mkey)
     memory = TrialMemory.model_validate(raw_memory) if raw_memory else None
@@ -385,8 +442,10 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
 
     writes: list[tuple[str, dict[str, Any] | None]] = []
     moves = note in ("counted", "late", "future") or (
-        note == "regraded" and memory is not None and (
-            before != verdict.outcome or memory.sampled != verdict.sampled))
+        note == "regraded"
+        and memory is not None
+        and (before != verdict.outcome or memory.sampled != verdict.sampled)
+    )
     if moves:
         memory = _move(verdict, memory, before, buckets, changed, when, partition)
         writes.append((mkey, memory.model_dump()))
@@ -408,7 +467,10 @@ def apply(read: Read, verdict: TrialVerdict, partition: int, config: Config,
 
 
 def expired(
-    items: Iterable[tuple[str, Any]], partition: int, watermark: float, config: Config,
+    items: Iterable[tuple[str, Any]],
+    partition: int,
+    watermark: float,
+    config: Config,
     now: float | None = None,
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """Keys of this partition's state past retention, or windows past the event-time bound
@@ -426,13 +488,19 @@ def expired(
             since = memory_expires_from(value)
             if since is not None and since < cutoff:
                 keys.append(key)
-        elif kind == "b|" and value.get("window_end") is not None and (
-                value["window_end"] < cutoff or value["window_start"] > limit):
+        elif (
+            kind == "b|"
+            and value.get("window_end") is not None
+            and (value["window_end"] < cutoff or value["window_start"] > limit)
+        ):
             keys.append(key)
         elif kind == "l|":
             size = next((s for s in config.sizes if key.endswith(f"|{s.label}")), None)
-            if (size is None or size.end(value["window_start"]) < cutoff
-                    or value["window_start"] > limit):
+            if (
+                size is None
+                or size.end(value["window_start"]) < cutoff
+                or value["window_start"] > limit
+            ):
                 keys.append(key)
                 _, scenario_id, label = key.split("|", 2)
                 gone.append((scenario_id, label))
@@ -443,8 +511,9 @@ def swept(watermark: float) -> dict[str, Any]:
     return PartitionClock(watermark=watermark, swept_at=watermark).model_dump()
 
 
-def most_recent(items: Iterable[tuple[str, Any]], read: Read, config: Config,
-                now: float | None = None) -> list[Bucket]:
+def most_recent(
+    items: Iterable[tuple[str, Any]], read: Read, config: Config, now: float | None = None
+) -> list[Bucket]:
     """Each scenario's most recent window of each size, as the table holds them (to set
     the gauges again after a restart); never one past the event-time bound."""
     limit = ceiling(config, now)
@@ -460,8 +529,13 @@ def most_recent(items: Iterable[tuple[str, Any]], read: Read, config: Config,
 
 def record(bucket: Bucket, target: tuple[float, int] | None = None) -> ScenarioReliability:
     """The bucket's figures; a window record carries `target` (min pass^k, min trials)."""
-    tally = ReliabilityTally(k=bucket.k, passed=bucket.passed, failed=bucket.failed,
-                             errors=bucket.errors, invalid=bucket.invalid)
+    tally = ReliabilityTally(
+        k=bucket.k,
+        passed=bucket.passed,
+        failed=bucket.failed,
+        errors=bucket.errors,
+        invalid=bucket.invalid,
+    )
     lower, upper = pass_hat_k_interval(tally.n, tally.passed, tally.k)
     if bucket.window is None:
         scope = f"run:{bucket.run_id}"
@@ -469,8 +543,11 @@ def record(bucket: Bucket, target: tuple[float, int] | None = None) -> ScenarioR
     else:
         assert bucket.window_start is not None and bucket.window_end is not None
         scope = f"{bucket.window}:{rfc3339(bucket.window_start)}"
-        window = {"window": bucket.window, "window_start": as_datetime(bucket.window_start),
-                  "window_end": as_datetime(bucket.window_end)}
+        window = {
+            "window": bucket.window,
+            "window_start": as_datetime(bucket.window_start),
+            "window_end": as_datetime(bucket.window_end),
+        }
         if target is not None:
             window["alert_min_pass_hat_k"], window["alert_min_trials"] = target
     return ScenarioReliability(
@@ -490,6 +567,11 @@ def sampled_figures(bucket: Bucket) -> dict[str, Any]:
     passed_sampled, errors_sampled, pass_hat_k_sampled and its 90% interval."""
     n, passed, errors = bucket.sampled_counts
     lower, upper = pass_hat_k_interval(n, passed, bucket.k)
-    return {"n_sampled": n, "passed_sampled": passed, "errors_sampled": errors,
-            "pass_hat_k_sampled": pass_hat_k(n, passed, bucket.k),
-            "pass_hat_k_sampled_lower": lower, "pass_hat_k_sampled_upper": upper}
+    return {
+        "n_sampled": n,
+        "passed_sampled": passed,
+        "errors_sampled": errors,
+        "pass_hat_k_sampled": pass_hat_k(n, passed, bucket.k),
+        "pass_hat_k_sampled_lower": lower,
+        "pass_hat_k_sampled_upper": upper,
+    }

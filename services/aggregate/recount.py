@@ -73,12 +73,20 @@ class TableView:
     def scopes(self) -> Iterator[tuple[str, str, int, int, int]]:
         for _, bucket in self.table.buckets():
             if isinstance(bucket, dict):
-                yield (bucket["scenario_id"], bucket_scope(bucket), bucket["passed"],
-                       bucket["failed"], bucket["errors"])
+                yield (
+                    bucket["scenario_id"],
+                    bucket_scope(bucket),
+                    bucket["passed"],
+                    bucket["failed"],
+                    bucket["errors"],
+                )
 
 
-def recount(verdicts: Iterable[tuple[TrialVerdict, float]], config: domain.Config,
-            partition_of: Callable[[str], int]) -> Table:
+def recount(
+    verdicts: Iterable[tuple[TrialVerdict, float]],
+    config: domain.Config,
+    partition_of: Callable[[str], int],
+) -> Table:
     """The table the aggregate would hold after counting `verdicts` (each trial's newest,
     oldest event time first, with when the log took it: the wall clock the aggregate
     bounded its event time by), with expired state swept as the live one sweeps it."""
@@ -92,11 +100,13 @@ def recount(verdicts: Iterable[tuple[TrialVerdict, float]], config: domain.Confi
             else:
                 table[key] = value
         if step.sweep:
-            clock = domain.partition_clock(table.get(domain.clock_key(partition)),
-                                           domain.ceiling(config, now))
+            clock = domain.partition_clock(
+                table.get(domain.clock_key(partition)), domain.ceiling(config, now)
+            )
             if clock is not None:
-                keys, _ = domain.expired(list(table.items()), partition, clock.watermark,
-                                         config, now)
+                keys, _ = domain.expired(
+                    list(table.items()), partition, clock.watermark, config, now
+                )
                 for key in keys:
                     table.pop(key, None)
                 table[domain.clock_key(partition)] = domain.swept(clock.watermark)
@@ -110,17 +120,22 @@ class Correction:
     partition: int  # the table partition (of the scenario) the write belongs to
 
 
-def corrections(old: Table, new: Table, scenarios: set[str] | None,
-                partition_of: Callable[[str], int]) -> list[Correction]:
+def corrections(
+    old: Table, new: Table, scenarios: set[str] | None, partition_of: Callable[[str], int]
+) -> list[Correction]:
     """The writes that make `old` hold `new` for `scenarios` (None: every scenario in
     either), in the order the aggregate's own writes go: memories, buckets, latest
     windows, clocks. Keys already equal are not written."""
+
     def ours(key: str) -> bool:
         scenario = scenario_of(key)
         return scenario is not None and (scenarios is None or scenario in scenarios)
 
-    base = {key: int(value.get("seq", 0)) for key, value in old.items()
-            if key.startswith("b|") and isinstance(value, dict) and ours(key)}
+    base = {
+        key: int(value.get("seq", 0))
+        for key, value in old.items()
+        if key.startswith("b|") and isinstance(value, dict) and ours(key)
+    }
     out: list[Correction] = []
     for key in sorted(k for k in new if ours(k)):
         value = dict(new[key])
@@ -134,8 +149,9 @@ def corrections(old: Table, new: Table, scenarios: set[str] | None,
         scenario = scenario_of(key)
         assert scenario is not None
         partition = (old[key] or {}).get("partition") if isinstance(old[key], dict) else None
-        out.append(Correction(key, None, partition_of(scenario) if partition is None
-                              else int(partition)))
+        out.append(
+            Correction(key, None, partition_of(scenario) if partition is None else int(partition))
+        )
     for key, value in new.items():
         if key.startswith("p|") and isinstance(value, dict):
             held = old.get(key)
@@ -147,16 +163,21 @@ def corrections(old: Table, new: Table, scenarios: set[str] | None,
 
 def recounted_buckets(writes: Iterable[Correction]) -> list[domain.Bucket]:
     """The buckets the corrections write: their figures are to be published."""
-    return [domain.Bucket.model_validate(c.value) for c in writes
-            if c.key.startswith("b|") and c.value is not None]
+    return [
+        domain.Bucket.model_validate(c.value)
+        for c in writes
+        if c.key.startswith("b|") and c.value is not None
+    ]
 
 
 def changed_scopes(old: Table, writes: Iterable[Correction]) -> int:
     """How many scopes' counts the corrections change (not merely renumber)."""
+
     def counts(value: Any) -> tuple[int, int, int] | None:
         if not isinstance(value, dict):
             return None
         return value["passed"], value["failed"], value["errors"]
 
-    return sum(1 for c in writes if c.key.startswith("b|")
-               and counts(c.value) != counts(old.get(c.key)))
+    return sum(
+        1 for c in writes if c.key.startswith("b|") and counts(c.value) != counts(old.get(c.key))
+    )

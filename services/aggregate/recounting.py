@@ -22,12 +22,17 @@ class Recounted:
     scopes: list[dict[str, Any]] = field(default_factory=list)  # the scopes whose counts moved
 
     def as_json(self) -> dict[str, Any]:
-        return {"verdicts": self.verdicts, "writes": self.writes,
-                "recounted_scopes": len(self.scopes), "scopes": self.scopes}
+        return {
+            "verdicts": self.verdicts,
+            "writes": self.writes,
+            "recounted_scopes": len(self.scopes),
+            "scopes": self.scopes,
+        }
 
 
-def recount_aggregate(settings: Settings, scenarios: set[str] | None, paused: Paused,
-                      progress: Progress | None = None) -> Recounted:
+def recount_aggregate(
+    settings: Settings, scenarios: set[str] | None, paused: Paused, progress: Progress | None = None
+) -> Recounted:
     """With the aggregate stopped: its table recounted from each trial's newest verdict on
     the log, the differences written to its changelog and their figures published. A
     restarted aggregate recovers the recounted table and reads on from its committed
@@ -46,17 +51,23 @@ def recount_aggregate(settings: Settings, scenarios: set[str] | None, paused: Pa
     def tell(step: str) -> Callable[[int, int], None]:
         return lambda done, total: progress(step, done, total) if progress else None
 
-    config = domain.Config(sizes=parse_windows(settings.windows),
-                           retention_s=settings.dedup_retention_s,
-                           max_skew_s=settings.max_clock_skew_s)
+    config = domain.Config(
+        sizes=parse_windows(settings.windows),
+        retention_s=settings.dedup_retention_s,
+        max_skew_s=settings.max_clock_skew_s,
+    )
     catalog = read_catalog(settings).latest()
 
     def target(scenario_id: str) -> tuple[float, int]:
         alert = catalog[scenario_id].alert if scenario_id in catalog else None
-        return (alert.min_pass_hat_k if alert and alert.min_pass_hat_k is not None
-                else settings.alert_min_pass_hat_k,
-                alert.min_trials if alert and alert.min_trials is not None
-                else settings.alert_min_trials)
+        return (
+            alert.min_pass_hat_k
+            if alert and alert.min_pass_hat_k is not None
+            else settings.alert_min_pass_hat_k,
+            alert.min_trials
+            if alert and alert.min_trials is not None
+            else settings.alert_min_trials,
+        )
 
     with paused("aggregate", settings):
         partition_of = scenario_partitioner(settings)
@@ -71,13 +82,22 @@ def recount_aggregate(settings: Settings, scenarios: set[str] | None, paused: Pa
     for bucket in buckets:
         before = old.get(_key(bucket))
         counts = (bucket.passed, bucket.failed, bucket.errors)
-        was = (before["passed"], before["failed"], before["errors"]) if isinstance(
-            before, dict) else None
+        was = (
+            (before["passed"], before["failed"], before["errors"])
+            if isinstance(before, dict)
+            else None
+        )
         if was != counts:
-            scopes.append({"scenario_id": bucket.scenario_id,
-                           "scope": "run" if bucket.window is None else bucket.window,
-                           "run_id": bucket.run_id, "window_start": bucket.window_start,
-                           "before": _counts(was), "after": _counts(counts)})
+            scopes.append(
+                {
+                    "scenario_id": bucket.scenario_id,
+                    "scope": "run" if bucket.window is None else bucket.window,
+                    "run_id": bucket.run_id,
+                    "window_start": bucket.window_start,
+                    "before": _counts(was),
+                    "after": _counts(counts),
+                }
+            )
     assert len(scopes) == moved
     return Recounted(verdicts=len(verdicts), writes=len(writes), scopes=scopes)
 

@@ -50,9 +50,11 @@ class Steps:
     clock: Callable[[], float] = time.time  # the wall clock, which bounds event time
 
     def __post_init__(self) -> None:
-        self.config = domain.Config(sizes=parse_windows(self.settings.windows),
-                                    retention_s=self.settings.dedup_retention_s,
-                                    max_skew_s=self.settings.max_clock_skew_s)
+        self.config = domain.Config(
+            sizes=parse_windows(self.settings.windows),
+            retention_s=self.settings.dedup_retention_s,
+            max_skew_s=self.settings.max_clock_skew_s,
+        )
         self.reliability_name = topic_name(Topic.SCENARIO_RELIABILITY, self.settings)
 
     def read(self, key: str) -> dict | None:  # type: ignore[type-arg]
@@ -62,8 +64,10 @@ class Steps:
         """After a restart or a rebalance, the gauges show what the recovered table holds.
         The memory store keeps what revoked partitions held: `mine` are the assigned ones."""
         self.gauges.reset_windows(
-            b for b in domain.most_recent(list(self.state.items()), self.read, self.config)
-            if b.partition in mine)
+            b
+            for b in domain.most_recent(list(self.state.items()), self.read, self.config)
+            if b.partition in mine
+        )
 
     async def rekey(self, event: Record) -> None:
         """Trial verdicts arrive keyed by trial; a scenario's windows need its every trial
@@ -100,9 +104,14 @@ class Steps:
         self.apply_group(batch)
         for bucket in batch.figures():
             target = self.gauges.target(bucket.scenario_id) or (
-                self.settings.alert_min_pass_hat_k, self.settings.alert_min_trials)
-            await self.send(self.reliability_name, bucket.scenario_id.encode(),
-                            encode(domain.record(bucket, target)))
+                self.settings.alert_min_pass_hat_k,
+                self.settings.alert_min_trials,
+            )
+            await self.send(
+                self.reliability_name,
+                bucket.scenario_id.encode(),
+                encode(domain.record(bucket, target)),
+            )
         for note, n in notes.items():
             self.metrics.verdicts.labels(note).inc(n)
             self.events.labels(self.processor, note).inc(n)
@@ -120,12 +129,14 @@ class Steps:
     def sweep(self, partition: int) -> None:
         """Drop this partition's windows and trial memories past retention (event time)."""
         now = self.clock()
-        clock = domain.partition_clock(self.state.get(domain.clock_key(partition)),
-                                       domain.ceiling(self.config, now))
+        clock = domain.partition_clock(
+            self.state.get(domain.clock_key(partition)), domain.ceiling(self.config, now)
+        )
         if clock is None:
             return
-        keys, gone = domain.expired(list(self.state.items()), partition, clock.watermark,
-                                    self.config, now)
+        keys, gone = domain.expired(
+            list(self.state.items()), partition, clock.watermark, self.config, now
+        )
         for key in keys:
             self.state.pop(key, None)
         for scenario_id, window in gone:
@@ -141,5 +152,8 @@ class Steps:
         except CatalogUnavailable as exc:
             log.warning("aggregate: %s", exc)
             return
-        self.gauges.set_targets(self.catalog.latest().values(),
-                                self.settings.alert_min_pass_hat_k, self.settings.alert_min_trials)
+        self.gauges.set_targets(
+            self.catalog.latest().values(),
+            self.settings.alert_min_pass_hat_k,
+            self.settings.alert_min_trials,
+        )

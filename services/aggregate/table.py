@@ -96,8 +96,9 @@ class DiskTable:
                 if r.value is None:
                     self.db.execute("DELETE FROM state WHERE key = ?", (key,))
                 else:
-                    self.db.execute("INSERT OR REPLACE INTO state VALUES (?, ?)",
-                                    (key, r.value.decode("utf-8")))
+                    self.db.execute(
+                        "INSERT OR REPLACE INTO state VALUES (?, ?)", (key, r.value.decode("utf-8"))
+                    )
             return
         self.db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", upserts)
         self.db.executemany("DELETE FROM state WHERE key = ?", deletes)
@@ -118,9 +119,9 @@ def copy_table(settings: Settings, path: Path, progress: Progress | None = None)
     return table
 
 
-def read_verdicts(settings: Settings, scenarios: set[str] | None,
-                  progress: Progress | None = None
-                  ) -> tuple[list[tuple[TrialVerdict, float]], dict[int, int]]:
+def read_verdicts(
+    settings: Settings, scenarios: set[str] | None, progress: Progress | None = None
+) -> tuple[list[tuple[TrialVerdict, float]], dict[int, int]]:
     """Each trial's newest verdict on the log (of `scenarios`; None: all), with when the log
     took it, oldest event time first; and the end offsets read up to, by partition."""
     newest: dict[str, tuple[TrialVerdict, float]] = {}
@@ -139,31 +140,54 @@ def read_verdicts(settings: Settings, scenarios: set[str] | None,
                 newest[verdict.trial_id] = (slim, r.timestamp / 1000)
 
     ends = scan(settings, topic_name(Topic.TRIAL_VERDICTS, settings), fold, progress=progress)
-    ordered = sorted(newest.values(), key=lambda pair: (
-        pair[0].finished_at is None,
-        pair[0].finished_at.timestamp() if pair[0].finished_at else 0.0, pair[0].trial_id))
+    ordered = sorted(
+        newest.values(),
+        key=lambda pair: (
+            pair[0].finished_at is None,
+            pair[0].finished_at.timestamp() if pair[0].finished_at else 0.0,
+            pair[0].trial_id,
+        ),
+    )
     return ordered, ends
 
 
-def write_corrections(settings: Settings, writes: Sequence[Correction],
-                      figures: Iterable[domain.Bucket],
-                      target: Callable[[str], tuple[float, int]]) -> None:
+def write_corrections(
+    settings: Settings,
+    writes: Sequence[Correction],
+    figures: Iterable[domain.Bucket],
+    target: Callable[[str], tuple[float, int]],
+) -> None:
     """The corrections to the changelog (each to its scenario's table partition, in order),
     then the recounted figures to `scenario-reliability`; every send acknowledged."""
-    producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
-                             max_in_flight_requests_per_connection=1, retries=5,
-                             request_timeout_ms=15000, max_block_ms=15000,
-                             max_request_size=settings.max_event_bytes + 4096)
+    producer = KafkaProducer(
+        **kafka_client_kwargs(settings),
+        acks="all",
+        max_in_flight_requests_per_connection=1,
+        retries=5,
+        request_timeout_ms=15000,
+        max_block_ms=15000,
+        max_request_size=settings.max_event_bytes + 4096,
+    )
     try:
         changelog = changelog_name(settings)
-        futures = [producer.send(changelog, key=json.dumps(c.key).encode(),
-                                 value=None if c.value is None else json.dumps(c.value).encode(),
-                                 partition=c.partition)
-                   for c in writes]
+        futures = [
+            producer.send(
+                changelog,
+                key=json.dumps(c.key).encode(),
+                value=None if c.value is None else json.dumps(c.value).encode(),
+                partition=c.partition,
+            )
+            for c in writes
+        ]
         reliability = topic_name(Topic.SCENARIO_RELIABILITY, settings)
-        futures += [producer.send(reliability, key=b.scenario_id.encode(),
-                                  value=encode(domain.record(b, target(b.scenario_id))))
-                    for b in figures]
+        futures += [
+            producer.send(
+                reliability,
+                key=b.scenario_id.encode(),
+                value=encode(domain.record(b, target(b.scenario_id))),
+            )
+            for b in figures
+        ]
         for future in futures:
             future.get(timeout=60)
     finally:
@@ -176,14 +200,17 @@ def move_offsets(settings: Settings, verdict_ends: dict[int, int]) -> None:
     forwarded from verdicts before those offsets: no worker ran since)."""
     verdicts = topic_name(Topic.TRIAL_VERDICTS, settings)
     rekeyed = topic_name(Topic.AGGREGATE_BY_SCENARIO, settings)
-    consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=group_id(settings),
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        **kafka_client_kwargs(settings), group_id=group_id(settings), enable_auto_commit=False
+    )
     try:
         parts = consumer.partitions_for_topic(rekeyed) or set()
         tps = [TopicPartition(rekeyed, p) for p in sorted(parts)]
         ends = consumer.end_offsets(tps) if tps else {}
-        offsets = {TopicPartition(verdicts, p): OffsetAndMetadata(o, "", -1)
-                   for p, o in verdict_ends.items()}
+        offsets = {
+            TopicPartition(verdicts, p): OffsetAndMetadata(o, "", -1)
+            for p, o in verdict_ends.items()
+        }
         offsets.update({tp: OffsetAndMetadata(o, "", -1) for tp, o in ends.items()})
         consumer.commit(offsets)
     finally:

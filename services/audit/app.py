@@ -22,25 +22,35 @@ from services.runtime.metrics import serve_metrics
 log = logging.getLogger("passk.audit")
 
 
-def make_auditor(settings: Settings, audit_settings: AuditSettings, read_table: TableReader,
-                 registry: CollectorRegistry = REGISTRY) -> Auditor:
-    grace = (audit_settings.grace_s if audit_settings.grace_s is not None
-             else default_grace_s(settings))
+def make_auditor(
+    settings: Settings,
+    audit_settings: AuditSettings,
+    read_table: TableReader,
+    registry: CollectorRegistry = REGISTRY,
+) -> Auditor:
+    grace = (
+        audit_settings.grace_s if audit_settings.grace_s is not None else default_grace_s(settings)
+    )
     scope = Scope(since_s=audit_settings.period_s, grace_s=grace)
 
     def audit_once() -> AuditReport:
         with audit(settings, scope, read_table) as audited:
             return audited.report
 
-    return Auditor(audit_once, AuditMetrics(registry), interval_s=audit_settings.interval_s,
-                   period_s=audit_settings.period_s)
+    return Auditor(
+        audit_once,
+        AuditMetrics(registry),
+        interval_s=audit_settings.interval_s,
+        period_s=audit_settings.period_s,
+    )
 
 
 class AuditWorker:
     """What `passk worker audit` runs (the Faust workers' `app.main()` shape)."""
 
-    def __init__(self, settings: Settings, audit_settings: AuditSettings,
-                 read_table: TableReader) -> None:
+    def __init__(
+        self, settings: Settings, audit_settings: AuditSettings, read_table: TableReader
+    ) -> None:
         self.settings = settings
         self.audit_settings = audit_settings
         self.read_table = read_table
@@ -64,8 +74,11 @@ class AuditWorker:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, stop)
-        log.warning("audit: auditing the last %.0f s of the log every %.0f s",
-                    self.audit_settings.period_s, self.audit_settings.interval_s)
+        log.warning(
+            "audit: auditing the last %.0f s of the log every %.0f s",
+            self.audit_settings.period_s,
+            self.audit_settings.interval_s,
+        )
         auditor.run()
 
 

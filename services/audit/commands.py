@@ -17,24 +17,37 @@ if TYPE_CHECKING:
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 
-def register(app: typer.Typer, *, read_table: TableReader, regrade: Regrader,
-             recount: Recounter) -> None:
+def register(
+    app: typer.Typer, *, read_table: TableReader, regrade: Regrader, recount: Recounter
+) -> None:
     @app.command()
     def audit(
         run_id: str = typer.Option(None, "--run-id", help="only this run's trials and counts"),
         since: str = typer.Option(
-            None, "--since", help="only trials that reached the log this long ago or later "
-                                  "(e.g. 90m, 6h, 7d): their windows, not run counts"),
+            None,
+            "--since",
+            help="only trials that reached the log this long ago or later "
+            "(e.g. 90m, 6h, 7d): their windows, not run counts",
+        ),
         grace: float = typer.Option(
-            None, "--grace", min=0,
+            None,
+            "--grace",
+            min=0,
             help="seconds a trial may still be in flight (default: the pipeline's deadlines, "
-                 "PASSK_SESSION_WAIT_S + PASSK_JUDGE_WAIT_S + 60)"),
+            "PASSK_SESSION_WAIT_S + PASSK_JUDGE_WAIT_S + 60)",
+        ),
         repair: bool = typer.Option(
-            False, "--repair", help="re-grade trials stuck before their verdict, re-project "
-                                    "missing rows, recount wrong counts; then audit again"),
+            False,
+            "--repair",
+            help="re-grade trials stuck before their verdict, re-project "
+            "missing rows, recount wrong counts; then audit again",
+        ),
         repair_wait: float = typer.Option(
-            300, "--repair-wait", min=0,
-            help="with --repair: seconds to wait for the audit to come out clean"),
+            300,
+            "--repair-wait",
+            min=0,
+            help="with --repair: seconds to wait for the audit to come out clean",
+        ),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
         wait: float | None = BROKER_WAIT,
     ) -> None:
@@ -57,18 +70,33 @@ def register(app: typer.Typer, *, read_table: TableReader, regrade: Regrader,
             raise UsageError(f"--since: {exc}") from None
         settings = get_settings()
         require_broker(wait, settings)
-        scope = Scope(run_id=run_id, since_s=since_s,
-                      grace_s=default_grace_s(settings) if grace is None else grace)
+        scope = Scope(
+            run_id=run_id,
+            since_s=since_s,
+            grace_s=default_grace_s(settings) if grace is None else grace,
+        )
         report = audit_and_repair(
-            settings, scope, read_table=read_table, repair_log=repair, repair_wait_s=repair_wait,
-            regrade=regrade, recount=recount, described=f"run {run_id!r}" if run_id
-            else "the log" if since is None else f"the last {since}")
+            settings,
+            scope,
+            read_table=read_table,
+            repair_log=repair,
+            repair_wait_s=repair_wait,
+            regrade=regrade,
+            recount=recount,
+            described=f"run {run_id!r}"
+            if run_id
+            else "the log"
+            if since is None
+            else f"the last {since}",
+        )
         if as_json:
             typer.echo(json.dumps(report.model_dump(mode="json")))
         else:
             print_audit(report, console())
         if not report.clean:
-            raise CliError(f"{sum(report.unaccounted_by_stage.values())} unaccounted, "
-                           f"{len(report.scopes)} "
-                           "counts off" + (" after the repair" if report.repaired else ""),
-                           ExitCode.NO)
+            raise CliError(
+                f"{sum(report.unaccounted_by_stage.values())} unaccounted, "
+                f"{len(report.scopes)} "
+                "counts off" + (" after the repair" if report.repaired else ""),
+                ExitCode.NO,
+            )

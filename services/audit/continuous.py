@@ -73,10 +73,13 @@ class Auditor:
         m.runs.labels("clean" if report.clean else "unclean").inc()
         if not report.clean:
             by_stage = unaccounted_by_stage(report)
-            log.warning("audit: %d unaccounted (%s), %d counts off, of %d trials; "
-                        "`passk audit` lists them", sum(by_stage.values()),
-                        ", ".join(f"{s} {n}" for s, n in by_stage.items() if n),
-                        len(report.scopes), report.trials)
+            log.warning(
+                "audit: %d unaccounted (%s), %d counts off, of %d trials; `passk audit` lists them",
+                sum(by_stage.values()),
+                ", ".join(f"{s} {n}" for s, n in by_stage.items() if n),
+                len(report.scopes),
+                report.trials,
+            )
         return report
 
     def run(self) -> None:

@@ -28,13 +28,25 @@ from pydantic import BaseModel, Field
 from services.grading.windows import WindowSize, parse_scope, scope_key
 
 Stage = Literal["gate", "judge", "verdict", "projection", "aggregate_run", "aggregate_window"]
-STAGES: tuple[Stage, ...] = ("gate", "judge", "verdict", "projection", "aggregate_run",
-                             "aggregate_window")
+STAGES: tuple[Stage, ...] = (
+    "gate",
+    "judge",
+    "verdict",
+    "projection",
+    "aggregate_run",
+    "aggregate_window",
+)
 # The stages reached, as counted in the report (`stages`): each trial that reached it.
 REACHED = ("finished", "gated", "judged", "verdict", "projected", "aggregated")
 # A trial stopped at STAGES[i] reached every stage whose index here is below i.
-_REACHED_PAST = {"finished": -1, "gated": 0, "judged": 1, "verdict": 2, "projected": 3,
-                 "aggregated": 5}
+_REACHED_PAST = {
+    "finished": -1,
+    "gated": 0,
+    "judged": 1,
+    "verdict": 2,
+    "projected": 3,
+    "aggregated": 5,
+}
 OUTCOMES = ("passed", "failed", "errors")
 
 
@@ -84,13 +96,19 @@ class Bounds:
     window_cutoff: float  # windows starting before this are gone or may be (retention)
 
 
-def bounds(sizes: tuple[WindowSize, ...], *, now: float, retention_s: float, max_skew_s: float,
-           grace_s: float, newest_finished: float | None) -> Bounds:
+def bounds(
+    sizes: tuple[WindowSize, ...],
+    *,
+    now: float,
+    retention_s: float,
+    max_skew_s: float,
+    grace_s: float,
+    newest_finished: float | None,
+) -> Bounds:
     """The aggregate forgets windows a retention behind its watermark (the newest event
     time it read, never past the wall clock plus the skew): windows starting before that,
     by the newest event time the audit saw, are not compared."""
-    watermark = min(newest_finished if newest_finished is not None else now,
-                    now + max_skew_s)
+    watermark = min(newest_finished if newest_finished is not None else now, now + max_skew_s)
     return Bounds(sizes, now, retention_s, max_skew_s, grace_s, watermark - retention_s)
 
 
@@ -179,15 +197,18 @@ def remembered_until(facts: TrialFacts, b: Bounds) -> bool:
     return facts.finished_at is None or facts.finished_at >= b.window_cutoff
 
 
-def stopped_at(facts: TrialFacts, table: AggregateTable | None,
-               b: Bounds) -> tuple[Stage, str] | None:
+def stopped_at(
+    facts: TrialFacts, table: AggregateTable | None, b: Bounds
+) -> tuple[Stage, str] | None:
     """The first stage a trial did not reach, and why; None when it reached them all.
     A verdict assembled without a gate result or a judge's verdict (an `error` after the
     verdict's wait) does not account for the stage that never answered."""
     if not facts.gated:
         return "gate", "no gate result" + (
             f" (its verdict: {facts.verdict_outcome} after the wait)"
-            if facts.verdict_attempt is not None else "")
+            if facts.verdict_attempt is not None
+            else ""
+        )
     missing = sorted(facts.expected_judges - facts.judges)
     if missing:
         return "judge", f"no verdict of judge {', '.join(missing)}"
@@ -203,8 +224,11 @@ def stopped_at(facts: TrialFacts, table: AggregateTable | None,
         return "aggregate_run", "the aggregate does not remember the trial"
     attempt, outcome, landed = memory
     if attempt < facts.verdict_attempt or outcome != facts.verdict_outcome:
-        return ("aggregate_run", f"counted as {outcome} (attempt {attempt}), verdict "
-                f"{facts.verdict_outcome} (attempt {facts.verdict_attempt})")
+        return (
+            "aggregate_run",
+            f"counted as {outcome} (attempt {attempt}), verdict "
+            f"{facts.verdict_outcome} (attempt {facts.verdict_attempt})",
+        )
     if scope_key("run", facts.run_id, None) not in landed:
         return "aggregate_run", "its change to the run's count did not land"
     lost = [w for w in windows_of(facts, b) if w not in landed]
@@ -231,8 +255,7 @@ class ScopeTally:
         if facts.verdict_outcome is None:
             return
         for key in [scope_key("run", facts.run_id, None), *windows_of(facts, b)]:
-            self.expected.setdefault((facts.scenario_id, key), Counts()).add(
-                facts.verdict_outcome)
+            self.expected.setdefault((facts.scenario_id, key), Counts()).add(facts.verdict_outcome)
 
     def explain(self, facts: TrialFacts, b: Bounds) -> None:
         self.explained.update(_scopes_of(facts, b))
@@ -242,26 +265,37 @@ class ScopeTally:
 
 
 def _scopes_of(facts: TrialFacts, b: Bounds) -> list[tuple[str, str]]:
-    return [(facts.scenario_id, key)
-            for key in [scope_key("run", facts.run_id, None), *windows_of(facts, b)]]
+    return [
+        (facts.scenario_id, key)
+        for key in [scope_key("run", facts.run_id, None), *windows_of(facts, b)]
+    ]
 
 
 def compare_scopes(
-    tally: ScopeTally, counted: Iterable[tuple[str, str, int, int, int]], b: Bounds, *,
-    run_id: str | None = None, since: float | None = None,
+    tally: ScopeTally,
+    counted: Iterable[tuple[str, str, int, int, int]],
+    b: Bounds,
+    *,
+    run_id: str | None = None,
+    since: float | None = None,
 ) -> Iterator[ScopeMismatch]:
     """Every scope whose counts differ from its verdicts'. With `run_id`, that run's scopes
     only; with `since`, the windows starting then or later (a run read in part cannot be
     compared); windows the aggregate may have forgotten never."""
     held: dict[tuple[str, str], Counts] = {
-        (s, key): Counts(passed=p, failed=f, errors=e) for s, key, p, f, e in counted}
+        (s, key): Counts(passed=p, failed=f, errors=e) for s, key, p, f, e in counted
+    }
 
     def compared(key: str) -> bool:
         scope, run, start = parse_scope(key)
         if scope == "run":
             return since is None and (run_id is None or run == run_id)
-        return (run_id is None and start is not None and start >= b.window_cutoff
-                and (since is None or start >= since))
+        return (
+            run_id is None
+            and start is not None
+            and start >= b.window_cutoff
+            and (since is None or start >= since)
+        )
 
     for pair in sorted(set(tally.expected) | set(held)):
         scenario_id, key = pair
@@ -271,8 +305,14 @@ def compare_scopes(
         got = held.get(pair, Counts())
         if expected != got:
             scope, run, start = parse_scope(key)
-            yield ScopeMismatch(scenario_id=scenario_id, scope=scope, run_id=run,
-                                window_start=start, counted=got, expected=expected)
+            yield ScopeMismatch(
+                scenario_id=scenario_id,
+                scope=scope,
+                run_id=run,
+                window_start=start,
+                counted=got,
+                expected=expected,
+            )
 
 
 def unexplained(mismatches: Iterable[ScopeMismatch], tally: ScopeTally) -> Iterator[Unaccounted]:
@@ -282,11 +322,14 @@ def unexplained(mismatches: Iterable[ScopeMismatch], tally: ScopeTally) -> Itera
         if (m.scenario_id, key) in tally.explained:
             continue
         yield Unaccounted(
-            trial_id=None, run_id=m.run_id, scenario_id=m.scenario_id,
+            trial_id=None,
+            run_id=m.run_id,
+            scenario_id=m.scenario_id,
             stopped_at="aggregate_run" if m.scope == "run" else "aggregate_window",
             detail=f"scope {key} counts {m.counted.n} ({_split(m.counted)}), its verdicts "
-                   f"{m.expected.n} ({_split(m.expected)}); no trial of it is missing "
-                   "on its own")
+            f"{m.expected.n} ({_split(m.expected)}); no trial of it is missing "
+            "on its own",
+        )
 
 
 def _split(c: Counts) -> str:
@@ -314,8 +357,7 @@ class Audit:
         self.trials += 1
         self.tally.add(facts, self.bounds)
         if facts.verdict_attempt is None and facts.dead_letter is not None:
-            self.dead_lettered[facts.dead_letter] = self.dead_lettered.get(
-                facts.dead_letter, 0) + 1
+            self.dead_lettered[facts.dead_letter] = self.dead_lettered.get(facts.dead_letter, 0) + 1
             return
         stop = stopped_at(facts, self.table, self.bounds)
         reached = STAGES.index(stop[0]) if stop else len(STAGES)
@@ -335,21 +377,34 @@ class Audit:
             self.tally.explain(facts, self.bounds)
         self.by_stage[stop[0]] += 1
         if len(self.unaccounted) < LISTED:
-            self.unaccounted.append(Unaccounted(
-                trial_id=facts.trial_id, run_id=facts.run_id, scenario_id=facts.scenario_id,
-                stopped_at=stop[0], detail=stop[1]))
+            self.unaccounted.append(
+                Unaccounted(
+                    trial_id=facts.trial_id,
+                    run_id=facts.run_id,
+                    scenario_id=facts.scenario_id,
+                    stopped_at=stop[0],
+                    detail=stop[1],
+                )
+            )
 
     def report(self, *, run_id: str | None = None, since: float | None = None) -> AuditReport:
         counted = list(self.table.scopes()) if self.table is not None else []
-        mismatches = list(compare_scopes(self.tally, counted, self.bounds, run_id=run_id,
-                                         since=since)) if self.table is not None else []
+        mismatches = (
+            list(compare_scopes(self.tally, counted, self.bounds, run_id=run_id, since=since))
+            if self.table is not None
+            else []
+        )
         counts = list(unexplained(mismatches, self.tally))
         by_stage = dict(self.by_stage)
         for entry in counts:
             by_stage[entry.stopped_at] += 1
         return AuditReport(
-            clean=not any(by_stage.values()) and not mismatches, trials=self.trials,
-            stages=dict(self.reached), in_flight=self.in_flight,
+            clean=not any(by_stage.values()) and not mismatches,
+            trials=self.trials,
+            stages=dict(self.reached),
+            in_flight=self.in_flight,
             dead_lettered=dict(sorted(self.dead_lettered.items())),
-            unaccounted_by_stage=by_stage, unaccounted=[*self.unaccounted, *counts],
-            scopes=mismatches)
+            unaccounted_by_stage=by_stage,
+            unaccounted=[*self.unaccounted, *counts],
+            scopes=mismatches,
+        )

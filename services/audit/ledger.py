@@ -72,7 +72,8 @@ class Ledger:
         self.db.executemany(
             "INSERT INTO attempts VALUES (?, ?) ON CONFLICT (trial_id) DO UPDATE SET "
             "attempt = max(attempt, excluded.attempt)",
-            [(v["trial_id"], int(v.get("attempt") or 1)) for v in values])
+            [(v["trial_id"], int(v.get("attempt") or 1)) for v in values],
+        )
 
     # ------------------------------------------------------------ folding topics
 
@@ -85,24 +86,39 @@ class Ledger:
                 continue
             at = event.occurred_at.timestamp()
             self.newest_finished = max(at, self.newest_finished or at)
-            rows.append((event.trial_id, event.run_id, event.scenario_id, event.session_id, at,
-                         r.timestamp / 1000))
+            rows.append(
+                (
+                    event.trial_id,
+                    event.run_id,
+                    event.scenario_id,
+                    event.session_id,
+                    at,
+                    r.timestamp / 1000,
+                )
+            )
         self.db.executemany("INSERT OR IGNORE INTO finished VALUES (?, ?, ?, ?, ?, ?)", rows)
 
     def _values(self, records: Sequence[Any]) -> list[dict[str, Any]]:
-        return [v for r in records
-                if (v := _json(r.value)) and isinstance(v.get("trial_id"), str) and self._mine(v)]
+        return [
+            v
+            for r in records
+            if (v := _json(r.value)) and isinstance(v.get("trial_id"), str) and self._mine(v)
+        ]
 
     def gate_results(self, records: Sequence[Any]) -> None:
         values = self._values(records)
-        self.db.executemany("INSERT OR IGNORE INTO gated VALUES (?, ?)",
-                            [(v["trial_id"], v.get("scenario_version")) for v in values])
+        self.db.executemany(
+            "INSERT OR IGNORE INTO gated VALUES (?, ?)",
+            [(v["trial_id"], v.get("scenario_version")) for v in values],
+        )
         self._attempts(values)
 
     def judge_verdicts(self, records: Sequence[Any]) -> None:
         values = self._values(records)
-        self.db.executemany("INSERT OR IGNORE INTO judged VALUES (?, ?)",
-                            [(v["trial_id"], v.get("judge_id")) for v in values])
+        self.db.executemany(
+            "INSERT OR IGNORE INTO judged VALUES (?, ?)",
+            [(v["trial_id"], v.get("judge_id")) for v in values],
+        )
         self._attempts(values)
 
     def trial_verdicts(self, records: Sequence[Any]) -> None:
@@ -113,15 +129,25 @@ class Ledger:
             v = _json(r.value)
             if v and isinstance(v.get("trial_id"), str) and self._mine(v):
                 values.append(v)
-                rows.append((v["trial_id"], int(v.get("attempt") or 1), v.get("outcome"),
-                             v.get("event_id"), r.timestamp / 1000, _epoch(v.get("finished_at")),
-                             r.value))
+                rows.append(
+                    (
+                        v["trial_id"],
+                        int(v.get("attempt") or 1),
+                        v.get("outcome"),
+                        v.get("event_id"),
+                        r.timestamp / 1000,
+                        _epoch(v.get("finished_at")),
+                        r.value,
+                    )
+                )
         self.db.executemany(
             "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (trial_id) DO UPDATE "
             "SET attempt = excluded.attempt, outcome = excluded.outcome, "
             "event_id = excluded.event_id, logged_at = excluded.logged_at, "
             "finished_at = excluded.finished_at, value = excluded.value "
-            "WHERE excluded.attempt > verdicts.attempt", rows)
+            "WHERE excluded.attempt > verdicts.attempt",
+            rows,
+        )
         self._attempts(values)
 
     def dead_letters(self, records: Sequence[Any]) -> None:
@@ -144,8 +170,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ reading
 
-    def facts(self, judges_of: Callable[[str, str | None], frozenset[str]]
-              ) -> Iterator[TrialFacts]:
+    def facts(self, judges_of: Callable[[str, str | None], frozenset[str]]) -> Iterator[TrialFacts]:
         """Every trial of the log, in trial-id order, with what each stage holds of it."""
         query = """
             SELECT f.trial_id, f.run_id, f.scenario_id, f.finished_at, f.logged_at,
@@ -161,18 +186,40 @@ class Ledger:
               LEFT JOIN dead d ON d.trial_id = f.trial_id
              ORDER BY f.trial_id"""
         for row in self.db.execute(query):
-            (trial_id, run_id, scenario_id, finished_at, logged_at, gated, version, judged,
-             attempt, outcome, event_id, verdict_logged_at, verdict_finished_at, projected,
-             dead) = row
+            (
+                trial_id,
+                run_id,
+                scenario_id,
+                finished_at,
+                logged_at,
+                gated,
+                version,
+                judged,
+                attempt,
+                outcome,
+                event_id,
+                verdict_logged_at,
+                verdict_finished_at,
+                projected,
+                dead,
+            ) = row
             yield TrialFacts(
-                trial_id=trial_id, run_id=run_id, scenario_id=scenario_id,
-                finished_at=finished_at, logged_at=logged_at, gated=bool(gated),
+                trial_id=trial_id,
+                run_id=run_id,
+                scenario_id=scenario_id,
+                finished_at=finished_at,
+                logged_at=logged_at,
+                gated=bool(gated),
                 judges=frozenset(judged.split("\x1f")) if judged else frozenset(),
                 expected_judges=judges_of(scenario_id, version),
-                verdict_attempt=attempt, verdict_outcome=outcome, verdict_event_id=event_id,
-                verdict_logged_at=verdict_logged_at, verdict_finished_at=verdict_finished_at,
+                verdict_attempt=attempt,
+                verdict_outcome=outcome,
+                verdict_event_id=event_id,
+                verdict_logged_at=verdict_logged_at,
+                verdict_finished_at=verdict_finished_at,
                 projected_event_id=projected,
-                dead_letter=dead)
+                dead_letter=dead,
+            )
 
     def identities(
         self, trial_ids: Iterable[str]
@@ -182,19 +229,22 @@ class Ledger:
             row = self.db.execute(
                 "SELECT f.trial_id, f.run_id, f.scenario_id, f.session_id, g.scenario_version "
                 "FROM finished f LEFT JOIN gated g USING (trial_id) WHERE f.trial_id = ?",
-                (trial_id,)).fetchone()
+                (trial_id,),
+            ).fetchone()
             if row is not None:
                 yield row
 
     def attempt_of(self, trial_id: str) -> int:
-        row = self.db.execute("SELECT attempt FROM attempts WHERE trial_id = ?",
-                              (trial_id,)).fetchone()
+        row = self.db.execute(
+            "SELECT attempt FROM attempts WHERE trial_id = ?", (trial_id,)
+        ).fetchone()
         return int(row[0]) if row else 1
 
     def verdict_values(self, trial_ids: Iterable[str]) -> Iterator[bytes]:
         """The newest verdict of each trial, as the log holds it."""
         for trial_id in trial_ids:
-            row = self.db.execute("SELECT value FROM verdicts WHERE trial_id = ?",
-                                  (trial_id,)).fetchone()
+            row = self.db.execute(
+                "SELECT value FROM verdicts WHERE trial_id = ?", (trial_id,)
+            ).fetchone()
             if row is not None:
                 yield row[0]

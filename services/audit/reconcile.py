@@ -58,26 +58,37 @@ class Audited:
 
 
 @contextmanager
-def audit(settings: Settings, scope: Scope, read_table: TableReader,
-          progress: Progress | None = None) -> Iterator[Audited]:
+def audit(
+    settings: Settings, scope: Scope, read_table: TableReader, progress: Progress | None = None
+) -> Iterator[Audited]:
     """The audit of every trial in `scope`; the ledger stays open inside the block (a
     repair needs what it gathered)."""
+
     def tell(step: str) -> Callable[[int, int], None]:
         return lambda done, total: progress(step, done, total) if progress else None
 
     now = time.time()
     since = now - scope.since_s if scope.since_s is not None else None
     since_ms = int(since * 1000) if since is not None else None
-    derived_ms = (int((since - settings.max_clock_skew_s) * 1000)
-                  if since is not None else None)
+    derived_ms = int((since - settings.max_clock_skew_s) * 1000) if since is not None else None
     with tempfile.TemporaryDirectory(prefix="passk-audit-") as scratch:
         ledger = Ledger(Path(scratch) / "ledger.db", settings, run_id=scope.run_id)
         try:
-            scan(settings, topic_name(Topic.CONVERSATION_FINISHED, settings),
-                 ledger.conversations, since_ms=since_ms, progress=tell("conversations"))
+            scan(
+                settings,
+                topic_name(Topic.CONVERSATION_FINISHED, settings),
+                ledger.conversations,
+                since_ms=since_ms,
+                progress=tell("conversations"),
+            )
             for topic, fold in READ:
-                scan(settings, topic_name(topic, settings), getattr(ledger, fold),
-                     since_ms=derived_ms, progress=tell(topic.value))
+                scan(
+                    settings,
+                    topic_name(topic, settings),
+                    getattr(ledger, fold),
+                    since_ms=derived_ms,
+                    progress=tell(topic.value),
+                )
             ledger.projection(Store(settings.database_url).verdict_ids(scope.run_id))
             state = read_catalog(settings)
             catalog = state.latest()
@@ -89,39 +100,55 @@ def audit(settings: Settings, scope: Scope, read_table: TableReader,
                 return frozenset(j.id for j in scenario.judges) if scenario else frozenset()
 
             table = read_table(settings, Path(scratch))
-            b = bounds(parse_windows(settings.windows), now=now,
-                       retention_s=settings.dedup_retention_s,
-                       max_skew_s=settings.max_clock_skew_s, grace_s=scope.grace_s,
-                       newest_finished=ledger.newest_finished)
+            b = bounds(
+                parse_windows(settings.windows),
+                now=now,
+                retention_s=settings.dedup_retention_s,
+                max_skew_s=settings.max_clock_skew_s,
+                grace_s=scope.grace_s,
+                newest_finished=ledger.newest_finished,
+            )
             folded = Audit(b, table)
             for facts in ledger.facts(judges_of):
                 folded.add(facts)
             report = folded.report(run_id=scope.run_id, since=since)
-            yield Audited(report, ledger,
-                          {sid: s.version or "" for sid, s in catalog.items()})
+            yield Audited(report, ledger, {sid: s.version or "" for sid, s in catalog.items()})
         finally:
             ledger.close()
 
 
-def repair(settings: Settings, audited: Audited, *, regrade: Regrader,
-           recount: Recounter) -> Repaired:
+def repair(
+    settings: Settings, audited: Audited, *, regrade: Regrader, recount: Recounter
+) -> Repaired:
     """Re-grade the trials stuck before their verdict, write the newest verdict of the
     trials the projection lacks, and recount the scenarios whose counts are off."""
     report, ledger = audited.report, audited.ledger
-    stuck = [u.trial_id for u in report.unaccounted
-             if u.trial_id and u.stopped_at in ("gate", "judge", "verdict")]
+    stuck = [
+        u.trial_id
+        for u in report.unaccounted
+        if u.trial_id and u.stopped_at in ("gate", "judge", "verdict")
+    ]
     identities = []
     for trial_id, run_id, scenario_id, session_id, version in ledger.identities(stuck):
         version = version or audited.catalog_versions.get(scenario_id)
         if version:
-            identities.append((TrialIdentity(trial_id=trial_id, run_id=run_id,
-                                             scenario_id=scenario_id, scenario_version=version,
-                                             session_id=session_id),
-                               ledger.attempt_of(trial_id)))
+            identities.append(
+                (
+                    TrialIdentity(
+                        trial_id=trial_id,
+                        run_id=run_id,
+                        scenario_id=scenario_id,
+                        scenario_version=version,
+                        session_id=session_id,
+                    ),
+                    ledger.attempt_of(trial_id),
+                )
+            )
     regraded = regrade(settings, identities, "passk audit --repair") if identities else 0
 
-    unprojected = [u.trial_id for u in report.unaccounted
-                   if u.trial_id and u.stopped_at == "projection"]
+    unprojected = [
+        u.trial_id for u in report.unaccounted if u.trial_id and u.stopped_at == "projection"
+    ]
     verdicts: list[Any] = []
     for value in ledger.verdict_values(unprojected):
         verdict = decode_or_reject(value, TrialVerdict, settings)
@@ -132,15 +159,23 @@ def repair(settings: Settings, audited: Audited, *, regrade: Regrader,
         store.create_schema()
         store.apply_many(verdicts)
 
-    miscounted = {u.scenario_id for u in report.unaccounted
-                  if u.stopped_at in ("aggregate_run", "aggregate_window")}
+    miscounted = {
+        u.scenario_id
+        for u in report.unaccounted
+        if u.stopped_at in ("aggregate_run", "aggregate_window")
+    }
     miscounted |= {s.scenario_id for s in report.scopes}
     recounted = recount(settings, miscounted) if miscounted else 0
     return Repaired(regraded=regraded, reprojected=len(verdicts), recounted_scopes=recounted)
 
 
-def audit_until_clean(settings: Settings, scope: Scope, read_table: TableReader,
-                      within_s: float, progress: Progress | None = None) -> AuditReport:
+def audit_until_clean(
+    settings: Settings,
+    scope: Scope,
+    read_table: TableReader,
+    within_s: float,
+    progress: Progress | None = None,
+) -> AuditReport:
     """Audit again until clean or `within_s` passed (the repairs' verdicts and counts take
     the pipeline's own time); the last audit's report."""
     deadline = time.monotonic() + within_s
@@ -152,9 +187,17 @@ def audit_until_clean(settings: Settings, scope: Scope, read_table: TableReader,
         time.sleep(2.0)
 
 
-def audit_and_repair(settings: Settings, scope: Scope, *, read_table: TableReader,
-                     repair_log: bool, repair_wait_s: float, regrade: Regrader,
-                     recount: Recounter, described: str) -> AuditReport:
+def audit_and_repair(
+    settings: Settings,
+    scope: Scope,
+    *,
+    read_table: TableReader,
+    repair_log: bool,
+    repair_wait_s: float,
+    regrade: Regrader,
+    recount: Recounter,
+    described: str,
+) -> AuditReport:
     """`passk audit`: every trial in `scope` accounted for; with `repair_log` and not
     clean, repaired and audited again until clean or `repair_wait_s` (the report then
     says what was repaired). NothingToJudge when the scope (`described`) has no trial."""

@@ -40,11 +40,23 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
     joins = app.Table(JOINS.name, default=None, partitions=settings.topic_partitions)
     matrices = app.Table(MATRICES.name, default=None, partitions=settings.topic_partitions)
     run_alongside(app, settings)
-    steps = Steps(settings=settings, processor=PROCESSOR, joins=joins, matrices=matrices,
-                  send_labelled=labelled.send, send_calibration=calibrations.send,
-                  reject=reject, store=CalibrationStore(settings.database_url),
-                  metrics=CalibrationMetrics(registry), events=common_metrics().events)
-    subscribe(app, SPEC, settings, {"join": each_record(reject, steps.join),
-                                    "fold": each_record(reject, steps.fold)})
+    steps = Steps(
+        settings=settings,
+        processor=PROCESSOR,
+        joins=joins,
+        matrices=matrices,
+        send_labelled=labelled.send,
+        send_calibration=calibrations.send,
+        reject=reject,
+        store=CalibrationStore(settings.database_url),
+        metrics=CalibrationMetrics(registry),
+        events=common_metrics().events,
+    )
+    subscribe(
+        app,
+        SPEC,
+        settings,
+        {"join": each_record(reject, steps.join), "fold": each_record(reject, steps.fold)},
+    )
     app.task(steps.start)
     return app

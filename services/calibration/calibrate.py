@@ -72,7 +72,7 @@ def excerpt(transcript: Sequence[Message], width: int = 240) -> str:
     if len(text) <= width:
         return text
     head = width // 3
-    return text[:head] + " … " + text[-(width - head - 3):]
+    return text[:head] + " … " + text[-(width - head - 3) :]
 
 
 def tally(pairs: Sequence[tuple[str, str]]) -> Matrix:
@@ -109,8 +109,13 @@ def as_trial(
 ) -> ConversationFinished:
     ident = f"calibration:{judge.spec.id}:{item.id}"
     return ConversationFinished(
-        event_id=ident, run_id="calibration", scenario_id=judge.scenario.id, trial_id=ident,
-        session_id=ident, exit_reason="calibration", transcript=transcript,
+        event_id=ident,
+        run_id="calibration",
+        scenario_id=judge.scenario.id,
+        trial_id=ident,
+        session_id=ident,
+        exit_reason="calibration",
+        transcript=transcript,
     )
 
 
@@ -128,9 +133,13 @@ async def run(
     for labelled in sets:
         judges = plan.judges.get(labelled.judge_id)
         if not judges:
-            problems.append(SetProblem(
-                file=labelled.file, line=None,
-                problem=f"no LLM judge {labelled.judge_id!r} in the scenarios: not calibrated"))
+            problems.append(
+                SetProblem(
+                    file=labelled.file,
+                    line=None,
+                    problem=f"no LLM judge {labelled.judge_id!r} in the scenarios: not calibrated",
+                )
+            )
             continue
         items: list[tuple[LabelledItem, list[Message]]] = []
         for item in labelled.items:
@@ -138,18 +147,26 @@ async def run(
             if transcript is None and item.trial_id is not None:
                 transcript = transcript_of(item.trial_id)
                 if transcript is None:
-                    problems.append(SetProblem(
-                        file=labelled.file, line=None,
-                        problem=f"item {item.id!r}: no transcript of trial {item.trial_id!r} "
-                                "in the store; item skipped"))
+                    problems.append(
+                        SetProblem(
+                            file=labelled.file,
+                            line=None,
+                            problem=f"item {item.id!r}: no transcript of trial {item.trial_id!r} "
+                            "in the store; item skipped",
+                        )
+                    )
                     continue
             assert transcript is not None
             items.append((item, transcript))
         for judge in judges:
-            verdicts = await asyncio.gather(*(
-                grader.grade_judges(as_trial(item, transcript, judge), judge.scenario, [judge.spec])
-                for item, transcript in items
-            ))
+            verdicts = await asyncio.gather(
+                *(
+                    grader.grade_judges(
+                        as_trial(item, transcript, judge), judge.scenario, [judge.spec]
+                    )
+                    for item, transcript in items
+                )
+            )
             pairs, misses = [], []
             for (item, transcript), (verdict,) in zip(items, verdicts, strict=True):
                 pairs.append((verdict.result, item.label))
@@ -167,17 +184,32 @@ async def run(
                 prompt_hash=prompt_hash, model=grader.model, dimension=judge.spec.dimension,
                 event_id=f"calibration:{judge.spec.id}:{version}:set:{uuid.uuid4().hex[:12]}",
             )  # fmt: skip
-            results.append(JudgeCalibrationResult(
-                calibration=calibration, scenario_id=judge.scenario.id, misses=misses))
+            results.append(
+                JudgeCalibrationResult(
+                    calibration=calibration, scenario_id=judge.scenario.id, misses=misses
+                )
+            )
     return results, problems
 
 
-JSON_FIELDS = ("judge_id", "judge_version", "tp", "fp", "fn", "tn", "errors", "n",
-               "precision", "recall", "gating", "reason")
+JSON_FIELDS = (
+    "judge_id",
+    "judge_version",
+    "tp",
+    "fp",
+    "fn",
+    "tn",
+    "errors",
+    "n",
+    "precision",
+    "recall",
+    "gating",
+    "reason",
+)
 
 
 def calibrate_json(results: Sequence[JudgeCalibrationResult]) -> dict[str, Any]:
     """Exactly the shape DESIGN.md promises for `passk calibrate --json`."""
-    return {"judges": [
-        {name: getattr(r.calibration, name) for name in JSON_FIELDS} for r in results
-    ]}
+    return {
+        "judges": [{name: getattr(r.calibration, name) for name in JSON_FIELDS} for r in results]
+    }

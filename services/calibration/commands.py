@@ -30,8 +30,7 @@ def _err(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def register(app: typer.Typer, *,
-             judge_grader: Callable[[Settings], tuple[Any, str]]) -> None:
+def register(app: typer.Typer, *, judge_grader: Callable[[Settings], tuple[Any, str]]) -> None:
     """`judge_grader(settings)`: the production judge path and its prompt hash (the judge
     processor's, handed over by the CLI: services/cli/wiring.py)."""
 
@@ -41,12 +40,18 @@ def register(app: typer.Typer, *,
         judge: str = typer.Option(None, "--judge", help="only this judge's set"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
         scenarios: Path = typer.Option(
-            None, help="where the judges are defined (default: DIR/../scenarios, else the "
-                       "published scenarios)"),
-        history: str = typer.Option(None, "--history", help="show JUDGE_ID's calibrations "
-                                    "over time instead"),
-        export: Path = typer.Option(None, "--export", help="write the sets grown by "
-                                    "production labels into this directory instead"),
+            None,
+            help="where the judges are defined (default: DIR/../scenarios, else the "
+            "published scenarios)",
+        ),
+        history: str = typer.Option(
+            None, "--history", help="show JUDGE_ID's calibrations over time instead"
+        ),
+        export: Path = typer.Option(
+            None,
+            "--export",
+            help="write the sets grown by production labels into this directory instead",
+        ),
         publish: bool = typer.Option(True, help="publish to judge-calibrations.v1 and store"),
         wait: float | None = BROKER_WAIT,
     ) -> None:
@@ -63,31 +68,56 @@ def register(app: typer.Typer, *,
             if export:
                 return _export(export, settings)
             if directory is None:
-                raise _err("give a directory of labelled sets (or --history ID, --export DIR)",
-                           EXIT_USAGE)
+                raise _err(
+                    "give a directory of labelled sets (or --history ID, --export DIR)", EXIT_USAGE
+                )
             sets, problems = load_sets(directory, judge)
             if problems and not sets:
                 _problems(problems, "red")
                 raise typer.Exit(EXIT_USAGE)
-            _calibrate(sets, problems, directory, scenarios, settings, publish=publish,
-                       wait=wait, judge_grader=judge_grader, as_json=as_json)
+            _calibrate(
+                sets,
+                problems,
+                directory,
+                scenarios,
+                settings,
+                publish=publish,
+                wait=wait,
+                judge_grader=judge_grader,
+                as_json=as_json,
+            )
         except CalibrationError as exc:
             raise _err(exc.message, int(exc.code)) from None
 
     app.command()(label)
 
 
-def _calibrate(sets: Any, problems: list[Any], directory: Path, scenarios: Path | None,
-               settings: Settings, *, publish: bool, wait: float | None,
-               judge_grader: Callable[[Settings], tuple[Any, str]], as_json: bool) -> None:
+def _calibrate(
+    sets: Any,
+    problems: list[Any],
+    directory: Path,
+    scenarios: Path | None,
+    settings: Settings,
+    *,
+    publish: bool,
+    wait: float | None,
+    judge_grader: Callable[[Settings], tuple[Any, str]],
+    as_json: bool,
+) -> None:
     from services.calibration.calibrate import by_dimension, calibrate_json
     from services.calibration.labelled import grade_sets, record_calibrations
     from services.calibration.render import print_results
 
-    graded = grade_sets(sets, directory, scenarios, settings, publish=publish, wait=wait,
-                        judge_grader=judge_grader,
-                        note=lambda told: Console(stderr=True).print(
-                            told, soft_wrap=True, markup=False))
+    graded = grade_sets(
+        sets,
+        directory,
+        scenarios,
+        settings,
+        publish=publish,
+        wait=wait,
+        judge_grader=judge_grader,
+        note=lambda told: Console(stderr=True).print(told, soft_wrap=True, markup=False),
+    )
     problems += graded.problems
     _problems(problems, "yellow")
     if publish and graded.results:
@@ -95,8 +125,12 @@ def _calibrate(sets: Any, problems: list[Any], directory: Path, scenarios: Path 
     if as_json:
         typer.echo(json.dumps(calibrate_json(graded.results)))
     else:
-        print_results(graded.results, by_dimension(graded.results, graded.bar), graded.bar,
-                      Console(width=None if sys.stdout.isatty() else 200))
+        print_results(
+            graded.results,
+            by_dimension(graded.results, graded.bar),
+            graded.bar,
+            Console(width=None if sys.stdout.isatty() else 200),
+        )
     if problems:
         raise typer.Exit(EXIT_USAGE)
 
@@ -113,8 +147,9 @@ def _history(judge_id: str, settings: Settings, as_json: bool) -> None:
 
     rows = calibration_history(judge_id, settings)
     if as_json:
-        typer.echo(json.dumps({"judge_id": judge_id, "history": [
-            r.model_dump(mode="json") for r in rows]}))
+        typer.echo(
+            json.dumps({"judge_id": judge_id, "history": [r.model_dump(mode="json") for r in rows]})
+        )
         return
     print_history(judge_id, rows, Console())
 
@@ -129,8 +164,9 @@ def _export(folder: Path, settings: Settings) -> None:
 def label(
     trial_id: str = typer.Argument(..., help="the graded trial"),
     judge: str = typer.Option(..., "--judge", help="the judge whose verdict is labelled"),
-    passed: bool = typer.Option(None, "--pass/--fail",
-                                help="does the judge's assertion hold for this trial?"),
+    passed: bool = typer.Option(
+        None, "--pass/--fail", help="does the judge's assertion hold for this trial?"
+    ),
     note: str = typer.Option(None, "--note", help="why, in a few words"),
     wait: float | None = BROKER_WAIT,
 ) -> None:
@@ -146,5 +182,6 @@ def label(
     except CalibrationError as exc:
         raise _err(exc.message, int(exc.code)) from None
     Console(stderr=True).print(
-        f"labelled {escape(trial_id)} for {escape(judge)}: "
-        f"{'pass' if passed else 'fail'}", soft_wrap=True)
+        f"labelled {escape(trial_id)} for {escape(judge)}: {'pass' if passed else 'fail'}",
+        soft_wrap=True,
+    )

@@ -44,9 +44,13 @@ def on_verdict(state: JoinState | None, verdict: JudgeVerdict) -> JoinState:
     state = state or JoinState()
     if verdict.result in ("skipped", "not_sampled"):  # never asked: nothing to calibrate
         return state
-    seen = SeenVerdict(result=verdict.result, reason=verdict.reason[:2000],
-                       judge_version=verdict.judge_version, run_id=verdict.run_id,
-                       scenario_id=verdict.scenario_id)
+    seen = SeenVerdict(
+        result=verdict.result,
+        reason=verdict.reason[:2000],
+        judge_version=verdict.judge_version,
+        run_id=verdict.run_id,
+        scenario_id=verdict.scenario_id,
+    )
     return state.model_copy(update={"verdicts": {**state.verdicts, verdict.judge_id: seen}})
 
 
@@ -75,7 +79,8 @@ def ready_joins(trial_id: str, state: JoinState) -> list[LabelledVerdict]:
 
 def joined(state: JoinState, sent: list[LabelledVerdict]) -> JoinState:
     return state.model_copy(
-        update={"sent": {**state.sent, **{j.judge_id: j.label_event_id for j in sent}}})
+        update={"sent": {**state.sent, **{j.judge_id: j.label_event_id for j in sent}}}
+    )
 
 
 # ------------------------------------------------------------------------- fold
@@ -146,7 +151,14 @@ def running_calibration(
     body = json.dumps([state.base_event_id, sorted(state.items.items())])
     digest = hashlib.sha256(body.encode()).hexdigest()[:16]
     return calibration_event(
-        judge_id=judge_id, version=version, matrix=state.running(), bar=bar, source="labels",
-        assertion=state.assertion, prompt_hash=state.prompt_hash, model=state.model,
-        dimension=state.dimension, event_id=f"calibration:{judge_id}:{version}:labels:{digest}",
+        judge_id=judge_id,
+        version=version,
+        matrix=state.running(),
+        bar=bar,
+        source="labels",
+        assertion=state.assertion,
+        prompt_hash=state.prompt_hash,
+        model=state.model,
+        dimension=state.dimension,
+        event_id=f"calibration:{judge_id}:{version}:labels:{digest}",
     )

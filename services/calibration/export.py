@@ -18,8 +18,11 @@ def as_item(
     if transcript is None and row.trial_id is not None:
         transcript = transcript_of(row.trial_id)
     return LabelledItem(
-        id=row.item_id, label=row.label,
-        transcript=transcript, trial_id=None if transcript else row.trial_id, note=row.note,
+        id=row.item_id,
+        label=row.label,
+        transcript=transcript,
+        trial_id=None if transcript else row.trial_id,
+        note=row.note,
     )
 
 

@@ -34,10 +34,17 @@ class Graded:
     problems: list[SetProblem] = field(default_factory=list)  # found while grading
 
 
-def grade_sets(sets: Sequence[LabelledSet], directory: Path, scenarios_dir: Path | None,
-               settings: Settings, *, publish: bool, wait: float | None,
-               judge_grader: Callable[[Settings], tuple[Any, str]],
-               note: Callable[[str], None]) -> Graded:
+def grade_sets(
+    sets: Sequence[LabelledSet],
+    directory: Path,
+    scenarios_dir: Path | None,
+    settings: Settings,
+    *,
+    publish: bool,
+    wait: float | None,
+    judge_grader: Callable[[Settings], tuple[Any, str]],
+    note: Callable[[str], None],
+) -> Graded:
     """Each judge of the scenarios over its labelled set, through `judge_grader`'s judge
     (the production path, with the endpoint `make up` gave the workers when no OPENAI_*
     is set here; `note` says so). With `publish`, the broker is reached first: the
@@ -54,13 +61,22 @@ def grade_sets(sets: Sequence[LabelledSet], directory: Path, scenarios_dir: Path
     try:  # with no OPENAI_* here: the endpoint `make up` gave the workers
         judge_settings, told = cli_judge(settings)
     except NoJudge as exc:
-        raise CalibrationError(str(exc), ExitCode.UNREACHABLE if exc.unreachable
-                               else ExitCode.USAGE) from None
+        raise CalibrationError(
+            str(exc), ExitCode.UNREACHABLE if exc.unreachable else ExitCode.USAGE
+        ) from None
     if told:
         note(told)
     grader, prompt_hash = judge_grader(judge_settings)
-    results, problems = asyncio.run(run(sets, plan, grader, bar=bar, prompt_hash=prompt_hash,
-                                        transcript_of=transcripts_of(settings)))
+    results, problems = asyncio.run(
+        run(
+            sets,
+            plan,
+            grader,
+            bar=bar,
+            prompt_hash=prompt_hash,
+            transcript_of=transcripts_of(settings),
+        )
+    )
     return Graded(results, bar, problems)
 
 
@@ -74,16 +90,18 @@ def record_calibrations(settings: Settings, results: Sequence[JudgeCalibrationRe
     try:
         publish_calibrations(settings, calibrations)
     except Exception as exc:
-        raise CalibrationError(f"cannot publish to the broker at "
-                               f"{settings.kafka_bootstrap_servers}: {exc}",
-                               ExitCode.UNREACHABLE) from exc
+        raise CalibrationError(
+            f"cannot publish to the broker at {settings.kafka_bootstrap_servers}: {exc}",
+            ExitCode.UNREACHABLE,
+        ) from exc
     store = CalibrationStore(settings.database_url)
     try:
         for c in calibrations:
             store.record_calibration(c)
     except OperationalError as exc:
-        raise CalibrationError(f"cannot write the store at {store.url}: {exc.orig or exc}",
-                               ExitCode.UNREACHABLE) from exc
+        raise CalibrationError(
+            f"cannot write the store at {store.url}: {exc.orig or exc}", ExitCode.UNREACHABLE
+        ) from exc
     finally:
         store.close()
 
@@ -98,13 +116,15 @@ def calibration_history(judge_id: str, settings: Settings) -> list[CalibrationRo
     try:
         rows = store.history(judge_id)
     except OperationalError as exc:
-        raise CalibrationError(f"cannot read the store at {store.url}: {exc.orig or exc}",
-                               ExitCode.UNREACHABLE) from exc
+        raise CalibrationError(
+            f"cannot read the store at {store.url}: {exc.orig or exc}", ExitCode.UNREACHABLE
+        ) from exc
     finally:
         store.close()
     if not rows:
-        raise CalibrationError(f"no calibration of judge {judge_id!r} in the store",
-                               ExitCode.NOTHING_TO_JUDGE)
+        raise CalibrationError(
+            f"no calibration of judge {judge_id!r} in the store", ExitCode.NOTHING_TO_JUDGE
+        )
     return rows
 
 
@@ -120,8 +140,14 @@ def export_labelled(folder: Path, settings: Settings) -> dict[Path, int]:
         store.close()
 
 
-def publish_label(trial_id: str, judge: str, passed: bool, note: str | None,
-                  settings: Settings, wait: float | None) -> None:
+def publish_label(
+    trial_id: str,
+    judge: str,
+    passed: bool,
+    note: str | None,
+    settings: Settings,
+    wait: float | None,
+) -> None:
     """One person's label of a judge's verdict on a trial, published."""
     import getpass
 
@@ -133,9 +159,10 @@ def publish_label(trial_id: str, judge: str, passed: bool, note: str | None,
     try:
         publish_labels(settings, [event])
     except Exception as exc:
-        raise CalibrationError(f"cannot publish the label to "
-                               f"{settings.kafka_bootstrap_servers}: {exc}",
-                               ExitCode.UNREACHABLE) from exc
+        raise CalibrationError(
+            f"cannot publish the label to {settings.kafka_bootstrap_servers}: {exc}",
+            ExitCode.UNREACHABLE,
+        ) from exc
 
 
 def scenarios_for(sets_dir: Path, scenarios_dir: Path | None, settings: Settings) -> list[Scenario]:
@@ -148,16 +175,20 @@ def scenarios_for(sets_dir: Path, scenarios_dir: Path | None, settings: Settings
     if folder.is_dir():
         loaded = load_scenarios(folder)
         if loaded.errors:
-            raise CalibrationError(f"{folder}: invalid scenarios; run `passk scenarios "
-                                   f"validate {folder}`", ExitCode.USAGE)
+            raise CalibrationError(
+                f"{folder}: invalid scenarios; run `passk scenarios validate {folder}`",
+                ExitCode.USAGE,
+            )
         return list(loaded.scenarios)
     if scenarios_dir is not None:
         raise CalibrationError(f"{scenarios_dir} is not a directory", ExitCode.USAGE)
     try:
         return list(load_catalog(settings).values())
     except CatalogUnavailable as exc:
-        raise CalibrationError(f"no scenarios beside {sets_dir} and the published ones "
-                               f"cannot be read: {exc}", ExitCode.UNREACHABLE) from exc
+        raise CalibrationError(
+            f"no scenarios beside {sets_dir} and the published ones cannot be read: {exc}",
+            ExitCode.UNREACHABLE,
+        ) from exc
 
 
 def transcripts_of(settings: Settings) -> Any:
@@ -187,16 +218,20 @@ def publish_calibrations(settings: Settings, calibrations: list[JudgeCalibration
 
     # Idempotent, said so a conflicting setting raises: a judge's calibrations, keyed by
     # judge, stay in the order sent across a retried send (the last one is the current).
-    producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
-                             enable_idempotence=True,
-                             request_timeout_ms=15000, max_block_ms=15000)
+    producer = KafkaProducer(
+        **kafka_client_kwargs(settings),
+        acks="all",
+        enable_idempotence=True,
+        request_timeout_ms=15000,
+        max_block_ms=15000,
+    )
     try:
         name = topic_name(Topic.JUDGE_CALIBRATIONS, settings)
-        futures = [producer.send(name, key=c.judge_id.encode(), value=encode(c))
-                   for c in calibrations]
+        futures = [
+            producer.send(name, key=c.judge_id.encode(), value=encode(c)) for c in calibrations
+        ]
         producer.flush(timeout=30)
         for f in futures:
             f.get(timeout=30)
     finally:
         producer.close(timeout=10)
-

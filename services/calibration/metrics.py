@@ -7,16 +7,23 @@ from services.contract.metrics import MetricSet, gauge
 
 
 class CalibrationMetrics(MetricSet):
-    precision = gauge("passk_judge_precision",
-                      "Precision of the judge's latest calibration (NaN: undefined).", "judge")
-    recall = gauge("passk_judge_recall",
-                   "Recall of the judge's latest calibration (NaN: undefined).", "judge")
-    labelled = gauge("passk_judge_labelled", "Labelled items in the judge's latest calibration.",
-                     "judge")
-    gating = gauge("passk_judge_gating",
-                   "1 when the judge's latest calibration lets it fail trials.", "judge")
-    bar = gauge("passk_judge_precision_bar", "The precision a judge must keep to fail trials.",
-                "judge")
+    precision = gauge(
+        "passk_judge_precision",
+        "Precision of the judge's latest calibration (NaN: undefined).",
+        "judge",
+    )
+    recall = gauge(
+        "passk_judge_recall", "Recall of the judge's latest calibration (NaN: undefined).", "judge"
+    )
+    labelled = gauge(
+        "passk_judge_labelled", "Labelled items in the judge's latest calibration.", "judge"
+    )
+    gating = gauge(
+        "passk_judge_gating", "1 when the judge's latest calibration lets it fail trials.", "judge"
+    )
+    bar = gauge(
+        "passk_judge_precision_bar", "The precision a judge must keep to fail trials.", "judge"
+    )
 
     def show(self, c: JudgeCalibration) -> None:
         nan = float("nan")

@@ -56,8 +56,13 @@ def load_sets(
     if only is not None:
         files = [f for f in files if f.stem == only]
         if not files:
-            return [], [SetProblem(file=str(directory / f"{only}.jsonl"), line=None,
-                                   problem=f"no labelled set for judge {only!r}")]
+            return [], [
+                SetProblem(
+                    file=str(directory / f"{only}.jsonl"),
+                    line=None,
+                    problem=f"no labelled set for judge {only!r}",
+                )
+            ]
     sets, problems = [], []
     for path in files:
         items: list[LabelledItem] = []
@@ -69,8 +74,9 @@ def load_sets(
                 data: Any = json.loads(text)
                 item = LabelledItem.model_validate(data)
             except json.JSONDecodeError as exc:
-                problems.append(SetProblem(file=str(path), line=number,
-                                           problem=f"not JSON: {exc.msg}"))
+                problems.append(
+                    SetProblem(file=str(path), line=number, problem=f"not JSON: {exc.msg}")
+                )
                 continue
             except ValidationError as exc:
                 detail = "; ".join(
@@ -80,8 +86,11 @@ def load_sets(
                 problems.append(SetProblem(file=str(path), line=number, problem=detail))
                 continue
             if item.id in seen:
-                problems.append(SetProblem(file=str(path), line=number,
-                                           problem=f"item id {item.id!r} appears twice"))
+                problems.append(
+                    SetProblem(
+                        file=str(path), line=number, problem=f"item id {item.id!r} appears twice"
+                    )
+                )
                 continue
             seen.add(item.id)
             items.append(item)

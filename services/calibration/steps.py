@@ -84,8 +84,7 @@ class Steps:
         else:
             state = domain.on_verdict(state, decoded)
         ready = domain.ready_joins(key, state)
-        sent = [await self.send_labelled(key=j.judge_id.encode(), value=encode(j))
-                for j in ready]
+        sent = [await self.send_labelled(key=j.judge_id.encode(), value=encode(j)) for j in ready]
         await asyncio.gather(*sent)  # delivered before the table says they were sent
         self.joins[key] = domain.joined(state, ready).model_dump(mode="json")
         self.events.labels(self.processor, "joined" if ready else "waiting").inc()
@@ -93,7 +92,8 @@ class Steps:
     async def fold(self, event: Record) -> None:
         is_calibration = event.message.topic == self.calibrations_topic
         model: type[JudgeCalibration | LabelledVerdict] = (
-            JudgeCalibration if is_calibration else LabelledVerdict)
+            JudgeCalibration if is_calibration else LabelledVerdict
+        )
         decoded = await self.reject.decoded(event, model)
         if decoded is None:
             return

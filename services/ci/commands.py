@@ -21,44 +21,61 @@ if TYPE_CHECKING:
 
 
 def ci(
-    scenarios: Path = typer.Option(..., "--scenarios", exists=True,
-                                   help="scenario YAML files or a directory"),
-    target: Path = typer.Option(..., "--target", exists=True, dir_okay=False,
-                                help="the target file (agent and state)"),
-    run_id: str = typer.Option(None, "--run-id",
-                               help="default: ci-<UTC yyyymmddThhmmssZ>"),
+    scenarios: Path = typer.Option(
+        ..., "--scenarios", exists=True, help="scenario YAML files or a directory"
+    ),
+    target: Path = typer.Option(
+        ..., "--target", exists=True, dir_okay=False, help="the target file (agent and state)"
+    ),
+    run_id: str = typer.Option(None, "--run-id", help="default: ci-<UTC yyyymmddThhmmssZ>"),
     trials: int = typer.Option(0, "--trials", min=0, help="trials per scenario (at least k)"),
-    concurrency: int = typer.Option(4, "--concurrency", min=1, max=256,
-                                    help="trials talking to the agent at once"),
+    concurrency: int = typer.Option(
+        4, "--concurrency", min=1, max=256, help="trials talking to the agent at once"
+    ),
     agent_version: str = typer.Option(None, "--agent-version"),
-    user_model: str = typer.Option(None, "--user-model", envvar="PASSK_USER_MODEL",
-                                   help="model playing users without a script"),
+    user_model: str = typer.Option(
+        None, "--user-model", envvar="PASSK_USER_MODEL", help="model playing users without a script"
+    ),
     baseline: str = typer.Option(
-        None, "--baseline", help="an earlier run: the delta per scenario, marked when "
-                                 "confidently worse (as `passk compare` decides)"),
+        None,
+        "--baseline",
+        help="an earlier run: the delta per scenario, marked when "
+        "confidently worse (as `passk compare` decides)",
+    ),
     fail_on_regression: bool = typer.Option(
-        False, "--fail-on-regression",
-        help="exit 1 when a scenario is confidently worse than --baseline"),
-    junit: Path = typer.Option(None, "--junit", dir_okay=False,
-                               help="write JUnit XML here (one testcase per scenario)"),
-    markdown: Path = typer.Option(None, "--markdown", dir_okay=False,
-                                  help="write the pull-request comment (Markdown) here"),
-    html: Path = typer.Option(None, "--html", dir_okay=False,
-                              help="write the report page here"),
+        False,
+        "--fail-on-regression",
+        help="exit 1 when a scenario is confidently worse than --baseline",
+    ),
+    junit: Path = typer.Option(
+        None, "--junit", dir_okay=False, help="write JUnit XML here (one testcase per scenario)"
+    ),
+    markdown: Path = typer.Option(
+        None, "--markdown", dir_okay=False, help="write the pull-request comment (Markdown) here"
+    ),
+    html: Path = typer.Option(None, "--html", dir_okay=False, help="write the report page here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    timeout: float = typer.Option(600, "--timeout", min=1,
-                                  help="seconds to wait for the last verdict"),
+    timeout: float = typer.Option(
+        600, "--timeout", min=1, help="seconds to wait for the last verdict"
+    ),
     adaptive: bool = typer.Option(
-        False, "--adaptive", help="as `passk run --adaptive`: after k trials each, more "
-        "only for the scenarios whose pass^k interval still holds the goal, widest first"),
-    budget: int = typer.Option(None, "--budget", min=1,
-                               help="with --adaptive: trials of the run in all, at most"),
-    goal: float = typer.Option(None, "--goal", min=0.0, max=1.0,
-                               help="with --adaptive: the pass^k to decide against"),
-    credibility: float = typer.Option(0.9, "--credibility", min=0.5, max=0.999,
-                                      help="with --adaptive: the interval's mass"),
-    batch: int = typer.Option(None, "--batch", min=1,
-                              help="with --adaptive: trials per round at most"),
+        False,
+        "--adaptive",
+        help="as `passk run --adaptive`: after k trials each, more "
+        "only for the scenarios whose pass^k interval still holds the goal, widest first",
+    ),
+    budget: int = typer.Option(
+        None, "--budget", min=1, help="with --adaptive: trials of the run in all, at most"
+    ),
+    goal: float = typer.Option(
+        None, "--goal", min=0.0, max=1.0, help="with --adaptive: the pass^k to decide against"
+    ),
+    credibility: float = typer.Option(
+        0.9, "--credibility", min=0.5, max=0.999, help="with --adaptive: the interval's mass"
+    ),
+    batch: int = typer.Option(
+        None, "--batch", min=1, help="with --adaptive: trials per round at most"
+    ),
 ) -> None:
     """Gate a pull request: use the broker that answers at KAFKA_BOOTSTRAP_SERVERS, or
     start one of its own (and the processors that are not running, and the judge
@@ -82,13 +99,27 @@ def ci(
 
     check_adaptive(adaptive, budget, goal, batch)
     options = CiOptions(
-        scenarios=scenarios, target=target, run_id=run_id or default_run_id(),
-        trials=trials, concurrency=concurrency, agent_version=agent_version,
-        user_model=user_model, baseline=baseline, fail_on_regression=fail_on_regression,
+        scenarios=scenarios,
+        target=target,
+        run_id=run_id or default_run_id(),
+        trials=trials,
+        concurrency=concurrency,
+        agent_version=agent_version,
+        user_model=user_model,
+        baseline=baseline,
+        fail_on_regression=fail_on_regression,
         verdict_timeout_s=timeout,
-        adaptive=AdaptiveOptions(budget=budget, goal=goal, credibility=credibility,
-                                 batch=batch, initial=trials,
-                                 verdict_timeout_s=timeout) if adaptive else None)
+        adaptive=AdaptiveOptions(
+            budget=budget,
+            goal=goal,
+            credibility=credibility,
+            batch=batch,
+            initial=trials,
+            verdict_timeout_s=timeout,
+        )
+        if adaptive
+        else None,
+    )
     say(f"ci: run {options.run_id}")
     result = _run(options, settings, say)
     written = write_outputs(result, settings, junit=junit, markdown=markdown, html=html)

@@ -18,8 +18,14 @@ def _write(path: Path, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc}") from exc
 
 
-def write_outputs(result: CiResult, settings: Settings, *, junit: Path | None,
-                  markdown: Path | None, html: Path | None) -> list[tuple[str, Path]]:
+def write_outputs(
+    result: CiResult,
+    settings: Settings,
+    *,
+    junit: Path | None,
+    markdown: Path | None,
+    html: Path | None,
+) -> list[tuple[str, Path]]:
     """Each file asked for, written; (what, where) of each, in that order. UsageError for
     a file that cannot be written."""
     from services.ci.render import junit_xml
@@ -33,5 +39,8 @@ def write_outputs(result: CiResult, settings: Settings, *, junit: Path | None,
         from services.report.load import report_page
 
         _write(html, report_page(result.report, settings.database_url, settings))
-    return [(name, path) for name, path in
-            (("JUnit", junit), ("Markdown", markdown), ("report page", html)) if path is not None]
+    return [
+        (name, path)
+        for name, path in (("JUnit", junit), ("Markdown", markdown), ("report page", html))
+        if path is not None
+    ]

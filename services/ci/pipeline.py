@@ -54,7 +54,6 @@ def default_run_id(now: datetime | None = None) -> str:
     return f"ci-{(now or datetime.now(UTC)).strftime('%Y%m%dT%H%M%SZ')}"
 
 
-
 @dataclass(frozen=True)
 class CiOptions:
     scenarios: Path
@@ -99,6 +98,7 @@ class Stopped(Exception):
 def stopping_on_signals() -> Iterator[None]:
     """SIGTERM (and SIGINT) raise Stopped in the main thread, so the stack's `finally`
     stops what was started; the harness installs its own handlers while it plays."""
+
     def stop(signum: int, frame: FrameType | None) -> None:
         raise Stopped(signal.Signals(signum).name)
 
@@ -117,8 +117,13 @@ def _reinstall(handler_of: dict[signal.Signals, Any]) -> None:
         signal.signal(sig, handler)
 
 
-def run_ci(options: CiOptions, settings: Settings, *, say: Say = lambda line: None,
-           on_trial: Callable[[str, str], None] = lambda trial_id, what: None) -> CiResult:
+def run_ci(
+    options: CiOptions,
+    settings: Settings,
+    *,
+    say: Say = lambda line: None,
+    on_trial: Callable[[str, str], None] = lambda trial_id, what: None,
+) -> CiResult:
     """Everything `passk ci` does but writing its outputs. Raises UsageError (2),
     NothingToJudge (3), Unreachable (4) and Stopped (130) with everything stopped."""
     began = time.monotonic()
@@ -162,21 +167,27 @@ def _validate(options: CiOptions, say: Say) -> tuple[LoadResult, Target]:
 
     loaded = validate_paths([options.scenarios])
     if loaded.errors:
-        raise UsageError(f"{len(loaded.errors)} problem(s) in {options.scenarios}: "
-                         + "; ".join(str(e) for e in loaded.errors[:5]) + "; nothing was run")
+        raise UsageError(
+            f"{len(loaded.errors)} problem(s) in {options.scenarios}: "
+            + "; ".join(str(e) for e in loaded.errors[:5])
+            + "; nothing was run"
+        )
     for warning in loaded.warnings:
         say(f"warning: {warning}")
     if not loaded.scenarios:
         raise UsageError(f"no scenario in {options.scenarios}")
     without_user = [s.id for s in loaded.scenarios if s.user is None]
     if without_user:
-        raise UsageError(f"{options.scenarios}: scenario(s) without a `user:` section, so no "
-                         f"user to play: {', '.join(without_user)}; nothing was run")
+        raise UsageError(
+            f"{options.scenarios}: scenario(s) without a `user:` section, so no "
+            f"user to play: {', '.join(without_user)}; nothing was run"
+        )
     try:
         return loaded, load_target(options.target, os.environ)
     except InvalidTarget as exc:
-        raise UsageError(f"invalid target file {exc.file}: field {exc.field}: "
-                         f"{exc.problem}") from None
+        raise UsageError(
+            f"invalid target file {exc.file}: field {exc.field}: {exc.problem}"
+        ) from None
 
 
 def _meanwhile(options: CiOptions, settings: Settings, baseline: list[RunReport]) -> None:
@@ -189,7 +200,8 @@ def _meanwhile(options: CiOptions, settings: Settings, baseline: list[RunReport]
         if not base.trials:
             raise UsageError(
                 f"--baseline {options.baseline!r}: no trial verdicts in the projection "
-                f"({url}). Known runs: {', '.join(runs[:10]) or 'none'}")
+                f"({url}). Known runs: {', '.join(runs[:10]) or 'none'}"
+            )
         baseline.append(base)
     import services.harness.play
     import services.report.wait
@@ -201,21 +213,24 @@ def _publish(scenarios: Sequence[Scenario], stack: Stack, say: Say) -> dict[str,
     from services.scenarios.publish import publish_scenarios
 
     published: dict[str, str] = {
-        p.scenario.id: str(p.status) for p in publish_scenarios(scenarios, stack.settings)}
-    changed = [f"{sid} ({status})" for sid, status in published.items()
-               if status != "unchanged"]
-    say(f"ci: published {', '.join(changed)}" if changed
-        else "ci: every scenario already published as it is")
+        p.scenario.id: str(p.status) for p in publish_scenarios(scenarios, stack.settings)
+    }
+    changed = [f"{sid} ({status})" for sid, status in published.items() if status != "unchanged"]
+    say(
+        f"ci: published {', '.join(changed)}"
+        if changed
+        else "ci: every scenario already published as it is"
+    )
     return published
 
 
-def _users(options: CiOptions, scenarios: Sequence[Scenario], stack: Stack,
-           say: Say) -> UserFactory:
+def _users(
+    options: CiOptions, scenarios: Sequence[Scenario], stack: Stack, say: Say
+) -> UserFactory:
     """Who plays the users; the stand-in listening when it plays them."""
     from services.harness.play import users_for
 
-    users, stand_in = users_for(scenarios, stack.settings, options.user_model,
-                                stack.standin_url)
+    users, stand_in = users_for(scenarios, stack.settings, options.user_model, stack.standin_url)
     if stand_in:
         say(stand_in)
     if stack.standin is not None and users.model_client is not None:
@@ -226,9 +241,15 @@ def _users(options: CiOptions, scenarios: Sequence[Scenario], stack: Stack,
     return users
 
 
-def _play(options: CiOptions, scenarios: Sequence[Scenario], target: Target,
-          users: UserFactory, stack: Stack, say: Say,
-          on_trial: Callable[[str, str], None]) -> int:
+def _play(
+    options: CiOptions,
+    scenarios: Sequence[Scenario],
+    target: Target,
+    users: UserFactory,
+    stack: Stack,
+    say: Say,
+    on_trial: Callable[[str, str], None],
+) -> int:
     """The trials run (fixed or adaptive) against the target; how many verdicts to wait
     for. Stopped when interrupted, Unreachable when a trial was not published."""
     from services.harness.play import play
@@ -239,27 +260,45 @@ def _play(options: CiOptions, scenarios: Sequence[Scenario], target: Target,
             from services.harness.play import play_adaptive
 
             adaptive = play_adaptive(
-                scenarios, target, options.run_id, stack.settings, users=users,
-                options=options.adaptive, concurrency=options.concurrency,
-                agent_version=options.agent_version, on_trial=on_trial,
-                on_round=lambda number, given: say(f"ci: round {number}: " + ", ".join(
-                    f"{sid} +{count}" for sid, count in given.items())))
+                scenarios,
+                target,
+                options.run_id,
+                stack.settings,
+                users=users,
+                options=options.adaptive,
+                concurrency=options.concurrency,
+                agent_version=options.agent_version,
+                on_trial=on_trial,
+                on_round=lambda number, given: say(
+                    f"ci: round {number}: "
+                    + ", ".join(f"{sid} +{count}" for sid, count in given.items())
+                ),
+            )
             summary = adaptive.summary
             # every trial of the run in the log is to be waited for, none is skipped
             summary.published, summary.skipped = adaptive.trials_run, 0
         else:
-            summary = play(scenarios, target, options.run_id, stack.settings,
-                           users=users, trials=options.trials,
-                           concurrency=options.concurrency,
-                           agent_version=options.agent_version, on_trial=on_trial)
+            summary = play(
+                scenarios,
+                target,
+                options.run_id,
+                stack.settings,
+                users=users,
+                trials=options.trials,
+                concurrency=options.concurrency,
+                agent_version=options.agent_version,
+                on_trial=on_trial,
+            )
     finally:
         _reinstall(handlers)  # the harness's loop leaves SIG_DFL behind for SIGTERM
     if summary.interrupted:
         raise Stopped(f"{summary.interrupted} trial(s) not run")
     if summary.not_published:
-        raise Unreachable(f"{summary.not_published} trial(s) could not be published: "
-                          f"{summary.errors[0][1] if summary.errors else ''}; run the "
-                          "same --run-id again to retry them")
+        raise Unreachable(
+            f"{summary.not_published} trial(s) could not be published: "
+            f"{summary.errors[0][1] if summary.errors else ''}; run the "
+            "same --run-id again to retry them"
+        )
     return summary.published + summary.skipped
 
 
@@ -268,16 +307,29 @@ def _await(options: CiOptions, settings: Settings, stack: Stack, expected: int) 
     from services.report.wait import await_verdicts
 
     outcomes = await_verdicts(
-        settings.database_url, options.run_id, expected,
-        timeout=options.verdict_timeout_s, poll_s=0.2, check=stack.check)
+        settings.database_url,
+        options.run_id,
+        expected,
+        timeout=options.verdict_timeout_s,
+        poll_s=0.2,
+        check=stack.check,
+    )
     if len(outcomes) < expected:
-        raise Unreachable(f"timed out after {options.verdict_timeout_s:g} s: "
-                          f"{len(outcomes)} of {expected} trials have a verdict")
+        raise Unreachable(
+            f"timed out after {options.verdict_timeout_s:g} s: "
+            f"{len(outcomes)} of {expected} trials have a verdict"
+        )
 
 
-def _decide(options: CiOptions, settings: Settings, base: RunReport | None,
-            versions: dict[str, str], sources: dict[str, str], published: dict[str, str],
-            stack: Stack) -> CiResult:
+def _decide(
+    options: CiOptions,
+    settings: Settings,
+    base: RunReport | None,
+    versions: dict[str, str],
+    sources: dict[str, str],
+    published: dict[str, str],
+    stack: Stack,
+) -> CiResult:
     from services.report.load import load_report
 
     report, _, url = load_report(options.run_id, settings.database_url, settings)
@@ -290,7 +342,16 @@ def _decide(options: CiOptions, settings: Settings, base: RunReport | None,
     if code == 0 and options.fail_on_regression and regressions:
         code = 1
     return CiResult(
-        run_id=options.run_id, report=report, decision=decision, exit_code=code,
-        scenario_versions=versions, sources=sources, published=published,
-        comparison=comparison, regressions=regressions, own_broker=stack.own_broker,
-        started=[p.name for p in stack.started], reused=list(stack.reused))
+        run_id=options.run_id,
+        report=report,
+        decision=decision,
+        exit_code=code,
+        scenario_versions=versions,
+        sources=sources,
+        published=published,
+        comparison=comparison,
+        regressions=regressions,
+        own_broker=stack.own_broker,
+        started=[p.name for p in stack.started],
+        reused=list(stack.reused),
+    )

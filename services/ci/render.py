@@ -35,8 +35,16 @@ COMMENT_LIMIT = 65_536
 # The sticky comment's marker: the action finds its own comment by it (infra/ci/comment.sh).
 MARKER = "<!-- passk-ci -->"
 ELLIPSIS = "…"
-COLUMNS = ("scenario", "verdict", "pass^k", "90% interval", "pass@k", "passed/n",
-           "vs baseline", "failing checks")
+COLUMNS = (
+    "scenario",
+    "verdict",
+    "pass^k",
+    "90% interval",
+    "pass@k",
+    "passed/n",
+    "vs baseline",
+    "failing checks",
+)
 
 
 def failing_checks(result: CiResult, scenario_id: str) -> list[CheckFailures]:
@@ -66,28 +74,40 @@ def junit_xml(result: CiResult) -> str:
     suite = ET.SubElement(suites, "testsuite", name="passk")
     failures = errors = 0
     for s in result.report.scenarios:
-        case = ET.SubElement(suite, "testcase", classname=f"passk.{result.run_id}",
-                             name=s.scenario_id)
-        figures = (f"pass^k={_figure(s.pass_hat_k)} (90% interval "
-                   f"[{s.pass_hat_k_lower:.2f}, {s.pass_hat_k_upper:.2f}]), "
-                   f"pass@k={_figure(s.pass_at_k)}, {s.passed}/{s.n} passed, k={s.k}")
+        case = ET.SubElement(
+            suite, "testcase", classname=f"passk.{result.run_id}", name=s.scenario_id
+        )
+        figures = (
+            f"pass^k={_figure(s.pass_hat_k)} (90% interval "
+            f"[{s.pass_hat_k_lower:.2f}, {s.pass_hat_k_upper:.2f}]), "
+            f"pass@k={_figure(s.pass_at_k)}, {s.passed}/{s.n} passed, k={s.k}"
+        )
         checks = failing_checks(result, s.scenario_id)
         if s.insufficient:
             errors += 1
-            ET.SubElement(case, "error", message=f"insufficient trials: {s.n} of "
-                          f"k={s.k} judged", type="insufficient_trials").text = figures
+            ET.SubElement(
+                case,
+                "error",
+                message=f"insufficient trials: {s.n} of k={s.k} judged",
+                type="insufficient_trials",
+            ).text = figures
         elif not s.scenario_passed:
             failures += 1
             named = ", ".join(f"{c.check} x{c.failures}" for c in checks) or "no check named"
-            failure = ET.SubElement(case, "failure", message=f"{figures}; failed: {named}",
-                                    type="not_reliable")
+            failure = ET.SubElement(
+                case, "failure", message=f"{figures}; failed: {named}", type="not_reliable"
+            )
             failure.text = "\n".join(
-                [figures] + [f"{c.check}: failed {c.failures} trial(s); first reason: "
-                             f"{c.example_reason}" for c in checks])
+                [figures]
+                + [
+                    f"{c.check}: failed {c.failures} trial(s); first reason: {c.example_reason}"
+                    for c in checks
+                ]
+            )
         version = result.scenario_versions.get(s.scenario_id) or ", ".join(s.scenario_versions)
-        ET.SubElement(case, "system-out").text = (
-            f"{figures}\nscenario version {version}"
-            + (f" ({result.sources[s.scenario_id]})" if s.scenario_id in result.sources else ""))
+        ET.SubElement(case, "system-out").text = f"{figures}\nscenario version {version}" + (
+            f" ({result.sources[s.scenario_id]})" if s.scenario_id in result.sources else ""
+        )
     tests = str(len(result.report.scenarios))
     for element in (suites, suite):
         element.set("tests", tests)
@@ -107,7 +127,7 @@ def _cell(text: str) -> str:
 
 
 def _cut(text: str, at: int) -> str:
-    return text if len(text) <= at else text[:max(at - 1, 0)].rstrip() + ELLIPSIS
+    return text if len(text) <= at else text[: max(at - 1, 0)].rstrip() + ELLIPSIS
 
 
 def baseline_cell(change: ScenarioChange | None) -> str:
@@ -129,33 +149,49 @@ def _checks_cell(checks: list[CheckFailures]) -> str:
 
 
 def markdown(result: CiResult, limit: int = COMMENT_LIMIT) -> str:
-    changes = {c.scenario_id: c for c in result.comparison.scenarios} if result.comparison \
-        else {}
+    changes = {c.scenario_id: c for c in result.comparison.scenarios} if result.comparison else {}
     passed = result.exit_code == 0
-    head = [MARKER,
-            f"## passk ci `{result.run_id}`: {'✅ PASS' if passed else '❌ FAIL'} "
-            f"(exit {result.exit_code})", "",
-            _cell(result.decision.message)]
+    head = [
+        MARKER,
+        f"## passk ci `{result.run_id}`: {'✅ PASS' if passed else '❌ FAIL'} "
+        f"(exit {result.exit_code})",
+        "",
+        _cell(result.decision.message),
+    ]
     if result.comparison is not None:
         worse = result.regressions
         head.append("")
-        head.append(f"Against baseline `{result.comparison.base_run}`: "
-                    + (f"**confidently worse: {', '.join(worse)}**" if worse
-                       else "no scenario confidently worse"))
+        head.append(
+            f"Against baseline `{result.comparison.base_run}`: "
+            + (
+                f"**confidently worse: {', '.join(worse)}**"
+                if worse
+                else "no scenario confidently worse"
+            )
+        )
     head += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     fixed: list[list[str]] = []  # per row: every cell but the last two free-text ones
     free: list[list[str]] = []  # per row: [scenario-with-version, failing checks]
     for s in result.report.scenarios:
         version = result.scenario_versions.get(s.scenario_id) or ",".join(s.scenario_versions)
         name = f"`{s.scenario_id}` @{version[:12]}" if version else f"`{s.scenario_id}`"
-        fixed.append([
-            verdict(s) if not s.insufficient else "FAIL (insufficient trials)",
-            _figure(s.pass_hat_k), interval_of(s), _figure(s.pass_at_k), f"{s.passed}/{s.n}",
-            baseline_cell(changes.get(s.scenario_id) if result.comparison else None)])
+        fixed.append(
+            [
+                verdict(s) if not s.insufficient else "FAIL (insufficient trials)",
+                _figure(s.pass_hat_k),
+                interval_of(s),
+                _figure(s.pass_at_k),
+                f"{s.passed}/{s.n}",
+                baseline_cell(changes.get(s.scenario_id) if result.comparison else None),
+            ]
+        )
         free.append([name, _checks_cell(failing_checks(result, s.scenario_id))])
-    foot = ["", "pass^k: the unbiased estimate the gate reads; the interval: 90% credible "
-                "(Beta posterior), led by its posterior median. Versions: the content hash "
-                "of the scenario every trial ran."]
+    foot = [
+        "",
+        "pass^k: the unbiased estimate the gate reads; the interval: 90% credible "
+        "(Beta posterior), led by its posterior median. Versions: the content hash "
+        "of the scenario every trial ran.",
+    ]
     notes = [_cell(line) for line in result.decision.advisory]
     if notes:
         foot += ["", "<details><summary>advisory (not counted)</summary>", ""]
@@ -164,12 +200,17 @@ def markdown(result: CiResult, limit: int = COMMENT_LIMIT) -> str:
     def build(cap: int, rows: int) -> str:
         lines = list(head)
         for fixed_cells, (name, checks) in list(zip(fixed, free, strict=True))[:rows]:
-            cells = [_cell(_cut(name, max(cap, 40))), *[_cell(c) for c in fixed_cells],
-                     _cell(_cut(checks, cap))]
+            cells = [
+                _cell(_cut(name, max(cap, 40))),
+                *[_cell(c) for c in fixed_cells],
+                _cell(_cut(checks, cap)),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
         if rows < len(fixed):
-            lines.append(f"\n… and {len(fixed) - rows} more scenario(s): see the JUnit file "
-                         "and the report page")
+            lines.append(
+                f"\n… and {len(fixed) - rows} more scenario(s): see the JUnit file "
+                "and the report page"
+            )
         tail = [_cut(line, cap) for line in foot]
         return "\n".join(lines + tail) + "\n"
 
@@ -200,21 +241,32 @@ def ci_json(result: CiResult) -> dict[str, Any]:
     """`passk report --json`'s object, plus the gate, the scenario versions, the baseline
     comparison and what ci ran on."""
     data = report_json(result.report)
-    data["gate"] = {"passed": result.exit_code == 0, "exit_code": result.exit_code,
-                    "message": result.decision.message}
+    data["gate"] = {
+        "passed": result.exit_code == 0,
+        "exit_code": result.exit_code,
+        "message": result.decision.message,
+    }
     data["scenario_versions"] = dict(sorted(result.scenario_versions.items()))
     if result.comparison is not None:
         compared = result.comparison.model_dump()
         compared["regressions"] = result.regressions
         data["baseline"] = compared
-    data["ci"] = {"own_broker": result.own_broker, "started": result.started,
-                  "reused": result.reused, "published": result.published,
-                  "timings_s": {k: round(v, 2) for k, v in result.timings.items()}}
+    data["ci"] = {
+        "own_broker": result.own_broker,
+        "started": result.started,
+        "reused": result.reused,
+        "published": result.published,
+        "timings_s": {k: round(v, 2) for k, v in result.timings.items()},
+    }
     return data
 
 
-def closing_lines(result: CiResult, written: list[tuple[str, Path]], baseline: str | None,
-                  fail_on_regression: bool) -> list[str]:
+def closing_lines(
+    result: CiResult,
+    written: list[tuple[str, Path]],
+    baseline: str | None,
+    fail_on_regression: bool,
+) -> list[str]:
     """What `passk ci` says last on stderr: the files it wrote, its timings, and the
     regressions that failed it."""
     lines = [f"{name}: {path.resolve()}" for name, path in written]
@@ -223,7 +275,8 @@ def closing_lines(result: CiResult, written: list[tuple[str, Path]], baseline: s
         f"ci: {t.get('total_s', 0):.1f} s in all, {t.get('conversations_s', 0):.1f} s "
         f"of conversations, {t.get('own_s', 0):.1f} s of its own "
         f"(broker {t.get('broker_s', 0):.1f}, last verdict "
-        f"{t.get('last_verdict_s', 0):.1f}, teardown {t.get('teardown_s', 0):.1f})")
+        f"{t.get('last_verdict_s', 0):.1f}, teardown {t.get('teardown_s', 0):.1f})"
+    )
     if fail_on_regression and result.regressions and result.exit_code == 1:
         lines.append(f"ci: confidently worse than {baseline}: {', '.join(result.regressions)}")
     return lines

@@ -42,12 +42,14 @@ BROKER_START_S = 180.0  # kafka-up.sh's own readiness wait, and then some
 # for the internal topics: the first transactional publish otherwise waits for the
 # broker to create its 50 transaction-log partitions.
 OWN_PARTITIONS = 1
-OWN_BROKER_PROPS = "\n".join(["transaction.state.log.num.partitions=1",
-                              "offsets.topic.num.partitions=1", "num.partitions=1"])
+OWN_BROKER_PROPS = "\n".join(
+    ["transaction.state.log.num.partitions=1", "offsets.topic.num.partitions=1", "num.partitions=1"]
+)
 # A broker that lives a few minutes: the quick JIT only (C2's compiler threads would take
 # the CPU the workers start on), one GC thread of each kind, no perf-data file.
-OWN_BROKER_JVM = ("-XX:TieredStopAtLevel=1 -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 "
-                  "-XX:-UsePerfData")
+OWN_BROKER_JVM = (
+    "-XX:TieredStopAtLevel=1 -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 -XX:-UsePerfData"
+)
 WORKER_GRACE_S = 10.0  # a worker's clean stop (its last commit) before SIGKILL
 Say = Callable[[str], None]
 
@@ -112,7 +114,7 @@ class Started:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[2]) == self.popen.pid:  # the process group id
                 members.append(fields[0])
         return all(state == "Z" for state in members)
@@ -171,8 +173,10 @@ class Stack:
             if code is not None:
                 raise Unreachable(f"passk worker {p.name} exited with {code}:\n{p.tail()}")
         if self.broker is not None and self.broker.popen.poll() not in (None, 0):
-            raise Unreachable(f"the broker ci started failed (kafka-up.sh: exit "
-                              f"{self.broker.popen.returncode}):\n{self.broker.tail()}")
+            raise Unreachable(
+                f"the broker ci started failed (kafka-up.sh: exit "
+                f"{self.broker.popen.returncode}):\n{self.broker.tail()}"
+            )
 
     def stop(self) -> None:
         """Workers first (their last commit needs the broker), the stand-in, the broker."""
@@ -185,8 +189,9 @@ class Stack:
                 # (the verdicts are in the projection already).
                 stop_all(self.started, 0.0)
             else:
-                stop_all([p for p in (*self.workers, self.standin) if p is not None],
-                         WORKER_GRACE_S)
+                stop_all(
+                    [p for p in (*self.workers, self.standin) if p is not None], WORKER_GRACE_S
+                )
             shutil.rmtree(self.workdir, ignore_errors=True)
         finally:
             for sig, handler in held.items():
@@ -209,9 +214,15 @@ def _hold_signals() -> dict[int, Any]:
 
 def _spawn(name: str, args: list[str], env: dict[str, str], log: Path) -> Started:
     with open(log, "ab") as out:
-        popen = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, cwd=PROJECT_ROOT,
-                                 start_new_session=True)
+        popen = subprocess.Popen(
+            args,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=PROJECT_ROOT,
+            start_new_session=True,
+        )
     return Started(name, popen, log)
 
 
@@ -221,19 +232,34 @@ def _spawn_broker(stack: Stack, say: Say) -> int:
     port, controller = free_port(), free_port()
     bootstrap = f"127.0.0.1:{port}"
     stack.own_broker = True
-    stack.settings = stack.settings.model_copy(update={
-        "kafka_bootstrap_servers": bootstrap, "topic_replication": 1,
-        "topic_partitions": OWN_PARTITIONS})
+    stack.settings = stack.settings.model_copy(
+        update={
+            "kafka_bootstrap_servers": bootstrap,
+            "topic_replication": 1,
+            "topic_partitions": OWN_PARTITIONS,
+        }
+    )
     for key in [k for k in stack.env if k.startswith("KAFKA_")]:
         del stack.env[key]  # the own broker is plaintext, whatever the environment said
-    stack.env.update(KAFKA_BOOTSTRAP_SERVERS=bootstrap, PASSK_DATA_DIR=str(stack.workdir),
-                     PASSK_TOPIC_REPLICATION="1", PASSK_TOPIC_PARTITIONS=str(OWN_PARTITIONS))
+    stack.env.update(
+        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        PASSK_DATA_DIR=str(stack.workdir),
+        PASSK_TOPIC_REPLICATION="1",
+        PASSK_TOPIC_PARTITIONS=str(OWN_PARTITIONS),
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
-    env.update(PASSK_KAFKA_DIR=str(data), PASSK_KAFKA_PORT=str(port),
-               PASSK_KAFKA_CONTROLLER_PORT=str(controller), PASSK_KAFKA_BROKERS="1",
-               PASSK_KAFKA_SECURITY="plaintext", PASSK_KAFKA_HEAP="512m",
-               PASSK_KAFKA_READY_S=str(int(BROKER_START_S)), PYTHON=sys.executable,
-               PASSK_KAFKA_SERVER_PROPS=OWN_BROKER_PROPS, PASSK_KAFKA_JAVA_OPTS=OWN_BROKER_JVM)
+    env.update(
+        PASSK_KAFKA_DIR=str(data),
+        PASSK_KAFKA_PORT=str(port),
+        PASSK_KAFKA_CONTROLLER_PORT=str(controller),
+        PASSK_KAFKA_BROKERS="1",
+        PASSK_KAFKA_SECURITY="plaintext",
+        PASSK_KAFKA_HEAP="512m",
+        PASSK_KAFKA_READY_S=str(int(BROKER_START_S)),
+        PYTHON=sys.executable,
+        PASSK_KAFKA_SERVER_PROPS=OWN_BROKER_PROPS,
+        PASSK_KAFKA_JAVA_OPTS=OWN_BROKER_JVM,
+    )
     env.pop("PASSK_KAFKA_STARTED_MARK", None)
     formatted = _formatted_template()
     reused = _place_formatted(formatted, data / "log")
@@ -244,8 +270,9 @@ def _spawn_broker(stack: Stack, say: Say) -> int:
     return port
 
 
-def _await_broker(stack: Stack, say: Say, processors: Sequence[str], port: int,
-                  began: float) -> None:
+def _await_broker(
+    stack: Stack, say: Say, processors: Sequence[str], port: int, began: float
+) -> None:
     """Until the broker takes passk's topics; then the workers, at once, so their start
     (imports, group joins) overlaps the publish and the conversations. Not waiting for
     kafka-up.sh's own readiness check: a broker that took the topics serves (the script's
@@ -257,11 +284,13 @@ def _await_broker(stack: Stack, say: Say, processors: Sequence[str], port: int,
     while True:
         code = stack.broker.popen.poll()
         if code not in (None, 0):
-            raise Unreachable(f"ci could not start a broker (kafka-up.sh: exit {code}):\n"
-                              f"{stack.broker.tail()}")
+            raise Unreachable(
+                f"ci could not start a broker (kafka-up.sh: exit {code}):\n{stack.broker.tail()}"
+            )
         if time.monotonic() > deadline:
-            raise Unreachable(f"ci could not start a broker within {BROKER_START_S:g} s:\n"
-                              f"{stack.broker.tail()}")
+            raise Unreachable(
+                f"ci could not start a broker within {BROKER_START_S:g} s:\n{stack.broker.tail()}"
+            )
         if _listens(port):
             stack.timings.setdefault("broker_listening_s", time.monotonic() - began)
             if not stack.formatted_reused:
@@ -346,12 +375,26 @@ def _running_processors(settings: Settings, processors: Sequence[str]) -> list[s
 
 def _start_standin(stack: Stack, say: Say) -> None:
     port = free_port()
-    stack.standin = _spawn("judge-standin", [
-        sys.executable, "-m", "services.cli", "judge-standin", "--host", "127.0.0.1",
-        "--port", str(port)], stack.env, stack.workdir / "judge-standin.log")
+    stack.standin = _spawn(
+        "judge-standin",
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "judge-standin",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stack.env,
+        stack.workdir / "judge-standin.log",
+    )
     stack.standin_url = f"http://127.0.0.1:{port}/v1"
-    say(f"ci: no model configured; judges use the offline stand-in (not a model) at "
-        f"{stack.standin_url}")
+    say(
+        f"ci: no model configured; judges use the offline stand-in (not a model) at "
+        f"{stack.standin_url}"
+    )
 
 
 def wait_listening(url_port: int, started: Started, within_s: float) -> None:
@@ -362,18 +405,24 @@ def wait_listening(url_port: int, started: Started, within_s: float) -> None:
             return
         except OSError:
             if started.popen.poll() is not None:
-                raise Unreachable(f"{started.name} exited with {started.popen.returncode}:\n"
-                                  f"{started.tail()}") from None
+                raise Unreachable(
+                    f"{started.name} exited with {started.popen.returncode}:\n{started.tail()}"
+                ) from None
             if time.monotonic() > deadline:
-                raise Unreachable(f"{started.name} did not listen within {within_s:g} s:\n"
-                                  f"{started.tail()}") from None
+                raise Unreachable(
+                    f"{started.name} did not listen within {within_s:g} s:\n{started.tail()}"
+                ) from None
             time.sleep(0.1)
 
 
 @contextmanager
-def stack_for(settings: Settings, *, say: Say = lambda line: None,
-              processors: Sequence[str] = CI_PROCESSORS,
-              meanwhile: Callable[[], None] = lambda: None) -> Iterator[Stack]:
+def stack_for(
+    settings: Settings,
+    *,
+    say: Say = lambda line: None,
+    processors: Sequence[str] = CI_PROCESSORS,
+    meanwhile: Callable[[], None] = lambda: None,
+) -> Iterator[Stack]:
     """The broker (used, or started), then the topics; stopped at the end of the block,
     however it ends (`meanwhile` runs while a broker of its own boots: what raises there
     stops it too). With its own broker the workers are started as soon as it serves;
@@ -398,8 +447,9 @@ def stack_for(settings: Settings, *, say: Say = lambda line: None,
         stack.stop()
 
 
-def start_workers(stack: Stack, say: Say = lambda line: None,
-                  processors: Sequence[str] = CI_PROCESSORS) -> None:
+def start_workers(
+    stack: Stack, say: Say = lambda line: None, processors: Sequence[str] = CI_PROCESSORS
+) -> None:
     """`passk worker X` for each processor without a running member; the judge stand-in
     first when no model is configured and ci starts the judge."""
     if stack.workers or stack.standin:
@@ -417,8 +467,14 @@ def start_workers(stack: Stack, say: Say = lambda line: None,
     stack.env.setdefault("PYTHONUNBUFFERED", "1")
     stack.env["PASSK_METRICS_PORT"] = "0"  # no /metrics port to collide with the stack's
     for name in wanted:
-        stack.workers.append(_spawn(name, [sys.executable, "-m", "services.cli", "worker", name],
-                                    stack.env, stack.workdir / f"{name}.log"))
+        stack.workers.append(
+            _spawn(
+                name,
+                [sys.executable, "-m", "services.cli", "worker", name],
+                stack.env,
+                stack.workdir / f"{name}.log",
+            )
+        )
         say(f"ci: started passk worker {name} (pid {stack.workers[-1].pid})")
     if stack.standin is not None:
         say(f"ci: started judge-standin (pid {stack.standin.pid})")

@@ -29,17 +29,23 @@ def supervise_config(
     out: Path = typer.Option(..., help="where to write the supervisord configuration"),
     log_dir: Path = typer.Option(..., help="the workers' and supervisord's logs"),
     metrics_base: int = typer.Option(
-        9464, help="each worker serves /metrics on base + its offset in the registry "
-                   "(services.contract.processors)"),
+        9464,
+        help="each worker serves /metrics on base + its offset in the registry "
+        "(services.contract.processors)",
+    ),
     standin_port: int = typer.Option(0, help="also supervise the judge stand-in on this port"),
-    agent_port: int = typer.Option(0, help="also supervise the reference product "
-                                            "(examples/agent) on this port"),
-    review_port: int = typer.Option(0, help="also supervise the review app "
-                                             "(`passk review`) on this port"),
+    agent_port: int = typer.Option(
+        0, help="also supervise the reference product (examples/agent) on this port"
+    ),
+    review_port: int = typer.Option(
+        0, help="also supervise the review app (`passk review`) on this port"
+    ),
     only: str = typer.Option("", help="comma-separated workers (default: every worker)"),
     kafka_secrets: Path | None = typer.Option(
-        None, help="a secured broker's secrets directory (var/kafka/secrets): each "
-                   "worker connects as its own user, passk-<worker>"),
+        None,
+        help="a secured broker's secrets directory (var/kafka/secrets): each "
+        "worker connects as its own user, passk-<worker>",
+    ),
 ) -> None:
     """Write supervisord's configuration for every worker in
     services.contract.processors.PROCESSORS (readable by its owner only: with
@@ -49,9 +55,16 @@ def supervise_config(
     chosen = [w.strip() for w in only.split(",") if w.strip()]
     if unknown := set(chosen) - set(PROCESSORS):
         raise typer.BadParameter(f"unknown workers: {', '.join(sorted(unknown))}")
-    write_config(out, log_dir, chosen=chosen, metrics_base=metrics_base,
-                 standin_port=standin_port, agent_port=agent_port, review_port=review_port,
-                 kafka_secrets=kafka_secrets)
+    write_config(
+        out,
+        log_dir,
+        chosen=chosen,
+        metrics_base=metrics_base,
+        standin_port=standin_port,
+        agent_port=agent_port,
+        review_port=review_port,
+        kafka_secrets=kafka_secrets,
+    )
     typer.echo(str(out))
 
 
@@ -80,9 +93,11 @@ def status(
     ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     partitions: bool = typer.Option(
-        False, "--partitions",
+        False,
+        "--partitions",
         help="list every input partition's leader (default: only those with no leader "
-             "or a replica out of sync, after a one-line count)"),
+        "or a replica out of sync, after a one-line count)",
+    ),
 ) -> None:
     """Show each processor's consumer group (state, members, lag), its restarts,
     whether it is degraded (cannot reach the broker or the store) or down (its

@@ -47,13 +47,15 @@ def socket_in(run_dir: Path) -> Path:
     place, runtime = socket_place()
     sock = place / f"passk-supervisor-{digest}.sock"
     if len(os.fsencode(sock)) > MAX_SOCKET_PATH:  # before making anything there
-        shorter = ("set XDG_RUNTIME_DIR to a shorter directory, or unset it to use "
-                   "TMPDIR's" if runtime else
-                   "set TMPDIR (or XDG_RUNTIME_DIR) to a shorter directory")
+        shorter = (
+            "set XDG_RUNTIME_DIR to a shorter directory, or unset it to use TMPDIR's"
+            if runtime
+            else "set TMPDIR (or XDG_RUNTIME_DIR) to a shorter directory"
+        )
         raise SocketPlaceError(
             f"supervisord's socket needs a path of at most {MAX_SOCKET_PATH} bytes: "
-            f"{natural} is too long and so is {sock}; use a checkout nearer the root, or "
-            + shorter)
+            f"{natural} is too long and so is {sock}; use a checkout nearer the root, or " + shorter
+        )
     private_dir(place, runtime)
     return sock
 
@@ -83,7 +85,8 @@ def private_dir(place: Path, runtime: bool) -> None:
             raise SocketPlaceError(
                 f"cannot make the directory for supervisord's socket {place} "
                 f"({exc.strerror}); set TMPDIR or XDG_RUNTIME_DIR to a directory of "
-                "yours") from exc
+                "yours"
+            ) from exc
     if (problem := not_private(place)) is not None:
         if runtime:
             where = "XDG_RUNTIME_DIR"
@@ -91,8 +94,9 @@ def private_dir(place: Path, runtime: bool) -> None:
         else:
             where = "the directory for supervisord's socket"
             hint = "" if made else " (remove it, or set XDG_RUNTIME_DIR)"
-        raise SocketPlaceError(f"{where} {place} {problem}; refusing to put supervisord's "
-                               "socket there" + hint)
+        raise SocketPlaceError(
+            f"{where} {place} {problem}; refusing to put supervisord's socket there" + hint
+        )
 
 
 def not_private(place: Path) -> str | None:
@@ -125,14 +129,15 @@ def configured_socket(conf: Path) -> Path | None:
         url = ""
     if not url.startswith("unix://"):
         return None
-    sock = Path(url[len("unix://"):])
+    sock = Path(url[len("unix://") :])
     if sock.parent == conf.parent.resolve():
         return sock
     if (problem := not_private(sock.parent)) is not None:
         raise SocketPlaceError(
             f"{conf} names supervisord's socket {sock}, but {sock.parent} {problem}; "
             "refusing to talk to whatever listens there (stop our supervisord by its pid, "
-            f"then remove {conf})")
+            f"then remove {conf})"
+        )
     return sock
 
 
@@ -180,7 +185,10 @@ JOIN_GRACE_S = 120.0
 
 
 def down_reason(
-    *, supervisor_state: str | None, group_known: bool, members: int,
+    *,
+    supervisor_state: str | None,
+    group_known: bool,
+    members: int,
     up_s: float | None = None,
 ) -> str | None:
     """Why the processor is down, or None when nothing says so. `group_known`: the broker
@@ -192,15 +200,18 @@ def down_reason(
         if supervisor_state is None:
             return "no member in its consumer group"
         if up_s is not None and up_s > JOIN_GRACE_S and supervisor_state == "RUNNING":
-            return (f"no member in its consumer group {up_s:.0f} s after its start "
-                    "(its process runs: hung, or it cannot join)")
+            return (
+                f"no member in its consumer group {up_s:.0f} s after its start "
+                "(its process runs: hung, or it cannot join)"
+            )
     # Running (or starting) under its supervisor but not in its group yet: joining, or
     # rebalancing; `status` shows it not ready, not down.
     return None
 
 
-def stall_reason(health: dict[str, Any] | None, now: float, stall_after_s: float,
-                 alive: Callable[[int], bool]) -> str | None:
+def stall_reason(
+    health: dict[str, Any] | None, now: float, stall_after_s: float, alive: Callable[[int], bool]
+) -> str | None:
     """Why a worker whose process is alive does nothing: its event loop has not written
     its heartbeat for `stall_after_s` (kill -STOP, a blocked loop). A dead process's file
     says nothing (its supervisor and its group tell); nor does one without a heartbeat."""
@@ -210,8 +221,7 @@ def stall_reason(health: dict[str, Any] | None, now: float, stall_after_s: float
     pid = health.get("pid")
     if silent <= stall_after_s or not isinstance(pid, int) or not alive(pid):
         return None
-    return (f"no heartbeat for {silent:.0f} s from pid {pid}, which is alive "
-            "(stopped or hung)")
+    return f"no heartbeat for {silent:.0f} s from pid {pid}, which is alive (stopped or hung)"
 
 
 def pid_alive(pid: int) -> bool:

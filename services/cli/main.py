@@ -113,8 +113,12 @@ def register_commands(app: typer.Typer) -> None:
     harness_commands.register(app, publish=wiring.publish)
     otlp_commands.register(app, state_probe=wiring.state_probe)
     aggregate_commands.register(app, paused=wiring.worker_paused)
-    audit_commands.register(app, read_table=wiring.aggregate_table,
-                            regrade=wiring.regrade_trials, recount=wiring.recount_scenarios)
+    audit_commands.register(
+        app,
+        read_table=wiring.aggregate_table,
+        regrade=wiring.regrade_trials,
+        recount=wiring.recount_scenarios,
+    )
     review_commands.register(app, trial_view=wiring.trial_view)
     ci_commands.register(app)
 
@@ -127,7 +131,8 @@ def worker(
     """Run one stream processor (a Faust worker in its own consumer group)."""
     if service not in PROCESSORS:
         raise typer.BadParameter(
-            f"unknown service {service!r}; choose from {', '.join(PROCESSORS)}")
+            f"unknown service {service!r}; choose from {', '.join(PROCESSORS)}"
+        )
     # Where the worker's settings are read, once; everything it builds is handed these.
     settings = get_settings()
     # Idempotent; the worker's inputs, outputs and table changelogs must exist before
@@ -163,7 +168,8 @@ def refuse_unless_co_partitioned(service: str, settings: Settings) -> None:
         time.sleep(1.0)
         counts = partition_counts(names, settings)
     problem = co_partitioning_problem(
-        service, {t: counts.get(topic_name(t, settings)) for t in topics})
+        service, {t: counts.get(topic_name(t, settings)) for t in topics}
+    )
     if problem:
         typer.echo(f"passk worker {service}: refusing to start: {problem}", err=True)
         raise typer.Exit(2)

@@ -86,7 +86,8 @@ def worker_paused(service: str, settings: Settings) -> Iterator[None]:
             raise UsageError(
                 f"the {service} processor's group {group} has {members} member(s): stop its "
                 f"workers first (`make down`, or stop `passk worker {service}`), then run "
-                "this again")
+                "this again"
+            )
         yield
     finally:
         if supervised:

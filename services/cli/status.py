@@ -86,12 +86,22 @@ def processor_status(names: list[str], settings: Settings) -> list[ProcessorStat
     def unknown(state: str) -> list[ProcessorStatus]:
         # The groups are unknown, but what each worker says of itself (alive, degraded,
         # restarted, stalled) is still worth showing.
-        return [ProcessorStatus(name, group, state, 0, None, healths[name].restarts,
-                                healths[name].degraded,
-                                down=down_reason(supervisor_state=supervised.get(name),
-                                                 group_known=False, members=0),
-                                stalled=healths[name].stalled)
-                for name, group in groups.items()]
+        return [
+            ProcessorStatus(
+                name,
+                group,
+                state,
+                0,
+                None,
+                healths[name].restarts,
+                healths[name].degraded,
+                down=down_reason(
+                    supervisor_state=supervised.get(name), group_known=False, members=0
+                ),
+                stalled=healths[name].stalled,
+            )
+            for name, group in groups.items()
+        ]
 
     try:
         # Each try with fresh clients: right after a broker is lost, a call can be sent to
@@ -108,12 +118,26 @@ def processor_status(names: list[str], settings: Settings) -> list[ProcessorStat
         state = info.get("group_state") or UNKNOWN
         members = info.get("members") or []
         seen = healths[name]
-        down = down_reason(supervisor_state=supervised.get(name),
-                           group_known=bool(described), members=len(members), up_s=seen.up_s)
-        out.append(ProcessorStatus(name, group, state, len(members), lags[name], seen.restarts,
-                                   seen.degraded,
-                                   tuple(sorted(_member_name(m) for m in members)),
-                                   down, seen.stalled))
+        down = down_reason(
+            supervisor_state=supervised.get(name),
+            group_known=bool(described),
+            members=len(members),
+            up_s=seen.up_s,
+        )
+        out.append(
+            ProcessorStatus(
+                name,
+                group,
+                state,
+                len(members),
+                lags[name],
+                seen.restarts,
+                seen.degraded,
+                tuple(sorted(_member_name(m) for m in members)),
+                down,
+                seen.stalled,
+            )
+        )
     return out
 
 
@@ -137,9 +161,10 @@ def _groups_and_lags(
             described = {}
         for info in described.values():
             _raise_if_moving(info)
-        lags = {name: _lag(admin, consumer, group,
-                           [topic_name(t, settings) for t in inputs_of(name)])
-                for name, group in groups.items()}
+        lags = {
+            name: _lag(admin, consumer, group, [topic_name(t, settings) for t in inputs_of(name)])
+            for name, group in groups.items()
+        }
         return described, lags
     finally:
         consumer.close()
@@ -178,8 +203,12 @@ def worker_health(name: str, settings: Settings, now: float | None = None) -> Wo
     except (KeyError, ValueError):
         up_s = None
     # beat_at is written from the first heartbeat on: a worker still starting has none.
-    return WorkerHealth(restarts, tuple(sorted(data.get("degraded") or {})),
-                        stall_reason(data, now, STALL_AFTER_S, pid_alive), up_s)
+    return WorkerHealth(
+        restarts,
+        tuple(sorted(data.get("degraded") or {})),
+        stall_reason(data, now, STALL_AFTER_S, pid_alive),
+        up_s,
+    )
 
 
 def _lag(
@@ -214,11 +243,14 @@ def input_leaders(names: list[str], settings: Settings) -> list[PartitionLeader]
     for topic in described:
         for p in topic.get("partitions") or []:
             leader = p.get("leader_id")
-            out.append(PartitionLeader(
-                topic["name"], p["partition_index"],
-                leader if leader is not None and leader >= 0 else None,
-                tuple(sorted(p.get("isr_nodes") or ())),
-            ))
+            out.append(
+                PartitionLeader(
+                    topic["name"],
+                    p["partition_index"],
+                    leader if leader is not None and leader >= 0 else None,
+                    tuple(sorted(p.get("isr_nodes") or ())),
+                )
+            )
     return sorted(out, key=lambda x: (x.topic, x.partition))
 
 

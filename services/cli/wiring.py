@@ -67,8 +67,9 @@ def regrade_trials(settings: Settings, trials: Sequence[tuple[Any, int]], reason
     from services.regrade.request import request_regrades
 
     chosen = [Target(identity, "none", attempt) for identity, attempt in trials]
-    return sum(1 for p in request_regrades(settings, chosen, reason=reason)
-               if p.payload is not None)
+    return sum(
+        1 for p in request_regrades(settings, chosen, reason=reason) if p.payload is not None
+    )
 
 
 def recount_scenarios(settings: Settings, scenarios: set[str]) -> int:

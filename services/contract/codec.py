@@ -112,8 +112,9 @@ def non_finite_at(data: object) -> str | None:
             if not math.isfinite(node):
                 return where
         elif isinstance(node, dict):
-            stack.extend((v, f"{where}.{k}" if where != "(root)" else str(k))
-                         for k, v in node.items())
+            stack.extend(
+                (v, f"{where}.{k}" if where != "(root)" else str(k)) for k, v in node.items()
+            )
         elif isinstance(node, list):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
     return None
@@ -154,12 +155,15 @@ def decode(
             return _too_deep(max_depth, "more than the parser can follow")
     # A document that opens at most `max_depth` objects and lists in all cannot nest
     # deeper (brackets inside strings only over-count): the walk is for the others.
-    if (raw.count(b"{") + raw.count(b"[") > max_depth
-            and (depth := nesting_depth(data, max_depth)) > max_depth):
+    if (
+        raw.count(b"{") + raw.count(b"[") > max_depth
+        and (depth := nesting_depth(data, max_depth)) > max_depth
+    ):
         return _too_deep(max_depth, f"at least {depth}")
     if _MAYBE_HUGE.search(raw) and (where := non_finite_at(data)) is not None:
-        return Rejection("non_finite_number",
-                         f"{where}: a number too large for a float (it reads as infinity)")
+        return Rejection(
+            "non_finite_number", f"{where}: a number too large for a float (it reads as infinity)"
+        )
     if not isinstance(data, dict):
         return Rejection("not_an_object", f"expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
@@ -178,5 +182,4 @@ def decode(
 def decode_or_reject(raw: bytes | None, model: type[M], settings: Settings) -> M | Rejection:
     """`decode` within the bounds the settings set for every input (PASSK_MAX_EVENT_BYTES,
     PASSK_MAX_JSON_DEPTH): the model, or the Rejection that makes the record a dead letter."""
-    return decode(raw, model, max_bytes=settings.max_event_bytes,
-                  max_depth=settings.max_json_depth)
+    return decode(raw, model, max_bytes=settings.max_event_bytes, max_depth=settings.max_json_depth)

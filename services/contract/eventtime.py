@@ -37,10 +37,14 @@ def in_future(occurred_at: datetime, reference: float, skew_s: float) -> Rejecti
     ahead = occurred_at.timestamp() - reference
     if ahead <= skew_s:
         return None
-    return Rejection(REASON, (
-        f"occurred_at {occurred_at.isoformat()} is {ahead:.0f} s ahead of the time the event "
-        f"reached the broker; more than {skew_s:g} s (PASSK_MAX_CLOCK_SKEW_S) is a producer "
-        "with a wrong clock, and is not believed"))
+    return Rejection(
+        REASON,
+        (
+            f"occurred_at {occurred_at.isoformat()} is {ahead:.0f} s ahead of the time the event "
+            f"reached the broker; more than {skew_s:g} s (PASSK_MAX_CLOCK_SKEW_S) is a producer "
+            "with a wrong clock, and is not believed"
+        ),
+    )
 
 
 def bounded(t: float, wall: float, skew_s: float) -> float:

@@ -82,13 +82,18 @@ class KafkaRefused(CliError):
 
 # kafka-python's names for "no broker answered" (some exist only in some versions).
 _KAFKA_UNREACHABLE = (
-    "NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError", "BrokerNotAvailableError",
-    "NodeNotReadyError", "RequestTimedOutError",
+    "NoBrokersAvailable",
+    "KafkaTimeoutError",
+    "KafkaConnectionError",
+    "BrokerNotAvailableError",
+    "NodeNotReadyError",
+    "RequestTimedOutError",
 )
 
 
 def classify(
-    exc: BaseException, bootstrap: Callable[[], str] = lambda: "KAFKA_BOOTSTRAP_SERVERS",
+    exc: BaseException,
+    bootstrap: Callable[[], str] = lambda: "KAFKA_BOOTSTRAP_SERVERS",
 ) -> tuple[ExitCode, str] | None:
     """The exit code and message for an exception a command let escape; None: a bug.
     `bootstrap`: the broker address to name when it is unreachable (the caller reads it
@@ -125,4 +130,3 @@ def classify(
 def say_error(message: str) -> None:
     """One line on stderr; plain text, so a pipe or a log keeps it whole."""
     print(f"error: {message}", file=sys.stderr)
-

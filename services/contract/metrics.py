@@ -24,8 +24,14 @@ M = TypeVar("M", Counter, Gauge, Histogram)
 class Declared(Generic[M]):
     """A metric of a MetricSet: what to make; each set's instance holds the made one."""
 
-    def __init__(self, kind: type[M], name: str, documentation: str, labels: Sequence[str],
-                 options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        kind: type[M],
+        name: str,
+        documentation: str,
+        labels: Sequence[str],
+        options: dict[str, Any],
+    ) -> None:
         self.kind: type[M] = kind
         self.name = name
         self.documentation = documentation
@@ -37,8 +43,9 @@ class Declared(Generic[M]):
         self.attribute = attribute
 
     def make(self, registry: CollectorRegistry) -> M:
-        return self.kind(self.name, self.documentation, self.labels, registry=registry,
-                         **self.options)
+        return self.kind(
+            self.name, self.documentation, self.labels, registry=registry, **self.options
+        )
 
     @overload
     def __get__(self, instance: None, owner: type) -> Declared[M]: ...
@@ -59,8 +66,9 @@ def gauge(name: str, documentation: str, *labels: str) -> Declared[Gauge]:
     return Declared(Gauge, name, documentation, labels, {})
 
 
-def histogram(name: str, documentation: str, *labels: str,
-              buckets: Sequence[float]) -> Declared[Histogram]:
+def histogram(
+    name: str, documentation: str, *labels: str, buckets: Sequence[float]
+) -> Declared[Histogram]:
     return Declared(Histogram, name, documentation, labels, {"buckets": tuple(buckets)})
 
 

@@ -56,8 +56,12 @@ def exports(environ: Mapping[str, str]) -> dict[str, str]:
     found = ports(environ)
     bootstrap = environ.get("KAFKA_BOOTSTRAP_SERVERS", "").split(",")[0].strip()
     host, _, given = bootstrap.rpartition(":")
-    if bootstrap and not environ.get("PASSK_KAFKA_PORT", "").strip() and given.isdigit() \
-            and host in ("127.0.0.1", "localhost"):
+    if (
+        bootstrap
+        and not environ.get("PASSK_KAFKA_PORT", "").strip()
+        and given.isdigit()
+        and host in ("127.0.0.1", "localhost")
+    ):
         # the broker the stack is told to use is the one `make kafka-up` reuses or starts
         found["PASSK_KAFKA_PORT"] = int(given)
     out = {name: str(port) for name, port in found.items()}

@@ -70,8 +70,10 @@ class ProcessorSpec:
     def __post_init__(self) -> None:
         if self.kind is Kind.STREAM:
             if not self.agents or self.inputs:
-                raise ValueError(f"{self.name}: a stream processor declares its agents' "
-                                 "topics, and its inputs follow from them")
+                raise ValueError(
+                    f"{self.name}: a stream processor declares its agents' "
+                    "topics, and its inputs follow from them"
+                )
             subscribed = _unique(tuple(t for ts in self.agents.values() for t in ts))
             object.__setattr__(self, "inputs", tuple(t for t in subscribed if t != self.tick))
             if self.tick is not None and self.tick not in subscribed:
@@ -114,50 +116,86 @@ class ProcessorSpec:
         return base + self.metrics_offset
 
     def changelog_specs(self) -> tuple[TopicSpec, ...]:
-        return tuple(TopicSpec(Changelog(self.name, t.name), key=t.key, compacted=not t.on_disk,
-                               dedup_retained=t.on_disk) for t in self.tables)
+        return tuple(
+            TopicSpec(
+                Changelog(self.name, t.name),
+                key=t.key,
+                compacted=not t.on_disk,
+                dedup_retained=t.on_disk,
+            )
+            for t in self.tables
+        )
 
 
 _REGISTRY: tuple[ProcessorSpec, ...] = (
     ProcessorSpec(
-        "gate", Kind.STREAM, metrics_offset=0,
-        agents={"join": (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED,
-                         Topic.REGRADE_REQUESTS, Topic.GATE_TICKS)},
+        "gate",
+        Kind.STREAM,
+        metrics_offset=0,
+        agents={
+            "join": (
+                Topic.CONVERSATION_FINISHED,
+                Topic.SESSION_PERSISTED,
+                Topic.REGRADE_REQUESTS,
+                Topic.GATE_TICKS,
+            )
+        },
         tick=Topic.GATE_TICKS,
         joined=(Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
         outputs=(Topic.GATE_RESULTS, Topic.JUDGE_REQUESTS, Topic.DEAD_LETTERS),
         read_backs=(Topic.SCENARIOS,),
         # session_id -> the trial's join while it is pending; then its graded marker
-        tables=(TableSpec("gate-joins", key="session_id"),
-                TableSpec("gate-graded", key="session_id", on_disk=True)),
+        tables=(
+            TableSpec("gate-joins", key="session_id"),
+            TableSpec("gate-graded", key="session_id", on_disk=True),
+        ),
     ),
     ProcessorSpec(
-        "verdict", Kind.STREAM, metrics_offset=1,
+        "verdict",
+        Kind.STREAM,
+        metrics_offset=1,
         agents={"collect": (Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS, Topic.VERDICT_TICKS)},
         tick=Topic.VERDICT_TICKS,
         joined=(Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS),
         outputs=(Topic.TRIAL_VERDICTS, Topic.DEAD_LETTERS),
         read_backs=(Topic.SCENARIOS, Topic.JUDGE_CALIBRATIONS),
-        tables=(TableSpec("verdict-trials", key="trial_id"),
-                TableSpec("verdict-graded", key="trial_id", on_disk=True)),
+        tables=(
+            TableSpec("verdict-trials", key="trial_id"),
+            TableSpec("verdict-graded", key="trial_id", on_disk=True),
+        ),
     ),
     ProcessorSpec(
-        "judge", Kind.STREAM, metrics_offset=2,
-        agents={"judge_trials": (Topic.CONVERSATION_FINISHED,),
-                "regrade_trials": (Topic.REGRADE_REQUESTS,),
-                "judge_after_gates": (Topic.JUDGE_REQUESTS,)},
+        "judge",
+        Kind.STREAM,
+        metrics_offset=2,
+        agents={
+            "judge_trials": (Topic.CONVERSATION_FINISHED,),
+            "regrade_trials": (Topic.REGRADE_REQUESTS,),
+            "judge_after_gates": (Topic.JUDGE_REQUESTS,),
+        },
         outputs=(Topic.JUDGE_VERDICTS, Topic.DEAD_LETTERS),
         read_backs=(Topic.SCENARIOS,),
     ),
     ProcessorSpec(
-        "sink", Kind.STREAM, metrics_offset=3,
-        agents={"sink": (Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-                         Topic.TRIAL_VERDICTS, Topic.SCENARIO_RELIABILITY)},
+        "sink",
+        Kind.STREAM,
+        metrics_offset=3,
+        agents={
+            "sink": (
+                Topic.CONVERSATION_FINISHED,
+                Topic.GATE_RESULTS,
+                Topic.JUDGE_VERDICTS,
+                Topic.TRIAL_VERDICTS,
+                Topic.SCENARIO_RELIABILITY,
+            )
+        },
         outputs=(Topic.DEAD_LETTERS,),
         read_backs=(Topic.SCENARIOS,),
     ),
     ProcessorSpec(
-        "aggregate", Kind.STREAM, metrics_offset=4,
+        "aggregate",
+        Kind.STREAM,
+        metrics_offset=4,
         # trial verdicts re-keyed by scenario onto its own topic, then counted there
         agents={"rekey": (Topic.TRIAL_VERDICTS,), "count": (Topic.AGGREGATE_BY_SCENARIO,)},
         joined=(Topic.AGGREGATE_BY_SCENARIO,),
@@ -166,33 +204,57 @@ _REGISTRY: tuple[ProcessorSpec, ...] = (
         tables=(TableSpec("aggregate-state", key="aggregate state key"),),
     ),
     ProcessorSpec(
-        "calibration", Kind.STREAM, metrics_offset=5,
+        "calibration",
+        Kind.STREAM,
+        metrics_offset=5,
         # labels joined with verdicts by trial, re-keyed by judge, then folded per judge
-        agents={"join": (Topic.LABELS, Topic.JUDGE_VERDICTS),
-                "fold": (Topic.LABELLED_VERDICTS, Topic.JUDGE_CALIBRATIONS)},
-        joined=(Topic.LABELS, Topic.JUDGE_VERDICTS, Topic.LABELLED_VERDICTS,
-                Topic.JUDGE_CALIBRATIONS),
+        agents={
+            "join": (Topic.LABELS, Topic.JUDGE_VERDICTS),
+            "fold": (Topic.LABELLED_VERDICTS, Topic.JUDGE_CALIBRATIONS),
+        },
+        joined=(
+            Topic.LABELS,
+            Topic.JUDGE_VERDICTS,
+            Topic.LABELLED_VERDICTS,
+            Topic.JUDGE_CALIBRATIONS,
+        ),
         outputs=(Topic.LABELLED_VERDICTS, Topic.JUDGE_CALIBRATIONS, Topic.DEAD_LETTERS),
         read_backs=(Topic.SCENARIOS,),
-        tables=(TableSpec("calibration-joins", key="trial_id"),
-                TableSpec("calibration-matrices", key="judge_id")),
+        tables=(
+            TableSpec("calibration-joins", key="trial_id"),
+            TableSpec("calibration-matrices", key="judge_id"),
+        ),
     ),
     ProcessorSpec(
         # the OTLP receiver (publishes the trials it maps), and the evaluation exporter
         # (services/otlp/export.py): trace ids, then every result
-        "otlp", Kind.SERVER, metrics_offset=6,
-        inputs=(Topic.CONVERSATION_FINISHED, Topic.JUDGE_VERDICTS, Topic.GATE_RESULTS,
-                Topic.TRIAL_VERDICTS),
+        "otlp",
+        Kind.SERVER,
+        metrics_offset=6,
+        inputs=(
+            Topic.CONVERSATION_FINISHED,
+            Topic.JUDGE_VERDICTS,
+            Topic.GATE_RESULTS,
+            Topic.TRIAL_VERDICTS,
+        ),
         outputs=(Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED),
     ),
     ProcessorSpec(
         # the continuous auditor (services/audit/app.py): `passk audit --since` every
         # interval, from the start of each topic's period, in no consumer group; it
         # consumes nothing and writes nothing
-        "audit", Kind.SERVER, metrics_offset=7,
-        read_backs=(Topic.CONVERSATION_FINISHED, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-                    Topic.TRIAL_VERDICTS, Topic.DEAD_LETTERS, Topic.SCENARIOS,
-                    Changelog("aggregate", "aggregate-state")),
+        "audit",
+        Kind.SERVER,
+        metrics_offset=7,
+        read_backs=(
+            Topic.CONVERSATION_FINISHED,
+            Topic.GATE_RESULTS,
+            Topic.JUDGE_VERDICTS,
+            Topic.TRIAL_VERDICTS,
+            Topic.DEAD_LETTERS,
+            Topic.SCENARIOS,
+            Changelog("aggregate", "aggregate-state"),
+        ),
     ),
 )
 
@@ -214,7 +276,8 @@ SERVERS: tuple[str, ...] = tuple(n for n, s in PROCESSORS.items() if s.kind is K
 # front, because a worker whose changelog topic is not yet in the broker's metadata when
 # its first event arrives crashes.
 TOPIC_SPECS: tuple[TopicSpec, ...] = EVENT_TOPIC_SPECS + tuple(
-    c for s in PROCESSORS.values() for c in s.changelog_specs())
+    c for s in PROCESSORS.values() for c in s.changelog_specs()
+)
 
 
 def inputs_of(processor: str) -> tuple[Topic, ...]:

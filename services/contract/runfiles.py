@@ -59,9 +59,12 @@ def settings_lines(environ: Mapping[str, str]) -> list[str]:
 
 
 def write_settings(path: Path, environ: Mapping[str, str]) -> None:
-    write_private(path, "# written by `make up`: what a command in a fresh shell reads "
-                        "(services/contract/settings.py)\n"
-                  + "".join(f"{line}\n" for line in settings_lines(environ)))
+    write_private(
+        path,
+        "# written by `make up`: what a command in a fresh shell reads "
+        "(services/contract/settings.py)\n"
+        + "".join(f"{line}\n" for line in settings_lines(environ)),
+    )
 
 
 def judge_path(settings: Settings) -> Path:
@@ -86,10 +89,12 @@ def recorded_judge(path: Path) -> RecordedJudge | None:
         return None
 
 
-NO_MODEL = ("no judge model configured: export OPENAI_API_KEY=<your key> (and OPENAI_BASE_URL "
-            "for an endpoint other than OpenAI's), or use the offline stand-in: `make up` starts "
-            "one that the CLI then uses too, or run `passk judge-standin --port 8400 &` and "
-            "export OPENAI_BASE_URL=http://127.0.0.1:8400/v1 OPENAI_API_KEY=stand-in")
+NO_MODEL = (
+    "no judge model configured: export OPENAI_API_KEY=<your key> (and OPENAI_BASE_URL "
+    "for an endpoint other than OpenAI's), or use the offline stand-in: `make up` starts "
+    "one that the CLI then uses too, or run `passk judge-standin --port 8400 &` and "
+    "export OPENAI_BASE_URL=http://127.0.0.1:8400/v1 OPENAI_API_KEY=stand-in"
+)
 
 
 class NoJudge(Exception):
@@ -120,17 +125,24 @@ def cli_judge(settings: Settings) -> tuple[Settings, str | None]:
     if recorded is None:
         raise NoJudge(NO_MODEL)
     if not recorded.stand_in:
-        raise NoJudge(f"no judge model configured in this shell; the workers `make up` started "
-                      f"grade with OPENAI_BASE_URL={recorded.base_url}: export the same "
-                      "OPENAI_BASE_URL and your OPENAI_API_KEY here")
+        raise NoJudge(
+            f"no judge model configured in this shell; the workers `make up` started "
+            f"grade with OPENAI_BASE_URL={recorded.base_url}: export the same "
+            "OPENAI_BASE_URL and your OPENAI_API_KEY here"
+        )
     if not _answers(recorded.base_url):
-        raise NoJudge(f"the judge stand-in `make up` started ({recorded.base_url}) does not "
-                      "answer: run `make up` again, or " + NO_MODEL.split(": ", 1)[1],
-                      unreachable=True)
-    used = settings.model_copy(update={"openai_base_url": recorded.base_url,
-                                       "openai_api_key": STAND_IN_KEY})
-    return used, (f"judge: the offline stand-in `make up` started at {recorded.base_url} "
-                  "(not a model), as the workers use; set OPENAI_API_KEY for a model")
+        raise NoJudge(
+            f"the judge stand-in `make up` started ({recorded.base_url}) does not "
+            "answer: run `make up` again, or " + NO_MODEL.split(": ", 1)[1],
+            unreachable=True,
+        )
+    used = settings.model_copy(
+        update={"openai_base_url": recorded.base_url, "openai_api_key": STAND_IN_KEY}
+    )
+    return used, (
+        f"judge: the offline stand-in `make up` started at {recorded.base_url} "
+        "(not a model), as the workers use; set OPENAI_API_KEY for a model"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -36,8 +36,10 @@ def encode_scenario(scenario: Scenario) -> tuple[bytes, bytes]:
     if not scenario.version:
         scenario = scenario.versioned()
     assert scenario.version is not None
-    return (record_key(scenario.id, scenario.version),
-            scenario.model_dump_json(exclude_unset=True).encode())
+    return (
+        record_key(scenario.id, scenario.version),
+        scenario.model_dump_json(exclude_unset=True).encode(),
+    )
 
 
 def decode_scenario(value: bytes) -> Scenario:
@@ -92,7 +94,9 @@ class CatalogState:
         if name is not None and name not in (scenario.id, f"{scenario.id}@{scenario.version}"):
             log.warning(
                 "scenario record %s is keyed %r but defines %r; using the id it defines",
-                where, key, scenario.id,
+                where,
+                key,
+                scenario.id,
             )
         if scenario.version is None:  # decode_scenario versions every record it accepts
             log.warning("skipping unversioned scenario record %s(key %r)", where, key)

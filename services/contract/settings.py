@@ -35,7 +35,8 @@ class Settings(BaseSettings):
     # for their sends at most this long plus a grace (services/kafka/producer.py), never
     # for ever.
     producer_delivery_timeout_s: float = Field(
-        120.0, alias="PASSK_PRODUCER_DELIVERY_TIMEOUT_S", ge=2, le=24 * 3600)
+        120.0, alias="PASSK_PRODUCER_DELIVERY_TIMEOUT_S", ge=2, le=24 * 3600
+    )
     topic_prefix: str = Field("passk.", alias="PASSK_TOPIC_PREFIX")
     # 8 partitions: room for up to 8 workers of a processor (4 each with headroom to double).
     topic_partitions: int = Field(8, alias="PASSK_TOPIC_PARTITIONS", ge=1)
@@ -82,7 +83,8 @@ class Settings(BaseSettings):
     # Judge model prices in money units per million tokens: unset, reports show tokens only.
     judge_price_per_mtok_in: float | None = Field(None, alias="PASSK_JUDGE_PRICE_PER_MTOK_IN", ge=0)
     judge_price_per_mtok_out: float | None = Field(
-        None, alias="PASSK_JUDGE_PRICE_PER_MTOK_OUT", ge=0)
+        None, alias="PASSK_JUDGE_PRICE_PER_MTOK_OUT", ge=0
+    )
     # Calibration: a judge fails trials only while its current version's latest calibration
     # has precision >= the bar on at least `min_labelled` items; uncalibrated judges are
     # advisory unless PASSK_UNCALIBRATED_JUDGES=gating.
@@ -151,13 +153,17 @@ class Settings(BaseSettings):
     @classmethod
     def _ports_moved_by_the_offset(cls, data: Any) -> Any:
         """The defaults that name a port, moved by PASSK_PORT_OFFSET (a value given wins)."""
-        return with_port_offset(cls, data, {
-            "kafka_bootstrap_servers": "127.0.0.1:{PASSK_KAFKA_PORT}",
-            "metrics_port_base": "{PASSK_METRICS_PORT_BASE}",
-            "prometheus_url": "http://127.0.0.1:{PASSK_PROMETHEUS_PORT}",
-            "alertmanager_url": "http://127.0.0.1:{PASSK_ALERTMANAGER_PORT}",
-            "review_port": "{PASSK_REVIEW_PORT}",
-        })
+        return with_port_offset(
+            cls,
+            data,
+            {
+                "kafka_bootstrap_servers": "127.0.0.1:{PASSK_KAFKA_PORT}",
+                "metrics_port_base": "{PASSK_METRICS_PORT_BASE}",
+                "prometheus_url": "http://127.0.0.1:{PASSK_PROMETHEUS_PORT}",
+                "alertmanager_url": "http://127.0.0.1:{PASSK_ALERTMANAGER_PORT}",
+                "review_port": "{PASSK_REVIEW_PORT}",
+            },
+        )
 
     @field_validator("database_url")
     @classmethod
@@ -172,13 +178,16 @@ class Settings(BaseSettings):
             url = make_url(value)
         except (ArgumentError, ValueError) as exc:
             port = "; its port is not a number" if "int()" in str(exc) else ""
-            raise ValueError(f"not usable as a database URL (SQLAlchemy's form, e.g. "
-                             f"postgresql://user:password@host:5432/db){port}") from None
+            raise ValueError(
+                f"not usable as a database URL (SQLAlchemy's form, e.g. "
+                f"postgresql://user:password@host:5432/db){port}"
+            ) from None
         # The projection runs on SQLite or PostgreSQL only: another dialect would fail at
         # its first connection with an import traceback for a driver passk does not ship.
         if url.get_backend_name() not in ("sqlite", "postgresql"):
-            raise ValueError(f"passk's store runs on sqlite:// or postgresql://, not "
-                             f"{url.get_backend_name()}://")
+            raise ValueError(
+                f"passk's store runs on sqlite:// or postgresql://, not {url.get_backend_name()}://"
+            )
         if url.port is not None and not 0 < url.port < 65536:
             raise ValueError(f"its port {url.port} is outside 1-65535")
         if url.host and "@" in url.host:
@@ -187,8 +196,7 @@ class Settings(BaseSettings):
             raise ValueError("the user or password holds an unencoded '@': write it as %40")
         return value
 
-    @field_validator("openai_base_url", "prometheus_url", "alertmanager_url",
-                     "alert_webhook_url")
+    @field_validator("openai_base_url", "prometheus_url", "alertmanager_url", "alert_webhook_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         from urllib.parse import urlsplit
@@ -226,8 +234,7 @@ class Settings(BaseSettings):
         return ",".join(parts)
 
 
-def with_port_offset(model: type[BaseSettings], data: Any,
-                     templates: dict[str, str]) -> Any:
+def with_port_offset(model: type[BaseSettings], data: Any, templates: dict[str, str]) -> Any:
     """`data` with each field of `templates` not given set to its template, the ports in
     it moved by the offset in `data` (none: unchanged)."""
     if not isinstance(data, dict):

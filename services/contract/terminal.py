@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _MARKUP = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
 
 

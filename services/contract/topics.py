@@ -121,5 +121,7 @@ def topic_configs(spec: TopicSpec, settings: Settings) -> dict[str, str]:
 
 def dedup_retained_config(settings: Settings) -> dict[str, str]:
     """A memory of graded trials: the newest marker per key, none older than the retention."""
-    return {"cleanup.policy": "compact,delete",
-            "retention.ms": str(max(1, int(settings.dedup_retention_s * 1000)))}
+    return {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": str(max(1, int(settings.dedup_retention_s * 1000))),
+    }

@@ -29,17 +29,36 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
     app = make_app(PROCESSOR, settings)
     timing = domain.Timing.of(settings)
     # session_id -> the join while pending (RAM), then its graded marker (on disk)
-    join = KeyedJoin(app, SPEC, settings, state=domain.JoinState,
-                     roles=("conversation", "session"), marked_at="graded_at",
-                     awaiting=domain.awaiting, due_at=lambda s: domain.due_at(s, timing),
-                     is_marker=domain.is_marker)
+    join = KeyedJoin(
+        app,
+        SPEC,
+        settings,
+        state=domain.JoinState,
+        roles=("conversation", "session"),
+        marked_at="graded_at",
+        awaiting=domain.awaiting,
+        due_at=lambda s: domain.due_at(s, timing),
+        is_marker=domain.is_marker,
+    )
     run_alongside(app, settings, join.catalog)
-    steps = Steps(settings, timing, join, deliver=Delivery(PROCESSOR),
-                  gate_results=raw_topic(app, Topic.GATE_RESULTS, settings),
-                  judge_requests=raw_topic(app, Topic.JUDGE_REQUESTS, settings),
-                  session_topic=topic_name(Topic.SESSION_PERSISTED, settings),
-                  metrics=GateMetrics(registry), common=common_metrics())
-    join.agent("join", on_input={Topic.CONVERSATION_FINISHED: steps.on_conversation,
-                                 Topic.SESSION_PERSISTED: steps.on_session},
-               on_tick=steps.on_tick, apart={Topic.REGRADE_REQUESTS: steps.regrade})
+    steps = Steps(
+        settings,
+        timing,
+        join,
+        deliver=Delivery(PROCESSOR),
+        gate_results=raw_topic(app, Topic.GATE_RESULTS, settings),
+        judge_requests=raw_topic(app, Topic.JUDGE_REQUESTS, settings),
+        session_topic=topic_name(Topic.SESSION_PERSISTED, settings),
+        metrics=GateMetrics(registry),
+        common=common_metrics(),
+    )
+    join.agent(
+        "join",
+        on_input={
+            Topic.CONVERSATION_FINISHED: steps.on_conversation,
+            Topic.SESSION_PERSISTED: steps.on_session,
+        },
+        on_tick=steps.on_tick,
+        apart={Topic.REGRADE_REQUESTS: steps.regrade},
+    )
     return app

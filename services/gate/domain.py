@@ -73,9 +73,11 @@ class Timing:
     @classmethod
     def of(cls, settings: Settings) -> Timing:
         # A persisted session waits for its conversation ten session waits, an hour at least.
-        return cls(session_wait_s=settings.session_wait_s,
-                   orphan_ttl_s=max(10 * settings.session_wait_s, 3600.0),
-                   retention_s=settings.dedup_retention_s)
+        return cls(
+            session_wait_s=settings.session_wait_s,
+            orphan_ttl_s=max(10 * settings.session_wait_s, 3600.0),
+            retention_s=settings.dedup_retention_s,
+        )
 
 
 def _graded(state: JoinState, grade: Grade, now: float) -> Decision:
@@ -156,8 +158,12 @@ def on_session(state: JoinState | None, event: SessionPersisted, now: float) -> 
     for that trial. Without trial_id it is joined by session id alone."""
     state = state or JoinState(session_id=event.session_id)
     owner = claimed_by(state)
-    if (event.trial_id is not None and owner is not None and owner != event.trial_id
-            and event.trial_id not in state.graded_trial_ids):
+    if (
+        event.trial_id is not None
+        and owner is not None
+        and owner != event.trial_id
+        and event.trial_id not in state.graded_trial_ids
+    ):
         return Decision(state, "session_conflict")
     if state.graded_at is not None:
         if state.graded_without_session:
@@ -174,8 +180,6 @@ def on_session(state: JoinState | None, event: SessionPersisted, now: float) -> 
         seen = state.conversation_seen_at if state.conversation_seen_at is not None else now
         return _graded(state, Grade(state.conversation, event, max(now - seen, 0.0)), now)
     return Decision(state, note)
-
-
 
 
 def on_tick(state: JoinState, now: float, timing: Timing) -> Decision:
@@ -221,19 +225,29 @@ def awaiting(state: JoinState) -> Literal["conversation", "session"] | None:
 
 # ------------------------------------------------------------- why a record is refused
 def conversation_conflict(conv: ConversationFinished, state: JoinState | None) -> Rejection:
-    return Rejection("session_conflict", (
-        f"trial {conv.trial_id!r} (run {conv.run_id!r}) claims session {conv.session_id!r}, "
-        f"already joined to trial {joined_trial(state)!r}; the first is graded, this one is "
-        "not"))
+    return Rejection(
+        "session_conflict",
+        (
+            f"trial {conv.trial_id!r} (run {conv.run_id!r}) claims session {conv.session_id!r}, "
+            f"already joined to trial {joined_trial(state)!r}; the first is graded, this one is "
+            "not"
+        ),
+    )
 
 
 def session_conflict(sess: SessionPersisted, owner: str | None) -> Rejection:
-    return Rejection("session_conflict", (
-        f"the persisted session {sess.session_id!r} names trial {sess.trial_id!r} "
-        f"(run {sess.run_id!r}), but the session is joined to trial {owner!r}; it is not "
-        "used for that trial"))
+    return Rejection(
+        "session_conflict",
+        (
+            f"the persisted session {sess.session_id!r} names trial {sess.trial_id!r} "
+            f"(run {sess.run_id!r}), but the session is joined to trial {owner!r}; it is not "
+            "used for that trial"
+        ),
+    )
 
 
 def session_too_large(size: int, limit: int) -> Rejection:
-    return Rejection("session_too_large", (
-        f"{size} bytes exceeds the session limit of {limit} (PASSK_MAX_SESSION_BYTES)"))
+    return Rejection(
+        "session_too_large",
+        (f"{size} bytes exceeds the session limit of {limit} (PASSK_MAX_SESSION_BYTES)"),
+    )

@@ -25,7 +25,6 @@ MAX_SHOWN = 200
 MAX_FOUND_JSON = 2000
 
 
-
 @dataclass(frozen=True)
 class Judgement:
     passed: bool
@@ -159,8 +158,8 @@ def equals(exp: Expectation, found: Lookup) -> Judgement:
     if exp.unordered and isinstance(exp.equals, list):
         if not isinstance(found.value, list):
             return Judgement(
-                False, f"expected a list {expected}, found {_json_kind(found.value)} "
-                f"{show(found.value)}"
+                False,
+                f"expected a list {expected}, found {_json_kind(found.value)} {show(found.value)}",
             )
         ok = same_items(exp.equals, found.value)
     else:

@@ -77,8 +77,10 @@ def exit_checks(
     if source == "session" and observed != conversation.exit_reason:
         whose += f"; the harness saw {conversation.exit_reason!r}"
     if conversation.production and source == "harness" and observed == "unknown":
-        whose = ("the production trace named no exit: no passk.exit_reason, nor the "
-                 f"scenario's exit_attribute {scenario.exit_attribute!r}")
+        whose = (
+            "the production trace named no exit: no passk.exit_reason, nor the "
+            f"scenario's exit_attribute {scenario.exit_attribute!r}"
+        )
     checks = [
         CheckOutcome(
             check="exit:expected_exit",
@@ -118,8 +120,9 @@ def exit_checks(
                 check="exit:max_duration_s",
                 passed=ok,
                 reason=f"a duration limit of {limits.max_duration_s:g} s is set but the "
-                "producer reported no metrics.duration_ms" if seconds is None else
-                f"duration {seconds:g} s {'within' if ok else 'exceeds'} the limit "
+                "producer reported no metrics.duration_ms"
+                if seconds is None
+                else f"duration {seconds:g} s {'within' if ok else 'exceeds'} the limit "
                 f"of {limits.max_duration_s:g} s",
                 expected=limits.max_duration_s,
                 found=seconds,
@@ -165,8 +168,9 @@ def gates_for(
     Each says whether the trial's LLM judges run (`sampled`; `sample_rate`: a re-grade's)."""
     results = [exit_gate(conversation, scenario, session, sample_rate)]
     if scenario.has_state_gate:
-        results.append(state_gate(conversation, session, scenario, waited_s=waited_s,
-                                  sample_rate=sample_rate))
+        results.append(
+            state_gate(conversation, session, scenario, waited_s=waited_s, sample_rate=sample_rate)
+        )
     return results
 
 
@@ -203,11 +207,22 @@ def regrade_gates(
 ) -> list[GateResult]:
     """The gates of a re-grade: graded as ever from the request's input events (no session
     in the log is the missing-session failure), stamped with its attempt and new ids."""
-    results = gates_for(request.conversation, request.session, scenario, waited_s=session_wait_s,
-                        sample_rate=request.sample_rate)
-    return [r.model_copy(update={"attempt": request.attempt,
-                                 "event_id": with_attempt(r.event_id, request.attempt)})
-            for r in results]
+    results = gates_for(
+        request.conversation,
+        request.session,
+        scenario,
+        waited_s=session_wait_s,
+        sample_rate=request.sample_rate,
+    )
+    return [
+        r.model_copy(
+            update={
+                "attempt": request.attempt,
+                "event_id": with_attempt(r.event_id, request.attempt),
+            }
+        )
+        for r in results
+    ]
 
 
 def judge_request(conv: ConversationFinished, results: list[GateResult]) -> JudgeRequest:
@@ -215,8 +230,11 @@ def judge_request(conv: ConversationFinished, results: list[GateResult]) -> Judg
     whether they passed, which failed, and the conversation itself."""
     version = results[0].scenario_version
     return JudgeRequest(
-        event_id=f"judge-request:{conv.trial_id}:{version}", trial_id=conv.trial_id,
-        scenario_id=conv.scenario_id, scenario_version=version,
+        event_id=f"judge-request:{conv.trial_id}:{version}",
+        trial_id=conv.trial_id,
+        scenario_id=conv.scenario_id,
+        scenario_version=version,
         gates_passed=all(r.passed for r in results),
-        failed_gates=[r.gate for r in results if not r.passed], conversation=conv,
+        failed_gates=[r.gate for r in results if not r.passed],
+        conversation=conv,
     )

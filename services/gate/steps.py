@@ -47,12 +47,14 @@ class Steps(JoinSteps):
         if late := self._future(event, conv.occurred_at, now):
             return await self.reject(event, late)
         # The version the trial was run against, when it names one (pinned): never a later.
-        if (scenario := await self.join.scenario(event, conv.scenario_id,
-                                                 conv.scenario_version)) is None:
+        if (
+            scenario := await self.join.scenario(event, conv.scenario_id, conv.scenario_version)
+        ) is None:
             return
         joined = self.join.load(conv.session_id)
-        decision = domain.on_conversation(joined, conv, now,
-                                          wait_for_session=scenario.has_state_gate)
+        decision = domain.on_conversation(
+            joined, conv, now, wait_for_session=scenario.has_state_gate
+        )
         if decision.note == "session_conflict":
             return await self._refuse(event, decision, domain.conversation_conflict(conv, joined))
         if decision.refused_session is not None:
@@ -62,8 +64,9 @@ class Steps(JoinSteps):
     async def on_session(self, event: Record) -> None:
         now = time.time()
         if len(event.value or b"") > self.settings.max_session_bytes:
-            return await self.reject(event, domain.session_too_large(
-                len(event.value), self.settings.max_session_bytes))
+            return await self.reject(
+                event, domain.session_too_large(len(event.value), self.settings.max_session_bytes)
+            )
         sess = await self.join.decoded(event, SessionPersisted)
         if sess is None:
             return
@@ -73,12 +76,12 @@ class Steps(JoinSteps):
         joined = self.join.load(sess.session_id)
         decision = domain.on_session(joined, sess, now)
         if decision.note == "session_conflict":
-            return await self._refuse(event, decision,
-                                      domain.session_conflict(sess, domain.claimed_by(joined)))
+            return await self._refuse(
+                event, decision, domain.session_conflict(sess, domain.claimed_by(joined))
+            )
         await self._settle(event, sess.session_id, decision)
 
-    async def on_tick(self, event: Record, key: str, state: domain.JoinState,
-                      now: float) -> None:
+    async def on_tick(self, event: Record, key: str, state: domain.JoinState, now: float) -> None:
         await self._settle(event, key, domain.on_tick(state, now, self.timing))
 
     # ------------------------------------------------------------------ apart from the join
@@ -89,15 +92,22 @@ class Steps(JoinSteps):
             return
         request, scenario = found
         results = regrade_gates(request, scenario, session_wait_s=self.settings.session_wait_s)
-        await asyncio.gather(*(self.deliver(self.gate_results, request.trial_id.encode(),
-                                             encode(r)) for r in results))
+        await asyncio.gather(
+            *(
+                self.deliver(self.gate_results, request.trial_id.encode(), encode(r))
+                for r in results
+            )
+        )
         self.common.events.labels(self.processor, "regraded").inc()
 
     # ------------------------------------------------------------------ what a decision does
     def _future(self, event: Record, occurred_at: datetime, now: float) -> Rejection | None:
         # No trial then: the judge refuses the same record (same reference time).
-        return in_future(occurred_at, reference_time(event.message.timestamp, now),
-                         self.settings.max_clock_skew_s)
+        return in_future(
+            occurred_at,
+            reference_time(event.message.timestamp, now),
+            self.settings.max_clock_skew_s,
+        )
 
     async def _grade(self, event: Record, grade: domain.Grade) -> bool:
         conv = grade.conversation
@@ -111,10 +121,12 @@ class Steps(JoinSteps):
         for result in results:
             await self.join.send(self.gate_results, conv.trial_id, encode(result))
         if scenario.skips_judges_when_gates_fail(self.settings.judge_skip_when_gates_fail) and (
-                results[0].sampled):  # an unsampled trial's judge runs no model anyway
+            results[0].sampled
+        ):  # an unsampled trial's judge runs no model anyway
             # The judge grades it now its gates are decided (no model asked if they failed).
-            await self.join.send(self.judge_requests, conv.trial_id,
-                                 encode(judge_request(conv, results)))
+            await self.join.send(
+                self.judge_requests, conv.trial_id, encode(judge_request(conv, results))
+            )
         for result in results:
             self.metrics.count(result)
         if grade.session is None and scenario.has_state_gate:
@@ -138,10 +150,15 @@ class Steps(JoinSteps):
         """A SessionPersisted held before any conversation, naming another trial than the
         one whose conversation then claimed the session: dead-lettered as itself (its topic,
         its bytes), though the record being handled is the conversation."""
-        record = dead_letter(processor=self.processor, source_topic=self.session_topic,
-                             partition=event.message.partition, offset=None,
-                             key=held.session_id.encode(), value=encode(held),
-                             rejection=domain.session_conflict(held, owner))
+        record = dead_letter(
+            processor=self.processor,
+            source_topic=self.session_topic,
+            partition=event.message.partition,
+            offset=None,
+            key=held.session_id.encode(),
+            value=encode(held),
+            rejection=domain.session_conflict(held, owner),
+        )
         await self.deliver(self.reject.topic, held.session_id.encode(), encode(record))
         self.common.dead_letters.labels(self.session_topic, "session_conflict").inc()
         self.common.events.labels(self.processor, "session_conflict").inc()

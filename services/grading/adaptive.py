@@ -74,14 +74,23 @@ class Standing:
         return self.upper - self.lower
 
     def as_json(self) -> dict[str, object]:
-        return {"scenario_id": self.scenario_id, "n": self.n, "passed": self.passed,
-                "failed": self.failed, "errors": self.errors, "invalid": self.invalid,
-                "pass_hat_k": self.pass_hat_k, "lower": self.lower, "upper": self.upper,
-                "decision": self.decision}
+        return {
+            "scenario_id": self.scenario_id,
+            "n": self.n,
+            "passed": self.passed,
+            "failed": self.failed,
+            "errors": self.errors,
+            "invalid": self.invalid,
+            "pass_hat_k": self.pass_hat_k,
+            "lower": self.lower,
+            "upper": self.upper,
+            "decision": self.decision,
+        }
 
 
-def decide(n: int, c: int, k: int, goal: float,
-           credibility: float = DEFAULT_CREDIBILITY) -> tuple[float, float, Decision]:
+def decide(
+    n: int, c: int, k: int, goal: float, credibility: float = DEFAULT_CREDIBILITY
+) -> tuple[float, float, Decision]:
     """(lower, upper, decision) of one scenario with c passes in n judged trials."""
     lower, upper = pass_hat_k_interval(n, c, k, credibility)
     if n < k:
@@ -96,15 +105,30 @@ def decide(n: int, c: int, k: int, goal: float,
 def standing(observed: Observed, credibility: float = DEFAULT_CREDIBILITY) -> Standing:
     o = observed
     lower, upper, decision = decide(o.n, o.passed, o.k, o.goal, credibility)
-    return Standing(scenario_id=o.scenario_id, k=o.k, goal=o.goal, trials=o.trials, n=o.n,
-                    passed=o.passed, failed=o.failed, errors=o.errors, invalid=o.invalid,
-                    pass_hat_k=pass_hat_k(o.n, o.passed, o.k), lower=lower, upper=upper,
-                    decision=decision)
+    return Standing(
+        scenario_id=o.scenario_id,
+        k=o.k,
+        goal=o.goal,
+        trials=o.trials,
+        n=o.n,
+        passed=o.passed,
+        failed=o.failed,
+        errors=o.errors,
+        invalid=o.invalid,
+        pass_hat_k=pass_hat_k(o.n, o.passed, o.k),
+        lower=lower,
+        upper=upper,
+        decision=decision,
+    )
 
 
-def next_round(observed: list[Observed], *, budget: int,
-               credibility: float = DEFAULT_CREDIBILITY,
-               batch: int | None = None) -> dict[str, int]:
+def next_round(
+    observed: list[Observed],
+    *,
+    budget: int,
+    credibility: float = DEFAULT_CREDIBILITY,
+    batch: int | None = None,
+) -> dict[str, int]:
     """How many more trials each scenario gets now ({} when the run is done: every
     scenario decided, or the budget spent). The budget counts every trial of the run,
     those already run included. While a scenario lacks its initial trials the round only
@@ -116,13 +140,21 @@ def next_round(observed: list[Observed], *, budget: int,
     left = budget - sum(o.trials for o in observed)
     if left <= 0:
         return {}
-    short = {o.scenario_id: max(o.initial, o.k) - o.trials for o in observed
-             if o.trials < max(o.initial, o.k)}
+    short = {
+        o.scenario_id: max(o.initial, o.k) - o.trials
+        for o in observed
+        if o.trials < max(o.initial, o.k)
+    }
     if short:
         return _spread(sorted(short, key=lambda s: (-short[s], s)), left, short)
-    ranked = sorted((standing(o, credibility) for o in observed
-                     if standing(o, credibility).decision == UNDECIDED),
-                    key=lambda s: (-s.width, s.scenario_id))
+    ranked = sorted(
+        (
+            standing(o, credibility)
+            for o in observed
+            if standing(o, credibility).decision == UNDECIDED
+        ),
+        key=lambda s: (-s.width, s.scenario_id),
+    )
     if not ranked:
         return {}
     wanted = len(ranked) if batch is None else batch
@@ -146,8 +178,7 @@ def _spread(order: list[str], count: int, caps: dict[str, int] | None) -> dict[s
     return given
 
 
-def fixed_plan_trials(standings: list[Standing],
-                      credibility: float = DEFAULT_CREDIBILITY) -> int:
+def fixed_plan_trials(standings: list[Standing], credibility: float = DEFAULT_CREDIBILITY) -> int:
     """Trials a fixed plan (the same n for every scenario) reaching the interval width the
     adaptive run reached for each scenario would need: for each scenario the smallest n
     whose interval, at the pass rate it showed, is no wider than its own; the largest of
@@ -180,19 +211,28 @@ class Planned:
     initial: int
 
 
-def observe(scenarios: list[Planned], numbers: dict[str, set[int]],
-            outcomes: dict[str, dict[int, str]]) -> list[Observed]:
+def observe(
+    scenarios: list[Planned], numbers: dict[str, set[int]], outcomes: dict[str, dict[int, str]]
+) -> list[Observed]:
     """Each scenario's trials (`numbers`: the trial numbers of the run in the log) and the
     verdicts they have (`outcomes[scenario_id][number]`: passed, failed, error, invalid)."""
     seen: list[Observed] = []
     for p in scenarios:
         got = outcomes.get(p.scenario_id, {})
         mine = [got[n] for n in sorted(numbers.get(p.scenario_id, set())) if n in got]
-        seen.append(Observed(p.scenario_id, k=p.k, goal=p.goal,
-                             trials=len(numbers.get(p.scenario_id, set())),
-                             passed=mine.count("passed"), failed=mine.count("failed"),
-                             errors=mine.count("error"), invalid=mine.count("invalid"),
-                             initial=p.initial))
+        seen.append(
+            Observed(
+                p.scenario_id,
+                k=p.k,
+                goal=p.goal,
+                trials=len(numbers.get(p.scenario_id, set())),
+                passed=mine.count("passed"),
+                failed=mine.count("failed"),
+                errors=mine.count("error"),
+                invalid=mine.count("invalid"),
+                initial=p.initial,
+            )
+        )
     return seen
 
 

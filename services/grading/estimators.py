@@ -104,9 +104,17 @@ class ReliabilityTally:
     def figures(self) -> dict[str, Any]:
         """The counts and estimators a reliability record or row carries, under the names
         it carries them by."""
-        return {"k": self.k, "n": self.n, "passed": self.passed, "failed": self.failed,
-                "errors": self.errors, "invalid": self.invalid, "pass_at_k": self.pass_at_k,
-                "pass_hat_k": self.pass_hat_k, "scenario_passed": self.scenario_passed}
+        return {
+            "k": self.k,
+            "n": self.n,
+            "passed": self.passed,
+            "failed": self.failed,
+            "errors": self.errors,
+            "invalid": self.invalid,
+            "pass_at_k": self.pass_at_k,
+            "pass_hat_k": self.pass_hat_k,
+            "scenario_passed": self.scenario_passed,
+        }
 
     @property
     def insufficient(self) -> bool:

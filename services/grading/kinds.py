@@ -172,9 +172,12 @@ def repeated_question(spec: JudgeSpec, transcript: Sequence[Message]) -> Decisio
             words = frozenset(_WORD.findall(question.lower()))
             for earlier_index, earlier, earlier_words in asked:
                 if earlier_index != index and earlier_words <= words:
-                    return Decision(False, f"assistant message {index} asks again "
-                                           f"{question.strip()!r}, already asked in assistant "
-                                           f"message {earlier_index} ({earlier!r})")
+                    return Decision(
+                        False,
+                        f"assistant message {index} asks again "
+                        f"{question.strip()!r}, already asked in assistant "
+                        f"message {earlier_index} ({earlier!r})",
+                    )
             if len(words) >= params.min_words:
                 asked.append((index, question.strip(), words))
     return Decision(True, f"no assistant question repeats an earlier one ({len(asked)} asked)")

@@ -70,7 +70,7 @@ def overlaps(scenarios: Iterable[Scenario]) -> list[tuple[Scenario, Scenario]]:
     ruled = sorted((s for s in scenarios if s.match), key=_rank)
     out = []
     for i, a in enumerate(ruled):
-        for b in ruled[i + 1:]:
+        for b in ruled[i + 1 :]:
             assert a.match is not None and b.match is not None
             if can_overlap(a.match, b.match):
                 out.append((a, b))
@@ -83,8 +83,9 @@ def run_id_for(scenario: Scenario, started_unix_nano: int) -> str:
     return (scenario.production_run or DEFAULT_RUN).format(date=day)
 
 
-def llm_judges_sampled(conversation: ConversationFinished, scenario: Scenario,
-                       rate: float | None = None) -> bool:
+def llm_judges_sampled(
+    conversation: ConversationFinished, scenario: Scenario, rate: float | None = None
+) -> bool:
     """Whether this trial's LLM judges run: always off production; for a production trial,
     when it is in the sample at `rate` (a re-grade's `--sample`), else the scenario's."""
     if not conversation.production:

@@ -124,8 +124,13 @@ class _StrictLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_YAML_DEPTH:
                 mark = self.peek_event().start_mark
-                raise TooDeep(None, None, f"the document nests deeper than {MAX_YAML_DEPTH} "
-                              "levels (lists and mappings inside each other)", mark)
+                raise TooDeep(
+                    None,
+                    None,
+                    f"the document nests deeper than {MAX_YAML_DEPTH} "
+                    "levels (lists and mappings inside each other)",
+                    mark,
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -143,7 +148,9 @@ class _StrictLoader(yaml.SafeLoader):
             if duplicate:
                 first = seen[key].start_mark.line + 1
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first defined on line {first})",
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first defined on line {first})",
                     key_node.start_mark,
                 )
             seen[key] = key_node
@@ -350,8 +357,7 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
             loc, text_ = _describe(error)
             problem(loc, text_, _line_of(node, loc))
     if scenario is not None:
-        for section, specs in (("judges", scenario.judges),
-                               ("user_checks", scenario.user_checks)):
+        for section, specs in (("judges", scenario.judges), ("user_checks", scenario.user_checks)):
             for i, judge in enumerate(specs):
                 for loc, text_ in spec_problems(judge):
                     where = (section, i, *loc)
@@ -364,13 +370,21 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
         problem((), f"the scenario nests deeper than {MAX_SCENARIO_DEPTH} levels", None)
         return None, result
     if len(record) > MAX_SCENARIO_RECORD_BYTES:
-        problem((), f"the scenario encodes to {len(record)} bytes, above the "
-                f"{MAX_SCENARIO_RECORD_BYTES} a record on the scenarios topic may carry", None)
+        problem(
+            (),
+            f"the scenario encodes to {len(record)} bytes, above the "
+            f"{MAX_SCENARIO_RECORD_BYTES} a record on the scenarios topic may carry",
+            None,
+        )
         return None, result
 
     if scenario.trials > MAX_TRIALS:
-        problem(("trials",), f"trials: {scenario.trials} is above the maximum of {MAX_TRIALS} "
-                "(pass^k needs every one of k trials to pass)", _line_of(node, ("trials",)))
+        problem(
+            ("trials",),
+            f"trials: {scenario.trials} is above the maximum of {MAX_TRIALS} "
+            "(pass^k needs every one of k trials to pass)",
+            _line_of(node, ("trials",)),
+        )
         return None, result
     if scenario.trials < MIN_RELIABLE_TRIALS:
         result.warnings.append(
@@ -430,11 +444,16 @@ def validate_paths(paths: Iterable[Path | str]) -> LoadResult:
                 )
             )
     for winner, loser in overlaps(total.scenarios):
-        total.warnings.append(ScenarioWarning(
-            total.sources.get(loser.id, loser.id), "match",
-            f"match can hold for the same traces as scenario {winner.id!r}'s; such a trace "
-            f"is a trial of {winner.id!r} (the match with more keys wins, a tie goes to the "
-            "smaller scenario id)", None))
+        total.warnings.append(
+            ScenarioWarning(
+                total.sources.get(loser.id, loser.id),
+                "match",
+                f"match can hold for the same traces as scenario {winner.id!r}'s; such a trace "
+                f"is a trial of {winner.id!r} (the match with more keys wins, a tie goes to the "
+                "smaller scenario id)",
+                None,
+            )
+        )
     total.errors.sort(key=lambda e: (e.file, e.line or 0))
     return total
 

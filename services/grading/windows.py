@@ -29,7 +29,7 @@ class WindowSize:
 
 
 def parse_windows(spec: str) -> tuple[WindowSize, ...]:
-    """"1h,1d" -> the window sizes, in the order given; a repeated size is kept once."""
+    """ "1h,1d" -> the window sizes, in the order given; a repeated size is kept once."""
     sizes: dict[int, WindowSize] = {}
     for part in (p.strip() for p in spec.split(",")):
         if not part:
@@ -65,7 +65,7 @@ def parse_scope(key: str) -> tuple[str, str | None, int | None]:
 
 
 def parse_duration(spec: str) -> float:
-    """"90m" -> 5400.0: a number and one of s, m, h, d, w."""
+    """ "90m" -> 5400.0: a number and one of s, m, h, d, w."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*", spec)
     if match is None:
         raise ValueError(f"not a duration: {spec!r} (a number and one of s, m, h, d, w)")

@@ -32,16 +32,25 @@ from services.harness.target import HttpAgent, OpenAIChatAgent, PythonAgent
 
 
 class AgentClient(Protocol):
-    async def send(self, trial: PlannedTrial, run_id: str, session_id: str | None,
-                   message: str, history: list[Message]) -> AgentReply: ...
+    async def send(
+        self,
+        trial: PlannedTrial,
+        run_id: str,
+        session_id: str | None,
+        message: str,
+        history: list[Message],
+    ) -> AgentReply: ...
 
     async def close(self) -> None:
         """Release what the client holds (a connection pool); most hold nothing."""
 
 
 def trial_headers(trial: PlannedTrial, run_id: str) -> dict[str, str]:
-    return {"X-Passk-Run-Id": run_id, "X-Passk-Scenario-Id": trial.scenario.id,
-            "X-Passk-Trial-Id": trial.trial_id}
+    return {
+        "X-Passk-Run-Id": run_id,
+        "X-Passk-Scenario-Id": trial.scenario.id,
+        "X-Passk-Trial-Id": trial.trial_id,
+    }
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -58,33 +67,43 @@ class HttpClient:
         if self._session is None:
             # Timeouts are the runner's (one per reply), so none here.
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None),
-                connector=aiohttp.TCPConnector(limit=0))
+                timeout=aiohttp.ClientTimeout(total=None), connector=aiohttp.TCPConnector(limit=0)
+            )
         return self._session
 
-    async def send(self, trial: PlannedTrial, run_id: str, session_id: str | None,
-                   message: str, history: list[Message]) -> AgentReply:
+    async def send(
+        self,
+        trial: PlannedTrial,
+        run_id: str,
+        session_id: str | None,
+        message: str,
+        history: list[Message],
+    ) -> AgentReply:
         body = {"session_id": session_id, "message": message}
         headers = {**self.target.headers, **trial_headers(trial, run_id)}
         try:
-            async with self._client().post(self.target.url, json=body,
-                                           headers=headers) as response:
+            async with self._client().post(self.target.url, json=body, headers=headers) as response:
                 raw = await response.content.read(self.target.max_reply_bytes + 1)
                 if len(raw) > self.target.max_reply_bytes:
-                    raise AgentError(f"the reply is larger than {self.target.max_reply_bytes} "
-                                     "bytes")
+                    raise AgentError(
+                        f"the reply is larger than {self.target.max_reply_bytes} bytes"
+                    )
                 text = raw.decode("utf-8", errors="replace")
                 if response.status >= 400:
-                    raise AgentError(f"HTTP {response.status} from {self.target.url}: "
-                                     f"{_short(text) or response.reason}")
+                    raise AgentError(
+                        f"HTTP {response.status} from {self.target.url}: "
+                        f"{_short(text) or response.reason}"
+                    )
         except aiohttp.ClientConnectorError as exc:
             raise AgentError(f"cannot connect to {self.target.url}: {exc.os_error}") from None
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
-            raise AgentError(f"{self.target.url} closed the connection before replying "
-                             f"({type(exc).__name__})") from None
+            raise AgentError(
+                f"{self.target.url} closed the connection before replying ({type(exc).__name__})"
+            ) from None
         except aiohttp.ClientError as exc:
-            raise AgentError(f"HTTP request to {self.target.url} failed: "
-                             f"{type(exc).__name__}: {exc}") from None
+            raise AgentError(
+                f"HTTP request to {self.target.url} failed: {type(exc).__name__}: {exc}"
+            ) from None
         try:
             payload = json.loads(text)
         except json.JSONDecodeError:
@@ -102,22 +121,34 @@ class OpenAIChatClient:
 
         self.target = target
         # Retries are the harness's business (none: a failed reply is an agent_error).
-        self._client = AsyncOpenAI(base_url=target.base_url,
-                                   api_key=os.environ.get(target.api_key_env) or "unset",
-                                   max_retries=0)
-        self._tools = [{
-            "type": "function",
-            "function": {
-                "name": target.exit_tool,
-                "description": "End the conversation: the product closes it.",
-                "parameters": {"type": "object",
-                               "properties": {"exit_reason": {"type": "string"}},
-                               "required": ["exit_reason"]},
-            },
-        }]
+        self._client = AsyncOpenAI(
+            base_url=target.base_url,
+            api_key=os.environ.get(target.api_key_env) or "unset",
+            max_retries=0,
+        )
+        self._tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": target.exit_tool,
+                    "description": "End the conversation: the product closes it.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"exit_reason": {"type": "string"}},
+                        "required": ["exit_reason"],
+                    },
+                },
+            }
+        ]
 
-    async def send(self, trial: PlannedTrial, run_id: str, session_id: str | None,
-                   message: str, history: list[Message]) -> AgentReply:
+    async def send(
+        self,
+        trial: PlannedTrial,
+        run_id: str,
+        session_id: str | None,
+        message: str,
+        history: list[Message],
+    ) -> AgentReply:
         import openai
 
         session = session_id or trial.trial_id  # the harness names the session here
@@ -127,12 +158,16 @@ class OpenAIChatClient:
         messages += [m.model_dump(exclude_none=True) for m in history]
         try:
             response = await self._client.chat.completions.create(
-                model=self.target.model, messages=messages,  # type: ignore[arg-type]
-                tools=self._tools, user=session,  # type: ignore[arg-type]
-                extra_headers={"X-Session-Id": session, **trial_headers(trial, run_id)})
+                model=self.target.model,
+                messages=messages,  # type: ignore[arg-type]
+                tools=self._tools,
+                user=session,  # type: ignore[arg-type]
+                extra_headers={"X-Session-Id": session, **trial_headers(trial, run_id)},
+            )
         except openai.APIStatusError as exc:
-            raise AgentError(f"HTTP {exc.status_code} from {self.target.base_url}: "
-                             f"{_short(str(exc.message))}") from None
+            raise AgentError(
+                f"HTTP {exc.status_code} from {self.target.base_url}: {_short(str(exc.message))}"
+            ) from None
         except openai.APIConnectionError as exc:
             raise AgentError(f"cannot reach {self.target.base_url}: {exc}") from None
         except openai.OpenAIError as exc:
@@ -151,8 +186,13 @@ class OpenAIChatClient:
                     args = {}
                 exit_reason = str(args.get("exit_reason") or "product_closed")
         usage = response.usage.model_dump() if response.usage else None
-        return AgentReply(reply=choice.content, exit_reason=exit_reason, session_id=session,
-                          usage=usage, tool_calls=calls or None)
+        return AgentReply(
+            reply=choice.content,
+            exit_reason=exit_reason,
+            session_id=session,
+            usage=usage,
+            tool_calls=calls or None,
+        )
 
     async def close(self) -> None:
         await self._client.close()
@@ -176,19 +216,33 @@ class PythonClient(AgentClient):
             module = importlib.import_module(module_name)
         except ImportError as exc:
             tried = ", ".join(path[:6]) + (", …" if len(path) > 6 else "")
-            raise AgentError(f"cannot import {module_name}: {exc} (looked in: {tried}; run "
-                             "passk from the directory that holds it, or add that directory "
-                             "to PYTHONPATH)") from None
+            raise AgentError(
+                f"cannot import {module_name}: {exc} (looked in: {tried}; run "
+                "passk from the directory that holds it, or add that directory "
+                "to PYTHONPATH)"
+            ) from None
         function = getattr(module, name, None)
         if not callable(function):
             raise AgentError(f"{target.callable} is not a callable")
         self._function = function
 
-    async def send(self, trial: PlannedTrial, run_id: str, session_id: str | None,
-                   message: str, history: list[Message]) -> AgentReply:
-        request = {"session_id": session_id, "message": message,
-                   "passk": {"run_id": run_id, "scenario_id": trial.scenario.id,
-                             "trial_id": trial.trial_id}}
+    async def send(
+        self,
+        trial: PlannedTrial,
+        run_id: str,
+        session_id: str | None,
+        message: str,
+        history: list[Message],
+    ) -> AgentReply:
+        request = {
+            "session_id": session_id,
+            "message": message,
+            "passk": {
+                "run_id": run_id,
+                "scenario_id": trial.scenario.id,
+                "trial_id": trial.trial_id,
+            },
+        }
         try:
             if inspect.iscoroutinefunction(self._function):
                 payload = await self._function(request)
@@ -196,14 +250,16 @@ class PythonClient(AgentClient):
                 # A sync agent must not stall the other trials.
                 payload = await asyncio.to_thread(self._function, request)
         except Exception as exc:  # the agent's own failure is its trial's agent_error
-            raise AgentError(f"the agent raised {type(exc).__name__}: {_short(str(exc))}") \
-                from None
+            raise AgentError(f"the agent raised {type(exc).__name__}: {_short(str(exc))}") from None
         return parse_reply(payload)
 
 
 # The client of each kind of `agent:` a target file can give.
 CLIENTS: dict[type, Callable[[Any], AgentClient]] = {
-    HttpAgent: HttpClient, OpenAIChatAgent: OpenAIChatClient, PythonAgent: PythonClient}
+    HttpAgent: HttpClient,
+    OpenAIChatAgent: OpenAIChatClient,
+    PythonAgent: PythonClient,
+}
 
 
 def make_client(target: HttpAgent | OpenAIChatAgent | PythonAgent) -> AgentClient:

@@ -68,12 +68,19 @@ class AdaptiveResult:
 
     def as_json(self) -> dict[str, object]:
         fixed = self.fixed_plan_trials
-        return {"run_id": self.run_id, "trials_run": self.trials_run, "budget": self.budget,
-                "scenarios": [s.as_json() | {"k": s.k, "goal": s.goal, "trials": s.trials}
-                              for s in self.standings],
-                "added": self.added, "rounds": self.rounds, "credibility": self.credibility,
-                "fixed_plan_trials": fixed,
-                "late": self.late}
+        return {
+            "run_id": self.run_id,
+            "trials_run": self.trials_run,
+            "budget": self.budget,
+            "scenarios": [
+                s.as_json() | {"k": s.k, "goal": s.goal, "trials": s.trials} for s in self.standings
+            ],
+            "added": self.added,
+            "rounds": self.rounds,
+            "credibility": self.credibility,
+            "fixed_plan_trials": fixed,
+            "late": self.late,
+        }
 
 
 def goal_of(scenario: Scenario, goal: float | None, default: float) -> float:
@@ -91,37 +98,57 @@ def numbers_in(run_id: str, scenarios: list[Scenario], trial_ids: set[str]) -> d
     for s in scenarios:
         prefix = f"{run_id}:{s.id}:"
         for t in trial_ids:
-            rest = t[len(prefix):]
+            rest = t[len(prefix) :]
             if t.startswith(prefix) and rest.isdigit():
                 found[s.id].add(int(rest))
     return found
 
 
 def _merge(into: RunSummary, more: RunSummary) -> None:
-    for name in ("planned", "skipped", "run", "published", "not_published", "interrupted",
-                 "sessions_found"):
+    for name in (
+        "planned",
+        "skipped",
+        "run",
+        "published",
+        "not_published",
+        "interrupted",
+        "sessions_found",
+    ):
         setattr(into, name, getattr(into, name) + getattr(more, name))
     into.exits.update(more.exits)
     into.errors.extend(more.errors)
 
 
-async def run_adaptive(*, run_id: str, scenarios: list[Scenario], options: AdaptiveOptions,
-                       default_goal: float, in_log: set[str], play: Play, verdicts: Verdicts,
-                       on_round: Callable[[int, dict[str, int]], None] = lambda r, a: None,
-                       ) -> AdaptiveResult:
+async def run_adaptive(
+    *,
+    run_id: str,
+    scenarios: list[Scenario],
+    options: AdaptiveOptions,
+    default_goal: float,
+    in_log: set[str],
+    play: Play,
+    verdicts: Verdicts,
+    on_round: Callable[[int, dict[str, int]], None] = lambda r, a: None,
+) -> AdaptiveResult:
     by_id = {s.id: s for s in scenarios}
-    planned = [Planned(s.id, s.k, goal_of(s, options.goal, default_goal),
-                       max(options.initial, s.k)) for s in scenarios]
+    planned = [
+        Planned(s.id, s.k, goal_of(s, options.goal, default_goal), max(options.initial, s.k))
+        for s in scenarios
+    ]
     numbers = numbers_in(run_id, scenarios, in_log)
     # Trials of the run in the log for scenarios not run now count against the budget too.
     elsewhere = len(in_log) - sum(len(ns) for ns in numbers.values())
-    result = AdaptiveResult(run_id=run_id, budget=options.budget,
-                            credibility=options.credibility, standings=[], trials_run=0)
+    result = AdaptiveResult(
+        run_id=run_id,
+        budget=options.budget,
+        credibility=options.credibility,
+        standings=[],
+        trials_run=0,
+    )
     while True:
         wanted = {trial_id(run_id, sid, n): (sid, n) for sid, ns in numbers.items() for n in ns}
         stopped = bool(result.summary.interrupted or result.summary.not_published)
-        got = await _verdicts_of(set(wanted), verdicts, options,
-                                 wait=not stopped)
+        got = await _verdicts_of(set(wanted), verdicts, options, wait=not stopped)
         outcomes: dict[str, dict[int, str]] = {sid: {} for sid in numbers}
         for tid, outcome in got.items():
             if tid in wanted:
@@ -133,8 +160,12 @@ async def run_adaptive(*, run_id: str, scenarios: list[Scenario], options: Adapt
         result.late = sorted(set(wanted) - set(got))
         if stopped or result.late:
             return result
-        given = next_round(seen, budget=max(options.budget - elsewhere, 0),
-                           credibility=options.credibility, batch=options.batch)
+        given = next_round(
+            seen,
+            budget=max(options.budget - elsewhere, 0),
+            credibility=options.credibility,
+            batch=options.batch,
+        )
         if not given:
             return result
         result.rounds += 1
@@ -147,8 +178,9 @@ async def run_adaptive(*, run_id: str, scenarios: list[Scenario], options: Adapt
             numbers[sid] |= ns
 
 
-def _round_plan(run_id: str, by_id: dict[str, Scenario], numbers: dict[str, set[int]],
-                given: dict[str, int]) -> list[PlannedTrial]:
+def _round_plan(
+    run_id: str, by_id: dict[str, Scenario], numbers: dict[str, set[int]], given: dict[str, int]
+) -> list[PlannedTrial]:
     """The round's trials, scenarios interleaved (widest first) as plan_trials does."""
     chosen = {sid: next_numbers(numbers[sid], count) for sid, count in given.items()}
     todo: list[PlannedTrial] = []
@@ -160,8 +192,9 @@ def _round_plan(run_id: str, by_id: dict[str, Scenario], numbers: dict[str, set[
     return todo
 
 
-async def _verdicts_of(wanted: set[str], verdicts: Verdicts, options: AdaptiveOptions, *,
-                       wait: bool) -> dict[str, str]:
+async def _verdicts_of(
+    wanted: set[str], verdicts: Verdicts, options: AdaptiveOptions, *, wait: bool
+) -> dict[str, str]:
     """The run's verdicts once every wanted trial has one, or what there is at the
     deadline (or at once, when not waiting)."""
     deadline = time.monotonic() + options.verdict_timeout_s

@@ -22,51 +22,76 @@ if TYPE_CHECKING:
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 
-def register(app: typer.Typer, *,
-             publish: Callable[[Sequence[Any], Any], list[tuple[str, str]]]) -> None:
+def register(
+    app: typer.Typer, *, publish: Callable[[Sequence[Any], Any], list[tuple[str, str]]]
+) -> None:
     """`publish(scenarios, settings)`: `passk scenarios publish`'s, handed by the CLI
     (services/cli/wiring.py), for `passk run --publish`; it returns (id, status) pairs."""
 
     @app.command()
     def run(
-        scenarios: Path = typer.Option(..., "--scenarios", exists=True,
-                                       help="scenario YAML files or a directory"),
+        scenarios: Path = typer.Option(
+            ..., "--scenarios", exists=True, help="scenario YAML files or a directory"
+        ),
         target: Path = typer.Option(..., "--target", help="the target file (agent and state)"),
         run_id: str = typer.Option(..., "--run-id", help="the run; trial ids derive from it"),
         trials: int = typer.Option(0, "--trials", min=0, help="trials per scenario (at least k)"),
-        concurrency: int = typer.Option(4, "--concurrency", min=1, max=256,
-                                        help="trials talking to the agent at once"),
+        concurrency: int = typer.Option(
+            4, "--concurrency", min=1, max=256, help="trials talking to the agent at once"
+        ),
         agent_version: str = typer.Option(None, "--agent-version"),
         user_model: str = typer.Option(
-            None, "--user-model", envvar="PASSK_USER_MODEL",
+            None,
+            "--user-model",
+            envvar="PASSK_USER_MODEL",
             help="model playing users without a script (default: the judge model, or the "
-                 "offline stand-in when no model is configured)"),
+            "offline stand-in when no model is configured)",
+        ),
         publish_first: bool = typer.Option(
-            False, "--publish", help="publish the scenarios first (new or changed ones); "
-                                     "without it, an unpublished or changed scenario is exit 2"),
+            False,
+            "--publish",
+            help="publish the scenarios first (new or changed ones); "
+            "without it, an unpublished or changed scenario is exit 2",
+        ),
         wait: float | None = BROKER_WAIT,
-        as_json: bool = typer.Option(False, "--json",
-                                     help="print the summary as one JSON object"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
         adaptive: bool = typer.Option(
-            False, "--adaptive", help="after k trials each, give further trials in rounds to "
+            False,
+            "--adaptive",
+            help="after k trials each, give further trials in rounds to "
             "the scenarios whose credible interval of pass^k still holds the goal, widest "
-            "first, until none does or --budget trials in all have run"),
-        budget: int = typer.Option(None, "--budget", min=1,
-                                   help="with --adaptive: trials of the run in all, at most"),
+            "first, until none does or --budget trials in all have run",
+        ),
+        budget: int = typer.Option(
+            None, "--budget", min=1, help="with --adaptive: trials of the run in all, at most"
+        ),
         goal: float = typer.Option(
-            None, "--goal", min=0.0, max=1.0,
+            None,
+            "--goal",
+            min=0.0,
+            max=1.0,
             help="with --adaptive: the pass^k to decide against (default: each scenario's "
-                 "alert target, else PASSK_ALERT_MIN_PASS_HAT_K)"),
+            "alert target, else PASSK_ALERT_MIN_PASS_HAT_K)",
+        ),
         credibility: float = typer.Option(
-            0.9, "--credibility", min=0.5, max=0.999,
-            help="with --adaptive: the credible interval's mass"),
+            0.9,
+            "--credibility",
+            min=0.5,
+            max=0.999,
+            help="with --adaptive: the credible interval's mass",
+        ),
         batch: int = typer.Option(
-            None, "--batch", min=1,
-            help="with --adaptive: trials per round at most (default: one per undecided "
-                 "scenario)"),
+            None,
+            "--batch",
+            min=1,
+            help="with --adaptive: trials per round at most (default: one per undecided scenario)",
+        ),
         verdict_timeout: float = typer.Option(
-            600.0, "--verdict-timeout", min=1.0,
-            help="with --adaptive: how long to wait for a round's verdicts"),
+            600.0,
+            "--verdict-timeout",
+            min=1.0,
+            help="with --adaptive: how long to wait for a round's verdicts",
+        ),
     ) -> None:
         """Run each scenario max(--trials, k) times against the agent with its simulated
         user, read the product's persisted session with the target's state probe, and
@@ -87,39 +112,82 @@ def register(app: typer.Typer, *,
         settings = get_settings()
         out, err = console(), console(stderr=True)
         check_adaptive(adaptive, budget, goal, batch)
-        prepared = prepare_run(scenarios, target, settings, wait=wait,
-                               publish_first=publish_first, publish=publish,
-                               user_model=user_model, say=sayer(err))
+        prepared = prepare_run(
+            scenarios,
+            target,
+            settings,
+            wait=wait,
+            publish_first=publish_first,
+            publish=publish,
+            user_model=user_model,
+            say=sayer(err),
+        )
         if adaptive:
-            options = AdaptiveOptions(budget=budget, goal=goal, credibility=credibility,
-                                      batch=batch, initial=trials,
-                                      verdict_timeout_s=verdict_timeout)
-            _adaptive(prepared, run_id, settings, options, concurrency=concurrency,
-                      agent_version=agent_version, out=out, err=err, as_json=as_json)
+            options = AdaptiveOptions(
+                budget=budget,
+                goal=goal,
+                credibility=credibility,
+                batch=batch,
+                initial=trials,
+                verdict_timeout_s=verdict_timeout,
+            )
+            _adaptive(
+                prepared,
+                run_id,
+                settings,
+                options,
+                concurrency=concurrency,
+                agent_version=agent_version,
+                out=out,
+                err=err,
+                as_json=as_json,
+            )
         with trial_progress(err, f"run {run_id}", None) as progress:
-            summary = run_trials(prepared, run_id, settings, trials=trials,
-                                 concurrency=concurrency, agent_version=agent_version,
-                                 progress=progress)
+            summary = run_trials(
+                prepared,
+                run_id,
+                settings,
+                trials=trials,
+                concurrency=concurrency,
+                agent_version=agent_version,
+                progress=progress,
+            )
         print_run(summary, run_id, out, err, as_json)
         raise typer.Exit(summary.exit_code())
 
 
-def _adaptive(prepared: Prepared, run_id: str, settings: Settings, options: AdaptiveOptions,
-              *, concurrency: int, agent_version: str | None, out: Console, err: Console,
-              as_json: bool) -> NoReturn:
+def _adaptive(
+    prepared: Prepared,
+    run_id: str,
+    settings: Settings,
+    options: AdaptiveOptions,
+    *,
+    concurrency: int,
+    agent_version: str | None,
+    out: Console,
+    err: Console,
+    as_json: bool,
+) -> NoReturn:
     """`passk run --adaptive`: k trials each, then rounds within the budget."""
     from services.harness.drive import run_adaptive
     from services.harness.render import trial_progress
 
     with trial_progress(err, f"run {run_id} (adaptive)", options.budget) as progress:
-        result = run_adaptive(prepared, run_id, settings, options=options,
-                              concurrency=concurrency, agent_version=agent_version,
-                              progress=progress)
+        result = run_adaptive(
+            prepared,
+            run_id,
+            settings,
+            options=options,
+            concurrency=concurrency,
+            agent_version=agent_version,
+            progress=progress,
+        )
     _adaptive_summary(result, out, err, as_json)
 
 
-def _adaptive_summary(result: AdaptiveResult, out: Console, err: Console,
-                      as_json: bool) -> NoReturn:
+def _adaptive_summary(
+    result: AdaptiveResult, out: Console, err: Console, as_json: bool
+) -> NoReturn:
     """The adaptive run's answer (services.harness.render.print_adaptive); exit 1 when a
     trial was not published or a verdict never came, 130 when stopped."""
     from services.harness.render import print_adaptive

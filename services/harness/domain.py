@@ -128,12 +128,14 @@ def parse_reply(payload: Any) -> AgentReply:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(reply)"
-        raise AgentError(f"the reply does not follow the protocol: {where}: {first['msg']}") \
-            from None
+        raise AgentError(
+            f"the reply does not follow the protocol: {where}: {first['msg']}"
+        ) from None
 
 
-def fold_checks(held: list[ExternalCheck], new: list[ExternalCheck],
-                limit: int = MAX_EXTERNAL_CHECKS) -> list[ExternalCheck]:
+def fold_checks(
+    held: list[ExternalCheck], new: list[ExternalCheck], limit: int = MAX_EXTERNAL_CHECKS
+) -> list[ExternalCheck]:
     """The conversation's external checks after a reply's: one result per id (the event
     refuses repeats), passed only while every report of it passed (AND across turns: a
     later pass does not undo an earlier failure; the first failure's reason is kept).
@@ -181,9 +183,13 @@ class Conversation:
             # The harness runs none of the product's tools; chat APIs refuse a history
             # whose tool calls have no results, so each gets one saying so.
             for call in reply.tool_calls:
-                self.transcript.append(Message(
-                    role="tool", tool_call_id=str(call.get("id", "")),
-                    content="(not run: passk run records tool calls, it does not execute them)"))
+                self.transcript.append(
+                    Message(
+                        role="tool",
+                        tool_call_id=str(call.get("id", "")),
+                        content="(not run: passk run records tool calls, it does not execute them)",
+                    )
+                )
         if reply.session_id:
             self.session_id = reply.session_id
         if reply.usage is not None:
@@ -255,8 +261,10 @@ def metrics_of(finished: FinishedTrial) -> TrialMetrics:
     latency = None
     if c.latencies_ms:
         latency = round(sum(c.latencies_ms) / len(c.latencies_ms), 3)
-        extra = {"latency_ms_max": round(max(c.latencies_ms), 3),
-                 "agent_replies": len(c.latencies_ms)}
+        extra = {
+            "latency_ms_max": round(max(c.latencies_ms), 3),
+            "agent_replies": len(c.latencies_ms),
+        }
     return TrialMetrics(
         turns=c.turns,
         duration_ms=round(finished.duration_ms, 3),
@@ -267,8 +275,9 @@ def metrics_of(finished: FinishedTrial) -> TrialMetrics:
     )
 
 
-def conversation_event(finished: FinishedTrial, *, state_probe: str | None = None
-                       ) -> ConversationFinished:
+def conversation_event(
+    finished: FinishedTrial, *, state_probe: str | None = None
+) -> ConversationFinished:
     """`state_probe`: why no persisted session was found, kept with the trial."""
     extra: dict[str, Any] = {}
     if state_probe is not None:

@@ -40,8 +40,9 @@ class Prepared:
     users: UserFactory
 
 
-def check_adaptive(adaptive: bool, budget: int | None, goal: float | None,
-                   batch: int | None) -> None:
+def check_adaptive(
+    adaptive: bool, budget: int | None, goal: float | None, batch: int | None
+) -> None:
     """--budget, --goal and --batch go with --adaptive, which needs --budget."""
     if adaptive and budget is None:
         raise UsageError("--adaptive needs --budget N (trials of the run in all)")
@@ -49,9 +50,17 @@ def check_adaptive(adaptive: bool, budget: int | None, goal: float | None,
         raise UsageError("--budget, --goal and --batch go with --adaptive")
 
 
-def prepare_run(scenarios: Path, target: Path, settings: Settings, *, wait: float | None,
-                publish_first: bool, publish: Publish, user_model: str | None,
-                say: Say) -> Prepared:
+def prepare_run(
+    scenarios: Path,
+    target: Path,
+    settings: Settings,
+    *,
+    wait: float | None,
+    publish_first: bool,
+    publish: Publish,
+    user_model: str | None,
+    say: Say,
+) -> Prepared:
     """The scenarios of `scenarios` validated (each with a user to play), the target file
     loaded, the broker reached, the scenarios published (`publish_first`) or checked to be
     as published, and the users' factory. UsageError naming the file for what is not
@@ -70,15 +79,18 @@ def prepare_run(scenarios: Path, target: Path, settings: Settings, *, wait: floa
         say(f"warning: {warning}", "yellow")
     without_user = [s.id for s in loaded.scenarios if s.user is None]
     if without_user:
-        raise UsageError(f"{scenarios}: scenario(s) without a `user:` section, so no "
-                         f"user to play: {', '.join(without_user)}; nothing was run")
+        raise UsageError(
+            f"{scenarios}: scenario(s) without a `user:` section, so no "
+            f"user to play: {', '.join(without_user)}; nothing was run"
+        )
     if not loaded.scenarios:
         raise UsageError(f"no scenario in {scenarios}")
     try:
         chosen = load_target(target, os.environ)
     except InvalidTarget as exc:
-        raise UsageError(f"invalid target file {exc.file}: field {exc.field}: "
-                         f"{exc.problem}") from None
+        raise UsageError(
+            f"invalid target file {exc.file}: field {exc.field}: {exc.problem}"
+        ) from None
     require_broker(wait, settings)
     # Kafka errors escape to services.cli: one line, exit 4.
     if publish_first:
@@ -93,8 +105,9 @@ def prepare_run(scenarios: Path, target: Path, settings: Settings, *, wait: floa
     return Prepared(list(loaded.scenarios), chosen, target, users)
 
 
-def _refuse_unpinned(scenarios: Sequence[Scenario], sources: dict[str, str], settings: Settings,
-                     say: Say) -> None:
+def _refuse_unpinned(
+    scenarios: Sequence[Scenario], sources: dict[str, str], settings: Settings, say: Say
+) -> None:
     from services.harness.play import unpinned
     from services.kafka.catalog import load_catalog
 
@@ -106,34 +119,65 @@ def _refuse_unpinned(scenarios: Sequence[Scenario], sources: dict[str, str], set
             f"{len(stale)} scenario(s) not as published: their trials would be "
             f"graded against another version ({', '.join(p.file for p in stale)}); "
             "publish them (`passk scenarios publish`, or `passk run --publish`); "
-            "nothing was run")
+            "nothing was run"
+        )
 
 
-def run_trials(prepared: Prepared, run_id: str, settings: Settings, *, trials: int,
-               concurrency: int, agent_version: str | None,
-               progress: TrialProgress) -> RunSummary:
+def run_trials(
+    prepared: Prepared,
+    run_id: str,
+    settings: Settings,
+    *,
+    trials: int,
+    concurrency: int,
+    agent_version: str | None,
+    progress: TrialProgress,
+) -> RunSummary:
     """Each scenario max(trials, k) times, the trials already in the log skipped."""
     from services.harness.play import play
 
     try:
-        return play(prepared.scenarios, prepared.target, run_id, settings,
-                    users=prepared.users, trials=trials, concurrency=concurrency,
-                    agent_version=agent_version, on_plan=progress.planned,
-                    on_trial=progress.trial)
+        return play(
+            prepared.scenarios,
+            prepared.target,
+            run_id,
+            settings,
+            users=prepared.users,
+            trials=trials,
+            concurrency=concurrency,
+            agent_version=agent_version,
+            on_plan=progress.planned,
+            on_trial=progress.trial,
+        )
     except UsageError as exc:
         raise UsageError(f"{prepared.target_file}: {exc}") from None
 
 
-def run_adaptive(prepared: Prepared, run_id: str, settings: Settings, *,
-                 options: AdaptiveOptions, concurrency: int, agent_version: str | None,
-                 progress: TrialProgress) -> AdaptiveResult:
+def run_adaptive(
+    prepared: Prepared,
+    run_id: str,
+    settings: Settings,
+    *,
+    options: AdaptiveOptions,
+    concurrency: int,
+    agent_version: str | None,
+    progress: TrialProgress,
+) -> AdaptiveResult:
     """k trials each, then rounds for the scenarios still undecided, within the budget."""
     from services.harness.play import play_adaptive
 
     try:
-        return play_adaptive(prepared.scenarios, prepared.target, run_id, settings,
-                             users=prepared.users, options=options, concurrency=concurrency,
-                             agent_version=agent_version, on_trial=progress.trial,
-                             on_round=progress.round)
+        return play_adaptive(
+            prepared.scenarios,
+            prepared.target,
+            run_id,
+            settings,
+            users=prepared.users,
+            options=options,
+            concurrency=concurrency,
+            agent_version=agent_version,
+            on_trial=progress.trial,
+            on_round=progress.round,
+        )
     except UsageError as exc:
         raise UsageError(f"{prepared.target_file}: {exc}") from None

@@ -25,8 +25,12 @@ def published_trials(run_id: str, settings: Settings) -> set[str]:
     """Trial ids of this run already on the conversation-finished topic (read to the end
     offsets taken at the start; records of other runs are skipped unparsed)."""
     name = topic_name(Topic.CONVERSATION_FINISHED, settings)
-    consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=None,
-                             enable_auto_commit=False, max_poll_records=2000)
+    consumer = KafkaConsumer(
+        **kafka_client_kwargs(settings),
+        group_id=None,
+        enable_auto_commit=False,
+        max_poll_records=2000,
+    )
     found: set[str] = set()
     needle = run_id.encode()
     limits = {"max_bytes": settings.max_event_bytes, "max_depth": settings.max_json_depth}
@@ -53,9 +57,9 @@ def published_trials(run_id: str, settings: Settings) -> set[str]:
         consumer.close()
 
 
-def publisher(producer: TrafficProducer, stop_waiting: threading.Event,
-              timeout_s: float | None = None
-              ) -> Callable[[ConversationFinished, SessionPersisted | None], str | None]:
+def publisher(
+    producer: TrafficProducer, stop_waiting: threading.Event, timeout_s: float | None = None
+) -> Callable[[ConversationFinished, SessionPersisted | None], str | None]:
     """Send a trial's events and wait for their acknowledgements: None when they are all
     in the log, else why not. The session goes first, and the conversation only once the
     session is acknowledged: a trial whose conversation is in the log then has its session
@@ -64,11 +68,9 @@ def publisher(producer: TrafficProducer, stop_waiting: threading.Event,
     or as soon as `stop_waiting` is set (a stopped run)."""
     limit = producer.deadline_s if timeout_s is None else timeout_s
 
-    def publish(conversation: ConversationFinished,
-                session: SessionPersisted | None) -> str | None:
+    def publish(conversation: ConversationFinished, session: SessionPersisted | None) -> str | None:
         for event in ([session] if session is not None else []) + [conversation]:
-            why = acknowledged(producer.send(event, ref=conversation.trial_id), limit,
-                               stop_waiting)
+            why = acknowledged(producer.send(event, ref=conversation.trial_id), limit, stop_waiting)
             if why is not None:
                 return f"{event.type} not delivered: {why}"
         return None
@@ -76,8 +78,12 @@ def publisher(producer: TrafficProducer, stop_waiting: threading.Event,
     return publish
 
 
-def acknowledged(future: Future, timeout_s: float, stop_waiting: threading.Event,
-                 clock: Callable[[], float] = time.monotonic) -> str | None:
+def acknowledged(
+    future: Future,
+    timeout_s: float,
+    stop_waiting: threading.Event,
+    clock: Callable[[], float] = time.monotonic,
+) -> str | None:
     """Wait for one send: None once the broker acknowledged it, else why not."""
     done = threading.Event()
     future.add_both(lambda _result: done.set())

@@ -38,8 +38,9 @@ class Unpinned:
         return f"{self.file}: scenario {self.scenario_id!r} {self.why}"
 
 
-def unpinned(scenarios: Sequence[Scenario], sources: Mapping[str, str],
-             latest: Mapping[str, Scenario]) -> list[Unpinned]:
+def unpinned(
+    scenarios: Sequence[Scenario], sources: Mapping[str, str], latest: Mapping[str, Scenario]
+) -> list[Unpinned]:
     """Each scenario that is not published, or whose local file differs from the latest
     published version (its content hash, `version`, is another)."""
     out = []
@@ -49,13 +50,23 @@ def unpinned(scenarios: Sequence[Scenario], sources: Mapping[str, str],
         if published is None:
             out.append(Unpinned(file, s.id, "is not published"))
         elif published.version != s.version:
-            out.append(Unpinned(file, s.id, f"differs from its published version "
-                                            f"{published.version} (the file is {s.version})"))
+            out.append(
+                Unpinned(
+                    file,
+                    s.id,
+                    f"differs from its published version "
+                    f"{published.version} (the file is {s.version})",
+                )
+            )
     return out
 
 
-def users_for(scenarios: Sequence[Scenario], settings: Settings, user_model: str | None,
-              standin_url: str | None = None) -> tuple[UserFactory, str | None]:
+def users_for(
+    scenarios: Sequence[Scenario],
+    settings: Settings,
+    user_model: str | None,
+    standin_url: str | None = None,
+) -> tuple[UserFactory, str | None]:
     """The users' factory, and a warning to show when the offline stand-in plays them.
     `standin_url`: the stand-in's /v1 URL (default: 127.0.0.1:PASSK_STANDIN_PORT)."""
     if not any(s.user and s.user.script is None for s in scenarios):
@@ -66,14 +77,20 @@ def users_for(scenarios: Sequence[Scenario], settings: Settings, user_model: str
     base_url = settings.openai_base_url or None
     if stand_in:
         base_url = standin_url or (
-            f"http://127.0.0.1:{os.environ.get('PASSK_STANDIN_PORT', '8400')}/v1")
+            f"http://127.0.0.1:{os.environ.get('PASSK_STANDIN_PORT', '8400')}/v1"
+        )
     users = UserFactory(
-        AsyncOpenAI(base_url=base_url, api_key=settings.openai_api_key or "stand-in",
-                    max_retries=2),
+        AsyncOpenAI(
+            base_url=base_url, api_key=settings.openai_api_key or "stand-in", max_retries=2
+        ),
         "passk-standin" if stand_in else (user_model or settings.judge_model),
-        stand_in)
-    warning = (f"users without a script are played by the offline stand-in (not a model) "
-               f"at {base_url}") if stand_in else None
+        stand_in,
+    )
+    warning = (
+        (f"users without a script are played by the offline stand-in (not a model) at {base_url}")
+        if stand_in
+        else None
+    )
     return users, warning
 
 
@@ -84,11 +101,14 @@ def _open(producer: Any, target: Target, settings: Settings) -> tuple[Any, Any]:
     from services.harness.adapters import make_client
     from services.harness.probes import make_probe
 
-    missing = producer.missing_topics([topic_name(t, settings) for t in (
-        Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)])
+    missing = producer.missing_topics(
+        [topic_name(t, settings) for t in (Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)]
+    )
     if missing:
-        raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
-                          "(create them with `passk topics create`)")
+        raise Unreachable(
+            f"missing topics: {', '.join(missing)}; nothing sent "
+            "(create them with `passk topics create`)"
+        )
     try:
         agent = make_client(target.agent)
     except AgentError as exc:
@@ -124,10 +144,17 @@ def play(
         agent, probe = _open(producer, target, settings)
         on_plan(todo)
         harness = Harness(
-            run_id=run_id, agent=agent, probe=probe, users=users,
-            publish=publisher(producer, stop_waiting), timeout_s=target.agent.timeout_s,
-            agent_version=agent_version, concurrency=concurrency, stop_waiting=stop_waiting,
-            on_trial=on_trial)
+            run_id=run_id,
+            agent=agent,
+            probe=probe,
+            users=users,
+            publish=publisher(producer, stop_waiting),
+            timeout_s=target.agent.timeout_s,
+            agent_version=agent_version,
+            concurrency=concurrency,
+            stop_waiting=stop_waiting,
+            on_trial=on_trial,
+        )
         harness.summary.planned = len(plan)
         harness.summary.skipped = len(plan) - len(todo)
 
@@ -182,10 +209,17 @@ def play_adaptive(
                     sent.add(trial_id)
 
             harness = Harness(
-                run_id=run_id, agent=agent, probe=probe, users=users,
-                publish=publisher(producer, stop_waiting), timeout_s=target.agent.timeout_s,
-                agent_version=agent_version, concurrency=concurrency,
-                stop_waiting=stop_waiting, on_trial=on_each)
+                run_id=run_id,
+                agent=agent,
+                probe=probe,
+                users=users,
+                publish=publisher(producer, stop_waiting),
+                timeout_s=target.agent.timeout_s,
+                agent_version=agent_version,
+                concurrency=concurrency,
+                stop_waiting=stop_waiting,
+                on_trial=on_each,
+            )
             harness.summary.planned = len(round_plan)
             return await harness.run(round_plan), sent
 
@@ -193,11 +227,15 @@ def play_adaptive(
             store = Store(settings.database_url)
             try:
                 return await run_adaptive(
-                    run_id=run_id, scenarios=list(scenarios), options=options,
-                    default_goal=settings.alert_min_pass_hat_k, in_log=done,
+                    run_id=run_id,
+                    scenarios=list(scenarios),
+                    options=options,
+                    default_goal=settings.alert_min_pass_hat_k,
+                    in_log=done,
                     play=one_round,
                     verdicts=lambda: {t.trial_id: t.outcome for t in store.trials(run_id)},
-                    on_round=on_round)
+                    on_round=on_round,
+                )
             finally:
                 store.close()
                 await agent.close()

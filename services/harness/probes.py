@@ -48,8 +48,7 @@ ONE_READ_MIN_S = 1.0
 CLOSE_WAIT_S = 2.0  # how long closing a SQL probe waits for its interrupted reads
 
 
-async def _poll(once: Any, wait_s: float, interval_s: float
-                ) -> tuple[Probed | None, str | None]:
+async def _poll(once: Any, wait_s: float, interval_s: float) -> tuple[Probed | None, str | None]:
     """Read until found or `wait_s` has passed. A read that does not return (a query that
     never ends, a store that accepts and never answers) is given up at the end of the
     wait: the trial then has no SessionPersisted, as with any session not found."""
@@ -58,7 +57,8 @@ async def _poll(once: Any, wait_s: float, interval_s: float
     while True:
         try:
             found, why = await asyncio.wait_for(
-                once(), max(deadline - time.monotonic(), ONE_READ_MIN_S))
+                once(), max(deadline - time.monotonic(), ONE_READ_MIN_S)
+            )
         except TimeoutError:
             return None, f"the state probe did not answer within {wait_s:g} s"
         if found is not None:
@@ -80,8 +80,11 @@ class HttpStateProbe:
         try:
             async with self._session.get(url, headers=self.target.headers) as response:
                 if response.status == 404:
-                    return None, f"no persisted session within {self.target.wait_s:g} s " \
-                                 f"({url} answered 404)"
+                    return (
+                        None,
+                        f"no persisted session within {self.target.wait_s:g} s "
+                        f"({url} answered 404)",
+                    )
                 raw = await response.content.read(MAX_STATE_BYTES + 1)
                 if response.status != 200:
                     return None, f"{url} answered HTTP {response.status}"
@@ -97,12 +100,14 @@ class HttpStateProbe:
         if state is None:
             return None, f"{url}: the answer has no `state` object"
         exit_reason = body.get("exit_reason")
-        return Probed(state, exit_reason if isinstance(exit_reason, str) and exit_reason
-                      else None), None
+        return Probed(
+            state, exit_reason if isinstance(exit_reason, str) and exit_reason else None
+        ), None
 
     async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
-        return await _poll(lambda: self._once(session_id), self.target.wait_s,
-                           self.target.interval_s)
+        return await _poll(
+            lambda: self._once(session_id), self.target.wait_s, self.target.interval_s
+        )
 
     async def close(self) -> None:
         if self._session is not None:
@@ -124,8 +129,10 @@ def read_only_engine(url: str) -> Any:
             raise ValueError("a sql probe needs the product's SQLite file, not :memory:")
         return create_engine(
             "sqlite://",
-            creator=lambda: sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True,
-                                            check_same_thread=False))
+            creator=lambda: sqlite3.connect(
+                f"file:{quote(path)}?mode=ro", uri=True, check_same_thread=False
+            ),
+        )
     if parsed.get_backend_name() == "postgresql":
         return create_engine(url, connect_args={"options": "-c default_transaction_read_only=on"})
     return create_engine(url)
@@ -140,8 +147,7 @@ class SqlStateProbe:
         self._query = text(target.query)
         self._reads: set[threading.Thread] = set()  # reads not yet returned, given up or not
 
-    def _read(self, session_id: str, reading: dict[str, Any]
-              ) -> tuple[Probed | None, str | None]:
+    def _read(self, session_id: str, reading: dict[str, Any]) -> tuple[Probed | None, str | None]:
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
@@ -149,14 +155,19 @@ class SqlStateProbe:
                 # Where `_give_up` finds the driver's connection to interrupt its query.
                 reading["dbapi"] = connection.connection.dbapi_connection
                 try:
-                    row = connection.execute(self._query, {"session_id": session_id}) \
-                        .mappings().first()
+                    row = (
+                        connection.execute(self._query, {"session_id": session_id})
+                        .mappings()
+                        .first()
+                    )
                 finally:
                     reading.pop("dbapi", None)
                     connection.rollback()
         except SQLAlchemyError as exc:
-            return None, f"the sql probe failed: {type(exc).__name__}: " \
-                         f"{str(exc).splitlines()[0][:200]}"
+            return (
+                None,
+                f"the sql probe failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+            )
         if row is None:
             return None, None
         if self.target.state_column not in row:
@@ -176,8 +187,9 @@ class SqlStateProbe:
         answer: asyncio.Future[tuple[Probed | None, str | None]] = loop.create_future()
         reading: dict[str, Any] = {}
 
-        def settle(result: tuple[Probed | None, str | None] | None,
-                   error: BaseException | None) -> None:
+        def settle(
+            result: tuple[Probed | None, str | None] | None, error: BaseException | None
+        ) -> None:
             if answer.done():
                 return
             if error is not None:
@@ -206,8 +218,9 @@ class SqlStateProbe:
             raise
 
     async def find(self, session_id: str) -> tuple[Probed | None, str | None]:
-        return await _poll(lambda: self._once(session_id), self.target.wait_s,
-                           self.target.interval_s)
+        return await _poll(
+            lambda: self._once(session_id), self.target.wait_s, self.target.interval_s
+        )
 
     async def close(self) -> None:
         """Close the engine once its reads have returned; an interrupted query takes a
@@ -243,7 +256,10 @@ class NoStateProbe(StateProbe):
 
 # The probe of each kind of `state:` a target file can give.
 PROBES: dict[type, Callable[[Any], StateProbe]] = {
-    HttpProbe: HttpStateProbe, SqlProbe: SqlStateProbe, NoProbe: NoStateProbe}
+    HttpProbe: HttpStateProbe,
+    SqlProbe: SqlStateProbe,
+    NoProbe: NoStateProbe,
+}
 
 
 def make_probe(target: HttpProbe | SqlProbe | NoProbe) -> StateProbe:

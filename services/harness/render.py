@@ -42,13 +42,20 @@ class _Progress:
     def round(self, number: int, given: dict[str, int]) -> None:
         self._progress.console.print(
             f"round {number}: " + ", ".join(f"{sid} +{count}" for sid, count in given.items()),
-            markup=False, highlight=False, soft_wrap=True)
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @contextmanager
 def trial_progress(err: Console, description: str, total: int | None) -> Iterator[_Progress]:
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(),
-               MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=err, transient=False) as progress:
         yield _Progress(progress, description, total)
 
@@ -74,13 +81,21 @@ def run_table(summary: RunSummary, run_id: str) -> Table:
 
 
 def run_json(summary: RunSummary, run_id: str) -> str:
-    return json.dumps({
-        "run_id": run_id, "planned": summary.planned, "skipped": summary.skipped,
-        "run": summary.run, "exits": dict(sorted(summary.exits.items())),
-        "sessions_found": summary.sessions_found, "published": summary.published,
-        "not_published": summary.not_published, "interrupted": summary.interrupted,
-        "undelivered": summary.undelivered,
-        "errors": [{"trial_id": t, "reason": r} for t, r in summary.errors]})
+    return json.dumps(
+        {
+            "run_id": run_id,
+            "planned": summary.planned,
+            "skipped": summary.skipped,
+            "run": summary.run,
+            "exits": dict(sorted(summary.exits.items())),
+            "sessions_found": summary.sessions_found,
+            "published": summary.published,
+            "not_published": summary.not_published,
+            "interrupted": summary.interrupted,
+            "undelivered": summary.undelivered,
+            "errors": [{"trial_id": t, "reason": r} for t, r in summary.errors],
+        }
+    )
 
 
 def _errors(summary: RunSummary, err: Console) -> None:
@@ -90,8 +105,9 @@ def _errors(summary: RunSummary, err: Console) -> None:
         plain(err, f"... and {len(summary.errors) - SHOWN} more", "yellow")
 
 
-def print_run(summary: RunSummary, run_id: str, console: Console, err: Console,
-              as_json: bool) -> None:
+def print_run(
+    summary: RunSummary, run_id: str, console: Console, err: Console, as_json: bool
+) -> None:
     """The summary table (or JSON), the trials' errors, and how the run ended."""
     if as_json:
         typer.echo(run_json(summary, run_id))
@@ -100,22 +116,32 @@ def print_run(summary: RunSummary, run_id: str, console: Console, err: Console,
     _errors(summary, err)
     code = summary.exit_code()
     again = "run the same --run-id again: it runs only the trials not in the log"
-    undelivered = (f"{len(summary.undelivered)} trial(s) not delivered to the broker, "
-                   f"the first {summary.undelivered[0]}" if summary.undelivered else "")
+    undelivered = (
+        f"{len(summary.undelivered)} trial(s) not delivered to the broker, "
+        f"the first {summary.undelivered[0]}"
+        if summary.undelivered
+        else ""
+    )
     if code == ExitCode.UNREACHABLE:
         plain(err, f"error: {undelivered}; {again}", "bold red")
     elif code == ExitCode.NO:
-        plain(err, f"error: {summary.not_published} trial(s) could not be published; "
-                   f"{again}", "bold red")
+        plain(
+            err,
+            f"error: {summary.not_published} trial(s) could not be published; {again}",
+            "bold red",
+        )
     elif code == 130:
-        plain(err, f"stopped: {summary.published} trial(s) published, "
-                   f"{summary.interrupted} not run (nothing of them sent)"
-                   + (f", {undelivered}" if undelivered else "") + f"; {again}",
-              "yellow")
+        plain(
+            err,
+            f"stopped: {summary.published} trial(s) published, "
+            f"{summary.interrupted} not run (nothing of them sent)"
+            + (f", {undelivered}" if undelivered else "")
+            + f"; {again}",
+            "yellow",
+        )
 
 
-def print_adaptive(result: AdaptiveResult, console: Console, err: Console,
-                   as_json: bool) -> None:
+def print_adaptive(result: AdaptiveResult, console: Console, err: Console, as_json: bool) -> None:
     """The adaptive run's answer: each scenario's interval and decision, the budget, what
     a fixed plan would have spent; then the trials' errors and how it ended."""
     summary = result.summary
@@ -123,29 +149,64 @@ def print_adaptive(result: AdaptiveResult, console: Console, err: Console,
     if as_json:
         typer.echo(json.dumps(result.as_json()))
     else:
-        table = Table(title=f"passk run {result.run_id} (adaptive, goal per scenario, "
-                            f"{result.credibility:.0%} interval)")
-        for name in ("scenario", "n", "passed", "failed", "errors", "invalid", "pass^k",
-                     "interval", "goal", "decision"):
+        table = Table(
+            title=f"passk run {result.run_id} (adaptive, goal per scenario, "
+            f"{result.credibility:.0%} interval)"
+        )
+        for name in (
+            "scenario",
+            "n",
+            "passed",
+            "failed",
+            "errors",
+            "invalid",
+            "pass^k",
+            "interval",
+            "goal",
+            "decision",
+        ):
             table.add_column(name, justify="left" if name == "scenario" else "right")
         for s in result.standings:
-            table.add_row(s.scenario_id, str(s.n), str(s.passed), str(s.failed),
-                          str(s.errors), str(s.invalid),
-                          "-" if s.pass_hat_k is None else f"{s.pass_hat_k:.3f}",
-                          f"[{s.lower:.3f}, {s.upper:.3f}]", f"{s.goal:g}", s.decision)
+            table.add_row(
+                s.scenario_id,
+                str(s.n),
+                str(s.passed),
+                str(s.failed),
+                str(s.errors),
+                str(s.invalid),
+                "-" if s.pass_hat_k is None else f"{s.pass_hat_k:.3f}",
+                f"[{s.lower:.3f}, {s.upper:.3f}]",
+                f"{s.goal:g}",
+                s.decision,
+            )
         console.print(table)
         ratio = f" ({result.trials_run / fixed:.0%} of it)" if fixed else ""
-        plain(console, f"trials run: {result.trials_run} of a budget of {result.budget} "
-                       f"({result.added} now, in {result.rounds} round(s)); a fixed plan "
-                       f"reaching the same interval widths: {fixed}{ratio}")
+        plain(
+            console,
+            f"trials run: {result.trials_run} of a budget of {result.budget} "
+            f"({result.added} now, in {result.rounds} round(s)); a fixed plan "
+            f"reaching the same interval widths: {fixed}{ratio}",
+        )
     _errors(summary, err)
     if summary.not_published:
-        plain(err, f"error: {summary.not_published} trial(s) could not be published; "
-                   "run the same --run-id again to retry them", "bold red")
+        plain(
+            err,
+            f"error: {summary.not_published} trial(s) could not be published; "
+            "run the same --run-id again to retry them",
+            "bold red",
+        )
     elif summary.interrupted:
-        plain(err, f"stopped: {summary.interrupted} trial(s) not run, nothing of them "
-                   "sent; run the same --run-id again to go on", "yellow")
+        plain(
+            err,
+            f"stopped: {summary.interrupted} trial(s) not run, nothing of them "
+            "sent; run the same --run-id again to go on",
+            "yellow",
+        )
     elif result.late:
-        plain(err, f"error: {len(result.late)} trial(s) have no verdict yet (e.g. "
-                   f"{result.late[0]}); is the pipeline running? Run the same --run-id "
-                   "again to go on", "bold red")
+        plain(
+            err,
+            f"error: {len(result.late)} trial(s) have no verdict yet (e.g. "
+            f"{result.late[0]}); is the pipeline running? Run the same --run-id "
+            "again to go on",
+            "bold red",
+        )

@@ -127,8 +127,9 @@ class Harness:
             try:
                 line = await user.next_line(conversation.transcript)
             except Exception as exc:  # the user's model endpoint, not the agent
-                raise UserSimulatorFailed(f"the simulated user failed: {type(exc).__name__}: "
-                                          f"{exc}") from None
+                raise UserSimulatorFailed(
+                    f"the simulated user failed: {type(exc).__name__}: {exc}"
+                ) from None
             if line is None:
                 break
             self._check_stopping()
@@ -139,12 +140,18 @@ class Harness:
             sent = time.monotonic()
             try:
                 reply = await asyncio.wait_for(
-                    self.agent.send(planned, self.run_id, conversation.session_id, line,
-                                    conversation.transcript), wait)
+                    self.agent.send(
+                        planned, self.run_id, conversation.session_id, line, conversation.transcript
+                    ),
+                    wait,
+                )
             except TimeoutError:
                 exit_reason = TIMEOUT
-                harness_error = (f"no agent reply within {wait:g} s" if wait == self.timeout_s
-                                 else f"the conversation ran past max_duration_s={limit:g}")
+                harness_error = (
+                    f"no agent reply within {wait:g} s"
+                    if wait == self.timeout_s
+                    else f"the conversation ran past max_duration_s={limit:g}"
+                )
                 break
             except AgentError as exc:
                 exit_reason, harness_error = exc.exit_reason, exc.reason
@@ -155,11 +162,16 @@ class Harness:
                 exit_reason = step
                 break
         return FinishedTrial(
-            planned=planned, run_id=self.run_id, agent_version=self.agent_version,
-            exit_reason=exit_reason, conversation=conversation,
+            planned=planned,
+            run_id=self.run_id,
+            agent_version=self.agent_version,
+            exit_reason=exit_reason,
+            conversation=conversation,
             duration_ms=(time.monotonic() - started) * 1000,
-            finished_at=datetime.now(UTC), harness_error=harness_error,
-            user_simulator=described)
+            finished_at=datetime.now(UTC),
+            harness_error=harness_error,
+            user_simulator=described,
+        )
 
     async def play(self, planned: PlannedTrial) -> tuple[FinishedTrial, Probed | None, str | None]:
         finished = await self.converse(planned)
@@ -195,13 +207,15 @@ class Harness:
         self.summary.run += 1
         self.summary.exits[finished.exit_reason] += 1
         if finished.harness_error:
-            self.summary.errors.append((planned.trial_id,
-                                        f"{finished.exit_reason}: {finished.harness_error}"))
+            self.summary.errors.append(
+                (planned.trial_id, f"{finished.exit_reason}: {finished.harness_error}")
+            )
         session = session_event(finished, probed) if probed is not None else None
         if session is not None:
             self.summary.sessions_found += 1
         conversation = conversation_event(
-            finished, state_probe=why if planned.scenario.has_state_gate else None)
+            finished, state_probe=why if planned.scenario.has_state_gate else None
+        )
         # Not cancellable: once started, a trial's events are all sent and waited for.
         failed = await asyncio.shield(asyncio.to_thread(self.publish, conversation, session))
         if failed is None:

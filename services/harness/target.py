@@ -114,8 +114,11 @@ class InvalidTarget(Exception):
 
 def _field(loc: tuple[Any, ...]) -> str:
     # pydantic puts the discriminator's value in the location (agent.http.url): drop it
-    parts = [str(p) for i, p in enumerate(loc)
-             if not (i == 1 and p in ("http", "openai_chat", "python", "sql", "none"))]
+    parts = [
+        str(p)
+        for i, p in enumerate(loc)
+        if not (i == 1 and p in ("http", "openai_chat", "python", "sql", "none"))
+    ]
     return ".".join(parts) or "(file)"
 
 
@@ -132,8 +135,11 @@ def parse_target(data: Any, file: str = "<target>") -> Target:
         elif first["type"] == "missing":
             msg = "required field is missing"
         elif first["type"] == "union_tag_invalid":
-            msg = f"unknown kind {first['input'].get('kind')!r}" if isinstance(
-                first.get("input"), dict) else msg
+            msg = (
+                f"unknown kind {first['input'].get('kind')!r}"
+                if isinstance(first.get("input"), dict)
+                else msg
+            )
         raise InvalidTarget(file, _field(tuple(first["loc"])), msg) from None
 
 

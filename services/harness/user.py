@@ -73,10 +73,15 @@ class ModelUser:
     async def next_line(self, transcript: list[Message]) -> str | None:
         messages = [{"role": "system", "content": user_prompt(self.user)}, *flipped(transcript)]
         if len(messages) == 1:
-            messages.append({"role": "user", "content": "(the assistant is waiting for you "
-                                                        "to start the conversation)"})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": "(the assistant is waiting for you to start the conversation)",
+                }
+            )
         response = await self.client.chat.completions.create(
-            model=self.model, messages=messages, temperature=0, timeout=self.timeout_s)
+            model=self.model, messages=messages, temperature=0, timeout=self.timeout_s
+        )
         text = (response.choices[0].message.content or "").strip() if response.choices else ""
         if not text or text == DONE or text.endswith(DONE):
             return None

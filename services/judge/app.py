@@ -46,21 +46,38 @@ def build(settings: Settings) -> faust.App:
     metrics = default_metrics()
     metrics.set_prices(settings.judge_price_per_mtok_in, settings.judge_price_per_mtok_out)
     steps = Steps(
-        settings, catalog=catalog, reject=reject,
+        settings,
+        catalog=catalog,
+        reject=reject,
         send_verdict=partial(outbox.send, judge_verdicts),
         send_verdict_after_gates=partial(request_outbox.send, judge_verdicts),
         deliver_regraded=partial(Delivery(PROCESSOR), judge_verdicts),
         make_grader=partial(build_grader, settings, metrics),
         store=Dependency(STORE, "judge: creating the verdict cache"),
-        metrics=metrics, processor=PROCESSOR, common=common_metrics())
+        metrics=metrics,
+        processor=PROCESSOR,
+        common=common_metrics(),
+    )
     # A batch's trials are graded at once: its model calls overlap (bounded by the client).
-    batched = partial(through_outbox, reject=reject, concurrently=True,
-                      batch_max=settings.batch_max, within_s=settings.batch_within_s)
-    subscribe(app, SPEC, settings, {
-        "judge_trials": batched(outbox, handle=steps.judge_trial, before=steps.ready),
-        "judge_after_gates": batched(request_outbox, handle=steps.judge_after_gates,
-                                     before=catalog.ready),
-        "regrade_trials": each_record(reject, steps.regrade, before=catalog.ready),
-    }, concurrency={"regrade_trials": settings.judge_concurrency})
+    batched = partial(
+        through_outbox,
+        reject=reject,
+        concurrently=True,
+        batch_max=settings.batch_max,
+        within_s=settings.batch_within_s,
+    )
+    subscribe(
+        app,
+        SPEC,
+        settings,
+        {
+            "judge_trials": batched(outbox, handle=steps.judge_trial, before=steps.ready),
+            "judge_after_gates": batched(
+                request_outbox, handle=steps.judge_after_gates, before=catalog.ready
+            ),
+            "regrade_trials": each_record(reject, steps.regrade, before=catalog.ready),
+        },
+        concurrency={"regrade_trials": settings.judge_concurrency},
+    )
     app.timer(interval=5.0)(steps.known_judges)
     return app

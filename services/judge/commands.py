@@ -32,9 +32,12 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int = typer.Option(0, help="seed of the random fault rates"),
         user_breaks_role_every: int = typer.Option(
-            0, "--user-breaks-role-every", min=0,
+            0,
+            "--user-breaks-role-every",
+            min=0,
             help="as the simulated user, answer as the assistant in every N-th conversation "
-                 "(the 1st, the N+1-th, ...); 0: never"),
+            "(the 1st, the N+1-th, ...); 0: never",
+        ),
     ) -> None:
         """Serve a deterministic stand-in judge (NOT a model) on /v1/chat/completions.
 

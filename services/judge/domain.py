@@ -49,9 +49,10 @@ def verdict_event_id(trial_id: str, judge_id: str, scenario_version: str) -> str
 
 def for_attempt(verdicts: list[JudgeVerdict], attempt: int) -> list[JudgeVerdict]:
     """A re-grade's verdicts: the same judgements, stamped with its attempt and new ids."""
-    return [v.model_copy(update={"attempt": attempt,
-                                 "event_id": with_attempt(v.event_id, attempt)})
-            for v in verdicts]
+    return [
+        v.model_copy(update={"attempt": attempt, "event_id": with_attempt(v.event_id, attempt)})
+        for v in verdicts
+    ]
 
 
 def scenario_version(scenario: Scenario) -> str:
@@ -242,8 +243,7 @@ USER_CHECK_PREFIX = "user:"
 def user_check_specs(scenario: Scenario) -> list[JudgeSpec]:
     """The scenario's user checks as judges named `user:<id>` (a judge of the same id
     stays apart)."""
-    return [s.model_copy(update={"id": f"{USER_CHECK_PREFIX}{s.id}"})
-            for s in scenario.user_checks]
+    return [s.model_copy(update={"id": f"{USER_CHECK_PREFIX}{s.id}"}) for s in scenario.user_checks]
 
 
 def user_view(trial: ConversationFinished, scenario: Scenario) -> ConversationFinished:
@@ -252,11 +252,12 @@ def user_view(trial: ConversationFinished, scenario: Scenario) -> ConversationFi
     of the product left out). Deterministic kinds read the user's turns by role (a regex
     check with `role: user`)."""
     user = scenario.user
-    told = ("The simulated user (the `user` turns below) was told to play this persona "
-            "and to follow these instructions; the checks judge the user, not the "
-            "assistant.\n"
-            f"<persona>\n{(user.persona if user else '').strip()}\n</persona>\n"
-            f"<instructions>\n{(user.instructions if user else '').strip()}\n</instructions>")
+    told = (
+        "The simulated user (the `user` turns below) was told to play this persona "
+        "and to follow these instructions; the checks judge the user, not the "
+        "assistant.\n"
+        f"<persona>\n{(user.persona if user else '').strip()}\n</persona>\n"
+        f"<instructions>\n{(user.instructions if user else '').strip()}\n</instructions>"
+    )
     turns = [m for m in trial.transcript if m.role in ("user", "assistant")]
-    return trial.model_copy(update={
-        "transcript": [Message(role="system", content=told), *turns]})
+    return trial.model_copy(update={"transcript": [Message(role="system", content=told), *turns]})

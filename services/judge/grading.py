@@ -79,8 +79,9 @@ class Grader:
             return None
         return judge_version(spec.id, spec.assertion or "", PROMPT_HASH, self.model)
 
-    async def grade(self, trial: ConversationFinished, scenario: Scenario,
-                    sample_rate: float | None = None) -> list[JudgeVerdict]:
+    async def grade(
+        self, trial: ConversationFinished, scenario: Scenario, sample_rate: float | None = None
+    ) -> list[JudgeVerdict]:
         """Every judge of the scenario; for a production trial outside the sample (at
         `sample_rate`, else the scenario's), the LLM judges are recorded `not_sampled`."""
         users = await self.grade_user(trial, scenario)
@@ -88,14 +89,20 @@ class Grader:
             return [*await self.grade_judges(trial, scenario, scenario.judges), *users]
         rate = scenario.llm_judge_rate if sample_rate is None else sample_rate
         out = await self._llm_judges_not_asked(
-            trial, scenario, lambda spec: domain.not_sampled_verdict(trial, scenario, spec, rate),
+            trial,
+            scenario,
+            lambda spec: domain.not_sampled_verdict(trial, scenario, spec, rate),
             # not a verdict of the model: the error rate stays honest
-            self.metrics.unsampled if self.metrics else None)
+            self.metrics.unsampled if self.metrics else None,
+        )
         return [*out, *users]
 
     async def _llm_judges_not_asked(
-        self, trial: ConversationFinished, scenario: Scenario,
-        recorded: Callable[[JudgeSpec], JudgeVerdict], count: Callable[[str], None] | None,
+        self,
+        trial: ConversationFinished,
+        scenario: Scenario,
+        recorded: Callable[[JudgeSpec], JudgeVerdict],
+        count: Callable[[str], None] | None,
     ) -> list[JudgeVerdict]:
         """The deterministic judges graded; each LLM judge, not asked of the model, given
         the verdict `recorded` makes for it (skipped, not sampled), counted by `count`."""
@@ -106,14 +113,14 @@ class Grader:
             if spec.id in graded:
                 out.append(graded[spec.id])
                 continue
-            out.append(recorded(spec).model_copy(
-                update={"judge_version": self.version_of(spec)}))
+            out.append(recorded(spec).model_copy(update={"judge_version": self.version_of(spec)}))
             if count is not None:
                 count(spec.id)
         return out
 
-    async def grade_user(self, trial: ConversationFinished, scenario: Scenario
-                         ) -> list[JudgeVerdict]:
+    async def grade_user(
+        self, trial: ConversationFinished, scenario: Scenario
+    ) -> list[JudgeVerdict]:
         """The scenario's user checks over the user's view of the trial, as `user:<id>`
         verdicts; graded whatever the gates said (a spoiled trial is invalid, not failed)."""
         specs = domain.user_check_specs(scenario)
@@ -127,7 +134,8 @@ class Grader:
         verdicts = [
             v.model_copy(update={"judge_version": self.version_of(s)})
             for s, v in zip(
-                specs, await asyncio.gather(*(self._one(trial, scenario, s) for s in specs)),
+                specs,
+                await asyncio.gather(*(self._one(trial, scenario, s) for s in specs)),
                 strict=True,
             )
         ]
@@ -147,9 +155,11 @@ class Grader:
         if not failed_gates or not llm_judges_sampled(trial, scenario):
             return await self.grade(trial, scenario)
         out = await self._llm_judges_not_asked(
-            trial, scenario,
+            trial,
+            scenario,
             lambda spec: domain.skipped_verdict(trial, scenario, spec, failed_gates),
-            self.metrics.skip if self.metrics else None)
+            self.metrics.skip if self.metrics else None,
+        )
         return [*out, *await self.grade_user(trial, scenario)]
 
     async def _one(

@@ -22,43 +22,59 @@ REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 class JudgeMetrics(MetricSet):
     verdicts = counter(
         "passk_judge_verdicts",
-        "Judge verdicts emitted, by judge and result (passed, failed, error).", "judge", "result")
+        "Judge verdicts emitted, by judge and result (passed, failed, error).",
+        "judge",
+        "result",
+    )
     request_seconds = histogram(
         "passk_judge_request_seconds",
         "Duration of each model request (every attempt, retried or not).",
-        buckets=REQUEST_BUCKETS)
+        buckets=REQUEST_BUCKETS,
+    )
     tokens = counter(
-        "passk_judge_tokens", "Model tokens spent by judges, by kind (input, output).",
-        "judge", "kind")
+        "passk_judge_tokens",
+        "Model tokens spent by judges, by kind (input, output).",
+        "judge",
+        "kind",
+    )
     cache_hits = counter(
-        "passk_judge_cache_hits", "Verdicts served from the judge cache (no model call).",
-        "judge")
+        "passk_judge_cache_hits", "Verdicts served from the judge cache (no model call).", "judge"
+    )
     call_seconds = histogram(
         "passk_judge_call_seconds",
         "Wall time of each judge's model call for one verdict: every attempt, backoff "
         "and outage wait (cache answers make no call and are not observed).",
-        "judge", buckets=REQUEST_BUCKETS)
+        "judge",
+        buckets=REQUEST_BUCKETS,
+    )
     skipped = counter(
         "passk_judge_skipped",
         "LLM judge verdicts not asked of the model because the trial's gates had "
-        "already failed (skip_when_gates_fail): model calls saved.", "judge")
+        "already failed (skip_when_gates_fail): model calls saved.",
+        "judge",
+    )
     not_sampled = counter(
         "passk_judge_not_sampled",
         "LLM judge verdicts not asked of the model because the production trial was outside "
         "its scenario's sample (sampling.llm_judges): model calls the sampling saved.",
-        "judge")
+        "judge",
+    )
     errors = counter(
         "passk_judge_errors",
         "Failed model requests by cause (each failed attempt, whether retried or not).",
-        "judge", "cause")
+        "judge",
+        "cause",
+    )
     price = gauge(
         "passk_judge_price_per_mtok",
         "The judge model's price per million tokens by kind (input, output), from "
         "PASSK_JUDGE_PRICE_PER_MTOK_IN/_OUT; NaN when unset (the cost is unknown, not 0).",
-        "kind")
+        "kind",
+    )
     outage = gauge(
         "passk_judge_model_outage",
-        "1 while the judge model fails even the health probe; trials wait, none is lost.")
+        "1 while the judge model fails even the health probe; trials wait, none is lost.",
+    )
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         super().__init__(registry)

@@ -91,8 +91,10 @@ def decide(judge_id: str | None, transcript: str) -> tuple[bool, str]:
 
 
 # What a user that broke role says: the assistant's lines, not the user's.
-BROKEN_ROLE_LINES = ("Hello! I'm your assistant. How can I help you today?",
-                     "Of course, I can help you with that. Is there anything else I can do?")
+BROKEN_ROLE_LINES = (
+    "Hello! I'm your assistant. How can I help you today?",
+    "Of course, I can help you with that. Is there anything else I can do?",
+)
 
 
 def simulate_user(body: dict[str, Any], breaks_role: bool = False) -> str:
@@ -116,8 +118,11 @@ def _is_user_simulation(body: dict[str, Any]) -> bool:
     messages = body.get("messages") or []
     first = messages[0] if messages and isinstance(messages[0], dict) else {}
     content = first.get("content")
-    return first.get("role") == "system" and isinstance(content, str) \
+    return (
+        first.get("role") == "system"
+        and isinstance(content, str)
         and content.startswith(USER_SIMULATOR_MARKER)
+    )
 
 
 def _error(
@@ -199,8 +204,9 @@ async def _answer(request: web.Request) -> web.StreamResponse:
     if _is_user_simulation(body):
         stats["user_turns"] += 1
         breaks = False
-        if not any(isinstance(m, dict) and m.get("role") == "assistant"
-                   for m in body.get("messages") or []):
+        if not any(
+            isinstance(m, dict) and m.get("role") == "assistant" for m in body.get("messages") or []
+        ):
             stats["user_conversations"] += 1
             every = config.user_breaks_role_every
             breaks = bool(every) and (stats["user_conversations"] - 1) % every == 0

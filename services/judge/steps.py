@@ -43,10 +43,19 @@ class Steps:
     once, on the first trial, through `store`, so it waits for a store that is down."""
 
     def __init__(
-        self, settings: Settings, *, catalog: ScenarioCatalog, reject: DeadLetters,
-        send_verdict: Send, send_verdict_after_gates: Send, deliver_regraded: Send,
-        make_grader: Callable[[], Grader], store: Dependency, metrics: JudgeMetrics,
-        processor: str, common: CommonMetrics,
+        self,
+        settings: Settings,
+        *,
+        catalog: ScenarioCatalog,
+        reject: DeadLetters,
+        send_verdict: Send,
+        send_verdict_after_gates: Send,
+        deliver_regraded: Send,
+        make_grader: Callable[[], Grader],
+        store: Dependency,
+        metrics: JudgeMetrics,
+        processor: str,
+        common: CommonMetrics,
     ) -> None:
         self.settings = settings
         self.catalog = catalog
@@ -66,8 +75,10 @@ class Steps:
         async with self._grader_lock:
             if self._grader is None:  # creating the cache table needs the store: wait for it
                 self._grader = await self.store.call(
-                    "create_cache", lambda: asyncio.to_thread(self.make_grader),
-                    retry_on=(SQLAlchemyError,))
+                    "create_cache",
+                    lambda: asyncio.to_thread(self.make_grader),
+                    retry_on=(SQLAlchemyError,),
+                )
         return self._grader
 
     async def ready(self) -> None:
@@ -76,8 +87,7 @@ class Steps:
         self.known_judges_now()
 
     def known_judges_now(self) -> None:
-        self.metrics.known_judges({j.id for s in self.catalog.latest().values()
-                                   for j in s.judges})
+        self.metrics.known_judges({j.id for s in self.catalog.latest().values() for j in s.judges})
 
     async def known_judges(self) -> None:
         """Every judge of the catalog has its verdict series from the start (see
@@ -95,10 +105,12 @@ class Steps:
         # A scenario published moments before its traffic may not have been read yet.
         scenario = await self.catalog.published(trial.scenario_id, trial.scenario_version)
         if scenario is None:
-            return await self.reject(record, unknown_scenario(trial.scenario_id,
-                                                              trial.scenario_version))
+            return await self.reject(
+                record, unknown_scenario(trial.scenario_id, trial.scenario_version)
+            )
         if scenario.skips_judges_when_gates_fail(self.settings.judge_skip_when_gates_fail) and (
-                llm_judges_sampled(trial, scenario)):
+            llm_judges_sampled(trial, scenario)
+        ):
             # Graded when the gate's JudgeRequest says how the gates went (judge_after_gates).
             self.common.events.labels(self.processor, "awaiting_gates").inc()
             return None
@@ -110,16 +122,20 @@ class Steps:
     async def judge_after_gates(self, record: Record) -> None:
         """A skip_when_gates_fail trial whose gates are decided: every judge when they
         passed; when they failed, the LLM judges are recorded as skipped (no model call)."""
-        request = decode(record.value, JudgeRequest,
-                         max_bytes=2 * self.settings.max_event_bytes,
-                         max_depth=self.settings.max_json_depth + 2)
+        request = decode(
+            record.value,
+            JudgeRequest,
+            max_bytes=2 * self.settings.max_event_bytes,
+            max_depth=self.settings.max_json_depth + 2,
+        )
         if isinstance(request, Rejection):
             return await self.reject(record, request)
         trial = request.conversation
         scenario = await self.catalog.published(trial.scenario_id, trial.scenario_version)
         if scenario is None:
-            return await self.reject(record, unknown_scenario(trial.scenario_id,
-                                                              trial.scenario_version))
+            return await self.reject(
+                record, unknown_scenario(trial.scenario_id, trial.scenario_version)
+            )
         failed = [] if request.gates_passed else (request.failed_gates or ["?"])
         verdicts = await (await self.grader()).grade_after_gates(trial, scenario, failed)
         for v in verdicts:
@@ -133,8 +149,13 @@ class Steps:
         if found is None:
             return
         request, scenario = found
-        verdicts = await (await self.grader()).grade(request.conversation, scenario,
-                                                     request.sample_rate)
-        await asyncio.gather(*(self.deliver_regraded(request.trial_id.encode(), encode(v))
-                               for v in domain.for_attempt(verdicts, request.attempt)))
+        verdicts = await (await self.grader()).grade(
+            request.conversation, scenario, request.sample_rate
+        )
+        await asyncio.gather(
+            *(
+                self.deliver_regraded(request.trial_id.encode(), encode(v))
+                for v in domain.for_attempt(verdicts, request.attempt)
+            )
+        )
         self.common.events.labels(self.processor, "regraded").inc()

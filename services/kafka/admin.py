@@ -57,8 +57,7 @@ def topic_replication(settings: Settings) -> int:
         admin.close()
 
 
-def create_topics_retrying(settings: Settings,
-                           deadline_s: float = 120.0) -> list[TopicStatus]:
+def create_topics_retrying(settings: Settings, deadline_s: float = 120.0) -> list[TopicStatus]:
     """create_topics, retried while the failure is one a cluster recovers from by itself
     (a broker just lost and still in the metadata, a leader moving)."""
     return retrying(lambda: create_topics(settings), deadline_s=deadline_s)
@@ -70,35 +69,47 @@ def create_topics(settings: Settings) -> list[TopicStatus]:
         replication = replication_for(cluster_brokers(admin), settings.topic_replication)
         durability = {"min.insync.replicas": str(min_insync_for(replication))}
         existing = set(admin.list_topics())
-        wanted = [(topic_name(spec.topic, settings), partitions_for(spec, settings),
-                   {**topic_configs(spec, settings), **durability}) for spec in TOPIC_SPECS]
-        missing = [(name, parts, configs) for name, parts, configs in wanted
-                   if name not in existing]
+        wanted = [
+            (
+                topic_name(spec.topic, settings),
+                partitions_for(spec, settings),
+                {**topic_configs(spec, settings), **durability},
+            )
+            for spec in TOPIC_SPECS
+        ]
+        missing = [
+            (name, parts, configs) for name, parts, configs in wanted if name not in existing
+        ]
         made: set[str] = set()
         try:
             # All in one request: a fresh broker gets its few dozen topics in one round trip.
             if missing:
-                admin.create_topics([NewTopic(name, parts, replication, topic_configs=configs)
-                                     for name, parts, configs in missing])
+                admin.create_topics(
+                    [
+                        NewTopic(name, parts, replication, topic_configs=configs)
+                        for name, parts, configs in missing
+                    ]
+                )
                 made = {name for name, _, _ in missing}
         except TopicAlreadyExistsError:  # some created concurrently by another caller
             for name, parts, configs in missing:
                 try:
-                    admin.create_topics([NewTopic(name, parts, replication,
-                                                  topic_configs=configs)])
+                    admin.create_topics([NewTopic(name, parts, replication, topic_configs=configs)])
                     made.add(name)
                 except TopicAlreadyExistsError:
                     pass
-        statuses = [TopicStatus(name, parts, name in made, replication)
-                    for name, parts, _ in wanted]
+        statuses = [
+            TopicStatus(name, parts, name in made, replication) for name, parts, _ in wanted
+        ]
         await_served(admin, [s.name for s in statuses if s.created])
         return statuses
     finally:
         admin.close()
 
 
-def await_served(admin: KafkaAdminClient, names: list[str],
-                 timeout_s: float = TOPICS_SERVED_S) -> bool:
+def await_served(
+    admin: KafkaAdminClient, names: list[str], timeout_s: float = TOPICS_SERVED_S
+) -> bool:
     """Wait until the broker serves every one of `names` with a leader for each partition
     (or `timeout_s` passes: the caller then goes on, and a client says what it finds)."""
     deadline = time.monotonic() + timeout_s
@@ -107,8 +118,13 @@ def await_served(admin: KafkaAdminClient, names: list[str],
             described = admin.describe_topics(names)
         except KafkaError:
             described = []
-        served = {t["name"] for t in described if not t.get("error_code") and t.get("partitions")
-                  and all(p.get("leader_id", -1) >= 0 for p in t["partitions"])}
+        served = {
+            t["name"]
+            for t in described
+            if not t.get("error_code")
+            and t.get("partitions")
+            and all(p.get("leader_id", -1) >= 0 for p in t["partitions"])
+        }
         if served >= set(names):
             return True
         if time.monotonic() >= deadline:
@@ -121,6 +137,7 @@ def ask_admin(settings: Settings, question: Callable[[KafkaAdminClient], T]) -> 
     """question(admin) on an admin client of its own, closed after; asked again, on a
     fresh client, while Kafka marks the failure retriable (`retrying`: a broker just lost
     is still listed in the metadata each new client starts from)."""
+
     def ask() -> T:
         admin = KafkaAdminClient(**kafka_client_kwargs(settings))
         try:
@@ -134,6 +151,4 @@ def ask_admin(settings: Settings, question: Callable[[KafkaAdminClient], T]) -> 
 def partition_counts(names: list[str], settings: Settings) -> dict[str, int]:
     """How many partitions each of these topics has on the broker (absent: not listed)."""
     described = ask_admin(settings, lambda admin: admin.describe_topics(names))
-    return {t["name"]: len(t.get("partitions") or ()) for t in described
-            if not t.get("error_code")}
-
+    return {t["name"]: len(t.get("partitions") or ()) for t in described if not t.get("error_code")}

@@ -31,16 +31,18 @@ log = logging.getLogger(__name__)
 
 class CalibrationFollower(TopicFollower):
     def __init__(self, settings: Settings) -> None:
-        super().__init__(topic_name(Topic.JUDGE_CALIBRATIONS, settings), settings,
-                         label="calibrations")
+        super().__init__(
+            topic_name(Topic.JUDGE_CALIBRATIONS, settings), settings, label="calibrations"
+        )
         self.book = CalibrationBook()
         self._sync_started = 0.0  # wall clock when the end offsets last synced to were asked
 
     def on_record(self, record: Any) -> None:
         calibration = decode(record.value, JudgeCalibration)
         if isinstance(calibration, Rejection):
-            log.warning("calibrations: skipping %s@%d: %s", record.topic, record.offset,
-                        calibration.detail)
+            log.warning(
+                "calibrations: skipping %s@%d: %s", record.topic, record.offset, calibration.detail
+            )
             return
         self.book.apply(calibration)
 
@@ -68,5 +70,6 @@ class CalibrationFollower(TopicFollower):
                     await self._catch_up()
                     self._sync_started = started
         except (TimeoutError, KafkaError, OSError) as exc:
-            log.warning("calibrations: could not sync with %s (%s); using what was read",
-                        self.topic, exc)
+            log.warning(
+                "calibrations: could not sync with %s (%s); using what was read", self.topic, exc
+            )

@@ -46,10 +46,13 @@ def unknown_scenario(scenario_id: str, version: str | None = None) -> Rejection:
     `unknown_scenario` for an id alone, `unknown_scenario_version` when it names the
     version it was run (or graded) against."""
     if version is None:
-        return Rejection("unknown_scenario",
-                         f"scenario {scenario_id!r} is not published on the scenarios topic")
-    return Rejection("unknown_scenario_version", f"scenario {scenario_id!r} version {version!r} "
-                     "is not published on the scenarios topic")
+        return Rejection(
+            "unknown_scenario", f"scenario {scenario_id!r} is not published on the scenarios topic"
+        )
+    return Rejection(
+        "unknown_scenario_version",
+        f"scenario {scenario_id!r} version {version!r} is not published on the scenarios topic",
+    )
 
 
 class CatalogUnavailable(RuntimeError):
@@ -63,8 +66,12 @@ def _where(record: Any) -> str:
 class ScenarioCatalog(TopicFollower):
     def __init__(self, settings: Settings) -> None:
         # `publish` writes a set in one transaction: an aborted set is never read.
-        super().__init__(topic_name(Topic.SCENARIOS, settings), settings,
-                         label="scenario-catalog", isolation_level="read_committed")
+        super().__init__(
+            topic_name(Topic.SCENARIOS, settings),
+            settings,
+            label="scenario-catalog",
+            isolation_level="read_committed",
+        )
         self._state = CatalogState()
         self._changed = asyncio.Event()
 
@@ -108,7 +115,8 @@ class ScenarioCatalog(TopicFollower):
     ) -> Scenario | None:
         """The scenario an input names: at once if read, else waited for (`wait_for`)."""
         return self.get(scenario_id, version) or await self.wait_for(
-            scenario_id, version, timeout=timeout)
+            scenario_id, version, timeout=timeout
+        )
 
     async def wait_for(
         self, scenario_id: str, version: str | None = None, *, timeout: float
@@ -141,7 +149,8 @@ def read_catalog(settings: Settings, *, timeout: float = 30.0) -> CatalogState:
                 state.apply(record.key, record.value, where=_where(record))
     except TopicMissing:
         raise CatalogUnavailable(
-            f"the scenarios topic {name} does not exist; run `passk topics create`") from None
+            f"the scenarios topic {name} does not exist; run `passk topics create`"
+        ) from None
     except ScanTimedOut as exc:
         raise CatalogUnavailable(str(exc)) from None
     return state

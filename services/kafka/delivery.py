@@ -123,4 +123,5 @@ class Ledger:
             for number, (ref, topic) in self._waiting.items():
                 undelivered[number] = Undelivered(ref, topic, still_waiting)
             return DeliveryReport(
-                dict(self._acked), tuple(undelivered[n] for n in sorted(undelivered)))
+                dict(self._acked), tuple(undelivered[n] for n in sorted(undelivered))
+            )

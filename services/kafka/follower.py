@@ -22,8 +22,14 @@ log = logging.getLogger(__name__)
 
 
 class TopicFollower(abc.ABC):
-    def __init__(self, topic: str, settings: Settings, *, label: str,
-                 isolation_level: str = "read_uncommitted") -> None:
+    def __init__(
+        self,
+        topic: str,
+        settings: Settings,
+        *,
+        label: str,
+        isolation_level: str = "read_uncommitted",
+    ) -> None:
         self.topic = topic
         self.settings = settings
         self._label = label
@@ -51,6 +57,7 @@ class TopicFollower(abc.ABC):
     async def _start(self, timeout: float) -> None:
         """Start the consumer, read the topic up to its end offsets as they are now, then
         follow it in a task. Raises what the broker raised (the consumer is stopped)."""
+
         def client(*topics: str) -> AIOKafkaConsumer:
             return AIOKafkaConsumer(
                 *topics,

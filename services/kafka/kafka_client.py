@@ -124,8 +124,9 @@ def is_authentication_error(exc: BaseException) -> bool:
     return isinstance(exc, SaslAuthenticationFailedError) or "Authentication failed" in str(exc)
 
 
-def refusal_message(exc: BaseException, watch: AuthFailureWatch,
-                    read_settings: Callable[[], Settings]) -> str | None:
+def refusal_message(
+    exc: BaseException, watch: AuthFailureWatch, read_settings: Callable[[], Settings]
+) -> str | None:
     """A one-line explanation when Kafka refused our credentials or rights, else None."""
     from kafka.errors import AuthorizationError
 
@@ -136,14 +137,18 @@ def refusal_message(exc: BaseException, watch: AuthFailureWatch,
     if refused:
         return authentication_failed(settings)
     if isinstance(exc, AuthorizationError):
-        return (f"Kafka refused user {settings.kafka_sasl_username or '(none)'!r} an "
-                f"operation its ACLs do not allow: {type(exc).__name__}: {exc}")
+        return (
+            f"Kafka refused user {settings.kafka_sasl_username or '(none)'!r} an "
+            f"operation its ACLs do not allow: {type(exc).__name__}: {exc}"
+        )
     return None
 
 
 def authentication_failed(settings: Settings) -> str:
     """What to tell a user whose SASL credentials the broker refused (never the password)."""
-    return (f"Kafka authentication failed for user {settings.kafka_sasl_username or '(none)'!r} "
-            f"({settings.kafka_security_protocol} {settings.kafka_sasl_mechanism} at "
-            f"{settings.kafka_bootstrap_servers}); check KAFKA_SASL_USERNAME and "
-            "KAFKA_SASL_PASSWORD")
+    return (
+        f"Kafka authentication failed for user {settings.kafka_sasl_username or '(none)'!r} "
+        f"({settings.kafka_security_protocol} {settings.kafka_sasl_mechanism} at "
+        f"{settings.kafka_bootstrap_servers}); check KAFKA_SASL_USERNAME and "
+        "KAFKA_SASL_PASSWORD"
+    )

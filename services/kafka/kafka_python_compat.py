@@ -29,6 +29,7 @@ def delivering_data_before_close(
 ) -> Callable[[Any], tuple[bytes, BaseException | None]]:
     """A transport's `_sock_recv` that returns what it read before an error, and the error
     on its next call (the read loop hands the bytes to the protocol, then reads again)."""
+
     @functools.wraps(sock_recv)
     def first_the_data(self: Any) -> tuple[bytes, BaseException | None]:
         pending = getattr(self, _PENDING, None)
@@ -55,8 +56,11 @@ def install() -> bool:
     except ImportError:  # kafka-python 2.x: another network layer, not this bug
         return False
     if __version__ != WRITTEN_FOR:
-        log.debug("kafka-python %s: the read fix written for %s is not installed",
-                  __version__, WRITTEN_FOR)
+        log.debug(
+            "kafka-python %s: the read fix written for %s is not installed",
+            __version__,
+            WRITTEN_FOR,
+        )
         return False
     for cls in (transport.KafkaTCPTransport, transport.KafkaSSLTransport):
         if "_sock_recv" in vars(cls):

@@ -31,7 +31,8 @@ def client_env(secrets_dir: Path, user: str) -> dict[str, str]:
     if user not in known:
         raise UnknownKafkaUser(
             f"no Kafka user {user!r} in {secrets_dir / 'users.json'} (made by "
-            "infra/kafka/secure.py init for a secured kafka-up)")
+            "infra/kafka/secure.py init for a secured kafka-up)"
+        )
     return {
         "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "KAFKA_SASL_MECHANISM": MECHANISM,

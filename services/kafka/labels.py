@@ -21,13 +21,19 @@ from services.kafka.kafka_client import kafka_client_kwargs
 log = logging.getLogger(__name__)
 
 
-def label_event(trial_id: str, judge_id: str, passed: bool, note: str | None,
-                labeller: str | None) -> Label:
+def label_event(
+    trial_id: str, judge_id: str, passed: bool, note: str | None, labeller: str | None
+) -> Label:
     """The Label event for one human judgement of one judge on one trial."""
-    ident = hashlib.sha256(
-        f"{trial_id}\x1f{judge_id}\x1f{passed}\x1f{note}\x1f{labeller}".encode())
-    return Label(event_id=f"label:{ident.hexdigest()[:24]}", trial_id=trial_id,
-                 judge_id=judge_id, passed=passed, note=note, labeller=labeller)
+    ident = hashlib.sha256(f"{trial_id}\x1f{judge_id}\x1f{passed}\x1f{note}\x1f{labeller}".encode())
+    return Label(
+        event_id=f"label:{ident.hexdigest()[:24]}",
+        trial_id=trial_id,
+        judge_id=judge_id,
+        passed=passed,
+        note=note,
+        labeller=labeller,
+    )
 
 
 def publish_labels(settings: Settings, labels: list[Label]) -> None:
@@ -35,12 +41,15 @@ def publish_labels(settings: Settings, labels: list[Label]) -> None:
     what the producer raised when it could not."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all",
-                             request_timeout_ms=15000, max_block_ms=15000)
+    producer = KafkaProducer(
+        **kafka_client_kwargs(settings), acks="all", request_timeout_ms=15000, max_block_ms=15000
+    )
     try:
         name = topic_name(Topic.LABELS, settings)
-        futures = [producer.send(name, key=label.trial_id.encode(), value=encode(label))
-                   for label in labels]
+        futures = [
+            producer.send(name, key=label.trial_id.encode(), value=encode(label))
+            for label in labels
+        ]
         producer.flush(timeout=30)
         for future in futures:
             future.get(timeout=30)

@@ -29,11 +29,16 @@ class LagMetrics(MetricSet):
     lag = gauge(
         "passk_consumer_lag",
         "Records on an input topic not yet consumed and committed by the processor.",
-        "processor", "topic")
+        "processor",
+        "topic",
+    )
     end = gauge(
         "passk_input_end_offset",
         "Records ever written to a processor's input topic (sum of partition end "
-        "offsets): its rate says whether inputs arrive.", "processor", "topic")
+        "offsets): its rate says whether inputs arrive.",
+        "processor",
+        "topic",
+    )
 
 
 @lru_cache(maxsize=1)
@@ -61,8 +66,9 @@ class LagMonitor:
             if self._clients is None:
                 self._clients = (
                     # short: a poll waiting on a dead broker only delays the next one
-                    KafkaAdminClient(**self.client_kwargs, request_timeout_ms=5000,
-                                     bootstrap_timeout_ms=5000),
+                    KafkaAdminClient(
+                        **self.client_kwargs, request_timeout_ms=5000, bootstrap_timeout_ms=5000
+                    ),
                     KafkaConsumer(**self.client_kwargs),
                 )
             admin, consumer = self._clients

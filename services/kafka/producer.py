@@ -153,8 +153,9 @@ class TrafficProducer:
         self._ledger.refused(ref, topic, describe(exc))
         return Future().failure(exc)
 
-    def missing_topics(self, topics: list[str],
-                       grace_s: float = TOPIC_METADATA_GRACE_S) -> list[str]:
+    def missing_topics(
+        self, topics: list[str], grace_s: float = TOPIC_METADATA_GRACE_S
+    ) -> list[str]:
         """Which of these topics the broker does not have, creating none. A topic missing
         is asked for again for `grace_s`: right after `passk topics create` (another
         process) a busy broker's metadata can still lag the controller by a second or

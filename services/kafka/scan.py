@@ -33,31 +33,49 @@ class ScanTimedOut(RuntimeError):
     pass
 
 
-def scan(settings: Settings, topic: str, on_batch: Batch, *, since_ms: int | None = None,
-         progress: Progress | None = None, timeout: float | None = None) -> dict[int, int]:
+def scan(
+    settings: Settings,
+    topic: str,
+    on_batch: Batch,
+    *,
+    since_ms: int | None = None,
+    progress: Progress | None = None,
+    timeout: float | None = None,
+) -> dict[int, int]:
     """Hand every record of `topic` (from `since_ms`, log time, when given) to `on_batch`,
     up to the end offsets taken at the start. Returns those end offsets by partition."""
     ends: dict[int, int] = {}
-    for batch in batches(settings, topic, since_ms=since_ms, progress=progress,
-                         timeout=timeout, ends=ends):
+    for batch in batches(
+        settings, topic, since_ms=since_ms, progress=progress, timeout=timeout, ends=ends
+    ):
         on_batch(batch)
     return ends
 
 
-def batches(settings: Settings, topic: str, *, since_ms: int | None = None,
-            progress: Progress | None = None, timeout: float | None = None,
-            ends: dict[int, int] | None = None) -> Iterator[list[Any]]:
+def batches(
+    settings: Settings,
+    topic: str,
+    *,
+    since_ms: int | None = None,
+    progress: Progress | None = None,
+    timeout: float | None = None,
+    ends: dict[int, int] | None = None,
+) -> Iterator[list[Any]]:
     """The records of `scan`, a batch at a time (at most BATCH records, one partition's);
     `ends` is filled with the end offsets as soon as they are known. TopicMissing when the
     topic is not there, ScanTimedOut past `timeout` seconds (None: no bound)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     # The fetch buffers bounded too (kafka-python's default lets one fetch hold 50 MB):
     # what a scan holds does not grow with the topic.
-    consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=None,
-                             enable_auto_commit=False, max_poll_records=BATCH,
-                             fetch_max_bytes=4 * 1024 * 1024,
-                             max_partition_fetch_bytes=1024 * 1024,
-                             isolation_level="read_committed")
+    consumer = KafkaConsumer(
+        **kafka_client_kwargs(settings),
+        group_id=None,
+        enable_auto_commit=False,
+        max_poll_records=BATCH,
+        fetch_max_bytes=4 * 1024 * 1024,
+        max_partition_fetch_bytes=1024 * 1024,
+        isolation_level="read_committed",
+    )
     try:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
@@ -70,8 +88,7 @@ def batches(settings: Settings, topic: str, *, since_ms: int | None = None,
         start = consumer.beginning_offsets(tps)
         if since_ms is not None:
             found = consumer.offsets_for_times({tp: since_ms for tp in tps})
-            start = {tp: (found[tp].offset if found.get(tp) is not None else end[tp])
-                     for tp in tps}
+            start = {tp: (found[tp].offset if found.get(tp) is not None else end[tp]) for tp in tps}
         for tp in tps:
             consumer.seek(tp, start[tp])
         total = sum(max(0, end[tp] - start[tp]) for tp in tps)

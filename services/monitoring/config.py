@@ -94,7 +94,8 @@ def render(settings: Settings, workers: tuple[str, ...]) -> dict[str, str]:
     alertmanager = listen_address(settings.alertmanager_url)
     files = {
         "prometheus.yml": prometheus_config(
-            {w: f"127.0.0.1:{p}" for w, p in ports.items()}, alertmanager,
+            {w: f"127.0.0.1:{p}" for w, p in ports.items()},
+            alertmanager,
             settings.scrape_interval,
         ),
         "alerts.yml": rules(alert_for=settings.alert_for),

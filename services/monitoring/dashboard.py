@@ -55,8 +55,10 @@ class PanelSpec:
 def quantiles(metric: str, by: str, unit_note: str) -> tuple[Query, ...]:
     rate = f"rate({metric}_bucket{{{SCENARIO}}}[$__rate_interval])"
     return tuple(
-        Query(f"histogram_quantile({q}, sum by (le, {by}) ({rate}))",
-              f"{{{{{by}}}}} p{int(q * 100)}{unit_note}")
+        Query(
+            f"histogram_quantile({q}, sum by (le, {by}) ({rate}))",
+            f"{{{{{by}}}}} p{int(q * 100)}{unit_note}",
+        )
         for q in (0.5, 0.95)
     )
 
@@ -73,7 +75,10 @@ PANELS: tuple[PanelSpec, ...] = (
             Query(f"passk_scenario_pass_hat_k_lower{{{SCENARIO},{WINDOW}}}", "lower"),
             Query(f"passk_scenario_alert_min_pass_hat_k{{{SCENARIO}}}", "target"),
         ),
-        unit="percentunit", width=8, repeat_by_scenario=True, fill_between=("upper", "lower"),
+        unit="percentunit",
+        width=8,
+        repeat_by_scenario=True,
+        fill_between=("upper", "lower"),
         min_max=(0, 1),
     ),
     PanelSpec(
@@ -83,11 +88,14 @@ PANELS: tuple[PanelSpec, ...] = (
         "what the drop alert asks about) beside pass^k over all its trials (unsampled ones ran "
         "gates and deterministic checks only, so it reads high). Equal without sampling.",
         (
-            Query(f"passk_scenario_sampled_pass_hat_k{{{SCENARIO},{WINDOW}}}",
-                  "{{scenario}} sampled"),
+            Query(
+                f"passk_scenario_sampled_pass_hat_k{{{SCENARIO},{WINDOW}}}", "{{scenario}} sampled"
+            ),
             Query(f"passk_scenario_pass_hat_k{{{SCENARIO},{WINDOW}}}", "{{scenario}} all trials"),
         ),
-        unit="percentunit", width=8, min_max=(0, 1),
+        unit="percentunit",
+        width=8,
+        min_max=(0, 1),
     ),
     PanelSpec(
         "Sampled trials in the latest window",
@@ -95,8 +103,7 @@ PANELS: tuple[PanelSpec, ...] = (
         "all its trials. The sampled pass^k's interval narrows with n_sampled, not with the "
         "traffic; the drop alert waits for alert.min_trials sampled trials.",
         (
-            Query(f"passk_scenario_sampled_trials{{{SCENARIO},{WINDOW}}}",
-                  "{{scenario}} sampled"),
+            Query(f"passk_scenario_sampled_trials{{{SCENARIO},{WINDOW}}}", "{{scenario}} sampled"),
             Query(f"passk_scenario_trials{{{SCENARIO},{WINDOW}}}", "{{scenario}} all trials"),
         ),
         width=8,
@@ -107,10 +114,14 @@ PANELS: tuple[PanelSpec, ...] = (
         "the sample times the scenario's LLM judges), and per judge per interval (calls not "
         "made, passk_judge_not_sampled_total). `passk report` prices them.",
         (
-            Query(f"passk_scenario_llm_judge_calls_saved{{{SCENARIO},{WINDOW}}}",
-                  "{{scenario}} latest window"),
-            Query("sum by (judge) (increase(passk_judge_not_sampled_total[$__rate_interval]))",
-                  "{{judge}} per interval"),
+            Query(
+                f"passk_scenario_llm_judge_calls_saved{{{SCENARIO},{WINDOW}}}",
+                "{{scenario}} latest window",
+            ),
+            Query(
+                "sum by (judge) (increase(passk_judge_not_sampled_total[$__rate_interval]))",
+                "{{judge}} per interval",
+            ),
         ),
         width=8,
     ),
@@ -118,15 +129,21 @@ PANELS: tuple[PanelSpec, ...] = (
         "pass@k per scenario",
         "pass@k of each scenario's latest 1h window: at least one of k trials passes.",
         (Query(f"passk_scenario_pass_at_k{{{SCENARIO},{WINDOW}}}", "{{scenario}}"),),
-        unit="percentunit", min_max=(0, 1),
+        unit="percentunit",
+        min_max=(0, 1),
     ),
     PanelSpec(
         "Flakiness gap (pass@k − pass^k)",
         "High pass@k with low pass^k: the agent can do it, but not every time.",
-        (Query(
-            f"passk_scenario_pass_at_k{{{SCENARIO},{WINDOW}}} - on (scenario, window) "
-            f"passk_scenario_pass_hat_k{{{SCENARIO},{WINDOW}}}", "{{scenario}}"),),
-        unit="percentunit", min_max=(0, 1),
+        (
+            Query(
+                f"passk_scenario_pass_at_k{{{SCENARIO},{WINDOW}}} - on (scenario, window) "
+                f"passk_scenario_pass_hat_k{{{SCENARIO},{WINDOW}}}",
+                "{{scenario}}",
+            ),
+        ),
+        unit="percentunit",
+        min_max=(0, 1),
     ),
     PanelSpec(
         "Trials in the latest window",
@@ -136,48 +153,74 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "Trials by outcome",
         "Trial verdicts per interval: passed, failed, error (an error never counts as a pass).",
-        (Query(f"sum by (scenario, outcome) (increase(passk_trials_total{{{SCENARIO}}}"
-               "[$__rate_interval]))", "{{scenario}} {{outcome}}"),),
+        (
+            Query(
+                f"sum by (scenario, outcome) (increase(passk_trials_total{{{SCENARIO}}}"
+                "[$__rate_interval]))",
+                "{{scenario}} {{outcome}}",
+            ),
+        ),
         bars=True,
     ),
     PanelSpec(
         "Gate results by check",
         "Outcome gates per interval, by gate (exit, state) and result.",
-        (Query("sum by (gate, result) (increase(passk_gate_results_total[$__rate_interval]))",
-               "{{gate}} {{result}}"),),
+        (
+            Query(
+                "sum by (gate, result) (increase(passk_gate_results_total[$__rate_interval]))",
+                "{{gate}} {{result}}",
+            ),
+        ),
         bars=True,
     ),
     PanelSpec(
         "Judge verdicts and errors",
         "Judge verdicts per interval by judge and result; `error`: the judge could not answer.",
-        (Query("sum by (judge, result) (increase(passk_judge_verdicts_total[$__rate_interval]))",
-               "{{judge}} {{result}}"),),
+        (
+            Query(
+                "sum by (judge, result) (increase(passk_judge_verdicts_total[$__rate_interval]))",
+                "{{judge}} {{result}}",
+            ),
+        ),
         bars=True,
     ),
     PanelSpec(
         "Judge model request duration",
         "Every request to the judge model, retried or not.",
-        (Query("histogram_quantile(0.95, sum by (le) "
-               "(rate(passk_judge_request_seconds_bucket[$__rate_interval])))", "p95"),),
+        (
+            Query(
+                "histogram_quantile(0.95, sum by (le) "
+                "(rate(passk_judge_request_seconds_bucket[$__rate_interval])))",
+                "p95",
+            ),
+        ),
         unit="s",
     ),
     PanelSpec(
         "Judge tokens per trial",
         "Prompt (input) and completion (output) tokens the judge model's API reported, per "
         "trial verdict. Cache answers and skipped judges (skip_when_gates_fail) spend none.",
-        (Query("sum by (kind) (increase(passk_judge_tokens_total[$__rate_interval])) / "
-               "scalar(sum(increase(passk_trials_total[$__rate_interval])))",
-               "{{kind}} tokens per trial"),),
+        (
+            Query(
+                "sum by (kind) (increase(passk_judge_tokens_total[$__rate_interval])) / "
+                "scalar(sum(increase(passk_trials_total[$__rate_interval])))",
+                "{{kind}} tokens per trial",
+            ),
+        ),
         width=8,
     ),
     PanelSpec(
         "Judge cost per trial (estimated)",
         "Judge tokens per trial priced by PASSK_JUDGE_PRICE_PER_MTOK_IN/_OUT (money units); "
         "empty while no price is set: the cost is unknown, never shown as 0.",
-        (Query("sum(increase(passk_judge_tokens_total[$__rate_interval]) * on (kind) "
-               "group_left () max by (kind) (passk_judge_price_per_mtok)) / 1e6 / "
-               "scalar(sum(increase(passk_trials_total[$__rate_interval])))",
-               "estimated cost per trial"),),
+        (
+            Query(
+                "sum(increase(passk_judge_tokens_total[$__rate_interval]) * on (kind) "
+                "group_left () max by (kind) (passk_judge_price_per_mtok)) / 1e6 / "
+                "scalar(sum(increase(passk_trials_total[$__rate_interval])))",
+                "estimated cost per trial",
+            ),
+        ),
         width=8,
     ),
     PanelSpec(
@@ -185,40 +228,50 @@ PANELS: tuple[PanelSpec, ...] = (
         "Wall time of each judge's model call for one verdict (retries, backoff and outage "
         "waits included); cache answers make no call.",
         tuple(
-            Query(f"histogram_quantile({q}, sum by (le, judge) "
-                  "(rate(passk_judge_call_seconds_bucket[$__rate_interval])))",
-                  f"{{{{judge}}}} p{int(q * 100)}")
+            Query(
+                f"histogram_quantile({q}, sum by (le, judge) "
+                "(rate(passk_judge_call_seconds_bucket[$__rate_interval])))",
+                f"{{{{judge}}}} p{int(q * 100)}",
+            )
             for q in (0.5, 0.95)
         ),
-        unit="s", width=8,
+        unit="s",
+        width=8,
     ),
     PanelSpec(
         "Tokens per trial",
         "Agent tokens per trial, as the producer reported them. Tracked, never gating.",
-        quantiles("passk_trial_tokens", "scenario", ""), width=8,
+        quantiles("passk_trial_tokens", "scenario", ""),
+        width=8,
     ),
     PanelSpec(
         "Turns per trial",
         "Conversation turns per trial, as reported. Tracked, never gating.",
-        quantiles("passk_trial_turns", "scenario", ""), width=8,
+        quantiles("passk_trial_turns", "scenario", ""),
+        width=8,
     ),
     PanelSpec(
         "Conversation duration",
         "Conversation duration per trial, as reported. Gates only through max_duration_s.",
-        quantiles("passk_trial_duration_seconds", "scenario", ""), unit="s", width=8,
+        quantiles("passk_trial_duration_seconds", "scenario", ""),
+        unit="s",
+        width=8,
     ),
     PanelSpec(
         "Agent latency",
         "The agent's response latency per trial, as reported. Tracked, never gating.",
-        quantiles("passk_agent_latency_seconds", "scenario", ""), unit="s",
+        quantiles("passk_agent_latency_seconds", "scenario", ""),
+        unit="s",
     ),
     PanelSpec(
         "Verdict latency (trial finished → verdict)",
         "From the conversation's finish to its trial verdict; replayed traffic shows its age.",
         tuple(
-            Query(f"histogram_quantile({q}, sum by (le) "
-                  "(rate(passk_verdict_latency_seconds_bucket[$__rate_interval])))",
-                  f"p{int(q * 100)}")
+            Query(
+                f"histogram_quantile({q}, sum by (le) "
+                "(rate(passk_verdict_latency_seconds_bucket[$__rate_interval])))",
+                f"p{int(q * 100)}",
+            )
             for q in (0.5, 0.95)
         ),
         unit="s",
@@ -236,8 +289,12 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         "Events processed",
         "Events each processor handled per second, by what it made of them.",
-        (Query("sum by (processor, note) (rate(passk_events_total[$__rate_interval]))",
-               "{{processor}} {{note}}"),),
+        (
+            Query(
+                "sum by (processor, note) (rate(passk_events_total[$__rate_interval]))",
+                "{{processor}} {{note}}",
+            ),
+        ),
         unit="ops",
     ),
     PanelSpec(
@@ -252,8 +309,12 @@ PANELS: tuple[PanelSpec, ...] = (
         "Since the last clean audit",
         "How long ago an audit last found every trial of its period accounted for; it grows "
         "while trials are unaccounted, or while audits fail (PasskAuditStale).",
-        (Query("time() - max(passk_audit_last_clean_timestamp_seconds > 0)",
-               "since the last clean audit"),),
+        (
+            Query(
+                "time() - max(passk_audit_last_clean_timestamp_seconds > 0)",
+                "since the last clean audit",
+            ),
+        ),
         unit="s",
     ),
 )
@@ -269,8 +330,12 @@ def panel(spec: PanelSpec, panel_id: int) -> timeseries.Panel:
         .unit(spec.unit)
         .span(spec.width)
         .height(8)
-        .legend(gc.VizLegendOptions().show_legend(True)
-                .display_mode(common.LegendDisplayMode.LIST).placement(common.LegendPlacement.BOTTOM))
+        .legend(
+            gc.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+        )
     )
     if spec.bars:
         built = built.draw_style(common.GraphDrawStyle.BARS).fill_opacity(60)
@@ -280,15 +345,22 @@ def panel(spec: PanelSpec, panel_id: int) -> timeseries.Panel:
         built = built.repeat("scenario").repeat_direction("h")
     if spec.fill_between:
         upper, lower = spec.fill_between
-        built = built.override_by_name(upper, [
-            dm.DynamicConfigValue(id_val="custom.fillBelowTo", value=lower),
-            dm.DynamicConfigValue(id_val="custom.fillOpacity", value=20),
-            dm.DynamicConfigValue(id_val="custom.lineWidth", value=0),
-        ]).override_by_name(lower, [dm.DynamicConfigValue(id_val="custom.lineWidth", value=0)])
+        built = built.override_by_name(
+            upper,
+            [
+                dm.DynamicConfigValue(id_val="custom.fillBelowTo", value=lower),
+                dm.DynamicConfigValue(id_val="custom.fillOpacity", value=20),
+                dm.DynamicConfigValue(id_val="custom.lineWidth", value=0),
+            ],
+        ).override_by_name(lower, [dm.DynamicConfigValue(id_val="custom.lineWidth", value=0)])
     for i, query in enumerate(spec.queries):
         built = built.with_target(
-            gp.Dataquery().expr(query.expr).legend_format(query.legend).ref_id(chr(ord("A") + i))
-            .datasource(DATASOURCE).range()
+            gp.Dataquery()
+            .expr(query.expr)
+            .legend_format(query.legend)
+            .ref_id(chr(ord("A") + i))
+            .datasource(DATASOURCE)
+            .range()
         )
     return built
 

@@ -57,9 +57,11 @@ def firing(path: Path, alertname: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         payload = json.loads(line)
-        out.extend(a for a in payload.get("alerts", [])
-                   if a.get("status") == "firing"
-                   and a.get("labels", {}).get("alertname") == alertname)
+        out.extend(
+            a
+            for a in payload.get("alerts", [])
+            if a.get("status") == "firing" and a.get("labels", {}).get("alertname") == alertname
+        )
     return out
 
 
@@ -77,9 +79,11 @@ def main(argv: list[str]) -> int:
             alerts = firing(args.file, args.alertname)
         for a in alerts:
             labels = a.get("labels", {})
-            print(f"  {labels.get('alertname')} scenario={labels.get('scenario')} "
-                  f"window={labels.get('window')} severity={labels.get('severity')}: "
-                  f"{a.get('annotations', {}).get('summary', '')}")
+            print(
+                f"  {labels.get('alertname')} scenario={labels.get('scenario')} "
+                f"window={labels.get('window')} severity={labels.get('severity')}: "
+                f"{a.get('annotations', {}).get('summary', '')}"
+            )
         return 0 if alerts else 1
     parser = argparse.ArgumentParser(prog="webhook")
     parser.add_argument("--port", type=int, required=True)

@@ -29,11 +29,17 @@ from services.runtime.metrics import serve_metrics
 log = logging.getLogger("passk.otlp")
 
 
-async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics,
-              open_probe: Callable[[], Probe] | None = None) -> None:
+async def run(
+    settings: Settings,
+    otlp: OtlpSettings,
+    metrics: OtlpMetrics,
+    open_probe: Callable[[], Probe] | None = None,
+) -> None:
     publisher = KafkaPublisher(
         lambda: TrafficProducer(settings, max_block_ms=int(otlp.publish_timeout_s * 1000)),
-        otlp.publish_timeout_s, topic_name(Topic.DEAD_LETTERS, settings))
+        otlp.publish_timeout_s,
+        topic_name(Topic.DEAD_LETTERS, settings),
+    )
     catalog = ScenarioCatalog(settings)
     catalog_task = asyncio.create_task(_follow_catalog(catalog))
 
@@ -55,12 +61,17 @@ async def run(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics,
     await runner.setup()
     assert runner.server is not None
     # Not web.TCPSite: the guard bounds connections and times request headers first.
-    guard = Guard(runner.server, max_connections=otlp.max_connections,
-                  header_timeout_s=otlp.header_timeout_s, metrics=metrics,
-                  say=receiver.flood.say)
+    guard = Guard(
+        runner.server,
+        max_connections=otlp.max_connections,
+        header_timeout_s=otlp.header_timeout_s,
+        metrics=metrics,
+        say=receiver.flood.say,
+    )
     guards.append(guard)
     server = await asyncio.get_running_loop().create_server(
-        guard, otlp.host, otlp.port, reuse_address=True, backlog=min(otlp.max_connections, 1024))
+        guard, otlp.host, otlp.port, reuse_address=True, backlog=min(otlp.max_connections, 1024)
+    )
     log.warning("otlp: receiving traces on http://%s:%s/v1/traces", otlp.host, otlp.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -89,8 +100,10 @@ async def _follow_catalog(catalog: ScenarioCatalog) -> None:
             await catalog.ready(timeout=30.0)
             return
         except CatalogUnavailable as exc:
-            log.warning("otlp: scenario catalog not read yet (%s); plain traces are skipped "
-                        "until it is", exc)
+            log.warning(
+                "otlp: scenario catalog not read yet (%s); plain traces are skipped until it is",
+                exc,
+            )
             await asyncio.sleep(5.0)
 
 
@@ -117,8 +130,9 @@ class OncePerMinute(logging.Filter):
 class OtlpWorker:
     """What `passk worker otlp` runs (the Faust workers' `app.main()` shape)."""
 
-    def __init__(self, settings: Settings, otlp: OtlpSettings,
-                 open_probe: Callable[[], Probe] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, otlp: OtlpSettings, open_probe: Callable[[], Probe] | None = None
+    ) -> None:
         self.settings = settings
         self.otlp = otlp
         self.open_probe = open_probe
@@ -132,8 +146,9 @@ class OtlpWorker:
         asyncio.run(run(self.settings, self.otlp, OtlpMetrics(REGISTRY), self.open_probe))
 
 
-def build(settings: Settings, *,
-          state_probe: Callable[[Path], Callable[[], Probe]] | None = None) -> OtlpWorker:
+def build(
+    settings: Settings, *, state_probe: Callable[[Path], Callable[[], Probe]] | None = None
+) -> OtlpWorker:
     """The receiver (and exporter) worker from `settings`; its own settings, the
     PASSK_OTLP_* variables, are read here, once, when the worker is built.
     `state_probe(path)`: opens a target file's state probe (the harness's, handed over by

@@ -17,22 +17,29 @@ if TYPE_CHECKING:
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 
-def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Probe]]
-             ) -> None:
+def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Probe]]) -> None:
     """`state_probe(path)`: opens a target file's state probe (the harness's target format,
     handed over by the CLI: services/cli/wiring.py)."""
     importer = typer.Typer(help="Import trials from other formats.", no_args_is_help=True)
 
     @importer.command("otel")
     def import_otel(
-        files: list[Path] = typer.Argument(..., exists=True, dir_okay=False, readable=True,
-                                           help="OTLP JSON lines (Collector file exporter) "
-                                                "or OTLP protobuf files"),
+        files: list[Path] = typer.Argument(
+            ...,
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="OTLP JSON lines (Collector file exporter) or OTLP protobuf files",
+        ),
         dry_run: bool = typer.Option(False, "--dry-run", help="map every trace, send nothing"),
         state_probe_file: Path = typer.Option(
-            None, "--state-probe", exists=True, dir_okay=False,
+            None,
+            "--state-probe",
+            exists=True,
+            dir_okay=False,
             help="a target file (passk run --target) whose `state:` probe reads the "
-                 "persisted session of each trial whose trace has no passk.session.state"),
+            "persisted session of each trial whose trace has no passk.session.state",
+        ),
         wait: float | None = BROKER_WAIT,
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
     ) -> None:
@@ -50,9 +57,15 @@ def register(app: typer.Typer, *, state_probe: Callable[[Path], Callable[[], Pro
         open_probe = state_probe(state_probe_file) if state_probe_file is not None else None
         settings = get_settings()
         out, err = console(), console(stderr=True)
-        done = import_files(files, settings, dry_run=dry_run, wait=wait, open_probe=open_probe,
-                            progress=import_progress(err),
-                            warn=lambda text: err.print(text, markup=False))
+        done = import_files(
+            files,
+            settings,
+            dry_run=dry_run,
+            wait=wait,
+            open_probe=open_probe,
+            progress=import_progress(err),
+            warn=lambda text: err.print(text, markup=False),
+        )
         print_import(done, out, err, as_json)
         if done.exit_code:
             raise typer.Exit(done.exit_code)

@@ -27,17 +27,28 @@ def excerpt(spans: Sequence[Span]) -> bytes:
     if head is None:
         return b"{}"
     cut = {k: str(v)[:ATTRIBUTE_CHARS] for k, v in {**head.resource, **head.attributes}.items()}
-    body = {"span": head.name[:ATTRIBUTE_CHARS], "root": head.is_root, "spans": len(spans),
-            "attributes": cut}
+    body = {
+        "span": head.name[:ATTRIBUTE_CHARS],
+        "root": head.is_root,
+        "spans": len(spans),
+        "attributes": cut,
+    }
     raw = json.dumps(body, sort_keys=True, ensure_ascii=False).encode()
-    return raw if len(raw) <= EXCERPT_BYTES else raw[:EXCERPT_BYTES - 3] + b"..."
+    return raw if len(raw) <= EXCERPT_BYTES else raw[: EXCERPT_BYTES - 3] + b"..."
 
 
-def trace_letter(trace_id: str, reason: str, detail: str, spans: Sequence[Span], *,
-                 processor: str) -> DeadLetter:
+def trace_letter(
+    trace_id: str, reason: str, detail: str, spans: Sequence[Span], *, processor: str
+) -> DeadLetter:
     """The dead letter of one trace not taken. Its id is deterministic (trace, reason,
     excerpt): the same trace sent or imported again is the same letter."""
-    letter = dead_letter(processor=processor, source_topic=SOURCE, partition=None,
-                         offset=None, key=trace_id.encode(), value=excerpt(spans),
-                         rejection=Rejection(reason, detail))
+    letter = dead_letter(
+        processor=processor,
+        source_topic=SOURCE,
+        partition=None,
+        offset=None,
+        key=trace_id.encode(),
+        value=excerpt(spans),
+        rejection=Rejection(reason, detail),
+    )
     return letter.model_copy(update={"event_id": f"{letter.event_id}:{trace_id}:{reason}"})

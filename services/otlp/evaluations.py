@@ -11,8 +11,14 @@ from schemas.events import GateResult, JudgeVerdict, TrialVerdict
 from services.otlp import semconv as sc
 
 Graded = JudgeVerdict | GateResult | TrialVerdict
-LABELS = {"passed": "pass", "failed": "fail", "error": "error", "invalid": "invalid",
-          "skipped": "skipped", "not_sampled": "not_sampled"}
+LABELS = {
+    "passed": "pass",
+    "failed": "fail",
+    "error": "error",
+    "invalid": "invalid",
+    "skipped": "skipped",
+    "not_sampled": "not_sampled",
+}
 
 
 @dataclass(frozen=True)
@@ -39,16 +45,20 @@ def evaluation_of(event: Graded, trace: TraceRef | None) -> Evaluation:
         why = "; ".join(event.reasons) or "all checks held"
     else:
         kind, name, outcome = "trial", "passk.trial", event.outcome
-        why = ("; ".join(f"{c.check}: {c.reason}" for c in event.failed_checks)
-               or "every check passed")
+        why = (
+            "; ".join(f"{c.check}: {c.reason}" for c in event.failed_checks) or "every check passed"
+        )
     attributes: dict[str, Any] = {
         sc.EVALUATION_NAME: name,
         sc.EVALUATION_LABEL: LABELS[outcome],
         sc.EVALUATION_VALUE: 1.0 if outcome == "passed" else 0.0,
         sc.EVALUATION_EXPLANATION: why,
         "passk.event_id": event.event_id,  # a receiver drops a re-delivery by it
-        sc.RUN_ID: event.run_id, sc.SCENARIO_ID: event.scenario_id, sc.TRIAL_ID: event.trial_id,
-        "passk.scenario_version": event.scenario_version, "passk.attempt": event.attempt,
+        sc.RUN_ID: event.run_id,
+        sc.SCENARIO_ID: event.scenario_id,
+        sc.TRIAL_ID: event.trial_id,
+        "passk.scenario_version": event.scenario_version,
+        "passk.attempt": event.attempt,
     }
     if isinstance(event, JudgeVerdict):
         attributes["passk.judge.gating"] = event.gating

@@ -36,7 +36,8 @@ from services.otlp.settings import OtlpSettings
 
 log = logging.getLogger("passk.otlp.export")
 RESULTS: dict[Topic, type[Graded]] = {
-    Topic.JUDGE_VERDICTS: JudgeVerdict, Topic.GATE_RESULTS: GateResult,
+    Topic.JUDGE_VERDICTS: JudgeVerdict,
+    Topic.GATE_RESULTS: GateResult,
     Topic.TRIAL_VERDICTS: TrialVerdict,
 }
 MAX_KEPT_TRACES = 1_000_000  # trial -> trace ids kept; the oldest go first
@@ -48,8 +49,10 @@ class TraceIndex:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(path)
-        self.db.execute("CREATE TABLE IF NOT EXISTS traces (trial_id TEXT PRIMARY KEY, "
-                        "trace_id TEXT NOT NULL, span_id TEXT NOT NULL, seq INTEGER)")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS traces (trial_id TEXT PRIMARY KEY, "
+            "trace_id TEXT NOT NULL, span_id TEXT NOT NULL, seq INTEGER)"
+        )
 
     def add(self, rows: Sequence[tuple[str, str, str]]) -> None:
         if not rows:
@@ -57,13 +60,18 @@ class TraceIndex:
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO traces VALUES (?, ?, ?, "
-                "(SELECT COALESCE(MAX(seq), 0) + 1 FROM traces))", rows)
-            self.db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?",
-                            (MAX_KEPT_TRACES,))
+                "(SELECT COALESCE(MAX(seq), 0) + 1 FROM traces))",
+                rows,
+            )
+            self.db.execute(
+                "DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?",
+                (MAX_KEPT_TRACES,),
+            )
 
     def get(self, trial_id: str) -> TraceRef | None:
-        row = self.db.execute("SELECT trace_id, span_id FROM traces WHERE trial_id = ?",
-                              (trial_id,)).fetchone()
+        row = self.db.execute(
+            "SELECT trace_id, span_id FROM traces WHERE trial_id = ?", (trial_id,)
+        ).fetchone()
         return TraceRef(*row) if row else None
 
 
@@ -76,8 +84,12 @@ def _trace_row(value: bytes) -> tuple[str, str, str] | None:
         return None
     trial, trace = event.get("trial_id"), event.get("otel_trace_id")
     span = event.get("otel_span_id")
-    if isinstance(trial, str) and isinstance(trace, str) and isinstance(span, str) and all(
-            (trial, trace, span)):
+    if (
+        isinstance(trial, str)
+        and isinstance(trace, str)
+        and isinstance(span, str)
+        and all((trial, trace, span))
+    ):
         return trial, trace, span
     return None
 
@@ -90,23 +102,35 @@ def to_log_records(evaluations: Sequence[Evaluation]) -> list[Any]:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
     resource = Resource.create({"service.name": "passk"})
-    scope = InstrumentationScope("passk.otlp", schema_url=f"https://opentelemetry.io/schemas/"
-                                                         f"{sc.SEMCONV_VERSION}")
+    scope = InstrumentationScope(
+        "passk.otlp", schema_url=f"https://opentelemetry.io/schemas/{sc.SEMCONV_VERSION}"
+    )
     out = []
     for e in evaluations:
         context = None
         if e.trace is not None:
-            span = otel_trace.NonRecordingSpan(otel_trace.SpanContext(
-                int(e.trace.trace_id, 16), int(e.trace.span_id, 16), is_remote=True,
-                trace_flags=otel_trace.TraceFlags(otel_trace.TraceFlags.SAMPLED)))
+            span = otel_trace.NonRecordingSpan(
+                otel_trace.SpanContext(
+                    int(e.trace.trace_id, 16),
+                    int(e.trace.span_id, 16),
+                    is_remote=True,
+                    trace_flags=otel_trace.TraceFlags(otel_trace.TraceFlags.SAMPLED),
+                )
+            )
             context = otel_trace.set_span_in_context(span)
         else:
             context = otel_trace.set_span_in_context(otel_trace.INVALID_SPAN)
-        record = LogRecord(timestamp=e.timestamp_ns, observed_timestamp=e.timestamp_ns,
-                           context=context, event_name=sc.EVALUATION_EVENT,
-                           attributes=e.attributes, body=None)
-        out.append(ReadableLogRecord(log_record=record, resource=resource,
-                                     instrumentation_scope=scope))
+        record = LogRecord(
+            timestamp=e.timestamp_ns,
+            observed_timestamp=e.timestamp_ns,
+            context=context,
+            event_name=sc.EVALUATION_EVENT,
+            attributes=e.attributes,
+            body=None,
+        )
+        out.append(
+            ReadableLogRecord(log_record=record, resource=resource, instrumentation_scope=scope)
+        )
     return out
 
 
@@ -117,20 +141,31 @@ def make_exporter(otlp: OtlpSettings) -> Any:
     endpoint = otlp.export_endpoint or ""
     if not endpoint.rstrip("/").endswith("/v1/logs"):
         endpoint = endpoint.rstrip("/") + "/v1/logs"
-    return OTLPLogExporter(endpoint=endpoint, headers=headers or None,
-                           timeout=otlp.export_timeout_s)
+    return OTLPLogExporter(
+        endpoint=endpoint, headers=headers or None, timeout=otlp.export_timeout_s
+    )
 
 
-async def run_exporter(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetrics,
-                       stop: asyncio.Event, exporter: Any = None) -> None:
+async def run_exporter(
+    settings: Settings,
+    otlp: OtlpSettings,
+    metrics: OtlpMetrics,
+    stop: asyncio.Event,
+    exporter: Any = None,
+) -> None:
     exporter = exporter or make_exporter(otlp)
     index = TraceIndex(settings.data_dir / "otlp-export.sqlite")
     conversations = topic_name(Topic.CONVERSATION_FINISHED, settings)
     kinds = {topic_name(t, settings): model for t, model in RESULTS.items()}
     consumer = AIOKafkaConsumer(
-        conversations, *kinds, **kafka_client_kwargs(settings),
-        group_id=f"{settings.topic_prefix}otlp", enable_auto_commit=False,
-        auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024)
+        conversations,
+        *kinds,
+        **kafka_client_kwargs(settings),
+        group_id=f"{settings.topic_prefix}otlp",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
     while not stop.is_set():
         try:
             await consumer.start()
@@ -141,13 +176,15 @@ async def run_exporter(settings: Settings, otlp: OtlpSettings, metrics: OtlpMetr
     try:
         while not stop.is_set():
             try:
-                await _one_batch(consumer, conversations, kinds, index, exporter, metrics,
-                                 otlp, stop)
+                await _one_batch(
+                    consumer, conversations, kinds, index, exporter, metrics, otlp, stop
+                )
             except Exception as exc:
                 if stop.is_set():
                     break
-                log.warning("otlp export: %s; retrying", exc,
-                            exc_info=log.isEnabledFor(logging.DEBUG))
+                log.warning(
+                    "otlp export: %s; retrying", exc, exc_info=log.isEnabledFor(logging.DEBUG)
+                )
                 await _sleep(stop, 2.0)
     finally:
         await consumer.stop()
@@ -161,9 +198,16 @@ async def _sleep(stop: asyncio.Event, seconds: float) -> None:
         pass
 
 
-async def _one_batch(consumer: AIOKafkaConsumer, conversations: str,
-                     kinds: dict[str, type[Graded]], index: TraceIndex, exporter: Any,
-                     metrics: OtlpMetrics, otlp: OtlpSettings, stop: asyncio.Event) -> None:
+async def _one_batch(
+    consumer: AIOKafkaConsumer,
+    conversations: str,
+    kinds: dict[str, type[Graded]],
+    index: TraceIndex,
+    exporter: Any,
+    metrics: OtlpMetrics,
+    otlp: OtlpSettings,
+    stop: asyncio.Event,
+) -> None:
     batch = await consumer.getmany(timeout_ms=1000, max_records=otlp.export_batch)
     results: list[tuple[str, Graded]] = []
     rows = []
@@ -209,8 +253,13 @@ async def _catch_up(consumer: AIOKafkaConsumer, conversations: str, index: Trace
     try:
         while [tp for tp in mine if await consumer.position(tp) < ends[tp]]:
             batch = await consumer.getmany(*mine, timeout_ms=1000)
-            index.add([row for records in batch.values() for r in records
-                       if (row := _trace_row(r.value)) is not None])
+            index.add(
+                [
+                    row
+                    for records in batch.values()
+                    for r in records
+                    if (row := _trace_row(r.value)) is not None
+                ]
+            )
     finally:
         consumer.resume(*others)
-

@@ -31,9 +31,15 @@ END_OF_HEADERS = b"\r\n\r\n"
 class Guard:
     """A protocol factory for `loop.create_server`, around aiohttp's `runner.server`."""
 
-    def __init__(self, inner: Callable[[], asyncio.Protocol], *, max_connections: int,
-                 header_timeout_s: float, metrics: OtlpMetrics,
-                 say: Callable[..., None]) -> None:
+    def __init__(
+        self,
+        inner: Callable[[], asyncio.Protocol],
+        *,
+        max_connections: int,
+        header_timeout_s: float,
+        metrics: OtlpMetrics,
+        say: Callable[..., None],
+    ) -> None:
         self.inner = inner
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
@@ -71,9 +77,13 @@ class Guarded(asyncio.Protocol):
             # connection is closed.
             waiting = next((c for c in g.live if c.in_headers), None)
             g.metrics.connections_refused.inc()
-            g.say("connections", "otlp: %d connections open, the bound "
-                  "(PASSK_OTLP_MAX_CONNECTIONS); the oldest waiting for its headers is "
-                  "closed for each new one", g.max_connections)
+            g.say(
+                "connections",
+                "otlp: %d connections open, the bound "
+                "(PASSK_OTLP_MAX_CONNECTIONS); the oldest waiting for its headers is "
+                "closed for each new one",
+                g.max_connections,
+            )
             if waiting is None:
                 transport.close()  # nothing was read or written on it: closed at once
                 return
@@ -113,8 +123,11 @@ class Guarded(asyncio.Protocol):
             self.transport.close()
             return
         self.guard.metrics.requests_rejected.labels("header_timeout").inc()
-        self.guard.say("header_timeout", "otlp: closing connections whose request "
-                       "headers did not end within %g s", self.guard.header_timeout_s)
+        self.guard.say(
+            "header_timeout",
+            "otlp: closing connections whose request headers did not end within %g s",
+            self.guard.header_timeout_s,
+        )
         self.transport.abort()
 
     def data_received(self, data: bytes) -> None:

@@ -61,10 +61,16 @@ class Imported:
         return 0 if self.plan.taken else 3
 
 
-def import_files(files: Sequence[Path], settings: Settings, *, dry_run: bool,
-                 wait: float | None, open_probe: Callable[[], Probe] | None,
-                 progress: Callable[[], AbstractContextManager[ImportProgress]],
-                 warn: Callable[[str], None]) -> Imported:
+def import_files(
+    files: Sequence[Path],
+    settings: Settings,
+    *,
+    dry_run: bool,
+    wait: float | None,
+    open_probe: Callable[[], Probe] | None,
+    progress: Callable[[], AbstractContextManager[ImportProgress]],
+    warn: Callable[[str], None],
+) -> Imported:
     """Every trace of `files` mapped (with the published scenarios' match rules), the
     sessions of those without one read by `open_probe`'s probe, then (not a dry run) the
     dead letters and the trials sent, every send accounted for. The broker is checked
@@ -83,8 +89,7 @@ def import_files(files: Sequence[Path], settings: Settings, *, dry_run: bool,
     return Imported(plan, published, dry_run, open_probe is not None)
 
 
-def _rules(settings: Settings, dry_run: bool,
-           warn: Callable[[str], None]) -> list[Scenario] | None:
+def _rules(settings: Settings, dry_run: bool, warn: Callable[[str], None]) -> list[Scenario] | None:
     """The published scenarios, whose match rules take traces with no passk ids. A dry
     run without a readable catalog maps without them (and says so)."""
     from services.kafka.catalog import CatalogUnavailable, load_catalog
@@ -94,8 +99,10 @@ def _rules(settings: Settings, dry_run: bool,
     except (CatalogUnavailable, OSError, KafkaError) as exc:
         if not dry_run:
             raise Unreachable(f"cannot read the published scenarios: {exc}") from None
-        warn(f"warning: no scenario catalog ({exc}); traces without passk ids are "
-             "mapped without match rules")
+        warn(
+            f"warning: no scenario catalog ({exc}); traces without passk ids are "
+            "mapped without match rules"
+        )
         return None
 
 
@@ -127,8 +134,10 @@ def _publish(plan: ImportPlan, settings: Settings, progress: ImportProgress) -> 
     try:
         missing = producer.missing_topics([topic_name(t, settings) for t in SENT_TOPICS])
         if missing:
-            raise Unreachable(f"missing topics: {', '.join(missing)}; nothing "
-                              "sent (create them with `passk topics create`)")
+            raise Unreachable(
+                f"missing topics: {', '.join(missing)}; nothing "
+                "sent (create them with `passk topics create`)"
+            )
         # Nothing dropped in silence: each trace not taken is a dead letter (sent first;
         # publish_plan waits for every send, these too).
         for letter in plan.letters:

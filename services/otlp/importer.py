@@ -36,8 +36,11 @@ class ImportPlan:
     letters: list[DeadLetter] = field(default_factory=list)  # one per skipped trace
 
 
-def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | None = None,
-                scenarios: Iterable[Scenario] | None = None) -> ImportPlan:
+def plan_import(
+    files: Iterable[Path],
+    on_trace: Callable[[int, int], None] | None = None,
+    scenarios: Iterable[Scenario] | None = None,
+) -> ImportPlan:
     """`scenarios`: the published ones, whose `match` rules take traces with no passk ids
     (None: such traces are skipped as no_passk_ids)."""
     plan = ImportPlan()
@@ -57,9 +60,15 @@ def plan_import(files: Iterable[Path], on_trace: Callable[[int, int], None] | No
             plan.taken.append(result)
         else:
             plan.skipped.append(result)
-            plan.letters.append(trace_letter(result.trace_id, result.reason,
-                                             result.detail[:500], trace,
-                                             processor="import-otel"))
+            plan.letters.append(
+                trace_letter(
+                    result.trace_id,
+                    result.reason,
+                    result.detail[:500],
+                    trace,
+                    processor="import-otel",
+                )
+            )
         if on_trace:
             on_trace(i, len(traces))
     return plan
@@ -71,8 +80,9 @@ class Probe(Protocol):
     async def close(self) -> None: ...
 
 
-async def probe_sessions(plan: ImportPlan, probe: Probe, concurrency: int = 8,
-                         on_trial: Callable[[], None] | None = None) -> None:
+async def probe_sessions(
+    plan: ImportPlan, probe: Probe, concurrency: int = 8, on_trial: Callable[[], None] | None = None
+) -> None:
     """Ask the product's state probe for the session of every taken trial whose trace
     carried none (the harness's probe: found -> `.state`, `.exit_reason`)."""
     gate = asyncio.Semaphore(concurrency)
@@ -94,8 +104,9 @@ async def probe_sessions(plan: ImportPlan, probe: Probe, concurrency: int = 8,
 class Sender(Protocol):
     """What publishing needs of a producer; TrafficProducer is one."""
 
-    def send(self, event: ConversationFinished | SessionPersisted, *,
-             ref: str | None = None) -> Any: ...
+    def send(
+        self, event: ConversationFinished | SessionPersisted, *, ref: str | None = None
+    ) -> Any: ...
 
     def settle(self, timeout_s: float | None = None) -> bool: ...
 
@@ -110,10 +121,14 @@ class Published:
     interrupted: bool = False  # stopped (SIGINT) before every trial was sent
 
 
-def publish_plan(plan: ImportPlan, sender: Sender, *,
-                 on_event: Callable[[], None] | None = None,
-                 settle_timeout_s: float | None = None,
-                 stop_grace_s: float = 10.0) -> Published:
+def publish_plan(
+    plan: ImportPlan,
+    sender: Sender,
+    *,
+    on_event: Callable[[], None] | None = None,
+    settle_timeout_s: float | None = None,
+    stop_grace_s: float = 10.0,
+) -> Published:
     """Send every taken trial's events, then wait for the broker's acknowledgements (at
     most `settle_timeout_s`, default the sender's deadline). A trial is delivered when all
     its events are. SIGINT stops the sending and waits at most `stop_grace_s` for what

@@ -25,8 +25,14 @@ from services.grading.production import choose, run_id_for
 from services.otlp import semconv as sc
 
 SkipReason = Literal[
-    "no_invoke_agent_root", "no_passk_ids", "no_messages", "no_exit_reason",
-    "bad_session_state", "invalid_event", "incomplete", "no_matching_scenario",
+    "no_invoke_agent_root",
+    "no_passk_ids",
+    "no_messages",
+    "no_exit_reason",
+    "bad_session_state",
+    "invalid_event",
+    "incomplete",
+    "no_matching_scenario",
 ]
 # The exit of a production trace that names none (passk.exit_reason, exit_attribute).
 UNKNOWN_EXIT = "unknown"
@@ -88,12 +94,18 @@ def spans_of(request: ExportTraceServiceRequest) -> Iterator[Span]:
         for ss in rs.scope_spans:
             for s in ss.spans:
                 yield Span(
-                    trace_id=s.trace_id.hex(), span_id=s.span_id.hex(),
-                    parent_span_id=s.parent_span_id.hex(), name=s.name,
-                    start_unix_nano=s.start_time_unix_nano, end_unix_nano=s.end_time_unix_nano,
-                    attributes=attributes(s.attributes), resource=resource,
-                    events=tuple(SpanEvent(e.name, e.time_unix_nano, attributes(e.attributes))
-                                 for e in s.events),
+                    trace_id=s.trace_id.hex(),
+                    span_id=s.span_id.hex(),
+                    parent_span_id=s.parent_span_id.hex(),
+                    name=s.name,
+                    start_unix_nano=s.start_time_unix_nano,
+                    end_unix_nano=s.end_time_unix_nano,
+                    attributes=attributes(s.attributes),
+                    resource=resource,
+                    events=tuple(
+                        SpanEvent(e.name, e.time_unix_nano, attributes(e.attributes))
+                        for e in s.events
+                    ),
                     status_error=s.status.code == Status.STATUS_CODE_ERROR,
                     size=s.ByteSize(),
                 )
@@ -144,23 +156,36 @@ def messages_from_parts(items: Any) -> list[Message]:
         role = item.get("role") or "assistant"
         raw_parts = item.get("parts")
         parts: list[Any] = raw_parts if isinstance(raw_parts, list) else []
-        texts = [p["content"] for p in parts
-                 if isinstance(p, dict) and p.get("type") == "text"
-                 and isinstance(p.get("content"), str)]
-        calls = [{"id": p.get("id"), "type": "function",
-                  "function": {"name": p.get("name"), "arguments": _text(p.get("arguments"))}}
-                 for p in parts if isinstance(p, dict) and p.get("type") == "tool_call"]
-        responses = [p for p in parts
-                     if isinstance(p, dict) and p.get("type") == "tool_call_response"]
+        texts = [
+            p["content"]
+            for p in parts
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("content"), str)
+        ]
+        calls = [
+            {
+                "id": p.get("id"),
+                "type": "function",
+                "function": {"name": p.get("name"), "arguments": _text(p.get("arguments"))},
+            }
+            for p in parts
+            if isinstance(p, dict) and p.get("type") == "tool_call"
+        ]
+        responses = [
+            p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call_response"
+        ]
         if role == "tool" or responses:
             for p in responses:
-                out.append(Message(role="tool", content=_text(p.get("response")),
-                                   tool_call_id=p.get("id")))
+                out.append(
+                    Message(role="tool", content=_text(p.get("response")), tool_call_id=p.get("id"))
+                )
             continue
         if role not in ("system", "user", "assistant"):
             continue
-        out.append(Message(role=role, content="\n".join(texts) if texts else None,
-                           tool_calls=calls or None))
+        out.append(
+            Message(
+                role=role, content="\n".join(texts) if texts else None, tool_calls=calls or None
+            )
+        )
     return out
 
 
@@ -168,9 +193,11 @@ def _system_messages(value: Any) -> list[Message]:
     parts = _json(value)
     if not isinstance(parts, list):
         return []
-    texts = [p["content"] for p in parts
-             if isinstance(p, dict) and p.get("type") == "text"
-             and isinstance(p.get("content"), str)]
+    texts = [
+        p["content"]
+        for p in parts
+        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("content"), str)
+    ]
     return [Message(role="system", content="\n".join(texts))] if texts else []
 
 
@@ -184,10 +211,12 @@ def _event_body(event: SpanEvent) -> dict[str, Any]:
 def _legacy_message(body: dict[str, Any], role: str) -> Message:
     calls = _json(body.get("tool_calls"))
     content = body.get("content")
-    return Message(role=body.get("role") or role,
-                   content=None if content is None else _text(content),
-                   tool_calls=calls if isinstance(calls, list) and calls else None,
-                   tool_call_id=body.get("id") if role == "tool" else None)
+    return Message(
+        role=body.get("role") or role,
+        content=None if content is None else _text(content),
+        tool_calls=calls if isinstance(calls, list) and calls else None,
+        tool_call_id=body.get("id") if role == "tool" else None,
+    )
 
 
 def messages_from_events(events: Iterable[SpanEvent]) -> list[Message]:
@@ -200,14 +229,15 @@ def messages_from_events(events: Iterable[SpanEvent]) -> list[Message]:
             if body.get("index", 0) not in (0, "0"):
                 continue
             message = _json(body.get("message"))
-            out.append(_legacy_message(message if isinstance(message, dict) else body,
-                                       "assistant"))
+            out.append(_legacy_message(message if isinstance(message, dict) else body, "assistant"))
     return out
 
 
 def transcript_of(chat: Span) -> list[Message]:
-    inputs, outputs = _json(chat.attributes.get(sc.INPUT_MESSAGES)), _json(
-        chat.attributes.get(sc.OUTPUT_MESSAGES))
+    inputs, outputs = (
+        _json(chat.attributes.get(sc.INPUT_MESSAGES)),
+        _json(chat.attributes.get(sc.OUTPUT_MESSAGES)),
+    )
     if isinstance(inputs, list) or isinstance(outputs, list):
         system = _system_messages(chat.attributes.get(sc.SYSTEM_INSTRUCTIONS))
         first_output = outputs[:1] if isinstance(outputs, list) else []
@@ -240,11 +270,14 @@ def _int(value: Any) -> int | None:
 def tool_calls_of(spans: Iterable[Span]) -> list[dict[str, Any]]:
     """execute_tool spans, kept for debugging beside the transcript; never graded."""
     return [
-        {"name": s.attributes.get(sc.TOOL_NAME), "id": s.attributes.get(sc.TOOL_CALL_ID),
-         "arguments": s.attributes.get(sc.TOOL_CALL_ARGUMENTS),
-         "result": s.attributes.get(sc.TOOL_CALL_RESULT),
-         "duration_ms": max(s.end_unix_nano - s.start_unix_nano, 0) / 1e6,
-         "error": s.status_error}
+        {
+            "name": s.attributes.get(sc.TOOL_NAME),
+            "id": s.attributes.get(sc.TOOL_CALL_ID),
+            "arguments": s.attributes.get(sc.TOOL_CALL_ARGUMENTS),
+            "result": s.attributes.get(sc.TOOL_CALL_RESULT),
+            "duration_ms": max(s.end_unix_nano - s.start_unix_nano, 0) / 1e6,
+            "error": s.status_error,
+        }
         for s in sorted(spans, key=lambda s: s.start_unix_nano)
         if s.operation == sc.EXECUTE_TOOL
     ]
@@ -272,8 +305,7 @@ def root_attributes(root: Span) -> dict[str, Any]:
     return {**root.resource, **root.attributes}
 
 
-def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None
-             ) -> Taken | Skipped:
+def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None) -> Taken | Skipped:
     """One trace's spans to one trial's input events, or why not. `scenarios`: the
     published ones whose `match` rules make a trace with no passk ids a production trial
     (None: such a trace is skipped as `no_passk_ids`, as before production traffic)."""
@@ -282,33 +314,51 @@ def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None
     if root is None:
         return Skipped(trace_id, "incomplete", "the root span never arrived")
     if root.operation != sc.INVOKE_AGENT:
-        return Skipped(trace_id, "no_invoke_agent_root",
-                       f"root span {root.name!r} has {sc.OPERATION}={root.operation!r}")
+        return Skipped(
+            trace_id,
+            "no_invoke_agent_root",
+            f"root span {root.name!r} has {sc.OPERATION}={root.operation!r}",
+        )
     everywhere = [root.attributes, root.resource, *(s.attributes for s in spans)]
-    ids = {key: _str(_attr(key, root.attributes, root.resource))
-           for key in (sc.RUN_ID, sc.SCENARIO_ID, sc.TRIAL_ID)}
+    ids = {
+        key: _str(_attr(key, root.attributes, root.resource))
+        for key in (sc.RUN_ID, sc.SCENARIO_ID, sc.TRIAL_ID)
+    }
     session_id = _str(_attr(sc.SESSION_ID, *everywhere) or _attr(sc.CONVERSATION_ID, *everywhere))
     production: Scenario | None = None
     if scenarios is not None and not any(ids.values()):
         production = choose(scenarios, root_attributes(root))
         if production is None:
-            return Skipped(trace_id, "no_matching_scenario",
-                           "no passk ids, and no published scenario's match holds for "
-                           f"service.name={root_attributes(root).get('service.name')!r}")
-        ids = {sc.RUN_ID: run_id_for(production, root.start_unix_nano or root.end_unix_nano),
-               sc.SCENARIO_ID: production.id, sc.TRIAL_ID: trace_id}
+            return Skipped(
+                trace_id,
+                "no_matching_scenario",
+                "no passk ids, and no published scenario's match holds for "
+                f"service.name={root_attributes(root).get('service.name')!r}",
+            )
+        ids = {
+            sc.RUN_ID: run_id_for(production, root.start_unix_nano or root.end_unix_nano),
+            sc.SCENARIO_ID: production.id,
+            sc.TRIAL_ID: trace_id,
+        }
         session_id = session_id or trace_id
-    missing = [k for k, v in ids.items() if not v] + ([] if session_id else
-                                                       [f"{sc.SESSION_ID}|{sc.CONVERSATION_ID}"])
+    missing = [k for k, v in ids.items() if not v] + (
+        [] if session_id else [f"{sc.SESSION_ID}|{sc.CONVERSATION_ID}"]
+    )
     if missing:
         return Skipped(trace_id, "no_passk_ids", "missing " + ", ".join(missing))
     chats = [s for s in spans if s.operation in sc.CHAT_OPERATIONS]
-    transcript = transcript_of(max(chats, key=lambda s: (s.end_unix_nano, s.start_unix_nano))
-                               ) if chats else []
+    transcript = (
+        transcript_of(max(chats, key=lambda s: (s.end_unix_nano, s.start_unix_nano)))
+        if chats
+        else []
+    )
     if not transcript:
-        return Skipped(trace_id, "no_messages",
-                       f"{len(chats)} chat span(s), none with {sc.INPUT_MESSAGES} or message "
-                       "events (is message content capture on?)")
+        return Skipped(
+            trace_id,
+            "no_messages",
+            f"{len(chats)} chat span(s), none with {sc.INPUT_MESSAGES} or message "
+            "events (is message content capture on?)",
+        )
     exit_reason = _str(_attr(sc.EXIT_REASON, root.attributes, root.resource))
     if exit_reason is None and production is not None and production.exit_attribute:
         exit_reason = _str(_attr(production.exit_attribute, root.attributes))
@@ -325,17 +375,24 @@ def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None
         conversation = ConversationFinished(
             event_id=event_id_for(trace_id, "conversation"),
             occurred_at=_time(root.end_unix_nano or root.start_unix_nano),
-            run_id=ids[sc.RUN_ID], scenario_id=ids[sc.SCENARIO_ID], trial_id=ids[sc.TRIAL_ID],
+            run_id=ids[sc.RUN_ID],
+            scenario_id=ids[sc.SCENARIO_ID],
+            trial_id=ids[sc.TRIAL_ID],
             session_id=session_id,
-            agent_version=_str(_attr(sc.PASSK_AGENT_VERSION, root.attributes, root.resource)
-                               or _attr(sc.AGENT_VERSION, root.attributes)
-                               or _attr(sc.SERVICE_VERSION, root.resource)),
-            exit_reason=exit_reason, transcript=transcript,
+            agent_version=_str(
+                _attr(sc.PASSK_AGENT_VERSION, root.attributes, root.resource)
+                or _attr(sc.AGENT_VERSION, root.attributes)
+                or _attr(sc.SERVICE_VERSION, root.resource)
+            ),
+            exit_reason=exit_reason,
+            transcript=transcript,
             metrics=TrialMetrics(
                 input_tokens=_tokens(spans, root, sc.INPUT_TOKENS),
                 output_tokens=_tokens(spans, root, sc.OUTPUT_TOKENS),
-                duration_ms=max(root.end_unix_nano - root.start_unix_nano, 0) / 1e6),
-            otel_tool_calls=tool_calls_of(spans), **common,
+                duration_ms=max(root.end_unix_nano - root.start_unix_nano, 0) / 1e6,
+            ),
+            otel_tool_calls=tool_calls_of(spans),
+            **common,
         )
     except ValidationError as exc:
         return Skipped(trace_id, "invalid_event", str(exc).splitlines()[0])
@@ -346,10 +403,17 @@ def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None
     if not isinstance(state, dict):
         return Skipped(trace_id, "bad_session_state", f"{sc.SESSION_STATE} is not a JSON object")
     session = SessionPersisted(
-        event_id=event_id_for(trace_id, "session"), occurred_at=conversation.occurred_at,
-        session_id=session_id, state=state, exit_reason=exit_reason,
-        trial_id=conversation.trial_id, run_id=conversation.run_id,
-        scenario_id=conversation.scenario_id, otel_trace_id=trace_id, otel_span_id=root.span_id)
+        event_id=event_id_for(trace_id, "session"),
+        occurred_at=conversation.occurred_at,
+        session_id=session_id,
+        state=state,
+        exit_reason=exit_reason,
+        trial_id=conversation.trial_id,
+        run_id=conversation.run_id,
+        scenario_id=conversation.scenario_id,
+        otel_trace_id=trace_id,
+        otel_span_id=root.span_id,
+    )
     return Taken(trace_id, conversation, session)
 
 
@@ -359,10 +423,17 @@ def with_probed_session(taken: Taken, state: dict[str, Any], exit_reason: str | 
     cf = taken.conversation
     extra = cf.model_extra or {}
     session = SessionPersisted(
-        event_id=event_id_for(taken.trace_id, "session"), occurred_at=cf.occurred_at,
-        session_id=cf.session_id, state=state, exit_reason=exit_reason,
-        trial_id=cf.trial_id, run_id=cf.run_id, scenario_id=cf.scenario_id,
-        otel_trace_id=extra.get("otel_trace_id"), otel_span_id=extra.get("otel_span_id"))
+        event_id=event_id_for(taken.trace_id, "session"),
+        occurred_at=cf.occurred_at,
+        session_id=cf.session_id,
+        state=state,
+        exit_reason=exit_reason,
+        trial_id=cf.trial_id,
+        run_id=cf.run_id,
+        scenario_id=cf.scenario_id,
+        otel_trace_id=extra.get("otel_trace_id"),
+        otel_span_id=extra.get("otel_span_id"),
+    )
     return Taken(taken.trace_id, cf, session)
 
 

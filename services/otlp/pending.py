@@ -14,8 +14,13 @@ from typing import Any, Literal
 
 from services.otlp.mapping import Span
 
-DropReason = Literal["too_many_pending_traces", "too_many_pending_bytes", "idle",
-                     "too_many_spans", "already_published"]
+DropReason = Literal[
+    "too_many_pending_traces",
+    "too_many_pending_bytes",
+    "idle",
+    "too_many_spans",
+    "already_published",
+]
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,7 @@ class PendingTraces:
         """A completed trace that could not be published: a resend may complete it again."""
         self._done.pop(trace_id, None)
 
-    def _remember(self, memory: OrderedDict[str, Any], trace_id: str, value: Any = None
-                  ) -> None:
+    def _remember(self, memory: OrderedDict[str, Any], trace_id: str, value: Any = None) -> None:
         memory[trace_id] = value
         memory.move_to_end(trace_id)
         while len(memory) > self.bounds.seen_traces:
@@ -100,8 +104,9 @@ class PendingTraces:
                     old = next(iter(self._held))
                     gone = self._release(old)
                     out.dropped.append((old, "too_many_pending_traces", len(gone.spans)))
-                    out.given_up.append((old, "too_many_pending_traces",
-                                         list(gone.spans.values())[:1]))
+                    out.given_up.append(
+                        (old, "too_many_pending_traces", list(gone.spans.values())[:1])
+                    )
                 held = self._held[tid] = _Held()
             repeat = held.spans.get(span.span_id)
             held.spans[span.span_id] = span
@@ -126,8 +131,7 @@ class PendingTraces:
                 old = next(iter(self._held))
                 gone = self._release(old)
                 out.dropped.append((old, "too_many_pending_bytes", len(gone.spans)))
-                out.given_up.append((old, "too_many_pending_bytes",
-                                     list(gone.spans.values())[:1]))
+                out.given_up.append((old, "too_many_pending_bytes", list(gone.spans.values())[:1]))
                 if old == tid:
                     # its next spans are refused too
                     self._remember(self._dropped, tid, "too_many_pending_bytes")

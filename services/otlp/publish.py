@@ -46,8 +46,12 @@ class KafkaPublisher:
     reach and fails fast on it from then on, which suits a CLI run, not a long-lived
     receiver that must resume by itself when the broker is back."""
 
-    def __init__(self, make_producer: Callable[[], TrafficProducer], timeout_s: float,
-                 dead_letter_topic: str | None = None) -> None:
+    def __init__(
+        self,
+        make_producer: Callable[[], TrafficProducer],
+        timeout_s: float,
+        dead_letter_topic: str | None = None,
+    ) -> None:
         self.make_producer = make_producer
         self.timeout_s = timeout_s
         self.dead_letter_topic = dead_letter_topic
@@ -62,8 +66,9 @@ class KafkaPublisher:
             if self.producer is None:
                 self.producer = await asyncio.to_thread(self.make_producer)
             producer = self.producer
-            future = await asyncio.to_thread(producer.send_raw, self.dead_letter_topic, key,
-                                             encode(letter), ref=letter.event_id)
+            future = await asyncio.to_thread(
+                producer.send_raw, self.dead_letter_topic, key, encode(letter), ref=letter.event_id
+            )
             await asyncio.wait_for(_acked(future), self.timeout_s)
         except Exception:
             broken, self.producer = self.producer, None

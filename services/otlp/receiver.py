@@ -47,8 +47,12 @@ class Once:
     """Say a flood once: the first occurrence of each kind is logged, the rest are counted
     and summed up at most once a minute (a hostile client must not fill the disk)."""
 
-    def __init__(self, logger: logging.Logger, every_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.logger, self.every_s, self.clock = logger, every_s, clock
         self._last: dict[str, float] = {}
         self._quiet: Counter[str] = Counter()
@@ -77,10 +81,15 @@ STATE: web.AppKey[Receiver] = web.AppKey("receiver", object)  # type: ignore[arg
 
 
 class Receiver:
-    def __init__(self, settings: OtlpSettings, publisher: Publisher, metrics: OtlpMetrics,
-                 clock: Callable[[], float] = time.monotonic,
-                 scenarios: Callable[[], Iterable[Scenario] | None] | None = None,
-                 probe: Probe | None = None) -> None:
+    def __init__(
+        self,
+        settings: OtlpSettings,
+        publisher: Publisher,
+        metrics: OtlpMetrics,
+        clock: Callable[[], float] = time.monotonic,
+        scenarios: Callable[[], Iterable[Scenario] | None] | None = None,
+        probe: Probe | None = None,
+    ) -> None:
         """`scenarios`: the published scenarios now (their `match` rules take traces with no
         passk ids); None, or a call answering None: such traces are skipped."""
         self.settings = settings
@@ -94,10 +103,15 @@ class Receiver:
         self.publisher = publisher
         self.metrics = metrics
         self.clock = clock
-        self.pending = PendingTraces(Bounds(
-            max_pending_traces=settings.max_pending_traces, idle_s=settings.idle_s,
-            max_spans_per_trace=settings.max_spans_per_trace,
-            seen_traces=settings.seen_traces, max_pending_bytes=settings.max_pending_bytes))
+        self.pending = PendingTraces(
+            Bounds(
+                max_pending_traces=settings.max_pending_traces,
+                idle_s=settings.idle_s,
+                max_spans_per_trace=settings.max_spans_per_trace,
+                seen_traces=settings.seen_traces,
+                max_pending_bytes=settings.max_pending_bytes,
+            )
+        )
         # Large bodies and traces are parsed in threads, at most this many at once, so the
         # event loop keeps answering small requests (six 7.8 MB JSON bodies parsed on it
         # made a tiny request wait 46 s).
@@ -126,13 +140,18 @@ class Receiver:
         try:
             if self._letters.full():  # not even built: a flood costs a count, no more
                 raise asyncio.QueueFull
-            self._letters.put_nowait(trace_letter(trace_id, reason, detail[:500], spans,
-                                                  processor="otlp-receiver"))
+            self._letters.put_nowait(
+                trace_letter(trace_id, reason, detail[:500], spans, processor="otlp-receiver")
+            )
         except asyncio.QueueFull:
             self.metrics.dead_letters_lost.labels(reason).inc()
-            self.flood.say("dead_letters_lost", "otlp: dead-letter queue full (%d); letters "
-                           "of traces not taken are being lost (counted in "
-                           "passk_otlp_dead_letters_lost_total)", self.settings.max_queued_letters)
+            self.flood.say(
+                "dead_letters_lost",
+                "otlp: dead-letter queue full (%d); letters "
+                "of traces not taken are being lost (counted in "
+                "passk_otlp_dead_letters_lost_total)",
+                self.settings.max_queued_letters,
+            )
 
     async def send_letters(self) -> None:
         """Publish queued dead letters, one at a time, for as long as the receiver runs."""
@@ -144,8 +163,9 @@ class Receiver:
                 await self.publisher.publish_letter(letter)
             except Exception as exc:
                 self.metrics.dead_letters_lost.labels(letter.reason).inc()
-                self.flood.say("dead_letter_failed", "otlp: a dead letter could not be "
-                               "published: %s", exc)
+                self.flood.say(
+                    "dead_letter_failed", "otlp: a dead letter could not be published: %s", exc
+                )
             else:
                 self.metrics.dead_letters.labels(letter.reason).inc()
 
@@ -180,8 +200,9 @@ class Receiver:
             probed = await asyncio.gather(*(self._with_session(t) for _, t in ready))
             ready = [(trace, t) for (trace, _), t in zip(ready, probed, strict=True)]
         # A batch's trials wait for the broker together, not one after the other.
-        published = await asyncio.gather(*(self.publisher.publish(t) for _, t in ready),
-                                          return_exceptions=True)
+        published = await asyncio.gather(
+            *(self.publisher.publish(t) for _, t in ready), return_exceptions=True
+        )
         for (trace, result), error in zip(ready, published, strict=True):
             if isinstance(error, BaseException):  # the broker is down: keep the spans
                 failure = error
@@ -206,14 +227,18 @@ class Receiver:
         try:
             async with self._probing:
                 found, why = await asyncio.wait_for(
-                    self.probe.find(taken.conversation.session_id),
-                    self.settings.probe_timeout_s)
+                    self.probe.find(taken.conversation.session_id), self.settings.probe_timeout_s
+                )
         except Exception as exc:  # the product is down: the state gate says so, later
             found, why = None, f"{type(exc).__name__}: {exc}"
         if found is None:
             self.metrics.probe_misses.inc()
-            self.flood.say("probe_miss", "otlp: no persisted session for trial %s from the "
-                           "state probe: %s", taken.conversation.trial_id, why)
+            self.flood.say(
+                "probe_miss",
+                "otlp: no persisted session for trial %s from the state probe: %s",
+                taken.conversation.trial_id,
+                why,
+            )
             return taken
         return with_probed_session(taken, found.state, found.exit_reason)
 
@@ -237,8 +262,9 @@ def _answer(request: web.Request, rejected: int, why: str) -> web.Response:
 
 def _refuse(receiver: Receiver, status: int, reason: str, message: str) -> web.Response:
     receiver.metrics.requests_rejected.labels(reason).inc()
-    receiver.flood.say(f"refused:{reason}", "otlp: refusing requests (%s, %d): %s", reason,
-                       status, message[:200])
+    receiver.flood.say(
+        f"refused:{reason}", "otlp: refusing requests (%s, %d): %s", reason, status, message[:200]
+    )
     return web.json_response({"code": status, "message": message}, status=status)
 
 
@@ -254,11 +280,15 @@ async def post_traces(request: web.Request) -> web.Response:
     claim = min(request.content_length if request.content_length is not None else limit, limit)
     if not await receiver.inflight.acquire(claim, settings.body_timeout_s):
         receiver.metrics.requests_rejected.labels("busy").inc()
-        receiver.flood.say("busy", "otlp: request bodies in flight reached "
-                           "PASSK_OTLP_MAX_INFLIGHT_BYTES (%d); clients asked to retry",
-                           settings.max_inflight_bytes)
-        return web.json_response({"code": 503, "message": "busy: retry later"},
-                                 status=503, headers={"Retry-After": "1"})
+        receiver.flood.say(
+            "busy",
+            "otlp: request bodies in flight reached "
+            "PASSK_OTLP_MAX_INFLIGHT_BYTES (%d); clients asked to retry",
+            settings.max_inflight_bytes,
+        )
+        return web.json_response(
+            {"code": 503, "message": "busy: retry later"}, status=503, headers={"Retry-After": "1"}
+        )
     try:
         return await _read_and_take(receiver, request)
     finally:
@@ -275,10 +305,14 @@ async def _read_and_take(receiver: Receiver, request: web.Request) -> web.Respon
     except web.HTTPRequestEntityTooLarge:
         return _refuse(receiver, 413, "too_large", f"body larger than {limit} bytes")
     except TimeoutError:
-        receiver.flood.say("body_timeout", "otlp: request bodies not read within %g s are "
-                           "refused (408)", settings.body_timeout_s)
-        return _refuse(receiver, 408, "body_timeout",
-                       f"body not received within {settings.body_timeout_s:g} s")
+        receiver.flood.say(
+            "body_timeout",
+            "otlp: request bodies not read within %g s are refused (408)",
+            settings.body_timeout_s,
+        )
+        return _refuse(
+            receiver, 408, "body_timeout", f"body not received within {settings.body_timeout_s:g} s"
+        )
     except ContentEncodingError as exc:
         return _refuse(receiver, 400, "malformed", f"bad Content-Encoding: {exc}")
     except Exception as exc:  # a broken stream or encoding: the client's body, never a 500
@@ -298,11 +332,15 @@ async def _read_and_take(receiver: Receiver, request: web.Request) -> web.Respon
     try:
         rejected, why = await receiver.accept(spans)
     except Exception as exc:
-        receiver.flood.say("unavailable", "otlp: publishing failed, clients asked to retry: %s",
-                           exc)
+        receiver.flood.say(
+            "unavailable", "otlp: publishing failed, clients asked to retry: %s", exc
+        )
         receiver.metrics.requests_rejected.labels("unavailable").inc()
-        return web.json_response({"code": 503, "message": f"publishing failed: {exc}"},
-                                 status=503, headers={"Retry-After": "5"})
+        return web.json_response(
+            {"code": 503, "message": f"publishing failed: {exc}"},
+            status=503,
+            headers={"Retry-After": "5"},
+        )
     return _answer(request, rejected, why)
 
 
@@ -348,9 +386,9 @@ class ByteBudget:
         asyncio.get_running_loop().create_task(wake())
 
 
-def make_app(receiver: Receiver,
-             extra: Callable[[web.Application], Awaitable[None]] | None = None
-             ) -> web.Application:
+def make_app(
+    receiver: Receiver, extra: Callable[[web.Application], Awaitable[None]] | None = None
+) -> web.Application:
     # aiohttp stops reading a body (chunked, no Content-Length) past the limit.
     app = web.Application(client_max_size=receiver.settings.max_body_bytes)
     app[STATE] = receiver

@@ -53,10 +53,10 @@ def import_table(done: Imported) -> Table:
     table.add_column("")
     table.add_column("traces", justify="right")
     table.add_row("spans read", str(plan.spans))
-    table.add_row("taken (trials)" if not dry_run else "would take (trials)",
-                  str(len(plan.taken)))
-    table.add_row("  with a persisted session",
-                  str(sum(1 for t in plan.taken if t.session is not None)))
+    table.add_row("taken (trials)" if not dry_run else "would take (trials)", str(len(plan.taken)))
+    table.add_row(
+        "  with a persisted session", str(sum(1 for t in plan.taken if t.session is not None))
+    )
     if done.probed:
         table.add_row("  of which read by the state probe", str(plan.probed))
         table.add_row("  no session from the state probe", str(len(plan.not_probed)))
@@ -72,17 +72,22 @@ def import_table(done: Imported) -> Table:
 
 def import_json(done: Imported) -> str:
     plan, dry_run = done.plan, done.dry_run
-    return json.dumps({
-        "dry_run": dry_run, "spans": plan.spans, "taken": len(plan.taken),
-        "with_session": sum(1 for t in plan.taken if t.session is not None),
-        "probed": plan.probed if done.probed else None,
-        "not_probed": len(plan.not_probed) if done.probed else None,
-        "skipped": dict(sorted(Counter(s.reason for s in plan.skipped).items())),
-        "bad_lines": len(plan.bad_lines),
-        "dead_letters": 0 if dry_run else len(plan.letters),
-        "acknowledged": None if dry_run else done.acknowledged,
-        "undelivered": None if dry_run else done.undelivered,
-        "interrupted": done.interrupted})
+    return json.dumps(
+        {
+            "dry_run": dry_run,
+            "spans": plan.spans,
+            "taken": len(plan.taken),
+            "with_session": sum(1 for t in plan.taken if t.session is not None),
+            "probed": plan.probed if done.probed else None,
+            "not_probed": len(plan.not_probed) if done.probed else None,
+            "skipped": dict(sorted(Counter(s.reason for s in plan.skipped).items())),
+            "bad_lines": len(plan.bad_lines),
+            "dead_letters": 0 if dry_run else len(plan.letters),
+            "acknowledged": None if dry_run else done.acknowledged,
+            "undelivered": None if dry_run else done.undelivered,
+            "interrupted": done.interrupted,
+        }
+    )
 
 
 def print_import(done: Imported, out: Console, err: Console, as_json: bool) -> None:
@@ -102,15 +107,25 @@ def print_import(done: Imported, out: Console, err: Console, as_json: bool) -> N
     for trial in undelivered[:SHOWN]:
         why = done.published.reasons[trial] if done.published is not None else ""
         _plain(err, f"not delivered: {trial}: {why}")
-    again = ("import the same files again to send the rest: event ids come from the "
-             "traces, and the pipeline drops the repeats")
+    again = (
+        "import the same files again to send the rest: event ids come from the "
+        "traces, and the pipeline drops the repeats"
+    )
     if done.interrupted:
-        gone = (f"; {len(undelivered)} trial(s) not delivered, the first {undelivered[0]}"
-                if undelivered else "")
+        gone = (
+            f"; {len(undelivered)} trial(s) not delivered, the first {undelivered[0]}"
+            if undelivered
+            else ""
+        )
         _plain(err, f"stopped: {done.acknowledged} event(s) delivered{gone}; {again}")
     elif undelivered:
-        _plain(err, f"error: {len(undelivered)} trial(s) not delivered, the first "
-                    f"{undelivered[0]}; {again}")
+        _plain(
+            err,
+            f"error: {len(undelivered)} trial(s) not delivered, the first "
+            f"{undelivered[0]}; {again}",
+        )
     elif not plan.taken:
-        err.print("error: no complete agent trace with passk ids or a matching "
-                  "scenario: nothing to send", markup=False)
+        err.print(
+            "error: no complete agent trace with passk ids or a matching scenario: nothing to send",
+            markup=False,
+        )

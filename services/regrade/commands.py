@@ -14,15 +14,23 @@ from services.contract.exits import CliError, ExitCode
 def regrade(
     run_id: str = typer.Option(..., "--run-id", help="the run whose trials to grade again"),
     errors_only: bool = typer.Option(
-        False, "--errors-only", help="only the trials whose newest verdict is `error`"),
+        False, "--errors-only", help="only the trials whose newest verdict is `error`"
+    ),
     await_verdicts: float = typer.Option(
-        0, "--await-verdicts", min=0,
-        help="then wait up to this many seconds for every new verdict in the projection"),
+        0,
+        "--await-verdicts",
+        min=0,
+        help="then wait up to this many seconds for every new verdict in the projection",
+    ),
     sample: float = typer.Option(
-        None, "--sample", min=0.0, max=1.0,
+        None,
+        "--sample",
+        min=0.0,
+        max=1.0,
         help="backfill: only the production trials whose LLM judges the sample left "
-             "out (not_sampled) and that are in the sample at this rate; they are "
-             "judged now (1.0: all of them)"),
+        "out (not_sampled) and that are in the sample at this rate; they are "
+        "judged now (1.0: all of them)",
+    ),
     wait: float | None = BROKER_WAIT,
 ) -> None:
     """Grade a run's trials again from the log (say, after a judge outage longer than
@@ -45,8 +53,14 @@ def regrade(
     out = console()
     store = Store(settings.database_url)
     chosen = choose(store, run_id, errors_only=errors_only, sample=sample)
-    prepared = request(settings, chosen, errors_only=errors_only, sample=sample, wait=wait,
-                       track=step_progress(console(stderr=True)))
+    prepared = request(
+        settings,
+        chosen,
+        errors_only=errors_only,
+        sample=sample,
+        wait=wait,
+        track=step_progress(console(stderr=True)),
+    )
     print_requests(prepared, run_id, out)
     sent = [p.target for p in prepared if p.payload is not None]
     if await_verdicts and sent:
@@ -54,11 +68,17 @@ def regrade(
             done = await_regraded(store, run_id, sent, await_verdicts, on_count)
         print_regraded(sent, done, out)
         if len(done) < len(sent):
-            raise CliError(f"timed out after {await_verdicts:g} s: {len(done)} of "
-                           f"{len(sent)} re-graded verdicts are in the projection", ExitCode.NO)
+            raise CliError(
+                f"timed out after {await_verdicts:g} s: {len(done)} of "
+                f"{len(sent)} re-graded verdicts are in the projection",
+                ExitCode.NO,
+            )
     if len(sent) < len(prepared):
-        raise CliError(f"{len(prepared) - len(sent)} of {len(prepared)} trials could not "
-                       "be re-graded (see the table)", ExitCode.NO)
+        raise CliError(
+            f"{len(prepared) - len(sent)} of {len(prepared)} trials could not "
+            "be re-graded (see the table)",
+            ExitCode.NO,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -31,16 +31,21 @@ def find_inputs(
         return found
     conversation_topic = topic_name(Topic.CONVERSATION_FINISHED, settings)
     session_topic = topic_name(Topic.SESSION_PERSISTED, settings)
-    consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=None,
-                             enable_auto_commit=False, max_poll_records=1000)
+    consumer = KafkaConsumer(
+        **kafka_client_kwargs(settings),
+        group_id=None,
+        enable_auto_commit=False,
+        max_poll_records=1000,
+    )
     try:
         assigned = []
         for name in (conversation_topic, session_topic):
             count = len(consumer.partitions_for_topic(name) or ())
             if not count:
                 raise RuntimeError(f"topic {name} not found (passk topics create?)")
-            assigned += [TopicPartition(name, p)
-                         for p in sorted({partition_of(s, count) for s in sessions})]
+            assigned += [
+                TopicPartition(name, p) for p in sorted({partition_of(s, count) for s in sessions})
+            ]
         consumer.assign(assigned)
         consumer.seek_to_beginning(*assigned)
         start = consumer.beginning_offsets(assigned)

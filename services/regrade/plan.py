@@ -25,8 +25,7 @@ def left_out(judges: Iterable[JudgeRecord], rate: float) -> set[str]:
     """`passk regrade --sample RATE`: the trials whose LLM judges the scenario's sample left
     out (a judge recorded `not_sampled`) and that are in the sample at `rate` (the
     contract's hash: at 1.0, every one of them)."""
-    return {j.trial_id for j in judges
-            if j.result == "not_sampled" and in_sample(j.trial_id, rate)}
+    return {j.trial_id for j in judges if j.result == "not_sampled" and in_sample(j.trial_id, rate)}
 
 
 def targets(
@@ -58,8 +57,9 @@ class FoundInputs:
     sessions: dict[str, SessionPersisted]  # by session_id
 
 
-def request_for(target: Target, found: FoundInputs, *, reason: str,
-                sample_rate: float | None = None) -> RegradeRequest | None:
+def request_for(
+    target: Target, found: FoundInputs, *, reason: str, sample_rate: float | None = None
+) -> RegradeRequest | None:
     """The re-grade request of one trial; None when its conversation is not in the log."""
     trial = target.identity
     conversation = found.conversations.get(trial.trial_id)
@@ -90,7 +90,11 @@ class Prepared:
 
 
 def prepare(
-    chosen: Iterable[Target], found: FoundInputs, *, reason: str, max_bytes: int,
+    chosen: Iterable[Target],
+    found: FoundInputs,
+    *,
+    reason: str,
+    max_bytes: int,
     sample_rate: float | None = None,
 ) -> list[Prepared]:
     """Every chosen trial's request, encoded, or the reason it cannot be asked for: no
@@ -107,8 +111,13 @@ def prepare(
             continue
         payload = encode(request)
         if len(payload) > max_bytes:
-            out.append(Prepared(target, None, f"not sent: {len(payload)} bytes, above "
-                                f"PASSK_MAX_EVENT_BYTES ({max_bytes})"))
+            out.append(
+                Prepared(
+                    target,
+                    None,
+                    f"not sent: {len(payload)} bytes, above PASSK_MAX_EVENT_BYTES ({max_bytes})",
+                )
+            )
             continue
         out.append(Prepared(target, payload, "sent"))
     return out

@@ -21,8 +21,12 @@ def step_progress(err: Console) -> Callable[[], Any]:
 
     @contextmanager
     def track() -> Iterator[Steps]:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
         with Progress(*columns, console=err) as progress:
             tasks: dict[str, Any] = {}
 
@@ -37,19 +41,29 @@ def step_progress(err: Console) -> Callable[[], Any]:
 
 
 def print_requests(prepared: list[Prepared], run_id: str, console: Console) -> None:
-    table = Table("trial", "scenario", "was", "attempt", "request",
-                  title=f"re-grades requested for run {run_id}")
+    table = Table(
+        "trial",
+        "scenario",
+        "was",
+        "attempt",
+        "request",
+        title=f"re-grades requested for run {run_id}",
+    )
     for p in prepared:
         t = p.target
-        table.add_row(t.identity.trial_id, t.identity.scenario_id, t.outcome,
-                      f"{t.attempt} -> {t.attempt + 1}", p.status)
+        table.add_row(
+            t.identity.trial_id,
+            t.identity.scenario_id,
+            t.outcome,
+            f"{t.attempt} -> {t.attempt + 1}",
+            p.status,
+        )
     console.print(table)
 
 
 @contextmanager
 def verdict_progress(console: Console, total: int) -> Iterator[Callable[[int], None]]:
-    columns = (TextColumn("new verdicts"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (TextColumn("new verdicts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("verdicts", total=total)
         yield lambda n: progress.update(task, completed=n)

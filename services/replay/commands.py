@@ -13,6 +13,7 @@ from services.clikit import BROKER_WAIT, console
 
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
+
 def _parse_assignments(values: list[str], option: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in values:
@@ -64,8 +65,9 @@ def replay(
 
     err = console(stderr=True)
     track = line_progress(err, "validating" if dry_run else "replaying")
-    summary, total = send_file(file, get_settings(), dry_run=dry_run, rate=rate, wait=wait,
-                               track=track)
+    summary, total = send_file(
+        file, get_settings(), dry_run=dry_run, rate=rate, wait=wait, track=track
+    )
     print_replay(summary, file, total, console(), err)
     raise typer.Exit(summary.exit_code)
 
@@ -89,12 +91,15 @@ def generate(
         [], "--quirk-rate", help="QUIRK=R, e.g. session_late=0.2 (defaults: 0.1, missing 0.05)"
     ),
     start: str = typer.Option(
-        None, "--start",
+        None,
+        "--start",
         help="occurred_at of the first event, ISO 8601 (default: the run ends now)",
     ),
     advisory: list[str] = typer.Option(
-        [], "--advisory", help="JUDGE=SHARE: an advisory judge the stand-in fails on this "
-        "share of its trials; expected outcomes are unchanged (it cannot fail a trial)"
+        [],
+        "--advisory",
+        help="JUDGE=SHARE: an advisory judge the stand-in fails on this "
+        "share of its trials; expected outcomes are unchanged (it cannot fail a trial)",
     ),
 ) -> None:
     """Synthetic production-like traffic with per-scenario flakiness, and expected verdicts."""
@@ -126,8 +131,9 @@ def generate(
         advisory_flags=_parse_assignments(advisory, "--advisory"),
     )
     try:
-        traffic = generate_traffic(loaded.scenarios, config, ends_now=start is None, out=out,
-                                   expected=expected)
+        traffic = generate_traffic(
+            loaded.scenarios, config, ends_now=start is None, out=out, expected=expected
+        )
     except GenerateError as exc:
         plain(err, f"error: no traffic written: {exc}", "bold red")
         raise typer.Exit(2) from None

@@ -18,14 +18,23 @@ def write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def generate_traffic(scenarios: Sequence[Scenario], config: GenerateConfig, *,
-                     ends_now: bool, out: Path, expected: Path) -> Traffic:
+def generate_traffic(
+    scenarios: Sequence[Scenario],
+    config: GenerateConfig,
+    *,
+    ends_now: bool,
+    out: Path,
+    expected: Path,
+) -> Traffic:
     """The run's traffic, written to `out` and its expected outcomes to `expected`.
     `ends_now`: the run ends now, so replaying it sends no event dated ahead of the clock
     (no --start); else the times start at `config.started_at`, as given. GenerateError
     when the scenarios cannot make the traffic asked for (nothing written)."""
-    traffic = (generate_ending_by(scenarios, config, datetime.now(UTC)) if ends_now
-               else generate(scenarios, config))
+    traffic = (
+        generate_ending_by(scenarios, config, datetime.now(UTC))
+        if ends_now
+        else generate(scenarios, config)
+    )
     write_atomically(out, traffic.jsonl())
     write_atomically(expected, traffic.expected_json())
     return traffic

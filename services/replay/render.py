@@ -68,8 +68,9 @@ def replay_table(summary: ReplaySummary, file: Path, total: int) -> Table:
     return table
 
 
-def print_replay(summary: ReplaySummary, file: Path, total: int, console: Console,
-                 err: Console) -> None:
+def print_replay(
+    summary: ReplaySummary, file: Path, total: int, console: Console, err: Console
+) -> None:
     """The summary table, then on `err` the lines skipped and not delivered (the first
     SHOWN of each) and the one line that says how it ended."""
     console.print(replay_table(summary, file, total))
@@ -81,17 +82,26 @@ def print_replay(summary: ReplaySummary, file: Path, total: int, console: Consol
         plain(err, f"not delivered: {undelivered}", "red")
     if len(summary.undelivered) > SHOWN:
         plain(err, f"... and {len(summary.undelivered) - SHOWN} more not delivered", "red")
-    again = (f"replay {file} again to send the rest: events keep their ids, and the "
-             "pipeline drops the repeats of lines already delivered")
+    again = (
+        f"replay {file} again to send the rest: events keep their ids, and the "
+        "pipeline drops the repeats of lines already delivered"
+    )
     first = summary.undelivered[0] if summary.undelivered else None
     if summary.exit_code == 130:
-        gone = (f"; {len(summary.undelivered)} not delivered, the first {first.ref}"
-                if first else "")
-        plain(err, f"stopped after line {summary.last_line} of {total}: "
-                   f"{summary.delivered} line(s) delivered{gone}; {again}", "yellow")
+        gone = f"; {len(summary.undelivered)} not delivered, the first {first.ref}" if first else ""
+        plain(
+            err,
+            f"stopped after line {summary.last_line} of {total}: "
+            f"{summary.delivered} line(s) delivered{gone}; {again}",
+            "yellow",
+        )
     elif summary.exit_code == 4 and first is not None:
-        plain(err, f"error: {len(summary.undelivered)} valid line(s) not delivered, the "
-                   f"first {first.ref} ({first.why}); {again}", "bold red")
+        plain(
+            err,
+            f"error: {len(summary.undelivered)} valid line(s) not delivered, the "
+            f"first {first.ref} ({first.why}); {again}",
+            "bold red",
+        )
     elif summary.exit_code == 3:
         plain(err, f"error: no valid line in {file}: nothing was sent", "bold red")
     elif summary.skipped:
@@ -99,8 +109,9 @@ def print_replay(summary: ReplaySummary, file: Path, total: int, console: Consol
         plain(err, f"warning: {len(summary.skipped)} invalid line(s) skipped; {rest}", "yellow")
 
 
-def print_generated(traffic: Traffic, seed: int, out: Path, expected: Path,
-                    console: Console) -> None:
+def print_generated(
+    traffic: Traffic, seed: int, out: Path, expected: Path, console: Console
+) -> None:
     """Each scenario's trials, expected passes, failure modes and quirks; where it went."""
     run_id = traffic.expected.run_id
     table = Table(title=f"generated run {run_id} (seed {seed}; passes = expected)")

@@ -238,12 +238,17 @@ def replay_file(
             summary.lines += 1
             if isinstance(raw, OverlongLine):
                 parsed: ReplayLine | SkippedLine | None = SkippedLine(
-                    lineno, "oversized",
+                    lineno,
+                    "oversized",
                     f"{raw.length} bytes exceeds the limit of {limit} (PASSK_MAX_EVENT_BYTES)",
                 )
             else:
-                parsed = parse_line(lineno, raw, max_bytes=settings.max_event_bytes,
-                                    max_depth=settings.max_json_depth)
+                parsed = parse_line(
+                    lineno,
+                    raw,
+                    max_bytes=settings.max_event_bytes,
+                    max_depth=settings.max_json_depth,
+                )
             if parsed is None:
                 summary.blank += 1
             elif isinstance(parsed, SkippedLine):
@@ -270,15 +275,20 @@ def replay_file(
     return summary
 
 
-
-
 # What shows the progress of a replay: given the file's line count, a context in which
 # each line number read is reported.
 Track = Callable[[int], AbstractContextManager[Callable[[int], None]]]
 
 
-def send_file(path: Path, settings: Settings, *, dry_run: bool, rate: float | None,
-              wait: float | None, track: Track) -> tuple[ReplaySummary, int]:
+def send_file(
+    path: Path,
+    settings: Settings,
+    *,
+    dry_run: bool,
+    rate: float | None,
+    wait: float | None,
+    track: Track,
+) -> tuple[ReplaySummary, int]:
     """`passk replay`: the broker checked (not for a dry run), the lines counted, then,
     inside `track`, the input topics checked and every valid line of `path` sent
     (`replay_file`); the summary and the file's line count."""
@@ -297,12 +307,15 @@ def send_file(path: Path, settings: Settings, *, dry_run: bool, rate: float | No
         try:
             missing = producer.missing_topics([topic_name(t, settings) for t in REPLAYED_TOPICS])
             if missing:
-                raise Unreachable(f"missing topics: {', '.join(missing)}; nothing sent "
-                                  "(create them with `passk topics create`)")
+                raise Unreachable(
+                    f"missing topics: {', '.join(missing)}; nothing sent "
+                    "(create them with `passk topics create`)"
+                )
             # Bounded: waits for the broker's acknowledgements at most the producer's
             # deadline, and a SIGINT ends it with the summary.
-            summary = replay_file(path, sender=producer, settings=settings, rate=rate,
-                                  on_line=on_line)
+            summary = replay_file(
+                path, sender=producer, settings=settings, rate=rate, on_line=on_line
+            )
         finally:
             producer.close(timeout_s=0)  # replay_file waited already
     return summary, total

@@ -45,12 +45,14 @@ def wait(
     if not total:
         raise typer.BadParameter("give --expected or --trials")
     with verdict_progress(out, total) as on_count:
-        outcomes = await_verdicts(_database(None), run_id, total, timeout=timeout,
-                                  on_count=on_count)
+        outcomes = await_verdicts(
+            _database(None), run_id, total, timeout=timeout, on_count=on_count
+        )
     if len(outcomes) < total:
         console(stderr=True).print(
             f"[red]error: timed out after {timeout:g} s: {len(outcomes)} of {total} "
-            "trials have a verdict[/red]")
+            "trials have a verdict[/red]"
+        )
         raise typer.Exit(1)
     if wanted is None:
         return
@@ -83,7 +85,9 @@ def report(
     run_id: str = typer.Option(..., "--run-id", help="the run to report on"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     html: Path = typer.Option(
-        None, "--html", help="also write one self-contained page (charts inlined) here",
+        None,
+        "--html",
+        help="also write one self-contained page (charts inlined) here",
         dir_okay=False,
     ),
     database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
@@ -152,14 +156,20 @@ def compare(
 
 def windows(
     last: int = typer.Option(6, "--last", min=1, help="windows per scenario and size"),
-    window: str = typer.Option(None, "--window", help="one window size (e.g. 1h); "
-                               "default: every size"),
-    runs: str = typer.Option(None, "--runs", help="run ids to show: comma-separated "
-                             "globs or prefixes (production-*); '*' every run; default: "
-                             "every run but make demo's (demo-*) and passk ci's (ci-*)"),
+    window: str = typer.Option(
+        None, "--window", help="one window size (e.g. 1h); default: every size"
+    ),
+    runs: str = typer.Option(
+        None,
+        "--runs",
+        help="run ids to show: comma-separated "
+        "globs or prefixes (production-*); '*' every run; default: "
+        "every run but make demo's (demo-*) and passk ci's (ci-*)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    html: Path = typer.Option(None, "--html", dir_okay=False,
-                              help="also write a page of pictures over time here"),
+    html: Path = typer.Option(
+        None, "--html", dir_okay=False, help="also write a page of pictures over time here"
+    ),
     database_url: str = typer.Option(None, help="default: PASSK_DATABASE_URL"),
 ) -> None:
     """The latest windows per scenario: pass^k with its credible interval, pass@k, n,
@@ -175,8 +185,10 @@ def windows(
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     if not items:
-        raise NothingToJudge("no windows in the projection yet (is the sink running, and "
-                             "has the aggregate published any?)")
+        raise NothingToJudge(
+            "no windows in the projection yet (is the sink running, and "
+            "has the aggregate published any?)"
+        )
     if as_json:
         typer.echo(json.dumps(windows_json(items), ensure_ascii=False))
     else:
@@ -191,12 +203,15 @@ def windows(
 
 
 def dead_letters(
-    since: str = typer.Option(None, "--since", help="only letters this recent "
-                              "(a duration: 90m, 2h, 1d)"),
-    reason: str = typer.Option(None, "--reason", help="only letters of this reason, "
-                               "e.g. no_matching_scenario"),
-    limit: int = typer.Option(1000, "--limit", min=1, help="list at most the newest N "
-                              "(every letter is counted)"),
+    since: str = typer.Option(
+        None, "--since", help="only letters this recent (a duration: 90m, 2h, 1d)"
+    ),
+    reason: str = typer.Option(
+        None, "--reason", help="only letters of this reason, e.g. no_matching_scenario"
+    ),
+    limit: int = typer.Option(
+        1000, "--limit", min=1, help="list at most the newest N (every letter is counted)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     wait: float | None = BROKER_WAIT,
 ) -> None:
@@ -206,8 +221,7 @@ def dead_letters(
     from services.report.dead_letters import list_dead_letters
     from services.report.render import print_dead_letters
 
-    listing = list_dead_letters(get_settings(), since=since, reason=reason, limit=limit,
-                                wait=wait)
+    listing = list_dead_letters(get_settings(), since=since, reason=reason, limit=limit, wait=wait)
     if as_json:
         typer.echo(json.dumps(listing.as_json(), ensure_ascii=False))
     else:

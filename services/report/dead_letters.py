@@ -30,8 +30,13 @@ class Letter:
     excerpt: str
 
     def as_json(self) -> dict[str, Any]:
-        return {"reason": self.reason, "source": self.source, "key": self.key,
-                "at": self.at.isoformat().replace("+00:00", "Z"), "excerpt": self.excerpt}
+        return {
+            "reason": self.reason,
+            "source": self.source,
+            "key": self.key,
+            "at": self.at.isoformat().replace("+00:00", "Z"),
+            "excerpt": self.excerpt,
+        }
 
 
 @dataclass
@@ -41,8 +46,10 @@ class Listing:
     unreadable: int = 0
 
     def as_json(self) -> dict[str, Any]:
-        return {"dead_letters": [x.as_json() for x in self.letters],
-                "counts": dict(sorted(self.counts.items()))}
+        return {
+            "dead_letters": [x.as_json() for x in self.letters],
+            "counts": dict(sorted(self.counts.items())),
+        }
 
 
 def _text(b64: str | None, limit: int) -> str | None:
@@ -68,14 +75,19 @@ def letter_of(value: bytes) -> Letter | None:
         return None
     excerpt = _text(d.value_b64, EXCERPT_CHARS) or ""
     if d.detail:
-        excerpt = f"{d.detail[:EXCERPT_CHARS]} | {excerpt}" if excerpt else d.detail[
-            :EXCERPT_CHARS]
-    return Letter(reason=d.reason, source=d.source_topic, key=_text(d.key_b64, 200),
-                  at=d.occurred_at, excerpt=excerpt[: 2 * EXCERPT_CHARS])
+        excerpt = f"{d.detail[:EXCERPT_CHARS]} | {excerpt}" if excerpt else d.detail[:EXCERPT_CHARS]
+    return Letter(
+        reason=d.reason,
+        source=d.source_topic,
+        key=_text(d.key_b64, 200),
+        at=d.occurred_at,
+        excerpt=excerpt[: 2 * EXCERPT_CHARS],
+    )
 
 
-def select(values: Iterable[bytes], *, since: datetime | None, reason: str | None,
-           limit: int) -> Listing:
+def select(
+    values: Iterable[bytes], *, since: datetime | None, reason: str | None, limit: int
+) -> Listing:
     out = Listing()
     newest: deque[Letter] = deque(maxlen=limit)
     for value in values:
@@ -105,14 +117,16 @@ def read_topic(settings: Any, *, timeout: float = 30.0) -> Iterable[bytes]:
             for record in batch:
                 yield record.value or b""
     except TopicMissing:
-        raise Unreachable(f"the dead-letters topic {name} does not exist; run "
-                          "`passk topics create`") from None
+        raise Unreachable(
+            f"the dead-letters topic {name} does not exist; run `passk topics create`"
+        ) from None
     except ScanTimedOut as exc:
         raise Unreachable(str(exc)) from None
 
 
-def list_dead_letters(settings: Any, *, since: str | None, reason: str | None, limit: int,
-                      wait: float | None) -> Listing:
+def list_dead_letters(
+    settings: Any, *, since: str | None, reason: str | None, limit: int, wait: float | None
+) -> Listing:
     """`passk dead-letters`: the letters on the topic now, the newest `limit` of those
     `since` ago (a duration: 90m, 2h, 1d) and of `reason`, every one counted."""
     from datetime import UTC, timedelta

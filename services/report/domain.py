@@ -141,15 +141,23 @@ class FixedPlanComparison(BaseModel):
 
     def text(self) -> str:
         share = f" ({self.ratio:.0%} of it)" if self.fixed_plan_trials else ""
-        return (f"adaptive run: {self.trials_run} trials; a fixed plan (the same n for every "
-                f"scenario) reaching the same interval widths would have run "
-                f"{self.fixed_plan_trials}{share}")
+        return (
+            f"adaptive run: {self.trials_run} trials; a fixed plan (the same n for every "
+            f"scenario) reaching the same interval widths would have run "
+            f"{self.fixed_plan_trials}{share}"
+        )
 
 
 def invalid_trials(lines: Sequence[TrialLine]) -> list[InvalidTrial]:
-    return [InvalidTrial(trial_id=t.trial_id, scenario_id=t.scenario_id,
-                         checks=[c for c in t.failed_checks if c.check.startswith("user:")])
-            for t in lines if t.outcome == "invalid"]
+    return [
+        InvalidTrial(
+            trial_id=t.trial_id,
+            scenario_id=t.scenario_id,
+            checks=[c for c in t.failed_checks if c.check.startswith("user:")],
+        )
+        for t in lines
+        if t.outcome == "invalid"
+    ]
 
 
 def planned_by_passk_run(run_id: str, trials: Sequence[TrialLine]) -> bool:
@@ -157,7 +165,9 @@ def planned_by_passk_run(run_id: str, trials: Sequence[TrialLine]) -> bool:
     production traffic, a replay or an import, whose counts per scenario are whatever came."""
     return bool(trials) and all(
         t.trial_id.startswith(f"{run_id}:{t.scenario_id}:")
-        and t.trial_id.rsplit(":", 1)[1].isdigit() for t in trials)
+        and t.trial_id.rsplit(":", 1)[1].isdigit()
+        for t in trials
+    )
 
 
 def fixed_plan_comparison(scenarios: Sequence[ScenarioReport]) -> FixedPlanComparison | None:
@@ -166,14 +176,27 @@ def fixed_plan_comparison(scenarios: Sequence[ScenarioReport]) -> FixedPlanCompa
     and those a fixed plan reaching each scenario's interval width would have run."""
     ran = {s.scenario_id: s.n + s.invalid for s in scenarios}  # errors are in n
     if not scenarios or any(
-            all(ran[s.scenario_id] == max(t, s.k) for s in scenarios)
-            for t in set(ran.values())):
+        all(ran[s.scenario_id] == max(t, s.k) for s in scenarios) for t in set(ran.values())
+    ):
         return None
-    standings = [standing(Observed(
-        s.scenario_id, k=s.k, goal=0.0, trials=ran[s.scenario_id], passed=s.passed,
-        failed=s.failed, errors=s.errors, invalid=s.invalid)) for s in scenarios]
-    return FixedPlanComparison(trials_run=sum(ran.values()),
-                               fixed_plan_trials=fixed_plan_trials(standings))
+    standings = [
+        standing(
+            Observed(
+                s.scenario_id,
+                k=s.k,
+                goal=0.0,
+                trials=ran[s.scenario_id],
+                passed=s.passed,
+                failed=s.failed,
+                errors=s.errors,
+                invalid=s.invalid,
+            )
+        )
+        for s in scenarios
+    ]
+    return FixedPlanComparison(
+        trials_run=sum(ran.values()), fixed_plan_trials=fixed_plan_trials(standings)
+    )
 
 
 class RunReport(BaseModel):
@@ -215,7 +238,8 @@ def trial_line(t: TrialRecord) -> TrialLine:
         exit_reason=t.exit_reason,
         exit_source=t.exit_source,
         completion=t.completion,
-        tokens=sum(x for x in tokens if x is not None) if any(x is not None for x in tokens)
+        tokens=sum(x for x in tokens if x is not None)
+        if any(x is not None for x in tokens)
         else None,
         turns=metrics.get("turns"),
         duration_s=duration_ms / 1000 if duration_ms is not None else None,
@@ -224,9 +248,14 @@ def trial_line(t: TrialRecord) -> TrialLine:
     )
 
 
-def scenario_report(run_id: str, scenario_id: str, trials: Sequence[TrialRecord],
-                    lines: Sequence[TrialLine], judges: Sequence[JudgeRecord] = (),
-                    prices: Prices = Prices()) -> ScenarioReport:
+def scenario_report(
+    run_id: str,
+    scenario_id: str,
+    trials: Sequence[TrialRecord],
+    lines: Sequence[TrialLine],
+    judges: Sequence[JudgeRecord] = (),
+    prices: Prices = Prices(),
+) -> ScenarioReport:
     summary = summarize(run_id, scenario_id, trials)
     mine = [t for t in lines if t.scenario_id == scenario_id]
     lower, upper = pass_hat_k_interval(summary.n, summary.passed, summary.k)
@@ -240,10 +269,16 @@ def scenario_report(run_id: str, scenario_id: str, trials: Sequence[TrialRecord]
         **summary.model_dump(include=set(ScenarioReport.model_fields)),
         pass_hat_k_lower=lower,
         pass_hat_k_upper=upper,
-        completion="conversation" if any(t.completion == "conversation" for t in mine)
+        completion="conversation"
+        if any(t.completion == "conversation" for t in mine)
         else "product",
-        scenario_versions=sorted({t.scenario_version for t in trials
-                                  if t.scenario_id == scenario_id and t.run_id == run_id}),
+        scenario_versions=sorted(
+            {
+                t.scenario_version
+                for t in trials
+                if t.scenario_id == scenario_id and t.run_id == run_id
+            }
+        ),
         tokens_median=_median([t.tokens for t in mine]),
         turns_median=_median([t.turns for t in mine]),
         duration_s_median=_median([t.duration_s for t in mine]),
@@ -273,11 +308,13 @@ def advisory_judges(
     for t in trials:
         for a in t.advisory_judges:
             found.setdefault(a["judge_id"], []).append(
-                (t.scenario_id, a["why"], a["result"], a["reason"]))
+                (t.scenario_id, a["why"], a["result"], a["reason"])
+            )
     for v in judges:
         if not v.gating and v.trial_id not in recorded:
             found.setdefault(v.judge_id, []).append(
-                (v.scenario_id, "declared gating: false in the scenario", v.result, v.reason))
+                (v.scenario_id, "declared gating: false in the scenario", v.result, v.reason)
+            )
     out = []
     for judge_id, seen in sorted(found.items()):
         failed = [reason for _, _, result, reason in seen if result == "failed"]
@@ -299,8 +336,9 @@ def not_counted(what: str, failed: int, trials: int, example_reason: str | None)
 
 
 def advisory_text(judge: AdvisoryJudge) -> str:
-    return not_counted(f"judge {judge.judge_id} ({judge.why})", judge.failed, judge.verdicts,
-                       judge.example_reason)
+    return not_counted(
+        f"judge {judge.judge_id} ({judge.why})", judge.failed, judge.verdicts, judge.example_reason
+    )
 
 
 def advisory_checks(trials: Sequence[TrialLine]) -> list[AdvisoryCheck]:
@@ -320,8 +358,12 @@ def advisory_checks(trials: Sequence[TrialLine]) -> list[AdvisoryCheck]:
 
 
 def advisory_check_text(check: AdvisoryCheck) -> str:
-    return not_counted(f"check {check.check} (not in the scenario's external_checks)",
-                       check.failed, check.trials, check.example_reason)
+    return not_counted(
+        f"check {check.check} (not in the scenario's external_checks)",
+        check.failed,
+        check.trials,
+        check.example_reason,
+    )
 
 
 def build_report(
@@ -358,11 +400,13 @@ def build_report(
         advisory_judges=advisory_judges(trials, run_judges),
         advisory_checks=advisory_checks(lines),
         judge_cost=summarize_costs([t.trial_id for t in trials], run_judges, prices)
-        if trials else None,
+        if trials
+        else None,
         invalid_trials=invalid_trials(lines),
         # Only a run passk planned has a plan to compare with (not production traffic).
         fixed_plan=fixed_plan_comparison(scenarios)
-        if planned_by_passk_run(run_id, lines) else None,
+        if planned_by_passk_run(run_id, lines)
+        else None,
     )
 
 
@@ -378,8 +422,11 @@ def previous_run(run_id: str, runs: Sequence[tuple[str, str, Any]]) -> str | Non
     if run_id not in ended:
         return None
     earlier = [
-        r for r in scenarios
-        if r != run_id and scenarios[r] == scenarios[run_id] and r in ended
+        r
+        for r in scenarios
+        if r != run_id
+        and scenarios[r] == scenarios[run_id]
+        and r in ended
         and ended[r] < ended[run_id]
     ]
     return max(earlier, key=lambda r: (ended[r], r)) if earlier else None
@@ -408,8 +455,17 @@ def rank_failing_checks(trials: Sequence[TrialLine]) -> list[CheckFailures]:
     return sorted(ranked, key=lambda c: (-c.failures, c.check))
 
 
-SCENARIO_KEYS = ("scenario_id", "k", "n", "passed", "failed", "errors", "pass_at_k",
-                 "pass_hat_k", "scenario_passed")
+SCENARIO_KEYS = (
+    "scenario_id",
+    "k",
+    "n",
+    "passed",
+    "failed",
+    "errors",
+    "pass_at_k",
+    "pass_hat_k",
+    "scenario_passed",
+)
 TRIAL_KEYS = ("trial_id", "scenario_id", "outcome", "failed_checks")
 
 
@@ -427,16 +483,21 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "previous_run": report.previous_run,
         "without_state_gate": report.without_state_gate,
         "flakiness": [
-            {"scenario_id": f.scenario_id, "trials": f.trials, "passed": f.passed,
-             "checks": [c.model_dump() for c in f.checks]}
+            {
+                "scenario_id": f.scenario_id,
+                "trials": f.trials,
+                "passed": f.passed,
+                "checks": [c.model_dump() for c in f.checks],
+            }
             for f in report.flakiness
         ],
         "advisory_judges": [j.model_dump() for j in report.advisory_judges],
         "advisory_checks": [c.model_dump() for c in report.advisory_checks],
         "judge_cost": report.judge_cost.model_dump() if report.judge_cost else None,
         "invalid_trials": [t.model_dump() for t in report.invalid_trials],
-        "fixed_plan": None if report.fixed_plan is None else {
-            **report.fixed_plan.model_dump(), "ratio": report.fixed_plan.ratio},
+        "fixed_plan": None
+        if report.fixed_plan is None
+        else {**report.fixed_plan.model_dump(), "ratio": report.fixed_plan.ratio},
     }
 
 
@@ -494,7 +555,8 @@ def gate_decision(report: RunReport, expect_scenarios: int | None = None) -> Gat
         )
     passed = [s.scenario_id for s in report.scenarios if s.scenario_passed]
     advisory = [advisory_text(j) for j in report.advisory_judges] + [
-        advisory_check_text(c) for c in report.advisory_checks]
+        advisory_check_text(c) for c in report.advisory_checks
+    ]
     if failures:
         return GateDecision(
             exit_code=EXIT_FAIL,

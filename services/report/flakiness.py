@@ -44,8 +44,10 @@ class ScenarioFlakiness(BaseModel):
     @property
     def summary(self) -> str:
         """As a person says it: "judge:x fails 2 of 5, gate:exit 1 of 5"."""
-        parts = [c.summary if i == 0 else f"{c.check} {c.failures} of {c.trials}"
-                 for i, c in enumerate(self.checks)]
+        parts = [
+            c.summary if i == 0 else f"{c.check} {c.failures} of {c.trials}"
+            for i, c in enumerate(self.checks)
+        ]
         return ", ".join(parts)
 
 

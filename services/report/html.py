@@ -82,8 +82,9 @@ def reliability_figure(report: RunReport) -> go.Figure:
     ids = [s.scenario_id for s in report.scenarios]
     hat = [s.pass_hat_k for s in report.scenarios]
     fig = go.Figure()
-    fig.add_bar(name="pass@k", x=ids, y=[s.pass_at_k for s in report.scenarios],
-                marker_color="#8fb8de")
+    fig.add_bar(
+        name="pass@k", x=ids, y=[s.pass_at_k for s in report.scenarios], marker_color="#8fb8de"
+    )
     fig.add_bar(
         name="pass^k (90% credible interval)",
         x=ids,
@@ -92,15 +93,20 @@ def reliability_figure(report: RunReport) -> go.Figure:
         error_y={
             "type": "data",
             "symmetric": False,
-            "array": [s.pass_hat_k_upper - (h or 0.0) for s, h in zip(report.scenarios, hat,
-                                                                       strict=True)],
-            "arrayminus": [(h or 0.0) - s.pass_hat_k_lower for s, h in zip(report.scenarios, hat,
-                                                                           strict=True)],
+            "array": [
+                s.pass_hat_k_upper - (h or 0.0) for s, h in zip(report.scenarios, hat, strict=True)
+            ],
+            "arrayminus": [
+                (h or 0.0) - s.pass_hat_k_lower for s, h in zip(report.scenarios, hat, strict=True)
+            ],
         },
     )
     fig.update_layout(
-        barmode="group", height=380, margin={"t": 30, "b": 60, "l": 50, "r": 20},
-        yaxis={"range": [0, 1.05], "title": "estimate"}, legend={"orientation": "h", "y": 1.12},
+        barmode="group",
+        height=380,
+        margin={"t": 30, "b": 60, "l": 50, "r": 20},
+        yaxis={"range": [0, 1.05], "title": "estimate"},
+        legend={"orientation": "h", "y": 1.12},
     )
     return fig
 
@@ -108,19 +114,25 @@ def reliability_figure(report: RunReport) -> go.Figure:
 def cost_figure(report: RunReport) -> go.Figure:
     fig = go.Figure()
     for s in report.scenarios:
-        durations = [t.duration_s for t in report.trials
-                     if t.scenario_id == s.scenario_id and t.duration_s is not None]
+        durations = [
+            t.duration_s
+            for t in report.trials
+            if t.scenario_id == s.scenario_id and t.duration_s is not None
+        ]
         fig.add_box(name=s.scenario_id, y=durations, boxpoints="all", jitter=0.3)
     fig.update_layout(
-        height=340, showlegend=False, margin={"t": 30, "b": 60, "l": 50, "r": 20},
+        height=340,
+        showlegend=False,
+        margin={"t": 30, "b": 60, "l": 50, "r": 20},
         yaxis={"title": "duration per trial (s)"},
     )
     return fig
 
 
 def _plot(fig: go.Figure, div_id: str) -> str:
-    return str(pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id,
-                           config=PLOT_CONFIG))
+    return str(
+        pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id, config=PLOT_CONFIG)
+    )
 
 
 def _scenario_rows(report: RunReport) -> Iterable[str]:
@@ -129,18 +141,26 @@ def _scenario_rows(report: RunReport) -> Iterable[str]:
         yield (
             f'<tr data-scenario="{escape(s.scenario_id)}">'
             + cell("scenario_id", s.scenario_id, num=False)
-            + cell("k", str(s.k)) + cell("n", str(s.n))
-            + cell("passed", str(s.passed)) + cell("failed", str(s.failed))
-            + cell("errors", str(s.errors)) + cell("invalid", str(s.invalid))
-            + cell("pass_at_k", figure(s.pass_at_k)) + cell("pass_hat_k", figure(s.pass_hat_k))
+            + cell("k", str(s.k))
+            + cell("n", str(s.n))
+            + cell("passed", str(s.passed))
+            + cell("failed", str(s.failed))
+            + cell("errors", str(s.errors))
+            + cell("invalid", str(s.invalid))
+            + cell("pass_at_k", figure(s.pass_at_k))
+            + cell("pass_hat_k", figure(s.pass_hat_k))
             + cell("pass_hat_k_interval", interval)
             + cell("n_sampled", str(s.n_sampled))
             + cell("pass_hat_k_sampled", figure(s.pass_hat_k_sampled))
             + cell("judge_calls_saved", str(s.judge_calls_saved))
             + f'<td data-figure="scenario_passed" data-value="{str(s.scenario_passed).lower()}">'
-            + _verdict(s) + "</td>"
-            + cell("completion", "exit gate only" if s.completion == "conversation"
-                    else "both gates", num=False)
+            + _verdict(s)
+            + "</td>"
+            + cell(
+                "completion",
+                "exit gate only" if s.completion == "conversation" else "both gates",
+                num=False,
+            )
             + "</tr>"
         )
 
@@ -150,20 +170,26 @@ def _invalid(report: RunReport) -> str:
     every figure of the agent."""
     out = []
     if report.fixed_plan is not None:
-        out.append(f'<p id="fixed-plan" class="note" data-trials-run='
-                   f'"{report.fixed_plan.trials_run}" data-fixed-plan-trials='
-                   f'"{report.fixed_plan.fixed_plan_trials}">'
-                   f"{escape(report.fixed_plan.text())}</p>")
+        out.append(
+            f'<p id="fixed-plan" class="note" data-trials-run='
+            f'"{report.fixed_plan.trials_run}" data-fixed-plan-trials='
+            f'"{report.fixed_plan.fixed_plan_trials}">'
+            f"{escape(report.fixed_plan.text())}</p>"
+        )
     if report.invalid_trials:
         rows = "".join(
             f'<tr data-trial="{escape(t.trial_id)}"><td>{escape(t.trial_id)}</td>'
             f"<td>{escape(t.scenario_id)}</td><td>"
-            + escape("; ".join(f"{c.check}: {c.reason}" for c in t.checks)) + "</td></tr>"
-            for t in report.invalid_trials)
-        out.append('<h2>Invalid trials</h2><p class="sub">The simulated user failed a user '
-                   "check: neither passed nor failed, out of n and of every figure.</p>"
-                   '<table id="invalid-trials"><thead><tr><th>trial</th><th>scenario</th>'
-                   f"<th>user checks failed</th></tr></thead><tbody>{rows}</tbody></table>")
+            + escape("; ".join(f"{c.check}: {c.reason}" for c in t.checks))
+            + "</td></tr>"
+            for t in report.invalid_trials
+        )
+        out.append(
+            '<h2>Invalid trials</h2><p class="sub">The simulated user failed a user '
+            "check: neither passed nor failed, out of n and of every figure.</p>"
+            '<table id="invalid-trials"><thead><tr><th>trial</th><th>scenario</th>'
+            f"<th>user checks failed</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
     return "\n".join(out)
 
 
@@ -190,8 +216,7 @@ def _failed_rows(report: RunReport) -> Iterable[str]:
                 + cell("outcome", t.outcome, num=False)
                 + cell("check", fc.check, num=False)
                 + f'<td class="reason">{escape(fc.reason)}</td>'
-                + cell("exit", f"{t.exit_reason or '—'} ({t.exit_source or 'unknown'})",
-                        num=False)
+                + cell("exit", f"{t.exit_reason or '—'} ({t.exit_source or 'unknown'})", num=False)
                 + "</tr>"
             )
 
@@ -206,16 +231,22 @@ def _flakiness(report: RunReport, opened_ids: Iterable[str] = ()) -> str:
         return '<p id="flakiness-none">No scenario is flaky: every scenario\'s trials agree.</p>'
     items = []
     for f in report.flakiness:
+
         def failing(check: str, scenario: str = f.scenario_id) -> str:
-            ids = [t.trial_id for t in report.trials if t.scenario_id == scenario
-                   and t.trial_id in opened and any(fc.check == check for fc in t.failed_checks)]
+            ids = [
+                t.trial_id
+                for t in report.trials
+                if t.scenario_id == scenario
+                and t.trial_id in opened
+                and any(fc.check == check for fc in t.failed_checks)
+            ]
             return f' <span class="trials">in {trial_links(ids)}</span>' if ids else ""
 
         checks = "".join(
             f'<li data-check="{escape(c.check)}" data-failures="{c.failures}" '
             f'data-trials="{c.trials}"><b>{escape(c.check)}</b> fails {c.failures} of '
             f'{c.trials}{failing(c.check)} <span class="sub">— e.g. '
-            f'{escape(c.example_reason)}</span></li>'
+            f"{escape(c.example_reason)}</span></li>"
             for c in f.checks
         )
         items.append(
@@ -226,8 +257,12 @@ def _flakiness(report: RunReport, opened_ids: Iterable[str] = ()) -> str:
     return "".join(items)
 
 
-def _advisory_table(table_id: str, key: str, heads: Sequence[str],
-                    rows: Iterable[tuple[str, Sequence[str], int, int, str]]) -> str:
+def _advisory_table(
+    table_id: str,
+    key: str,
+    heads: Sequence[str],
+    rows: Iterable[tuple[str, Sequence[str], int, int, str]],
+) -> str:
     """An advisory judge's or check's rows: what it is, where, how often, how often it failed,
     and why (each row carries its key as `data-<key>` for the page's tests and links)."""
     body = "".join(
@@ -237,18 +272,18 @@ def _advisory_table(table_id: str, key: str, heads: Sequence[str],
         for name, scenarios, count, failed, why in rows
     )
     head = "".join(f"<th>{h}</th>" for h in heads)
-    return (f'<table id="{table_id}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _advisory(report: RunReport) -> str:
     if not report.advisory_judges:
         return '<p id="advisory-none">Every judge of this run was gating.</p>'
     return _advisory_table(
-        "advisory-judges", "judge",
+        "advisory-judges",
+        "judge",
         ("judge", "scenarios", "verdicts", "would have failed", "why advisory"),
-        ((j.judge_id, j.scenarios, j.verdicts, j.failed, j.why)
-         for j in report.advisory_judges))
+        ((j.judge_id, j.scenarios, j.verdicts, j.failed, j.why) for j in report.advisory_judges),
+    )
 
 
 def _advisory_checks(report: RunReport) -> str:
@@ -256,23 +291,38 @@ def _advisory_checks(report: RunReport) -> str:
     if not report.advisory_checks:
         return ""
     return _advisory_table(
-        "advisory-checks", "check",
-        ("external check (not in the scenario's external_checks)", "scenarios", "trials",
-         "failed", "example reason"),
-        ((c.check, c.scenarios, c.trials, c.failed, c.example_reason or "—")
-         for c in report.advisory_checks))
+        "advisory-checks",
+        "check",
+        (
+            "external check (not in the scenario's external_checks)",
+            "scenarios",
+            "trials",
+            "failed",
+            "example reason",
+        ),
+        (
+            (c.check, c.scenarios, c.trials, c.failed, c.example_reason or "—")
+            for c in report.advisory_checks
+        ),
+    )
 
 
-def render_html(report: RunReport, *, generated_at: datetime,
-                over_time: str | None = None, opened: Sequence[TrialView] = (),
-                not_opened: int = 0) -> str:
+def render_html(
+    report: RunReport,
+    *,
+    generated_at: datetime,
+    over_time: str | None = None,
+    opened: Sequence[TrialView] = (),
+    not_opened: int = 0,
+) -> str:
     """The whole page as one string; `over_time`, the run's scenarios over time
     (services/report/over_time.py), when the projection holds their windows; `opened`, the
     trials expanded (services/report/trial_view.py)."""
     passed = sum(1 for s in report.scenarios if s.scenario_passed)
     total = len(report.scenarios)
     gate = (
-        '<span class="pass">PASS</span>' if total and passed == total
+        '<span class="pass">PASS</span>'
+        if total and passed == total
         else '<span class="fail">FAIL</span>'
     )
     previous = (
@@ -280,13 +330,15 @@ def render_html(report: RunReport, *, generated_at: datetime,
         f"<code>{escape(report.previous_run)}</code> — compare with "
         f"<code>passk compare --base {escape(report.previous_run)} "
         f"--run {escape(report.run_id)}</code></p>"
-        if report.previous_run else ""
+        if report.previous_run
+        else ""
     )
     without = (
         '<p id="without-state-gate" class="note">Graded without the state gate '
         "(<code>completion: conversation</code>, no persisted session): "
         f"{escape(', '.join(report.without_state_gate))}</p>"
-        if report.without_state_gate else ""
+        if report.without_state_gate
+        else ""
     )
     checks = sorted({fc.check for t in report.trials for fc in t.failed_checks})
     failed_rows = "".join(_failed_rows(report))

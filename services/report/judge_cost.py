@@ -149,8 +149,9 @@ class SamplingSaved(BaseModel):
     cost_estimate: float | None = None
 
 
-def sampling_saved(trial_ids: Sequence[str], judges: Sequence[JudgeRecord],
-                   prices: Prices) -> SamplingSaved:
+def sampling_saved(
+    trial_ids: Sequence[str], judges: Sequence[JudgeRecord], prices: Prices
+) -> SamplingSaved:
     """The `not_sampled` verdicts of `trial_ids` among `judges` (the run's), each estimated
     from its judge's answered calls among `judges`."""
     mine = set(trial_ids)
@@ -160,13 +161,17 @@ def sampling_saved(trial_ids: Sequence[str], judges: Sequence[JudgeRecord],
     ids = {j.judge_id for j in unsampled}
     answered = [j for j in judges if j.judge_id in ids and is_call(j)]
     saved, cost, calls = _saved([*unsampled, *answered], "not_sampled", prices)
-    tokens = None if any(s.tokens_saved_estimate is None for s in saved) else sum(
-        s.tokens_saved_estimate or 0 for s in saved)
+    tokens = (
+        None
+        if any(s.tokens_saved_estimate is None for s in saved)
+        else sum(s.tokens_saved_estimate or 0 for s in saved)
+    )
     return SamplingSaved(calls=calls, tokens_estimate=tokens, cost_estimate=cost)
 
 
-def _saved(judges: Sequence[JudgeRecord], result: str, prices: Prices
-           ) -> tuple[list[SkippedJudge], float | None, int]:
+def _saved(
+    judges: Sequence[JudgeRecord], result: str, prices: Prices
+) -> tuple[list[SkippedJudge], float | None, int]:
     """Per judge, the verdicts with `result` (calls not made) and the tokens they would
     have spent, estimated from the same judge's answered calls; and the cost of those."""
     counts: dict[str, int] = {}
@@ -186,8 +191,13 @@ def _saved(judges: Sequence[JudgeRecord], result: str, prices: Prices
         mean_out = sum(j.output_tokens or 0 for j in answered) / len(answered)
         saved_in += round(mean_in * count)
         saved_out += round(mean_out * count)
-        saved.append(SkippedJudge(judge_id=judge_id, trials=count,
-                                  tokens_saved_estimate=round((mean_in + mean_out) * count)))
+        saved.append(
+            SkippedJudge(
+                judge_id=judge_id,
+                trials=count,
+                tokens_saved_estimate=round((mean_in + mean_out) * count),
+            )
+        )
     cost = prices.cost(saved_in, saved_out) if saved and estimable else None
     return saved, cost, sum(counts.values())
 
@@ -198,24 +208,39 @@ def money(value: float) -> str:
 
 def cost_lines(s: JudgeCostSummary) -> list[str]:
     """The run's judging as a person reads it: what it spent, and what skipping saved."""
-    spent = (f"judging: {s.calls} model calls ({s.calls_per_trial:.2f} per trial, "
-             f"{s.requests} requests), {s.cached} cache answers, {s.input_tokens} prompt + "
-             f"{s.output_tokens} completion tokens ({s.tokens_per_trial:.0f} per trial)")
-    spent += (f", estimated cost {money(s.cost)}" if s.cost is not None
-              else " (no cost: set PASSK_JUDGE_PRICE_PER_MTOK_IN and _OUT)")
+    spent = (
+        f"judging: {s.calls} model calls ({s.calls_per_trial:.2f} per trial, "
+        f"{s.requests} requests), {s.cached} cache answers, {s.input_tokens} prompt + "
+        f"{s.output_tokens} completion tokens ({s.tokens_per_trial:.0f} per trial)"
+    )
+    spent += (
+        f", estimated cost {money(s.cost)}"
+        if s.cost is not None
+        else " (no cost: set PASSK_JUDGE_PRICE_PER_MTOK_IN and _OUT)"
+    )
     lines = [spent]
     for j in s.skipped_judges:
-        tokens = (f"~{j.tokens_saved_estimate} tokens" if j.tokens_saved_estimate is not None
-                  else "tokens unknown (no answered call of it in this run)")
-        lines.append(f"skipped judge {j.judge_id}: {j.trials} trials whose gates had failed, "
-                     f"{j.trials} calls saved, {tokens} saved")
+        tokens = (
+            f"~{j.tokens_saved_estimate} tokens"
+            if j.tokens_saved_estimate is not None
+            else "tokens unknown (no answered call of it in this run)"
+        )
+        lines.append(
+            f"skipped judge {j.judge_id}: {j.trials} trials whose gates had failed, "
+            f"{j.trials} calls saved, {tokens} saved"
+        )
     if s.cost_saved_estimate is not None:
         lines.append(f"skipping saved an estimated {money(s.cost_saved_estimate)}")
     for j in s.not_sampled_judges:
-        tokens = (f"~{j.tokens_saved_estimate} tokens" if j.tokens_saved_estimate is not None
-                  else "tokens unknown (no answered call of it in this run)")
-        lines.append(f"not_sampled judge {j.judge_id}: {j.trials} production trials outside "
-                     f"the sample, {j.trials} calls saved, {tokens} saved")
+        tokens = (
+            f"~{j.tokens_saved_estimate} tokens"
+            if j.tokens_saved_estimate is not None
+            else "tokens unknown (no answered call of it in this run)"
+        )
+        lines.append(
+            f"not_sampled judge {j.judge_id}: {j.trials} production trials outside "
+            f"the sample, {j.trials} calls saved, {tokens} saved"
+        )
     if s.sampling_saved_estimate is not None:
         lines.append(f"sampling saved an estimated {money(s.sampling_saved_estimate)}")
     return lines

@@ -25,8 +25,9 @@ def prices(settings: Settings) -> Prices:
     return Prices(settings.judge_price_per_mtok_in, settings.judge_price_per_mtok_out)
 
 
-def load_report(run_id: str, database_url: str, settings: Settings
-                ) -> tuple[RunReport, list[str], str]:
+def load_report(
+    run_id: str, database_url: str, settings: Settings
+) -> tuple[RunReport, list[str], str]:
     """The run's report, the runs the projection knows (for a helpful error), its URL.
     A store that cannot be reached escapes as OperationalError (exit 4 in the CLI)."""
     store = Store(database_url)
@@ -50,8 +51,10 @@ def run_report(run_id: str, database_url: str, settings: Settings) -> RunReport:
     knows, when it has no trial of this one."""
     report, runs, url = load_report(run_id, database_url, settings)
     if not report.trials:
-        raise NothingToJudge(f"unknown run {run_id!r}: no trial verdicts in the projection "
-                             f"({url}). Known runs: {_known(runs)}")
+        raise NothingToJudge(
+            f"unknown run {run_id!r}: no trial verdicts in the projection "
+            f"({url}). Known runs: {_known(runs)}"
+        )
     return report
 
 
@@ -64,8 +67,10 @@ def compare_reports(base: str, run: str, database_url: str, settings: Settings) 
     for run_id in (base, run):
         report, runs, url = load_report(run_id, database_url, settings)
         if not report.trials:
-            raise NothingToJudge(f"run {run_id!r} has no trial verdicts in the projection "
-                                 f"({url}): nothing to compare. Known runs: {_known(runs)}")
+            raise NothingToJudge(
+                f"run {run_id!r} has no trial verdicts in the projection "
+                f"({url}): nothing to compare. Known runs: {_known(runs)}"
+            )
         reports.append(report)
     return compare_runs(*reports)
 
@@ -81,9 +86,13 @@ def open_trial(store: Store, trial_id: str, settings: Settings) -> TrialView | N
     trial = store.trial(trial_id)
     if trial is None:
         return None
-    return build_view(trial, [g for g in store.trial_gates(trial_id) if of_trial(trial, g)],
-                      [j for j in store.trial_judges(trial_id) if of_trial(trial, j)],
-                      own(trial, store.transcript(trial_id)), prices(settings))
+    return build_view(
+        trial,
+        [g for g in store.trial_gates(trial_id) if of_trial(trial, g)],
+        [j for j in store.trial_judges(trial_id) if of_trial(trial, j)],
+        own(trial, store.transcript(trial_id)),
+        prices(settings),
+    )
 
 
 def load_trial(trial_id: str, database_url: str, settings: Settings) -> TrialView:
@@ -95,14 +104,16 @@ def load_trial(trial_id: str, database_url: str, settings: Settings) -> TrialVie
         if view is None:
             raise NothingToJudge(
                 f"unknown trial {trial_id!r}: no trial verdict in the projection "
-                f"({redacted(store.url)})")
+                f"({redacted(store.url)})"
+            )
         return view
     finally:
         store.close()
 
 
-def opened_trials(run_id: str, database_url: str, settings: Settings
-                  ) -> tuple[list[TrialView], int]:
+def opened_trials(
+    run_id: str, database_url: str, settings: Settings
+) -> tuple[list[TrialView], int]:
     """The trials the report page expands (services.report.trial_view.page_trials)."""
     store = Store(database_url)
     try:
@@ -112,9 +123,16 @@ def opened_trials(run_id: str, database_url: str, settings: Settings
         judges = [j for j in store.judge_verdicts(run_id) if j.trial_id in ids]
         kept = store.transcripts(ids)
         paid = prices(settings)
-        return [build_view(t, [g for g in gates if g.trial_id == t.trial_id and of_trial(t, g)],
-                           [j for j in judges if j.trial_id == t.trial_id and of_trial(t, j)],
-                           own(t, kept.get(t.trial_id)), paid) for t in chosen], left_out
+        return [
+            build_view(
+                t,
+                [g for g in gates if g.trial_id == t.trial_id and of_trial(t, g)],
+                [j for j in judges if j.trial_id == t.trial_id and of_trial(t, j)],
+                own(t, kept.get(t.trial_id)),
+                paid,
+            )
+            for t in chosen
+        ], left_out
     finally:
         store.close()
 
@@ -125,8 +143,14 @@ def report_page(report: RunReport, database_url: str, settings: Settings) -> str
     from services.report.over_time import run_section
     from services.report.windows import load_windows
 
-    over_time = run_section(load_windows(database_url, RUN_WINDOWS, None,
-                                         [s.scenario_id for s in report.scenarios]))
+    over_time = run_section(
+        load_windows(database_url, RUN_WINDOWS, None, [s.scenario_id for s in report.scenarios])
+    )
     opened, not_opened = opened_trials(report.run_id, database_url, settings)
-    return render_html(report, generated_at=datetime.now(UTC), over_time=over_time,
-                       opened=opened, not_opened=not_opened)
+    return render_html(
+        report,
+        generated_at=datetime.now(UTC),
+        over_time=over_time,
+        opened=opened,
+        not_opened=not_opened,
+    )

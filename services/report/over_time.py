@@ -55,8 +55,9 @@ class WindowView(ReliabilityFigures):
     pass_hat_k_sampled_upper: float
 
 
-def alert_condition(tally: ReliabilityTally, min_pass_hat_k: float | None,
-                    min_trials: int | None) -> bool:
+def alert_condition(
+    tally: ReliabilityTally, min_pass_hat_k: float | None, min_trials: int | None
+) -> bool:
     """Whether PasskScenarioReliabilityDrop's condition holds for a window of these counts
     (without its `for:` duration)."""
     if min_pass_hat_k is None or min_trials is None:
@@ -71,11 +72,13 @@ def alert_condition(tally: ReliabilityTally, min_pass_hat_k: float | None,
 def sampled_tally(row: WindowRecord) -> ReliabilityTally:
     """The window's sampled trials (every check ran): all of them without sampling."""
     if row.n_sampled is None:
-        return ReliabilityTally(k=row.k, passed=row.passed, failed=row.failed, errors=row.errors,
-                                invalid=row.invalid)
+        return ReliabilityTally(
+            k=row.k, passed=row.passed, failed=row.failed, errors=row.errors, invalid=row.invalid
+        )
     passed, errors = row.passed_sampled or 0, row.errors_sampled or 0
-    return ReliabilityTally(k=row.k, passed=passed, failed=row.n_sampled - passed - errors,
-                            errors=errors)
+    return ReliabilityTally(
+        k=row.k, passed=passed, failed=row.n_sampled - passed - errors, errors=errors
+    )
 
 
 def view(row: WindowRecord) -> WindowView:
@@ -83,13 +86,14 @@ def view(row: WindowRecord) -> WindowView:
     judged = sampled.judged()
     lower, upper = pass_hat_k_interval(sampled.n, sampled.passed, sampled.k)
     return WindowView(
-        **row.model_dump(include=set(WindowView.model_fields) - {
-            "n_sampled", "passed_sampled"}),
+        **row.model_dump(include=set(WindowView.model_fields) - {"n_sampled", "passed_sampled"}),
         judged_pass_hat_k=judged.pass_hat_k,
         judged_pass_hat_k_upper=pass_hat_k_interval(judged.n, judged.passed, judged.k)[1],
         alert_condition=alert_condition(sampled, row.alert_min_pass_hat_k, row.alert_min_trials),
-        n_sampled=sampled.n, passed_sampled=sampled.passed,
-        pass_hat_k_sampled=sampled.pass_hat_k, pass_hat_k_sampled_lower=lower,
+        n_sampled=sampled.n,
+        passed_sampled=sampled.passed,
+        pass_hat_k_sampled=sampled.pass_hat_k,
+        pass_hat_k_sampled_lower=lower,
         pass_hat_k_sampled_upper=upper,
     )
 
@@ -117,37 +121,85 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
     windows where the alert condition held."""
     x = [middle(w) for w in items]  # a point stands for its whole window: drawn at its middle
     fig = go.Figure()
-    fig.add_scatter(x=x, y=[w.pass_hat_k_upper for w in items], mode="lines",
-                    line={"width": 0}, hoverinfo="skip", showlegend=False, name="upper")
-    fig.add_scatter(x=x, y=[w.pass_hat_k_lower for w in items], mode="lines",
-                    line={"width": 0}, fill="tonexty", fillcolor="rgba(31,95,153,0.18)",
-                    name="pass^k 90% credible band")
-    fig.add_scatter(x=x, y=[w.pass_hat_k for w in items], mode="lines+markers",
-                    line={"color": "#1f5f99", "width": 2}, name="pass^k")
-    fig.add_scatter(x=x, y=[w.pass_at_k for w in items], mode="lines+markers",
-                    line={"color": "#8fb8de", "dash": "dash"}, name="pass@k")
+    fig.add_scatter(
+        x=x,
+        y=[w.pass_hat_k_upper for w in items],
+        mode="lines",
+        line={"width": 0},
+        hoverinfo="skip",
+        showlegend=False,
+        name="upper",
+    )
+    fig.add_scatter(
+        x=x,
+        y=[w.pass_hat_k_lower for w in items],
+        mode="lines",
+        line={"width": 0},
+        fill="tonexty",
+        fillcolor="rgba(31,95,153,0.18)",
+        name="pass^k 90% credible band",
+    )
+    fig.add_scatter(
+        x=x,
+        y=[w.pass_hat_k for w in items],
+        mode="lines+markers",
+        line={"color": "#1f5f99", "width": 2},
+        name="pass^k",
+    )
+    fig.add_scatter(
+        x=x,
+        y=[w.pass_at_k for w in items],
+        mode="lines+markers",
+        line={"color": "#8fb8de", "dash": "dash"},
+        name="pass@k",
+    )
     if any(w.errors for w in items):
-        fig.add_scatter(x=x, y=[w.judged_pass_hat_k for w in items], mode="lines+markers",
-                        line={"color": "#16794c", "dash": "dot"}, name="pass^k judged")
+        fig.add_scatter(
+            x=x,
+            y=[w.judged_pass_hat_k for w in items],
+            mode="lines+markers",
+            line={"color": "#16794c", "dash": "dot"},
+            name="pass^k judged",
+        )
     alerts = [w for w in items if w.alert_condition]
-    fig.add_scatter(x=[middle(w) for w in alerts], y=[w.pass_hat_k for w in alerts],
-                    mode="markers", marker={"symbol": "x", "size": 14, "color": "#b42318"},
-                    name="alert condition held")
+    fig.add_scatter(
+        x=[middle(w) for w in alerts],
+        y=[w.pass_hat_k for w in alerts],
+        mode="markers",
+        marker={"symbol": "x", "size": 14, "color": "#b42318"},
+        name="alert condition held",
+    )
     for w in alerts:
-        fig.add_vrect(x0=w.window_start, x1=w.window_end, fillcolor="#b42318", opacity=0.08,
-                      line_width=0)
+        fig.add_vrect(
+            x0=w.window_start, x1=w.window_end, fillcolor="#b42318", opacity=0.08, line_width=0
+        )
     if any(w.errors for w in items):
-        fig.add_bar(x=x, y=[w.errors / w.n if w.n else 0 for w in items], name="share errors",
-                    marker_color="#a15c07", opacity=0.35)
-    target = next((w.alert_min_pass_hat_k for w in reversed(items)
-                   if w.alert_min_pass_hat_k is not None), None)
+        fig.add_bar(
+            x=x,
+            y=[w.errors / w.n if w.n else 0 for w in items],
+            name="share errors",
+            marker_color="#a15c07",
+            opacity=0.35,
+        )
+    target = next(
+        (w.alert_min_pass_hat_k for w in reversed(items) if w.alert_min_pass_hat_k is not None),
+        None,
+    )
     if target is not None:
-        fig.add_hline(y=target, line_dash="dot", line_color="#b42318",
-                      annotation_text=f"alert target {target:g}", annotation_position="top left")
-    fig.update_layout(height=320, margin={"t": 30, "b": 40, "l": 50, "r": 20},
-                      yaxis={"range": [0, 1.05], "title": "estimate"},
-                      xaxis={"range": time_range(items), "type": "date"},
-                      legend={"orientation": "h", "y": 1.15})
+        fig.add_hline(
+            y=target,
+            line_dash="dot",
+            line_color="#b42318",
+            annotation_text=f"alert target {target:g}",
+            annotation_position="top left",
+        )
+    fig.update_layout(
+        height=320,
+        margin={"t": 30, "b": 40, "l": 50, "r": 20},
+        yaxis={"range": [0, 1.05], "title": "estimate"},
+        xaxis={"range": time_range(items), "type": "date"},
+        legend={"orientation": "h", "y": 1.15},
+    )
     return fig
 
 
@@ -175,15 +227,18 @@ def _rows(items: Sequence[WindowView]) -> str:
             f'data-window-start="{escape(stamp(w.window_start))}" '
             f'data-alert="{str(w.alert_condition).lower()}">'
             + cell("window_start", stamp(w.window_start), num=False)
-            + cell("n", str(w.n)) + cell("passed", str(w.passed))
-            + cell("failed", str(w.failed)) + cell("errors", str(w.errors))
+            + cell("n", str(w.n))
+            + cell("passed", str(w.passed))
+            + cell("failed", str(w.failed))
+            + cell("errors", str(w.errors))
             + cell("invalid", str(w.invalid))
             + cell("pass_hat_k", figure(w.pass_hat_k))
             + cell("pass_hat_k_interval", f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]")
             + cell("pass_at_k", figure(w.pass_at_k))
             + cell("judged_pass_hat_k", figure(w.judged_pass_hat_k))
             + f'<td data-figure="alert_condition" class="{"fail" if w.alert_condition else ""}">'
-            + ("alert" if w.alert_condition else "") + "</td></tr>"
+            + ("alert" if w.alert_condition else "")
+            + "</td></tr>"
         )
     return "".join(out)
 
@@ -195,8 +250,15 @@ def over_time_section(items: Sequence[WindowView], *, empty: str) -> str:
     parts = []
     for i, ((scenario_id, size), group) in enumerate(by_scenario(items).items()):
         fig = over_time_figure(group)
-        plot = str(pio.to_html(fig, include_plotlyjs=False, full_html=False,
-                               div_id=f"over-time-{i}", config=PLOT_CONFIG))
+        plot = str(
+            pio.to_html(
+                fig,
+                include_plotlyjs=False,
+                full_html=False,
+                div_id=f"over-time-{i}",
+                config=PLOT_CONFIG,
+            )
+        )
         parts.append(
             f'<div class="over-time" data-scenario="{escape(scenario_id)}" '
             f'data-window="{escape(size)}"><h3>{escape(scenario_id)} · {escape(size)} windows'
@@ -219,9 +281,12 @@ SECTION_NOTE = (
 def run_section(items: Sequence[WindowView]) -> str:
     """The over-time section of a run's report page: its scenarios' latest windows."""
     body = over_time_section(
-        items, empty="No event-time windows of these scenarios in the projection yet.")
-    return (f'<h2>Reliability over time</h2><p class="sub">{escape(SECTION_NOTE)}</p>'
-            f'<div id="over-time">{body}</div>')
+        items, empty="No event-time windows of these scenarios in the projection yet."
+    )
+    return (
+        f'<h2>Reliability over time</h2><p class="sub">{escape(SECTION_NOTE)}</p>'
+        f'<div id="over-time">{body}</div>'
+    )
 
 
 def render_windows_page(items: Sequence[WindowView], *, generated_at: datetime) -> str:

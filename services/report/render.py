@@ -46,16 +46,31 @@ def scenarios_table(report: RunReport) -> Table:
     table.add_column("scenario", overflow="fold", min_width=10)
     spoiled = any(s.invalid for s in report.scenarios)
     sampled = any(s.sampled for s in report.scenarios)  # production traffic under sampling
-    names = ("k", "n", "passed", "failed", "errors", *(("invalid",) if spoiled else ()),
-             "pass@k", "pass^k", *(("sampled", "pass^k sampled") if sampled else ()))
+    names = (
+        "k",
+        "n",
+        "passed",
+        "failed",
+        "errors",
+        *(("invalid",) if spoiled else ()),
+        "pass@k",
+        "pass^k",
+        *(("sampled", "pass^k sampled") if sampled else ()),
+    )
     for name in names:
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     table.add_column("passed?", justify="center", no_wrap=True)
     for s in report.scenarios:
         table.add_row(
-            escape(s.scenario_id), str(s.k), str(s.n), str(s.passed), str(s.failed), str(s.errors),
+            escape(s.scenario_id),
+            str(s.k),
+            str(s.n),
+            str(s.passed),
+            str(s.failed),
+            str(s.errors),
             *((str(s.invalid),) if spoiled else ()),
-            figure(s.pass_at_k), figure(s.pass_hat_k),
+            figure(s.pass_at_k),
+            figure(s.pass_hat_k),
             *((str(s.n_sampled), figure(s.pass_hat_k_sampled)) if sampled else ()),
             verdict_cell(s),
         )
@@ -70,17 +85,24 @@ def sampling_lines(report: RunReport) -> list[str]:
         if not s.sampled:
             continue
         hat = "—" if s.pass_hat_k_sampled is None else f"{s.pass_hat_k_sampled:.3f}"
-        tokens = (f"~{s.judge_tokens_saved_estimate} tokens"
-                  if s.judge_tokens_saved_estimate is not None else "tokens unknown")
-        cost = (f", an estimated {money(s.judge_cost_saved_estimate)}"
-                if s.judge_cost_saved_estimate is not None else "")
+        tokens = (
+            f"~{s.judge_tokens_saved_estimate} tokens"
+            if s.judge_tokens_saved_estimate is not None
+            else "tokens unknown"
+        )
+        cost = (
+            f", an estimated {money(s.judge_cost_saved_estimate)}"
+            if s.judge_cost_saved_estimate is not None
+            else ""
+        )
         out.append(
             f"sampled {s.scenario_id}: {s.n_sampled} of {s.n} trials in the LLM-judge sample, "
             f"{s.passed_sampled} passed: pass^k sampled {hat} "
             f"[{s.pass_hat_k_sampled_lower:.3f}, {s.pass_hat_k_sampled_upper:.3f}] (the "
             f"unbiased figure; pass^k over all trials counts unjudged ones as passing their "
             f"LLM judges); the sample saved {s.judge_calls_saved} LLM judge calls, "
-            f"{tokens}{cost}")
+            f"{tokens}{cost}"
+        )
     return out
 
 
@@ -105,12 +127,14 @@ def print_report(report: RunReport, console: Console) -> None:
     for flaky in report.flakiness:
         console.print(
             f"flaky: {escape(flaky.scenario_id)} ({flaky.passed} of {flaky.trials} passed): "
-            f"{escape(flaky.summary)}", soft_wrap=True,
+            f"{escape(flaky.summary)}",
+            soft_wrap=True,
         )
     if report.without_state_gate:
         console.print(
             "graded without a state gate (completion: conversation): "
-            + escape(", ".join(report.without_state_gate)), soft_wrap=True,
+            + escape(", ".join(report.without_state_gate)),
+            soft_wrap=True,
         )
     by_source: dict[str, int] = {}
     for trial in report.trials:
@@ -126,7 +150,9 @@ def print_report(report: RunReport, console: Console) -> None:
     if report.invalid_trials:
         console.print(
             f"invalid (the simulated user failed a user check; out of n): "
-            f"{len(report.invalid_trials)} trial(s)", soft_wrap=True)
+            f"{len(report.invalid_trials)} trial(s)",
+            soft_wrap=True,
+        )
         for t in report.invalid_trials:
             checks = "; ".join(f"{c.check}: {c.reason}" for c in t.checks)
             console.print(f"  {escape(t.trial_id)}: {escape(checks)}", soft_wrap=True)
@@ -137,8 +163,11 @@ def print_report(report: RunReport, console: Console) -> None:
     if report.judge_cost is not None:
         for line in cost_lines(report.judge_cost):
             console.print(escape(line), soft_wrap=True)
-    versions = ", ".join(f"{s.scenario_id}@{'+'.join(s.scenario_versions)}"
-                         for s in report.scenarios if s.scenario_versions)
+    versions = ", ".join(
+        f"{s.scenario_id}@{'+'.join(s.scenario_versions)}"
+        for s in report.scenarios
+        if s.scenario_versions
+    )
     if versions:
         console.print(f"scenario versions graded: {escape(versions)}", soft_wrap=True)
     if report.previous_run:
@@ -153,8 +182,9 @@ def print_gate(decision: GateDecision, console: Console) -> None:
     for scenario_id in decision.passed:
         console.print(f"[green]✔[/green] {escape(scenario_id)}")
     for failure in decision.failures:
-        console.print(f"[red]✘[/red] {escape(failure.scenario_id)}: {escape(failure.why)}",
-                      soft_wrap=True)
+        console.print(
+            f"[red]✘[/red] {escape(failure.scenario_id)}: {escape(failure.why)}", soft_wrap=True
+        )
     for line in decision.advisory:
         console.print(f"[yellow]•[/yellow] {escape(line)}", soft_wrap=True)
     style = {0: "green", 1: "red"}.get(decision.exit_code, "yellow")
@@ -184,7 +214,7 @@ def _medians(change: ScenarioChange, field: str, unit: str = "") -> str:
 def print_comparison(comparison: Comparison, console: Console) -> None:
     table = Table(
         title=f"{comparison.run} against {comparison.base_run}: pass^k, posterior median "
-              "[90% credible interval]"
+        "[90% credible interval]"
     )
     table.add_column("scenario", overflow="fold", min_width=12)
     table.add_column(f"base {comparison.base_run}", overflow="fold", min_width=12)
@@ -197,12 +227,16 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         costs.add_column(name, no_wrap=True)
     for s in comparison.scenarios:
         table.add_row(
-            escape(s.scenario_id), _interval(s.base), _interval(s.run),
+            escape(s.scenario_id),
+            _interval(s.base),
+            _interval(s.run),
             "—" if s.change is None else f"{s.change:+.3f}",
             "[red]REGRESSED[/red]" if s.regression else "no",
         )
         costs.add_row(
-            escape(s.scenario_id), _medians(s, "tokens_median"), _medians(s, "turns_median"),
+            escape(s.scenario_id),
+            _medians(s, "tokens_median"),
+            _medians(s, "turns_median"),
             _medians(s, "duration_s_median", " s"),
         )
     console.print(table)
@@ -213,13 +247,17 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         checks.add_column("base", justify="right", no_wrap=True)
         checks.add_column("run", justify="right", no_wrap=True)
         for c in comparison.checks:
-            checks.add_row(escape(c.check), f"{c.base_failures} ({c.base_share:.0%})",
-                           f"{c.run_failures} ({c.run_share:.0%})")
+            checks.add_row(
+                escape(c.check),
+                f"{c.base_failures} ({c.base_share:.0%})",
+                f"{c.run_failures} ({c.run_share:.0%})",
+            )
         console.print(checks)
     if comparison.regressions:
         console.print(
             "[red]confidently worse (upper bound below the base's lower bound): "
-            f"{escape(', '.join(comparison.regressions))}[/red]", soft_wrap=True
+            f"{escape(', '.join(comparison.regressions))}[/red]",
+            soft_wrap=True,
         )
     else:
         console.print("no scenario is confidently worse than in the base run")
@@ -230,10 +268,12 @@ def print_view(view: TrialView, console: Console) -> None:
     calls and its transcript; every text from events printed literally."""
     e = escape
     colour = {"passed": "green", "failed": "red", "error": "yellow"}.get(view.outcome, "white")
-    console.print(f"trial [bold]{e(view.trial_id)}[/bold] of scenario {e(view.scenario_id)} "
-                  f"(run {e(view.run_id)}): [{colour}]{e(view.outcome)}[/{colour}]; exit "
-                  f"{e(view.exit_reason or '—')} ({e(view.exit_source or 'unknown')})",
-                  soft_wrap=True)
+    console.print(
+        f"trial [bold]{e(view.trial_id)}[/bold] of scenario {e(view.scenario_id)} "
+        f"(run {e(view.run_id)}): [{colour}]{e(view.outcome)}[/{colour}]; exit "
+        f"{e(view.exit_reason or '—')} ({e(view.exit_source or 'unknown')})",
+        soft_wrap=True,
+    )
     checks = Table(title="checks")
     for col in ("check", "verdict", "reason"):
         checks.add_column(col, overflow="fold")
@@ -252,25 +292,43 @@ def print_view(view: TrialView, console: Console) -> None:
         console.print(state)
     if view.judges:
         judges = Table(title="judge calls")
-        for col in ("judge", "result", "model", "prompt tok", "completion tok", "latency ms",
-                    "attempts", "cache"):
+        for col in (
+            "judge",
+            "result",
+            "model",
+            "prompt tok",
+            "completion tok",
+            "latency ms",
+            "attempts",
+            "cache",
+        ):
             judges.add_column(col, overflow="fold")
         for j in view.judges:
-            judges.add_row(e(j.judge_id), e(j.result), e(j.model or "—"),
-                           str(j.input_tokens or 0), str(j.output_tokens or 0),
-                           "—" if j.latency_ms is None else f"{j.latency_ms:.0f}",
-                           str(j.attempts), "hit" if j.cached else "—")
+            judges.add_row(
+                e(j.judge_id),
+                e(j.result),
+                e(j.model or "—"),
+                str(j.input_tokens or 0),
+                str(j.output_tokens or 0),
+                "—" if j.latency_ms is None else f"{j.latency_ms:.0f}",
+                str(j.attempts),
+                "hit" if j.cached else "—",
+            )
         console.print(judges)
     cost = f", estimated cost {money(view.judge_cost)}" if view.judge_cost is not None else ""
-    console.print(f"judging: {view.judge_calls} model calls, {view.judge_input_tokens} prompt + "
-                  f"{view.judge_output_tokens} completion tokens{cost}", soft_wrap=True)
+    console.print(
+        f"judging: {view.judge_calls} model calls, {view.judge_input_tokens} prompt + "
+        f"{view.judge_output_tokens} completion tokens{cost}",
+        soft_wrap=True,
+    )
     if view.transcript is None:
         console.print("transcript: not kept in the projection (the sink never stored it)")
         return
     console.print(f"transcript ({len(view.transcript)} messages):")
     for m in view.transcript:
-        console.print(f"  [bold]{e(str(m.get('role', '?')))}[/bold]: {e(message_text(m))}",
-                      soft_wrap=True)
+        console.print(
+            f"  [bold]{e(str(m.get('role', '?')))}[/bold]: {e(message_text(m))}", soft_wrap=True
+        )
 
 
 # ------------------------------------------------------------------------- HTML
@@ -307,9 +365,23 @@ def print_windows(items: list[WindowView], out: Console) -> None:
     from services.report.over_time import stamp
 
     table = Table(title="reliability per event-time window (latest last)")
-    for column in ("scenario", "window", "start (UTC)", "n", "passed", "failed", "errors",
-                   "invalid", "pass^k", "90% interval", "pass@k", "sampled", "pass^k sampled",
-                   "pass^k judged", "alert"):
+    for column in (
+        "scenario",
+        "window",
+        "start (UTC)",
+        "n",
+        "passed",
+        "failed",
+        "errors",
+        "invalid",
+        "pass^k",
+        "90% interval",
+        "pass@k",
+        "sampled",
+        "pass^k sampled",
+        "pass^k judged",
+        "alert",
+    ):
         numeric = column not in ("scenario", "window", "start (UTC)", "alert")
         table.add_column(column, justify="right" if numeric else "left")
 
@@ -318,10 +390,20 @@ def print_windows(items: list[WindowView], out: Console) -> None:
 
     for w in items:
         table.add_row(
-            escape(w.scenario_id), escape(w.window), stamp(w.window_start), str(w.n),
-            str(w.passed), str(w.failed), str(w.errors), str(w.invalid), num(w.pass_hat_k),
-            f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]", num(w.pass_at_k),
-            str(w.n_sampled), num(w.pass_hat_k_sampled), num(w.judged_pass_hat_k),
+            escape(w.scenario_id),
+            escape(w.window),
+            stamp(w.window_start),
+            str(w.n),
+            str(w.passed),
+            str(w.failed),
+            str(w.errors),
+            str(w.invalid),
+            num(w.pass_hat_k),
+            f"[{w.pass_hat_k_lower:.3f}, {w.pass_hat_k_upper:.3f}]",
+            num(w.pass_at_k),
+            str(w.n_sampled),
+            num(w.pass_hat_k_sampled),
+            num(w.judged_pass_hat_k),
             "[bold red]ALERT[/]" if w.alert_condition else "",
         )
     out.print(table)
@@ -333,8 +415,13 @@ def print_dead_letters(listing: Listing, out: Console) -> None:
         table.add_column(column, overflow="fold")
     for x in listing.letters:
         # an excerpt is whatever a client sent: no terminal control, no markup, runs
-        table.add_row(x.at.strftime("%Y-%m-%d %H:%M:%S"), escape(x.reason), escape(x.source),
-                      escape(x.key or ""), escape(x.excerpt))
+        table.add_row(
+            x.at.strftime("%Y-%m-%d %H:%M:%S"),
+            escape(x.reason),
+            escape(x.source),
+            escape(x.key or ""),
+            escape(x.excerpt),
+        )
     out.print(table)
     for r, n in sorted(listing.counts.items()):
         out.print(f"{r}: {n}", markup=False, highlight=False)
@@ -349,16 +436,19 @@ def verdict_progress(console: Console, total: int) -> Iterator[Callable[[int], N
         yield lambda n: progress.update(task, completed=n)
 
 
-def print_wrong_outcomes(wanted: list[dict[str, Any]], wrong: list[tuple[str, str, str]],
-                         console: Console) -> None:
+def print_wrong_outcomes(
+    wanted: list[dict[str, Any]], wrong: list[tuple[str, str, str]], console: Console
+) -> None:
     """`passk wait --expected`: the trials that did not get their expected outcome, or
     that all did."""
     if wrong:
-        table = Table("trial", "expected", "got", title="trials that did not get their "
-                      "expected outcome")
+        table = Table(
+            "trial", "expected", "got", title="trials that did not get their expected outcome"
+        )
         for row in wrong:
             table.add_row(*row)
         console.print(table)
         return
-    console.print(f"[green]{len(wanted)}/{len(wanted)} trials got exactly their expected "
-                  "outcome[/green]")
+    console.print(
+        f"[green]{len(wanted)}/{len(wanted)} trials got exactly their expected outcome[/green]"
+    )

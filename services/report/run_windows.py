@@ -41,8 +41,10 @@ def run_filter(pattern: str | None) -> Callable[[str], bool]:
         raise ValueError("--runs needs at least one pattern (e.g. 'production-*', or '*')")
 
     def shown(run_id: str) -> bool:
-        return any(fnmatch.fnmatchcase(run_id, p) if any(ch in p for ch in "*?[")
-                   else run_id.startswith(p) for p in parts)
+        return any(
+            fnmatch.fnmatchcase(run_id, p) if any(ch in p for ch in "*?[") else run_id.startswith(p)
+            for p in parts
+        )
 
     return shown
 
@@ -52,12 +54,22 @@ def unsampled(judges: Iterable[JudgeRecord]) -> set[str]:
     return {j.trial_id for j in judges if j.result == "not_sampled"}
 
 
-def recount(trials: Sequence[TrialRecord], not_sampled: set[str], sizes: Sequence[WindowSize],
-            aggregated: Sequence[WindowRecord], now: datetime) -> list[WindowRecord]:
+def recount(
+    trials: Sequence[TrialRecord],
+    not_sampled: set[str],
+    sizes: Sequence[WindowSize],
+    aggregated: Sequence[WindowRecord],
+    now: datetime,
+) -> list[WindowRecord]:
     """The windows of these trials, one row per (scenario, size, start) that holds one, with
     the aggregate's alert targets of that window (None when it has no record of it)."""
-    targets = {(r.scenario_id, r.window, as_utc(r.window_start)):
-               (r.alert_min_pass_hat_k, r.alert_min_trials) for r in aggregated}
+    targets = {
+        (r.scenario_id, r.window, as_utc(r.window_start)): (
+            r.alert_min_pass_hat_k,
+            r.alert_min_trials,
+        )
+        for r in aggregated
+    }
     counts: dict[tuple[str, str, int], dict[str, int]] = {}
     k_of: dict[tuple[str, str, int], tuple[datetime, int]] = {}
     length = {s.label: s for s in sizes}
@@ -67,11 +79,24 @@ def recount(trials: Sequence[TrialRecord], not_sampled: set[str], sizes: Sequenc
         at = as_utc(t.finished_at).timestamp()
         for size in sizes:
             key = (t.scenario_id, size.label, size.start(at))
-            c = counts.setdefault(key, {"passed": 0, "failed": 0, "errors": 0, "invalid": 0,
-                                        "n_sampled": 0, "passed_sampled": 0,
-                                        "errors_sampled": 0})
-            outcome = {"passed": "passed", "failed": "failed", "error": "errors",
-                       "invalid": "invalid"}.get(t.outcome)
+            c = counts.setdefault(
+                key,
+                {
+                    "passed": 0,
+                    "failed": 0,
+                    "errors": 0,
+                    "invalid": 0,
+                    "n_sampled": 0,
+                    "passed_sampled": 0,
+                    "errors_sampled": 0,
+                },
+            )
+            outcome = {
+                "passed": "passed",
+                "failed": "failed",
+                "error": "errors",
+                "invalid": "invalid",
+            }.get(t.outcome)
             if outcome is None:
                 continue
             c[outcome] += 1
@@ -85,20 +110,31 @@ def recount(trials: Sequence[TrialRecord], not_sampled: set[str], sizes: Sequenc
     out = []
     for (scenario_id, label, start), c in sorted(counts.items()):
         k = k_of[(scenario_id, label, start)][1]
-        tally = ReliabilityTally(k=k, passed=c["passed"], failed=c["failed"],
-                                 errors=c["errors"], invalid=c["invalid"])
+        tally = ReliabilityTally(
+            k=k, passed=c["passed"], failed=c["failed"], errors=c["errors"], invalid=c["invalid"]
+        )
         lower, upper = pass_hat_k_interval(tally.n, tally.passed, k)
         begin = as_datetime(start)
         min_hat, min_trials = targets.get((scenario_id, label, begin), (None, None))
-        out.append(WindowRecord(
-            scenario_id=scenario_id, window=label, window_start=begin,
-            window_end=as_datetime(length[label].end(start)),
-            **{f: v for f, v in tally.figures().items() if f != "scenario_passed"},
-            pass_hat_k_lower=lower, pass_hat_k_upper=upper,
-            alert_min_pass_hat_k=min_hat, alert_min_trials=min_trials, seq=0,
-            occurred_at=now, event_id=f"recount:{scenario_id}:{label}:{start}",
-            n_sampled=c["n_sampled"], passed_sampled=c["passed_sampled"],
-            errors_sampled=c["errors_sampled"]))
+        out.append(
+            WindowRecord(
+                scenario_id=scenario_id,
+                window=label,
+                window_start=begin,
+                window_end=as_datetime(length[label].end(start)),
+                **{f: v for f, v in tally.figures().items() if f != "scenario_passed"},
+                pass_hat_k_lower=lower,
+                pass_hat_k_upper=upper,
+                alert_min_pass_hat_k=min_hat,
+                alert_min_trials=min_trials,
+                seq=0,
+                occurred_at=now,
+                event_id=f"recount:{scenario_id}:{label}:{start}",
+                n_sampled=c["n_sampled"],
+                passed_sampled=c["passed_sampled"],
+                errors_sampled=c["errors_sampled"],
+            )
+        )
     return out
 
 

@@ -87,7 +87,7 @@ def _path_of(check: str) -> str | None:
     """`state:report.fault present` -> `report.fault`; exit checks read no path."""
     if not check.startswith("state:") or check == "state:persisted":
         return None
-    return check[len("state:"):].rsplit(" ", 1)[0]
+    return check[len("state:") :].rsplit(" ", 1)[0]
 
 
 def build_view(
@@ -107,9 +107,11 @@ def build_view(
         verdict = "error" if reason.startswith("error:") else "failed"
         checks.append(ShownCheck(check=name, verdict=verdict, reason=reason))
     shown_judges = [
-        ShownJudge(**j.model_dump(include=set(ShownJudge.model_fields) - {"gating"}),
-                   kind=j.judge_kind,
-                   gating=j.judge_id in trial.gating_judges if recorded else j.gating)
+        ShownJudge(
+            **j.model_dump(include=set(ShownJudge.model_fields) - {"gating"}),
+            kind=j.judge_kind,
+            gating=j.judge_id in trial.gating_judges if recorded else j.gating,
+        )
         for j in judges
     ]
     listed = {c.check for c in checks}
@@ -118,30 +120,56 @@ def build_view(
         if name in listed:
             continue
         if j.result in ("skipped", "not_sampled"):
-            checks.append(ShownCheck(check=name, verdict=j.result, reason=j.reason,
-                                     gating=False))
+            checks.append(ShownCheck(check=name, verdict=j.result, reason=j.reason, gating=False))
         elif j.judge_id in advisory:
             why = advisory[j.judge_id]["why"]
-            checks.append(ShownCheck(check=name, verdict=f"advisory {j.result}",
-                                     reason=f"{j.reason} (advisory: {why})", gating=False))
+            checks.append(
+                ShownCheck(
+                    check=name,
+                    verdict=f"advisory {j.result}",
+                    reason=f"{j.reason} (advisory: {why})",
+                    gating=False,
+                )
+            )
     for a in trial.advisory_checks:  # external checks the scenario does not name
-        checks.append(ShownCheck(check=a["check"], verdict="advisory " + (
-            "passed" if a["passed"] else "failed"), reason=a.get("reason", ""), gating=False))
+        checks.append(
+            ShownCheck(
+                check=a["check"],
+                verdict="advisory " + ("passed" if a["passed"] else "failed"),
+                reason=a.get("reason", ""),
+                gating=False,
+            )
+        )
     order = {"gate:exit": 0, "gate:state": 1}
     checks.sort(key=lambda c: (order.get(c.check, 2), c.check))
     expectations = [
-        ShownExpectation(gate=g.gate, check=c["check"], path=_path_of(c["check"]),
-                         passed=bool(c["passed"]), expected=c.get("expected"),
-                         actual=c.get("found"), reason=c.get("reason", ""))
-        for g in gates for c in g.checks
+        ShownExpectation(
+            gate=g.gate,
+            check=c["check"],
+            path=_path_of(c["check"]),
+            passed=bool(c["passed"]),
+            expected=c.get("expected"),
+            actual=c.get("found"),
+            reason=c.get("reason", ""),
+        )
+        for g in gates
+        for c in g.checks
     ]
     cost = trial_costs(judges, prices).get(trial.trial_id)
     return TrialView(
-        trial_id=trial.trial_id, run_id=trial.run_id, scenario_id=trial.scenario_id,
-        scenario_version=trial.scenario_version, session_id=trial.session_id,
-        outcome=trial.outcome, exit_reason=trial.exit_reason, exit_source=trial.exit_source,
-        agent_version=trial.agent_version, checks=checks, expectations=expectations,
-        judges=shown_judges, transcript=list(transcript.messages) if transcript else None,
+        trial_id=trial.trial_id,
+        run_id=trial.run_id,
+        scenario_id=trial.scenario_id,
+        scenario_version=trial.scenario_version,
+        session_id=trial.session_id,
+        outcome=trial.outcome,
+        exit_reason=trial.exit_reason,
+        exit_source=trial.exit_source,
+        agent_version=trial.agent_version,
+        checks=checks,
+        expectations=expectations,
+        judges=shown_judges,
+        transcript=list(transcript.messages) if transcript else None,
         judge_calls=cost.calls if cost else 0,
         judge_input_tokens=cost.input_tokens if cost else 0,
         judge_output_tokens=cost.output_tokens if cost else 0,
@@ -233,8 +261,14 @@ def _transcript_html(view: TrialView) -> str:
         for m in shown
     )
     more = len(view.transcript) - len(shown)
-    rest = (f'<p class="sub">{more} more messages: <code>passk show '
-            f'{escape(view.trial_id)}</code></p>') if more > 0 else ""
+    rest = (
+        (
+            f'<p class="sub">{more} more messages: <code>passk show '
+            f"{escape(view.trial_id)}</code></p>"
+        )
+        if more > 0
+        else ""
+    )
     return f'<ol class="transcript">{items}</ol>{rest}'
 
 
@@ -256,10 +290,10 @@ def view_html(view: TrialView, *, open_: bool = False) -> str:
     )
     judges = "".join(
         f"<tr><td>{escape(j.judge_id)}</td><td>{escape(j.result)}</td>"
-        f"<td>{escape(j.model or '—')}</td><td class=\"num\">{j.input_tokens or 0}</td>"
-        f"<td class=\"num\">{j.output_tokens or 0}</td>"
-        f"<td class=\"num\">{'—' if j.latency_ms is None else f'{j.latency_ms:.0f}'}</td>"
-        f"<td class=\"num\">{j.attempts}</td><td>{'hit' if j.cached else '—'}</td></tr>"
+        f'<td>{escape(j.model or "—")}</td><td class="num">{j.input_tokens or 0}</td>'
+        f'<td class="num">{j.output_tokens or 0}</td>'
+        f'<td class="num">{"—" if j.latency_ms is None else f"{j.latency_ms:.0f}"}</td>'
+        f'<td class="num">{j.attempts}</td><td>{"hit" if j.cached else "—"}</td></tr>'
         for j in view.judges
     )
     failed = ", ".join(c.check for c in view.checks if c.verdict in ("failed", "error"))
@@ -267,7 +301,7 @@ def view_html(view: TrialView, *, open_: bool = False) -> str:
     return (
         f'<details class="trial" id="{anchor(view.trial_id)}" data-trial="'
         f'{escape(view.trial_id)}" data-outcome="{escape(view.outcome)}"'
-        f'{" open" if open_ else ""}><summary><b>{escape(view.trial_id)}</b> · '
+        f"{' open' if open_ else ''}><summary><b>{escape(view.trial_id)}</b> · "
         f"{escape(view.scenario_id)} · {escape(view.outcome)}"
         f"{' · ' + escape(failed) if failed else ''}</summary>"
         f'<p class="sub">exit {escape(view.exit_reason or "—")} '
@@ -275,29 +309,46 @@ def view_html(view: TrialView, *, open_: bool = False) -> str:
         f"{view.judge_input_tokens} + {view.judge_output_tokens} tokens{escape(cost)}</p>"
         '<table class="trial-checks"><thead><tr><th>check</th><th>verdict</th><th>reason'
         f"</th></tr></thead><tbody>{checks}</tbody></table>"
-        + ('<table class="trial-state"><thead><tr><th></th><th>expectation</th><th>expected'
-           "</th><th>actual (persisted)</th><th>reason</th></tr></thead>"
-           f"<tbody>{state}</tbody></table>" if state else "")
-        + ('<table class="trial-judges"><thead><tr><th>judge</th><th>result</th><th>model'
-           "</th><th>prompt tokens</th><th>completion tokens</th><th>latency (ms)</th>"
-           f"<th>attempts</th><th>cache</th></tr></thead><tbody>{judges}</tbody></table>"
-           if judges else "")
-        + _transcript_html(view) + "</details>"
+        + (
+            '<table class="trial-state"><thead><tr><th></th><th>expectation</th><th>expected'
+            "</th><th>actual (persisted)</th><th>reason</th></tr></thead>"
+            f"<tbody>{state}</tbody></table>"
+            if state
+            else ""
+        )
+        + (
+            '<table class="trial-judges"><thead><tr><th>judge</th><th>result</th><th>model'
+            "</th><th>prompt tokens</th><th>completion tokens</th><th>latency (ms)</th>"
+            f"<th>attempts</th><th>cache</th></tr></thead><tbody>{judges}</tbody></table>"
+            if judges
+            else ""
+        )
+        + _transcript_html(view)
+        + "</details>"
     )
 
 
 def trials_section(views: Iterable[TrialView], more: int = 0) -> str:
     """The report page's opened trials (failed ones, and one per scenario)."""
     body = "".join(view_html(v) for v in views)
-    rest = (f'<p class="sub">{more} more failed trials are not opened here: '
-            "<code>passk show TRIAL_ID</code></p>") if more > 0 else ""
-    return (f"<style>{STYLE}</style><div id=\"trials\">{body or '<p>No trials.</p>'}</div>"
-            f"{rest}<script>{OPEN_SCRIPT}</script>")
+    rest = (
+        (
+            f'<p class="sub">{more} more failed trials are not opened here: '
+            "<code>passk show TRIAL_ID</code></p>"
+        )
+        if more > 0
+        else ""
+    )
+    return (
+        f'<style>{STYLE}</style><div id="trials">{body or "<p>No trials.</p>"}</div>'
+        f"{rest}<script>{OPEN_SCRIPT}</script>"
+    )
 
 
 def trial_links(trial_ids: Iterable[str]) -> str:
-    return ", ".join(f'<a class="trial-link" href="#{anchor(t)}">{escape(t)}</a>'
-                     for t in trial_ids)
+    return ", ".join(
+        f'<a class="trial-link" href="#{anchor(t)}">{escape(t)}</a>' for t in trial_ids
+    )
 
 
 def judge_cost_html(summary: JudgeCostSummary | None) -> str:
@@ -305,6 +356,8 @@ def judge_cost_html(summary: JudgeCostSummary | None) -> str:
     if summary is None:
         return ""
     items = "".join(f"<li>{escape(line)}</li>" for line in cost_lines(summary))
-    return (f'<h3>Judge cost</h3><ul id="judge-cost" data-calls="{summary.calls}" '
-            f'data-skipped="{summary.skipped}" data-tokens="'
-            f'{summary.input_tokens + summary.output_tokens}">{items}</ul>')
+    return (
+        f'<h3>Judge cost</h3><ul id="judge-cost" data-calls="{summary.calls}" '
+        f'data-skipped="{summary.skipped}" data-tokens="'
+        f'{summary.input_tokens + summary.output_tokens}">{items}</ul>'
+    )

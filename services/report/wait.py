@@ -19,9 +19,16 @@ def compare(expected: list[dict[str, Any]], actual: dict[str, str]) -> list[tupl
     ]
 
 
-def await_verdicts(database_url: str, run_id: str, total: int, *, timeout: float,
-                   poll_s: float = 1.0, check: Callable[[], None] = lambda: None,
-                   on_count: Callable[[int], None] = lambda n: None) -> dict[str, str]:
+def await_verdicts(
+    database_url: str,
+    run_id: str,
+    total: int,
+    *,
+    timeout: float,
+    poll_s: float = 1.0,
+    check: Callable[[], None] = lambda: None,
+    on_count: Callable[[int], None] = lambda n: None,
+) -> dict[str, str]:
     """Each trial's outcome once `total` trials of the run have their verdict in the
     projection, or what there is when `timeout` s have passed (the caller tells). `check`
     runs before each look: it raises to give up early (a worker that died)."""

@@ -44,8 +44,8 @@ MAX_NOTE = 2000
 # refuses inline scripts and handlers even if some text escaped its escaping.
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
-                               "img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
-                               "base-uri 'none'",
+    "img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'",
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
     "referrer-policy": "no-referrer",
@@ -86,8 +86,11 @@ def _figure(value: float | None) -> str:
 
 
 def templates() -> Jinja2Templates:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["json"] = _json
     env.filters["figure"] = _figure
     env.filters["q"] = lambda s: quote(str(s), safe="")
@@ -97,8 +100,9 @@ def templates() -> Jinja2Templates:
 class Review:
     """The pages, over a source, a publisher and the reviewers' config."""
 
-    def __init__(self, source: ReviewSource, publish: Callable[[list[Label]], None],
-                 config: ReviewConfig) -> None:
+    def __init__(
+        self, source: ReviewSource, publish: Callable[[list[Label]], None], config: ReviewConfig
+    ) -> None:
         self.source = source
         self.publish = publish
         self.config = config
@@ -112,8 +116,10 @@ class Review:
             try:
                 await self.source.refresh()
             except Exception as exc:  # a page shows what was read so far
-                log.warning("review: could not catch up with the broker (%s); showing what "
-                            "was read", type(exc).__name__)
+                log.warning(
+                    "review: could not catch up with the broker (%s); showing what was read",
+                    type(exc).__name__,
+                )
 
     def book(self) -> domain.LabelBook:
         read = list(self.source.labels())
@@ -126,20 +132,26 @@ class Review:
         there, never while this reads it)."""
         c = self.config
         alerting = domain.alerting_scenarios(
-            windows, default_min_pass_hat_k=c.min_pass_hat_k, default_min_trials=c.min_trials)
+            windows, default_min_pass_hat_k=c.min_pass_hat_k, default_min_trials=c.min_trials
+        )
         return domain.QueueRules(
-            bar=c.bar, calibrations=domain.latest_by_judge(self.source.calibrations()),
-            sample_rate=c.sample_rate, production_runs=c.production_runs,
-            alerting=frozenset(alerting))
+            bar=c.bar,
+            calibrations=domain.latest_by_judge(self.source.calibrations()),
+            sample_rate=c.sample_rate,
+            production_runs=c.production_runs,
+            alerting=frozenset(alerting),
+        )
 
     async def _queues(self, reviewer: str) -> dict[str, list[domain.Candidate]]:
         await self._refresh()
         candidates, windows = await run_in_threadpool(
-            lambda: (self.source.candidates(), self.source.windows()))
+            lambda: (self.source.candidates(), self.source.windows())
+        )
         rules, book = self.rules(windows), self.book()
-        return {name: domain.queue_items(name, candidates, rules, book, self.config.overlap,
-                                         reviewer)
-                for name in domain.QUEUES}
+        return {
+            name: domain.queue_items(name, candidates, rules, book, self.config.overlap, reviewer)
+            for name in domain.QUEUES
+        }
 
     # ------------------------------------------------------------ helpers
 
@@ -182,8 +194,13 @@ class Review:
         if not await run_in_threadpool(self.config.reviewers.check, name, token):
             request.session.clear()
             request.session["csrf"] = new_csrf()
-            return self.page(request, "login.html", status=401, failed=True,
-                             nobody=not self.config.reviewers.names)
+            return self.page(
+                request,
+                "login.html",
+                status=401,
+                failed=True,
+                nobody=not self.config.reviewers.names,
+            )
         request.session.clear()
         request.session.update({"reviewer": name, "csrf": new_csrf()})
         return RedirectResponse("/", status_code=303)
@@ -210,11 +227,17 @@ class Review:
         if name not in domain.QUEUES:
             return self.page(request, "refused.html", status=404, why=f"no queue {name!r}")
         queues = await self._queues(reviewer)
-        return self.page(request, "queue.html", queue=name, items=queues[name],
-                         counts={q: len(v) for q, v in queues.items()})
+        return self.page(
+            request,
+            "queue.html",
+            queue=name,
+            items=queues[name],
+            counts={q: len(v) for q, v in queues.items()},
+        )
 
-    def _next(self, queues: dict[str, list[domain.Candidate]], queue: str | None,
-              after: str) -> str:
+    def _next(
+        self, queues: dict[str, list[domain.Candidate]], queue: str | None, after: str
+    ) -> str:
         items = [c for c in queues.get(queue or "", []) if c.trial_id != after]
         if items:
             return f"/item/{quote(items[0].trial_id, safe='')}?queue={queue}"
@@ -230,15 +253,22 @@ class Review:
         queues = await self._queues(reviewer)
         view = await run_in_threadpool(self.source.trial_view, trial_id)
         if view is None:
-            return self.page(request, "refused.html", status=404,
-                             why=f"no trial {trial_id!r} in the projection")
+            return self.page(
+                request, "refused.html", status=404, why=f"no trial {trial_id!r} in the projection"
+            )
         book = self.book()
-        labellable = [j for j in view.judges
-                      if j.kind == "llm" and j.result in domain.LABELLABLE]
+        labellable = [j for j in view.judges if j.kind == "llm" and j.result in domain.LABELLABLE]
         mine = {j.judge_id: book.given(trial_id, j.judge_id, reviewer) for j in labellable}
-        return self.page(request, "item.html", view=view, labellable=labellable, mine=mine,
-                         queue=queue, next_url=self._next(queues, queue, trial_id),
-                         saved=request.query_params.get("saved") == "1")
+        return self.page(
+            request,
+            "item.html",
+            view=view,
+            labellable=labellable,
+            mine=mine,
+            queue=queue,
+            next_url=self._next(queues, queue, trial_id),
+            saved=request.query_params.get("saved") == "1",
+        )
 
     async def submit(self, request: Request) -> Response:
         reviewer, form, refused = await self.guarded_form(request)
@@ -264,10 +294,14 @@ class Review:
         try:
             await run_in_threadpool(self.publish, labels)
         except Exception as exc:  # any broker failure: say so, keep nothing
-            log.warning("review: could not publish %d label(s): %s", len(labels),
-                        type(exc).__name__)
-            return self.refuse(request, "the labels could not be published (is the broker "
-                                        "up?); nothing was recorded", 503)
+            log.warning(
+                "review: could not publish %d label(s): %s", len(labels), type(exc).__name__
+            )
+            return self.refuse(
+                request,
+                "the labels could not be published (is the broker up?); nothing was recorded",
+                503,
+            )
         self.sent.extend(labels)
         queues = await self._queues(reviewer)
         if queue in domain.QUEUES:
@@ -283,8 +317,9 @@ class Review:
         judges = {j.judge_id for c in candidates for j in c.judges if j.kind == "llm"}
         calibrations = domain.latest_by_judge(self.source.calibrations())
         rows = domain.agreement(judges, calibrations, self.book(), self.config.bar)
-        return self.page(request, "agreement.html", rows=rows, bar=self.config.bar,
-                         overlap=self.config.overlap)
+        return self.page(
+            request, "agreement.html", rows=rows, bar=self.config.bar, overlap=self.config.overlap
+        )
 
 
 async def _headers(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -293,8 +328,9 @@ async def _headers(request: Request, call_next: Callable[[Request], Any]) -> Res
     return response
 
 
-def create_app(source: ReviewSource, publish: Callable[[list[Label]], None],
-               config: ReviewConfig) -> Starlette:
+def create_app(
+    source: ReviewSource, publish: Callable[[list[Label]], None], config: ReviewConfig
+) -> Starlette:
     from starlette.middleware.base import BaseHTTPMiddleware
 
     review = Review(source, publish, config)
@@ -307,11 +343,20 @@ def create_app(source: ReviewSource, publish: Callable[[list[Label]], None],
         Route("/item/{trial_id:path}", review.submit, methods=["POST"]),
         Route("/agreement", review.agreement),
     ]
-    app = Starlette(routes=routes, middleware=[
-        Middleware(BaseHTTPMiddleware, dispatch=_headers),
-        Middleware(SessionMiddleware, secret_key=config.secret, session_cookie="passk_review",
-                   max_age=12 * 3600, same_site="strict", https_only=False),
-    ])
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(BaseHTTPMiddleware, dispatch=_headers),
+            Middleware(
+                SessionMiddleware,
+                secret_key=config.secret,
+                session_cookie="passk_review",
+                max_age=12 * 3600,
+                same_site="strict",
+                https_only=False,
+            ),
+        ],
+    )
     app.state.review = review
     return app
 
@@ -324,23 +369,47 @@ def candidates_from(store: Any) -> list[domain.Candidate]:
     judges: dict[str, list[domain.JudgeSeen]] = {}
     for j in store.judges_of(t.trial_id for t in trials):
         judges.setdefault(j.trial_id, []).append(
-            domain.JudgeSeen(j.judge_id, j.judge_kind, j.result, j.reason))
-    return [domain.candidate(t.trial_id, t.run_id, t.scenario_id, t.outcome, t.verdict_at,
-                             t.checks_passed, (f["check"] for f in t.failed_checks),
-                             judges.get(t.trial_id, ()))
-            for t in trials]
+            domain.JudgeSeen(j.judge_id, j.judge_kind, j.result, j.reason)
+        )
+    return [
+        domain.candidate(
+            t.trial_id,
+            t.run_id,
+            t.scenario_id,
+            t.outcome,
+            t.verdict_at,
+            t.checks_passed,
+            (f["check"] for f in t.failed_checks),
+            judges.get(t.trial_id, ()),
+        )
+        for t in trials
+    ]
 
 
 def windows_from(store: Any) -> list[domain.WindowFigures]:
-    return [domain.WindowFigures(
-        scenario_id=w.scenario_id, window=w.window, window_start=w.window_start, n=w.n,
-        errors=w.errors, pass_hat_k_upper=w.pass_hat_k_upper,
-        alert_min_pass_hat_k=w.alert_min_pass_hat_k, alert_min_trials=w.alert_min_trials)
-        for w in store.windows(last=1)]
+    return [
+        domain.WindowFigures(
+            scenario_id=w.scenario_id,
+            window=w.window,
+            window_start=w.window_start,
+            n=w.n,
+            errors=w.errors,
+            pass_hat_k_upper=w.pass_hat_k_upper,
+            alert_min_pass_hat_k=w.alert_min_pass_hat_k,
+            alert_min_trials=w.alert_min_trials,
+        )
+        for w in store.windows(last=1)
+    ]
 
 
-async def serve(settings: Any, trial_view: Callable[[str], Any], *, host: str, port: int,
-                start_timeout: float = 30.0) -> None:
+async def serve(
+    settings: Any,
+    trial_view: Callable[[str], Any],
+    *,
+    host: str,
+    port: int,
+    start_timeout: float = 30.0,
+) -> None:
     """Follow the labels and the calibrations, then serve the app until stopped. Raises
     what the broker raised when it cannot be read at the start."""
     import uvicorn
@@ -349,13 +418,18 @@ async def serve(settings: Any, trial_view: Callable[[str], Any], *, host: str, p
     from services.kafka.labels import LabelFollower, publish_labels
     from services.storage.store import Store
 
-    reviewers = Reviewers(settings.review_tokens.get_secret_value()
-                          if settings.review_tokens else None)
+    reviewers = Reviewers(
+        settings.review_tokens.get_secret_value() if settings.review_tokens else None
+    )
     config = ReviewConfig(
-        reviewers=reviewers, bar=Bar(settings.calibration_bar, settings.min_labelled),
-        overlap=settings.review_overlap, sample_rate=settings.review_sample_rate,
+        reviewers=reviewers,
+        bar=Bar(settings.calibration_bar, settings.min_labelled),
+        overlap=settings.review_overlap,
+        sample_rate=settings.review_sample_rate,
         production_runs=settings.review_production_runs,
-        min_pass_hat_k=settings.alert_min_pass_hat_k, min_trials=settings.alert_min_trials)
+        min_pass_hat_k=settings.alert_min_pass_hat_k,
+        min_trials=settings.alert_min_trials,
+    )
     labels, calibrations = LabelFollower(settings), CalibrationFollower(settings)
     await labels.ready(start_timeout)
     await calibrations.ready(start_timeout)
@@ -365,12 +439,19 @@ async def serve(settings: Any, trial_view: Callable[[str], Any], *, host: str, p
         await asyncio.gather(labels.sync(), calibrations.sync())
 
     source = ReviewSource(
-        candidates=lambda: candidates_from(store), trial_view=trial_view,
-        windows=lambda: windows_from(store), labels=lambda: labels.labels,
-        calibrations=lambda: list(calibrations.book.all().values()), refresh=refresh)
+        candidates=lambda: candidates_from(store),
+        trial_view=trial_view,
+        windows=lambda: windows_from(store),
+        labels=lambda: labels.labels,
+        calibrations=lambda: list(calibrations.book.all().values()),
+        refresh=refresh,
+    )
     app = create_app(source, lambda batch: publish_labels(settings, batch), config)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           access_log=False, server_header=False))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host=host, port=port, log_level="warning", access_log=False, server_header=False
+        )
+    )
     try:
         await server.serve()
     finally:

@@ -54,8 +54,10 @@ class Reviewers:
             name, token = name.strip(), token.strip()
             if not sep or not name or not token:
                 # The entry itself is not echoed: it may hold a token.
-                raise BadTokens("PASSK_REVIEW_TOKENS: each entry is name:token "
-                                "(comma-separated), with a non-empty name and token")
+                raise BadTokens(
+                    "PASSK_REVIEW_TOKENS: each entry is name:token "
+                    "(comma-separated), with a non-empty name and token"
+                )
             if name in self._hashed:
                 raise BadTokens(f"PASSK_REVIEW_TOKENS: reviewer {name!r} is named twice")
             self._hashed[name] = Hashed.of(token)
@@ -77,5 +79,8 @@ def new_csrf() -> str:
 
 
 def same_csrf(expected: str | None, given: str | None) -> bool:
-    return bool(expected) and bool(given) and hmac.compare_digest(
-        str(expected).encode(), str(given).encode())
+    return (
+        bool(expected)
+        and bool(given)
+        and hmac.compare_digest(str(expected).encode(), str(given).encode())
+    )

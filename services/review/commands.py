@@ -13,15 +13,15 @@ from services.contract.exits import Unreachable, UsageError
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 
-def register(app: typer.Typer, *,
-             trial_view: Callable[[Any], Callable[[str], Any]]) -> None:
+def register(app: typer.Typer, *, trial_view: Callable[[Any], Callable[[str], Any]]) -> None:
     """`trial_view(settings)`: trial id -> the view `passk show` builds (the report
     processor's, handed over by the CLI: services/cli/wiring.py)."""
 
     @app.command()
     def review(
-        host: str = typer.Option(None, "--host", help="address to bind (default "
-                                 "PASSK_REVIEW_HOST, 127.0.0.1)"),
+        host: str = typer.Option(
+            None, "--host", help="address to bind (default PASSK_REVIEW_HOST, 127.0.0.1)"
+        ),
         port: int = typer.Option(None, "--port", help="port (default PASSK_REVIEW_PORT, 8700)"),
         wait: float | None = BROKER_WAIT,
     ) -> None:
@@ -40,8 +40,7 @@ def register(app: typer.Typer, *,
 
         settings = get_settings()
         try:  # a malformed PASSK_REVIEW_TOKENS is refused before anything starts
-            Reviewers(settings.review_tokens.get_secret_value()
-                      if settings.review_tokens else None)
+            Reviewers(settings.review_tokens.get_secret_value() if settings.review_tokens else None)
         except BadTokens as exc:
             raise UsageError(str(exc)) from None
         require_broker(wait, settings)
@@ -53,10 +52,11 @@ def register(app: typer.Typer, *,
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((chosen_host, chosen_port))
         try:
-            asyncio.run(serve(settings, trial_view(settings), host=chosen_host,
-                              port=chosen_port))
+            asyncio.run(serve(settings, trial_view(settings), host=chosen_host, port=chosen_port))
         except (TimeoutError, KafkaError) as exc:
-            raise Unreachable(f"passk review: cannot follow the labels and calibrations at "
-                              f"{settings.kafka_bootstrap_servers}: {exc!r}") from None
+            raise Unreachable(
+                f"passk review: cannot follow the labels and calibrations at "
+                f"{settings.kafka_bootstrap_servers}: {exc!r}"
+            ) from None
         except KeyboardInterrupt:
             pass

@@ -64,17 +64,29 @@ class Candidate:
         return tuple(j for j in self.judges if j.labellable)
 
 
-def candidate(trial_id: str, run_id: str, scenario_id: str, outcome: str,
-              verdict_at: datetime, checks_passed: Iterable[str],
-              failed_checks: Iterable[str], judges: Iterable[JudgeSeen]) -> Candidate:
+def candidate(
+    trial_id: str,
+    run_id: str,
+    scenario_id: str,
+    outcome: str,
+    verdict_at: datetime,
+    checks_passed: Iterable[str],
+    failed_checks: Iterable[str],
+    judges: Iterable[JudgeSeen],
+) -> Candidate:
     """A candidate from a trial's passed and failed check names (`gate:exit`, `gate:state`)."""
     passed, failed = set(checks_passed), set(failed_checks)
     gates = {"gate:exit", "gate:state"}
     return Candidate(
-        trial_id=trial_id, run_id=run_id, scenario_id=scenario_id, outcome=outcome,
-        verdict_at=verdict_at, gates_passed="gate:exit" in passed and not (gates & failed),
+        trial_id=trial_id,
+        run_id=run_id,
+        scenario_id=scenario_id,
+        outcome=outcome,
+        verdict_at=verdict_at,
+        gates_passed="gate:exit" in passed and not (gates & failed),
         state_failed="gate:state" in failed,
-        judges=tuple(sorted(judges, key=lambda j: j.judge_id)))
+        judges=tuple(sorted(judges, key=lambda j: j.judge_id)),
+    )
 
 
 # ------------------------------------------------------------------- calibrations
@@ -120,8 +132,9 @@ class WindowFigures:
     alert_min_trials: int | None = None
 
 
-def alerting_scenarios(windows: Iterable[WindowFigures], *, default_min_pass_hat_k: float,
-                       default_min_trials: int) -> set[str]:
+def alerting_scenarios(
+    windows: Iterable[WindowFigures], *, default_min_pass_hat_k: float, default_min_trials: int
+) -> set[str]:
     """Scenarios whose drop alert condition (infra/prometheus/alerts.yml,
     PasskScenarioReliabilityDrop) holds on the newest window of some size: the upper bound
     of pass^k below the scenario's target, with at least its minimum of judged trials, and
@@ -133,11 +146,11 @@ def alerting_scenarios(windows: Iterable[WindowFigures], *, default_min_pass_hat
             newest[key] = w
     out = set()
     for w in newest.values():
-        target = (w.alert_min_pass_hat_k if w.alert_min_pass_hat_k is not None
-                  else default_min_pass_hat_k)
+        target = (
+            w.alert_min_pass_hat_k if w.alert_min_pass_hat_k is not None else default_min_pass_hat_k
+        )
         least = w.alert_min_trials if w.alert_min_trials is not None else default_min_trials
-        if (w.pass_hat_k_upper < target and w.n - w.errors >= least
-                and not w.errors * 2 > w.n):
+        if w.pass_hat_k_upper < target and w.n - w.errors >= least and not w.errors * 2 > w.n:
             out.add(w.scenario_id)
     return out
 
@@ -168,7 +181,8 @@ class LabelBook:
     def add(self, label: Label) -> None:
         who = label.labeller or "(unnamed)"
         self.by_item.setdefault((label.trial_id, label.judge_id), {})[who] = Given(
-            label.passed, label.note)
+            label.passed, label.note
+        )
 
     def reviewers(self, trial_id: str, judge_ids: Iterable[str]) -> set[str]:
         out: set[str] = set()
@@ -204,13 +218,16 @@ def holds(queue: str, c: Candidate, rules: QueueRules) -> bool:
     if not judges:
         return False
     if queue == "disagreements":
-        return any((j.result == "failed" and c.gates_passed)
-                   or (j.result == "passed" and c.state_failed) for j in judges)
+        return any(
+            (j.result == "failed" and c.gates_passed) or (j.result == "passed" and c.state_failed)
+            for j in judges
+        )
     if queue == "uncalibrated":
         return any(uncalibrated(j.judge_id, rules.calibrations, rules.bar) for j in judges)
     if queue == "sampled":
-        return (fnmatch.fnmatchcase(c.run_id, rules.production_runs)
-                and sampled(c.trial_id, rules.sample_rate))
+        return fnmatch.fnmatchcase(c.run_id, rules.production_runs) and sampled(
+            c.trial_id, rules.sample_rate
+        )
     if queue == "alerting":
         return c.scenario_id in rules.alerting
     raise ValueError(f"unknown queue {queue!r}; one of {', '.join(QUEUES)}")
@@ -222,8 +239,14 @@ def waiting(c: Candidate, book: LabelBook, overlap: float) -> bool:
     return len(who) < reviewers_needed(c.trial_id, overlap)
 
 
-def queue_items(queue: str, candidates: Iterable[Candidate], rules: QueueRules,
-                book: LabelBook, overlap: float, reviewer: str | None = None) -> list[Candidate]:
+def queue_items(
+    queue: str,
+    candidates: Iterable[Candidate],
+    rules: QueueRules,
+    book: LabelBook,
+    overlap: float,
+    reviewer: str | None = None,
+) -> list[Candidate]:
     """The queue, newest first: the candidates its rule takes that still wait for a
     reviewer, and (given a reviewer) that this reviewer has not labelled yet."""
     out = []
@@ -231,7 +254,8 @@ def queue_items(queue: str, candidates: Iterable[Candidate], rules: QueueRules,
         if not holds(queue, c, rules) or not waiting(c, book, overlap):
             continue
         if reviewer is not None and reviewer in book.reviewers(
-                c.trial_id, (j.judge_id for j in c.llm_judges)):
+            c.trial_id, (j.judge_id for j in c.llm_judges)
+        ):
             continue
         out.append(c)
     return sorted(out, key=lambda c: (c.verdict_at, c.trial_id), reverse=True)
@@ -278,8 +302,12 @@ class AgreementRow:
     pairs: int
 
 
-def agreement(judge_ids: Iterable[str], calibrations: Mapping[str, JudgeCalibration],
-              book: LabelBook, bar: Bar) -> list[AgreementRow]:
+def agreement(
+    judge_ids: Iterable[str],
+    calibrations: Mapping[str, JudgeCalibration],
+    book: LabelBook,
+    bar: Bar,
+) -> list[AgreementRow]:
     """One row per judge: its live calibration, whether it gates, and the kappa between
     reviewers on the items two of them labelled."""
     rows = []

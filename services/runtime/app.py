@@ -34,7 +34,11 @@ M = TypeVar("M", bound=BaseModel)
 # they are never turned into dead letters (the outage handling retries or restarts).
 # Faust wraps the Kafka client's errors in a send into ProducerSendError.
 INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (
-    AIOKafkaError, KafkaError, ProducerSendError, OperationalError, InterfaceError,
+    AIOKafkaError,
+    KafkaError,
+    ProducerSendError,
+    OperationalError,
+    InterfaceError,
     ConnectionError,
 )
 
@@ -45,8 +49,13 @@ Record: TypeAlias = faust.types.EventT[bytes]
 OutputTopic: TypeAlias = faust.TopicT
 
 
-def make_app(name: str, settings: Settings, linger_ms: int = 0,
-             fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 1500) -> faust.App:
+def make_app(
+    name: str,
+    settings: Settings,
+    linger_ms: int = 0,
+    fetch_min_bytes: int = 1,
+    fetch_max_wait_ms: int = 1500,
+) -> faust.App:
     """One Faust app per processor; its id (prefix + name) is its consumer group.
     `linger_ms`: how long the producer gathers records into one request (for a processor
     that never awaits a single send, only the flush before each commit).
@@ -105,7 +114,10 @@ def raw_inputs(app: faust.App, *topics: Topic, settings: Settings) -> faust.Topi
     """One agent's inputs: several co-partitioned topics of raw bytes, read as one stream."""
     return app.topic(
         *(topic_name(t, settings) for t in topics),
-        key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
     )
 
 
@@ -129,20 +141,23 @@ class Delivery:
         await self.broker.call("send", send)
 
 
-def unawaited_sender(app: faust.App, processor: str
-                     ) -> Callable[[str, bytes, bytes], Awaitable[None]]:
+def unawaited_sender(
+    app: faust.App, processor: str
+) -> Callable[[str, bytes, bytes], Awaitable[None]]:
     """(topic name, key, value) handed to the Kafka producer without awaiting delivery: for
     a processor whose outputs need only be delivered before its offsets are committed
     (Faust flushes the producer before each commit). Straight to the producer, not
     through the Faust topic, whose per-record bookkeeping (futures, sensors, codecs)
     showed in the aggregate's profile. A record that failed is logged."""
+
     def failed(delivery: asyncio.Future) -> None:  # type: ignore[type-arg]
         if not delivery.cancelled() and delivery.exception() is not None:
             log.warning("%s: a record was not delivered: %r", processor, delivery.exception())
 
     async def send(topic: str, key: bytes, value: bytes) -> None:
-        delivery = await app.producer.send(topic, key, value, partition=None, timestamp=None,
-                                           headers=None)
+        delivery = await app.producer.send(
+            topic, key, value, partition=None, timestamp=None, headers=None
+        )
         delivery.add_done_callback(failed)  # type: ignore[attr-defined]
 
     return send
@@ -164,8 +179,9 @@ async def broker_reachable(bootstrap: str, timeout: float = 3.0) -> None:
     raise last
 
 
-def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None
-                 ) -> None:
+def run_alongside(
+    app: faust.App, settings: Settings, catalog: ScenarioCatalog | None = None
+) -> None:
     """What every worker runs beside its agents: /metrics when a port is set, with its
     consumer lag read from the broker, and the scenario catalog's consumer closed on
     shutdown."""
@@ -206,7 +222,7 @@ def run_alongside(app: faust.App, settings: Settings, catalog: ScenarioCatalog |
             broker.succeeded()
 
     # make_app names the consumer group prefix + processor; the lag is that group's.
-    lag = LagMonitor(app.conf.id[len(settings.topic_prefix):], settings, lag_metrics())
+    lag = LagMonitor(app.conf.id[len(settings.topic_prefix) :], settings, lag_metrics())
 
     @app.timer(settings.lag_interval_s)
     async def export_lag() -> None:
@@ -274,9 +290,7 @@ class DeadLetters:
         metrics.dead_letters.labels(message.topic, rejection.reason).inc()
         metrics.events.labels(self.processor, "rejected").inc()
 
-    async def guard(
-        self, event: Record, handle: Callable[[Record], Awaitable[None]]
-    ) -> None:
+    async def guard(self, event: Record, handle: Callable[[Record], Awaitable[None]]) -> None:
         """Handle one record; whatever it raises (a bug, a shape no check foresaw) makes
         that record a dead letter ("processing_error") and the stream goes on, instead of
         crashing the agent and having Faust restart past it. Outages still propagate."""
@@ -288,7 +302,10 @@ class DeadLetters:
             message = event.message
             log.exception(
                 "%s: could not process %s[%s]@%s; sent to the dead-letter topic",
-                self.processor, message.topic, message.partition, message.offset,
+                self.processor,
+                message.topic,
+                message.partition,
+                message.offset,
             )
             # RecursionError's message says nothing useful; its name does.
             detail = f"{type(exc).__name__}: {exc}"[:1000]

@@ -42,8 +42,9 @@ def _awaited_by(awaitable: Any) -> Any:
         if inner is not None:
             return inner
     if type(awaitable).__name__ in WRAPPERS:
-        return next((held for held in gc.get_referents(awaitable)
-                     if _frame_of(held) is not None), None)
+        return next(
+            (held for held in gc.get_referents(awaitable) if _frame_of(held) is not None), None
+        )
     return None
 
 
@@ -78,16 +79,19 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def log_on_signal(loop: asyncio.AbstractEventLoop,
-                  state: Callable[[], str] = lambda: "") -> None:
+def log_on_signal(loop: asyncio.AbstractEventLoop, state: Callable[[], str] = lambda: "") -> None:
     """Log every task's await chain on this loop, after `state` (what else the worker
     can say about itself), when the process gets SIGUSR2."""
+
     def dump() -> None:
         try:
             said = state()
         except Exception as exc:  # the tasks are still worth logging
             said = f"(state unreadable: {type(exc).__name__}: {exc})"
-        log.warning("asyncio tasks and what each awaits (SIGUSR2):\n%s\n%s\nend of tasks",
-                    said, describe(asyncio.all_tasks(loop)))
+        log.warning(
+            "asyncio tasks and what each awaits (SIGUSR2):\n%s\n%s\nend of tasks",
+            said,
+            describe(asyncio.all_tasks(loop)),
+        )
 
     loop.add_signal_handler(SIGNAL, dump)

@@ -42,9 +42,14 @@ log = logging.getLogger(__name__)
 PartitionInput = tuple[str, int]  # (topic, partition)
 
 
-def paused_inputs(waiting: Mapping[int, Mapping[str, int]], paused: set[PartitionInput],
-                  unread: Callable[[str, int], bool], inputs: tuple[str, str],
-                  partitions: Iterable[int], bound: int) -> set[PartitionInput]:
+def paused_inputs(
+    waiting: Mapping[int, Mapping[str, int]],
+    paused: set[PartitionInput],
+    unread: Callable[[str, int], bool],
+    inputs: tuple[str, str],
+    partitions: Iterable[int],
+    bound: int,
+) -> set[PartitionInput]:
     """Which (input, partition) should not be read now.
 
     `waiting[p][topic]`: pending trials of partition p waiting for a record of `topic`;
@@ -70,9 +75,14 @@ class JoinFlow:
     """Counts a join's pending trials per partition by the input they wait for, and
     pauses and resumes the inputs' partitions (`adjust`, from a timer)."""
 
-    def __init__(self, app: faust.App, inputs: tuple[str, str], bound: int,
-                 waits_on: Callable[[Any], str | None],
-                 unread: Callable[[str, int], bool]) -> None:
+    def __init__(
+        self,
+        app: faust.App,
+        inputs: tuple[str, str],
+        bound: int,
+        waits_on: Callable[[Any], str | None],
+        unread: Callable[[str, int], bool],
+    ) -> None:
         self.app = app
         self.inputs = inputs
         self.bound = bound
@@ -113,8 +123,9 @@ class JoinFlow:
             if TP(topic, p) not in faust_paused:  # revoked, or resumed by Faust
                 forget_paused(consumer, TP(topic, p))
         self.paused = {(t, p) for t, p in self.paused if TP(t, p) in faust_paused}
-        want = paused_inputs(self.waiting, self.paused, self.unread, self.inputs,
-                             assigned, self.bound)
+        want = paused_inputs(
+            self.waiting, self.paused, self.unread, self.inputs, assigned, self.bound
+        )
         for topic, p in self.paused - want:
             resume_paused(consumer, TP(topic, p))
             log.info("join flow: reading %s[%d] again", topic, p)
@@ -122,8 +133,12 @@ class JoinFlow:
             # The records already fetched of it are still handed out (not dropped from
             # the batch and committed past as a gap); no new fetch returns it.
             pause_keeping_fetched(consumer, TP(topic, p))
-            log.info("join flow: %s[%d] paused, %s pending trials wait for the other input",
-                     topic, p, self.waiting.get(p, {}))
+            log.info(
+                "join flow: %s[%d] paused, %s pending trials wait for the other input",
+                topic,
+                p,
+                self.waiting.get(p, {}),
+            )
         self.paused = want
 
     def pending(self) -> int:
@@ -133,9 +148,14 @@ class JoinFlow:
 ADJUST_EVERY_S = 0.5
 
 
-def join_flow(app: faust.App, table: faust.types.TableT[str, Any], inputs: tuple[str, str],
-              bound: int, waits_on: Callable[[Any], str | None],
-              unread: Callable[[str, int], bool]) -> JoinFlow:
+def join_flow(
+    app: faust.App,
+    table: faust.types.TableT[str, Any],
+    inputs: tuple[str, str],
+    bound: int,
+    waits_on: Callable[[Any], str | None],
+    unread: Callable[[str, int], bool],
+) -> JoinFlow:
     """A JoinFlow for `table`'s pending trials, adjusted every ADJUST_EVERY_S (a timer:
     nothing per record but the count)."""
     flow = JoinFlow(app, inputs, bound, waits_on, unread)

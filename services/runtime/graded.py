@@ -68,13 +68,17 @@ class KeyedStates:
     in the RocksDB table. Values are `ticks.table_value(state, due_at)`; a value with no
     due time whose `marked_at(state)` is set is a marker."""
 
-    def __init__(self, pending: StateTable, graded: StateTable,
-                 schedule: Callable[[str, float | None], None],
-                 marked_at: Callable[[dict[str, Any]], float | None],
-                 retention_s: float,
-                 is_marker: Callable[[Any], bool] = lambda state: False,
-                 due_at: Callable[[Any], float | None] = lambda state: None,
-                 on_pending: Callable[[str, Any], None] = lambda key, state: None) -> None:
+    def __init__(
+        self,
+        pending: StateTable,
+        graded: StateTable,
+        schedule: Callable[[str, float | None], None],
+        marked_at: Callable[[dict[str, Any]], float | None],
+        retention_s: float,
+        is_marker: Callable[[Any], bool] = lambda state: False,
+        due_at: Callable[[Any], float | None] = lambda state: None,
+        on_pending: Callable[[str, Any], None] = lambda key, state: None,
+    ) -> None:
         self.pending = pending
         self.graded = graded
         self.schedule = schedule
@@ -101,8 +105,9 @@ class KeyedStates:
         if value is not None:
             return value
         marker = self.graded.get(key)
-        if marker is None or not fresh(self.marked_at(marker["state"]), time.time(),
-                                       self.retention_s):
+        if marker is None or not fresh(
+            self.marked_at(marker["state"]), time.time(), self.retention_s
+        ):
             return None
         return marker
 

@@ -42,8 +42,9 @@ Handler = Callable[[Record], Awaitable[None]]
 TickHandler = Callable[[Record, str, Any, float], Awaitable[None]]
 
 
-def input_waited_for(roles: Mapping[str, str], awaiting: Callable[[Any], str | None]
-                     ) -> Callable[[Any], str | None]:
+def input_waited_for(
+    roles: Mapping[str, str], awaiting: Callable[[Any], str | None]
+) -> Callable[[Any], str | None]:
     """A pending state -> the input topic it waits for, from the domain's name of it."""
     return lambda state: roles.get(awaiting(state) or "")
 
@@ -55,13 +56,24 @@ class KeyedJoin(Generic[S]):
     order; `marked_at` is the state's field set once the key is graded (its marker is
     then kept on disk for the retention)."""
 
-    def __init__(self, app: faust.App, spec: ProcessorSpec, settings: Settings, *,
-                 state: type[S], roles: tuple[str, str], marked_at: str,
-                 awaiting: Callable[[S], str | None], due_at: Callable[[S], float | None],
-                 is_marker: Callable[[S], bool]) -> None:
+    def __init__(
+        self,
+        app: faust.App,
+        spec: ProcessorSpec,
+        settings: Settings,
+        *,
+        state: type[S],
+        roles: tuple[str, str],
+        marked_at: str,
+        awaiting: Callable[[S], str | None],
+        due_at: Callable[[S], float | None],
+        is_marker: Callable[[S], bool],
+    ) -> None:
         if spec.tick is None or len(spec.joined) != 2 or len(spec.tables) != 2:
-            raise ValueError(f"{spec.name}: a keyed join needs a tick topic, two joined "
-                             "inputs and two tables (pending, graded)")
+            raise ValueError(
+                f"{spec.name}: a keyed join needs a tick topic, two joined "
+                "inputs and two tables (pending, graded)"
+            )
         self.app = app
         self.spec = spec
         self.settings = settings
@@ -73,18 +85,28 @@ class KeyedJoin(Generic[S]):
         pending, graded = spec.tables
         self.pending = app.Table(pending.name, default=None, partitions=settings.topic_partitions)
         self.graded = graded_table(app, graded.name, settings)
-        self.deadlines = Deadlines(app, self.pending, raw_topic(app, spec.tick, settings),
-                                   settings, inputs=self.inputs)
+        self.deadlines = Deadlines(
+            app, self.pending, raw_topic(app, spec.tick, settings), settings, inputs=self.inputs
+        )
         self.clock = self.deadlines.clock
         self.flow: JoinFlow = join_flow(
-            app, self.pending, (self.inputs[0], self.inputs[1]), settings.join_max_pending,
+            app,
+            self.pending,
+            (self.inputs[0], self.inputs[1]),
+            settings.join_max_pending,
             waits_on=input_waited_for(dict(zip(roles, self.inputs, strict=True)), awaiting),
-            unread=lambda topic, p: not self.clock.caught_up(topic, p))
-        self.states = KeyedStates(self.pending, self.graded, self.deadlines.schedule,
-                                  marked_at=lambda value: value[marked_at],
-                                  retention_s=settings.dedup_retention_s,
-                                  is_marker=is_marker, due_at=due_at,
-                                  on_pending=self.flow.note)
+            unread=lambda topic, p: not self.clock.caught_up(topic, p),
+        )
+        self.states = KeyedStates(
+            self.pending,
+            self.graded,
+            self.deadlines.schedule,
+            marked_at=lambda value: value[marked_at],
+            retention_s=settings.dedup_retention_s,
+            is_marker=is_marker,
+            due_at=due_at,
+            on_pending=self.flow.note,
+        )
         # A batch holds each key's newest state as a model: several records of one key in
         # a batch are parsed once and dumped (and changelogged) once.
         self.outbox = Outbox(spec.name, self.states.read, self.states.store)
@@ -109,8 +131,9 @@ class KeyedJoin(Generic[S]):
         """The record as `model`, or None once it is a dead letter."""
         return await self.reject.decoded(event, model)
 
-    async def scenario(self, event: Record, scenario_id: str,
-                       version: str | None = None) -> Scenario | None:
+    async def scenario(
+        self, event: Record, scenario_id: str, version: str | None = None
+    ) -> Scenario | None:
         """The scenario (version) an input names, waited for a moment (published just
         before its traffic, it may not be read yet); None once the input is a dead letter."""
         found = await self.catalog.published(scenario_id, version, timeout=SCENARIO_GRACE_S)
@@ -119,9 +142,15 @@ class KeyedJoin(Generic[S]):
         return found
 
     # ------------------------------------------------------------------ the agent
-    def agent(self, name: str, *, on_input: Mapping[Topic, Handler], on_tick: TickHandler,
-              apart: Mapping[Topic, Handler] | None = None,
-              before: Callable[[], Awaitable[None]] | None = None) -> None:
+    def agent(
+        self,
+        name: str,
+        *,
+        on_input: Mapping[Topic, Handler],
+        on_tick: TickHandler,
+        apart: Mapping[Topic, Handler] | None = None,
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """The join's agent `name`, reading `spec.agents[name]` in batches: a tick loads its
         key's state (none: nothing to do) and is handled at the stream clock of its
         partition; a joined input moves that clock, then goes to `on_input[topic]`; a topic
@@ -142,8 +171,9 @@ class KeyedJoin(Generic[S]):
                     return None
                 # Deadlines run on how far the inputs have been read, not on the wall
                 # clock: a restarted worker does not give up on inputs in its backlog.
-                return await on_tick(event, key, state,
-                                     self.clock.now_for(self.inputs, message.partition))
+                return await on_tick(
+                    event, key, state, self.clock.now_for(self.inputs, message.partition)
+                )
             self.clock.observe(topic, message.partition, message.offset, message.timestamp)
             return await routes[topic](event)
 
@@ -152,9 +182,21 @@ class KeyedJoin(Generic[S]):
             if before is not None:
                 await before()
 
-        subscribe(self.app, self.spec, self.settings, {name: through_outbox(
-            self.outbox, self.reject, handle, batch_max=self.settings.batch_max,
-            within_s=self.settings.batch_within_s, before=ready)})
+        subscribe(
+            self.app,
+            self.spec,
+            self.settings,
+            {
+                name: through_outbox(
+                    self.outbox,
+                    self.reject,
+                    handle,
+                    batch_max=self.settings.batch_max,
+                    within_s=self.settings.batch_within_s,
+                    before=ready,
+                )
+            },
+        )
 
 
 class JoinSteps:

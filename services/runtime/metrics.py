@@ -20,23 +20,47 @@ class CommonMetrics(MetricSet):
     dead_letters = counter(
         "passk_dead_letters_total",
         "Input messages sent to the dead-letter topic, by source topic and reason.",
-        "topic", "reason")
+        "topic",
+        "reason",
+    )
     events = counter(
         "passk_events_total",
         "Events a processor handled, by processor and what it made of them.",
-        "processor", "note")
+        "processor",
+        "note",
+    )
     verdict_latency = histogram(
-        "passk_verdict_latency_seconds", "From the conversation finishing to its trial verdict.",
+        "passk_verdict_latency_seconds",
+        "From the conversation finishing to its trial verdict.",
         # Up to a week: a replay of old traffic is graded long after it finished.
-        buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600,
-                 86400, 604800))
+        buckets=(
+            0.1,
+            0.25,
+            0.5,
+            1,
+            2.5,
+            5,
+            10,
+            30,
+            60,
+            120,
+            300,
+            600,
+            1800,
+            3600,
+            21600,
+            86400,
+            604800,
+        ),
+    )
 
 
 _served: set[int] = set()
 
 
-def serve_metrics(port: int, registry: CollectorRegistry = REGISTRY,
-                  host: str = "127.0.0.1") -> None:
+def serve_metrics(
+    port: int, registry: CollectorRegistry = REGISTRY, host: str = "127.0.0.1"
+) -> None:
     """Expose /metrics on host:port (0 = don't serve); loopback unless configured."""
     if port and port not in _served:
         start_http_server(port, addr=host, registry=registry)

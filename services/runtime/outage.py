@@ -44,17 +44,24 @@ STALL_AFTER_S = 30.0
 class OutageMetrics(MetricSet):
     broker_errors = counter(
         "passk_broker_errors_total",
-        "Failed calls to the Kafka broker from a worker's code, by operation.", "operation")
+        "Failed calls to the Kafka broker from a worker's code, by operation.",
+        "operation",
+    )
     store_errors = counter(
-        "passk_store_errors_total", "Failed calls to the SQL store from a worker, by operation.",
-        "operation")
+        "passk_store_errors_total",
+        "Failed calls to the SQL store from a worker, by operation.",
+        "operation",
+    )
     degraded = gauge(
-        "passk_degraded", "1 while the worker cannot reach a dependency (broker or store).",
-        "dependency")
+        "passk_degraded",
+        "1 while the worker cannot reach a dependency (broker or store).",
+        "dependency",
+    )
     heartbeat = gauge(
         "passk_worker_heartbeat_timestamp_seconds",
         "When the worker's event loop last ran its heartbeat (Unix "
-        "time); far behind time() means it is stopped or hung.")
+        "time); far behind time() means it is stopped or hung.",
+    )
 
     def errors(self, dependency: str) -> Counter:
         return self.broker_errors if dependency == BROKER else self.store_errors
@@ -79,8 +86,12 @@ class Health:
         """Count this start: a start after the first is a restart (by supervisord/systemd)."""
         previous = read_health(self.path) if self.path else None
         starts = int(previous.get("starts", 0)) + 1 if previous else 1
-        self.state = {"processor": processor, "pid": os.getpid(), "starts": starts,
-                      "started_at": _iso(time.time())}
+        self.state = {
+            "processor": processor,
+            "pid": os.getpid(),
+            "starts": starts,
+            "started_at": _iso(time.time()),
+        }
         self._write()
 
     def mark(self, kind: str, caller: str, since: float | None, metrics: OutageMetrics) -> None:
@@ -139,10 +150,18 @@ def _iso(ts: float) -> str:
 class Dependency:
     """One dependency as one caller sees it: up, or down since when, and when to retry."""
 
-    def __init__(self, kind: str, what: str, *, first_backoff_s: float = 0.5,
-                 max_backoff_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 metrics: OutageMetrics | None = None, logger: logging.Logger = log,
-                 slow_after_s: float | None = SLOW_AFTER_S) -> None:
+    def __init__(
+        self,
+        kind: str,
+        what: str,
+        *,
+        first_backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: OutageMetrics | None = None,
+        logger: logging.Logger = log,
+        slow_after_s: float | None = SLOW_AFTER_S,
+    ) -> None:
         self.kind, self.what = kind, what
         self.slow_after_s = slow_after_s
         self.first_backoff_s, self.max_backoff_s = first_backoff_s, max_backoff_s
@@ -178,8 +197,13 @@ class Dependency:
             self.down_since = time.time()
             health().mark(self.kind, self.what, self.down_since, self.metrics)
         if self.failures == 1:  # the first failure of an outage (a slow call may have begun it)
-            self._log.warning("%s unreachable (%s: %s: %s); retrying with backoff until it "
-                              "returns", self.kind, self.what, type(exc).__name__, exc)
+            self._log.warning(
+                "%s unreachable (%s: %s: %s); retrying with backoff until it returns",
+                self.kind,
+                self.what,
+                type(exc).__name__,
+                exc,
+            )
         delay = self.backoff_s()
         self._next_try = self._clock() + delay
         return delay
@@ -190,26 +214,43 @@ class Dependency:
             return
         self.down_since = time.time() - (self.slow_after_s or 0.0)
         health().mark(self.kind, self.what, self.down_since, self.metrics)
-        self._log.warning("%s not answering (%s: %s waiting for %.0f s); degraded until it "
-                          "returns", self.kind, self.what, operation, self.slow_after_s or 0.0)
+        self._log.warning(
+            "%s not answering (%s: %s waiting for %.0f s); degraded until it returns",
+            self.kind,
+            self.what,
+            operation,
+            self.slow_after_s or 0.0,
+        )
 
     def succeeded(self) -> None:
         if self.down_since is not None:
-            self._log.warning("%s reachable again (%s) after %.0f s and %d failed tries",
-                              self.kind, self.what, time.time() - self.down_since, self.failures)
+            self._log.warning(
+                "%s reachable again (%s) after %.0f s and %d failed tries",
+                self.kind,
+                self.what,
+                time.time() - self.down_since,
+                self.failures,
+            )
             self.down_since = None
             health().mark(self.kind, self.what, None, self.metrics)
         self.failures = 0
         self._next_try = 0.0
 
-    async def call(self, operation: str, fn: Callable[[], Awaitable[T]],
-                   retry_on: tuple[type[BaseException], ...] = (Exception,)) -> T:
+    async def call(
+        self,
+        operation: str,
+        fn: Callable[[], Awaitable[T]],
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+    ) -> T:
         """Await fn() until it succeeds, backing off between tries (for agents, which must
         not skip the record they hold)."""
         loop = asyncio.get_running_loop()
         while True:
-            watch = (loop.call_later(self.slow_after_s, self.slow, operation)
-                     if self.slow_after_s else None)
+            watch = (
+                loop.call_later(self.slow_after_s, self.slow, operation)
+                if self.slow_after_s
+                else None
+            )
             try:
                 result = await fn()
             except retry_on as exc:

@@ -48,8 +48,12 @@ class Outbox:
     writes, each as the event that made it.
     """
 
-    def __init__(self, processor: str, read: Callable[[str], Any] = lambda key: None,
-                 apply: Callable[[str, Any], None] = lambda key, value: None) -> None:
+    def __init__(
+        self,
+        processor: str,
+        read: Callable[[str], Any] = lambda key: None,
+        apply: Callable[[str, Any], None] = lambda key, value: None,
+    ) -> None:
         self.delivery = Delivery(processor)
         self.read = read
         self.apply = apply
@@ -61,8 +65,9 @@ class Outbox:
             # Straight to the Kafka producer, not through the Faust topic, whose per-record
             # bookkeeping (future messages, codecs, sensors) showed in the profiles; the
             # partition is the producer's from the key either way.
-            fut = await topic.app.producer.send(topic.get_topic_name(), key, value,
-                                                partition=None, timestamp=None, headers=None)
+            fut = await topic.app.producer.send(
+                topic.get_topic_name(), key, value, partition=None, timestamp=None, headers=None
+            )
         except Exception:  # could not even be queued (a broker outage): retried with backoff
             await self.delivery(topic, key, value)
             return
@@ -95,8 +100,15 @@ class Outbox:
             with handling(event):
                 self.apply(key, value)
 
-    async def run(self, stream: faust.StreamT[bytes], handle: Callable[[Record], Any],
-                  *, batch_max: int, within_s: float, concurrently: bool = False) -> None:
+    async def run(
+        self,
+        stream: faust.StreamT[bytes],
+        handle: Callable[[Record], Any],
+        *,
+        batch_max: int,
+        within_s: float,
+        concurrently: bool = False,
+    ) -> None:
         """An agent's loop: read `stream` in batches of at most `batch_max` records (waiting
         at most `within_s` for one to fill), handle each as the current event (one after
         another, or `concurrently`), deliver the batch's outputs and write its state; the

@@ -13,8 +13,12 @@ from services.runtime.app import DeadLetters, Record
 
 
 async def read_regrade(
-    event: Record, catalog: ScenarioCatalog, reject: DeadLetters,
-    settings: Settings, *, grace_s: float = SCENARIO_GRACE_S,
+    event: Record,
+    catalog: ScenarioCatalog,
+    reject: DeadLetters,
+    settings: Settings,
+    *,
+    grace_s: float = SCENARIO_GRACE_S,
 ) -> tuple[RegradeRequest, Scenario] | None:
     """The request and its scenario version, or None once the event is a dead letter.
     `grace_s`: how long to wait for a version published moments ago."""
@@ -22,8 +26,9 @@ async def read_regrade(
     if isinstance(request, Rejection):
         await reject(event, request)
         return None
-    scenario = await catalog.published(request.scenario_id, request.scenario_version,
-                                       timeout=grace_s)
+    scenario = await catalog.published(
+        request.scenario_id, request.scenario_version, timeout=grace_s
+    )
     if scenario is None:
         await reject(event, unknown_scenario(request.scenario_id, request.scenario_version))
         return None

@@ -51,8 +51,13 @@ class DeadlineTicker:
     one pass over the table (once per rebalance, not once per tick).
     """
 
-    def __init__(self, table: StateTable, ticks: faust.TopicT, again_after_s: float = 10.0,
-                 stream_now: Callable[[int], float] | None = None):
+    def __init__(
+        self,
+        table: StateTable,
+        ticks: faust.TopicT,
+        again_after_s: float = 10.0,
+        stream_now: Callable[[int], float] | None = None,
+    ):
         self.table = table
         self.ticks = ticks
         self.again_after_s = again_after_s
@@ -101,8 +106,11 @@ class DeadlineTicker:
                 continue  # rescheduled or forgotten since this entry was pushed
             partition = self._partition.get(key)
             really_due = self._held.get(key, due_at)
-            if (self.stream_now is not None and partition is not None
-                    and self.stream_now(partition) < really_due):
+            if (
+                self.stream_now is not None
+                and partition is not None
+                and self.stream_now(partition) < really_due
+            ):
                 later.append((key, really_due))  # its partition is behind: no tick yet
             else:
                 out.append(key)
@@ -124,7 +132,8 @@ class DeadlineTicker:
         holds (a revoked partition's keys, ticked by their new owner now)."""
         self._stale = False
         held: dict[str, float | None] = {
-            key: (value.get("due_at") if value else None) for key, value in self.table.items()}
+            key: (value.get("due_at") if value else None) for key, value in self.table.items()
+        }
         for key in [k for k in self._due if k not in held]:
             del self._due[key]
             self._partition.pop(key, None)
@@ -159,11 +168,14 @@ class StreamClock:
     were fetched before it and are read again in order: they are not counted as read.
     """
 
-    def __init__(self, highwater: Callable[[str, int], int | None],
-                 wall: Callable[[], float] = time.time,
-                 awaiting_seek: Callable[[str, int], bool] = lambda t, p: False,
-                 trusted_for_s: float = 2 * PROBE_INTERVAL_S,
-                 max_skew_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        highwater: Callable[[str, int], int | None],
+        wall: Callable[[], float] = time.time,
+        awaiting_seek: Callable[[str, int], bool] = lambda t, p: False,
+        trusted_for_s: float = 2 * PROBE_INTERVAL_S,
+        max_skew_s: float = 300.0,
+    ) -> None:
         self._highwater = highwater
         # A record's timestamp is the broker's (LogAppendTime), but a topic made by hand
         # may carry the producer's: a record dated 2099 must not fire every deadline.
@@ -197,8 +209,11 @@ class StreamClock:
             highwater = None
         if highwater is None:
             return False
-        done = last_offset + 1 if last_offset >= 0 else self._committed.get(
-            (topic, partition), 0 if highwater == 0 else -1)
+        done = (
+            last_offset + 1
+            if last_offset >= 0
+            else self._committed.get((topic, partition), 0 if highwater == 0 else -1)
+        )
         return done >= highwater
 
     def now(self, topic: str, partition: int) -> float:
@@ -244,8 +259,11 @@ class CommittedOffsets:
 
         if self._admin is None:
             # Bounded waits: a read during a broker outage fails in seconds, not kafka-python's 30.
-            self._admin = KafkaAdminClient(**kafka_client_kwargs(self.settings),
-                                           request_timeout_ms=10_000, bootstrap_timeout_ms=5_000)
+            self._admin = KafkaAdminClient(
+                **kafka_client_kwargs(self.settings),
+                request_timeout_ms=10_000,
+                bootstrap_timeout_ms=5_000,
+            )
         try:
             offsets = self._admin.list_group_offsets({self.group: None}).get(self.group) or {}
         except Exception:
@@ -273,15 +291,24 @@ class Deadlines:
     own tick topic, and a stream clock tells the agent what time it is on a partition.
     The processor calls `schedule(key, due_at)` whenever it stores a key's state."""
 
-    def __init__(self, app: faust.App, table: StateTable, ticks: faust.TopicT,
-                 settings: Settings, inputs: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: faust.App,
+        table: StateTable,
+        ticks: faust.TopicT,
+        settings: Settings,
+        inputs: tuple[str, ...] = (),
+    ) -> None:
         """`inputs`: the topics whose stream clock the deadlines run on (no tick is sent
         for a key until its partition of them has been read up to its due time)."""
-        self.clock = StreamClock(faust_highwater(app), awaiting_seek=faust_awaiting_seek(app),
-                                 max_skew_s=settings.max_clock_skew_s)
+        self.clock = StreamClock(
+            faust_highwater(app),
+            awaiting_seek=faust_awaiting_seek(app),
+            max_skew_s=settings.max_clock_skew_s,
+        )
         self.ticker = DeadlineTicker(
-            table, ticks,
-            stream_now=(lambda p: self.clock.now_for(inputs, p)) if inputs else None)
+            table, ticks, stream_now=(lambda p: self.clock.now_for(inputs, p)) if inputs else None
+        )
         self.committed = CommittedOffsets(settings, app.conf.id)
         self.schedule = self.ticker.schedule
         # A timer that raises crashes the whole Faust app: each one survives a broker

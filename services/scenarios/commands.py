@@ -60,8 +60,9 @@ def list_(wait: float | None = BROKER_WAIT) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    scenarios = typer.Typer(help="Scenario definitions (YAML) and the scenarios topic.",
-                            no_args_is_help=True)
+    scenarios = typer.Typer(
+        help="Scenario definitions (YAML) and the scenarios topic.", no_args_is_help=True
+    )
     scenarios.command("publish")(publish)
     scenarios.command("validate")(validate)
     scenarios.command("list")(list_)

@@ -100,8 +100,12 @@ def _await_readable(settings: Settings, written: list[RecordMetadata], timeout: 
     for meta in written:
         tp = TopicPartition(meta.topic, meta.partition)
         last[tp] = max(last.get(tp, -1), meta.offset)
-    consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=None,
-                             enable_auto_commit=False, isolation_level="read_committed")
+    consumer = KafkaConsumer(
+        **kafka_client_kwargs(settings),
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+    )
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -110,7 +114,8 @@ def _await_readable(settings: Settings, written: list[RecordMetadata], timeout: 
                 return
             if time.monotonic() > deadline:
                 raise KafkaTimeoutError(
-                    f"the published scenarios were not readable within {timeout:g} s")
+                    f"the published scenarios were not readable within {timeout:g} s"
+                )
             time.sleep(0.05)
     finally:
         consumer.close()
@@ -134,8 +139,9 @@ def publish_paths(
     return result, publish_scenarios(result.scenarios, settings)
 
 
-def publish_set(scenarios: Sequence[Scenario], settings: Settings,
-                wait: float | None) -> list[Published]:
+def publish_set(
+    scenarios: Sequence[Scenario], settings: Settings, wait: float | None
+) -> list[Published]:
     """`passk scenarios publish` of a valid set: the broker reached, then the set published
     in one transaction. Unreachable when the catalog or the broker is; a CliError (4 for
     an unreachable broker, else 1) when the transaction failed: nothing was published."""
@@ -152,8 +158,9 @@ def publish_set(scenarios: Sequence[Scenario], settings: Settings,
         raise Unreachable(str(exc)) from exc
     except KafkaError as exc:  # the set was one transaction: none of it is readable
         code = ExitCode.UNREACHABLE if classify(exc) else ExitCode.NO
-        raise CliError(f"publishing failed, nothing was published: "
-                       f"{type(exc).__name__}: {exc}", code) from exc
+        raise CliError(
+            f"publishing failed, nothing was published: {type(exc).__name__}: {exc}", code
+        ) from exc
 
 
 def published_catalog(settings: Settings, wait: float | None) -> CatalogState:

@@ -35,9 +35,7 @@ def report_validation(result: LoadResult, outcome: str) -> None:
         )
     if result.errors:
         console(stderr=True).print(
-            problems_table(
-                f"{len(result.errors)} problem(s): {outcome}", result.errors, "red"
-            )
+            problems_table(f"{len(result.errors)} problem(s): {outcome}", result.errors, "red")
         )
         if result.scenarios:
             # A set is all or nothing (DESIGN.md); say which files were fine, so the user
@@ -45,7 +43,9 @@ def report_validation(result: LoadResult, outcome: str) -> None:
             valid = ", ".join(sorted(result.sources.values()))
             console(stderr=True).print(
                 f"{len(result.scenarios)} valid file(s), held back with the set: {valid}",
-                soft_wrap=True, markup=False)
+                soft_wrap=True,
+                markup=False,
+            )
 
 
 def print_published(steps: Sequence[Published], result: LoadResult) -> None:
@@ -56,8 +56,13 @@ def print_published(steps: Sequence[Published], result: LoadResult) -> None:
         if step.status == "updated":
             status = f"updated (was {step.previous_version})"
         table.add_row(
-            s.id, s.version or "", str(s.k), str(len(s.judges)), str(len(s.outcome)),
-            status, result.sources.get(s.id, ""),
+            s.id,
+            s.version or "",
+            str(s.k),
+            str(len(s.judges)),
+            str(len(s.outcome)),
+            status,
+            result.sources.get(s.id, ""),
         )
     console().print(table)
 
@@ -65,8 +70,14 @@ def print_published(steps: Sequence[Published], result: LoadResult) -> None:
 def print_validated(result: LoadResult) -> None:
     table = Table("id", "version", "k", "judges", "expectations", "file")
     for s in result.scenarios:
-        table.add_row(s.id, s.version or "", str(s.k), str(len(s.judges)),
-                      str(len(s.outcome)), result.sources.get(s.id, ""))
+        table.add_row(
+            s.id,
+            s.version or "",
+            str(s.k),
+            str(len(s.judges)),
+            str(len(s.outcome)),
+            result.sources.get(s.id, ""),
+        )
     console().print(table)
 
 
@@ -74,7 +85,12 @@ def print_catalog(state: CatalogState) -> None:
     table = Table("id", "version", "k", "exits", "judges", "expectations", "versions seen")
     for scenario_id, s in sorted(state.latest().items()):
         table.add_row(
-            scenario_id, s.version or "", str(s.k), ", ".join(s.expected_exit),
-            str(len(s.judges)), str(len(s.outcome)), str(len(state.versions(scenario_id))),
+            scenario_id,
+            s.version or "",
+            str(s.k),
+            ", ".join(s.expected_exit),
+            str(len(s.judges)),
+            str(len(s.outcome)),
+            str(len(state.versions(scenario_id))),
         )
     console().print(table)

@@ -30,11 +30,25 @@ def build(settings: Settings) -> faust.App:
     app = make_app(PROCESSOR, settings)
     reject = DeadLetters(app, PROCESSOR, settings)
     run_alongside(app, settings)
-    steps = Steps(settings, store=Store(settings.database_url),
-                  database=Dependency(STORE, "sink: writing the projection"),
-                  reject=reject, processor=PROCESSOR, common=common_metrics())
-    subscribe(app, SPEC, settings, {"sink": in_batches(
-        steps.sink_batch, batch_max=settings.sink_batch_max,
-        within_s=settings.sink_batch_within_s)})
+    steps = Steps(
+        settings,
+        store=Store(settings.database_url),
+        database=Dependency(STORE, "sink: writing the projection"),
+        reject=reject,
+        processor=PROCESSOR,
+        common=common_metrics(),
+    )
+    subscribe(
+        app,
+        SPEC,
+        settings,
+        {
+            "sink": in_batches(
+                steps.sink_batch,
+                batch_max=settings.sink_batch_max,
+                within_s=settings.sink_batch_within_s,
+            )
+        },
+    )
     app.task(steps.create_tables)
     return app

@@ -14,8 +14,9 @@ from services.kafka.reach import require_broker
 def register(app: typer.Typer) -> None:
     @app.command()
     def rebuild(
-        database_url: str = typer.Option(None, help="rebuild into this database "
-                                         "(default: PASSK_DATABASE_URL)"),
+        database_url: str = typer.Option(
+            None, help="rebuild into this database (default: PASSK_DATABASE_URL)"
+        ),
         wait: float | None = BROKER_WAIT,
     ) -> None:
         """Recreate the SQL projection from the log (drops and recreates its tables).
@@ -30,8 +31,11 @@ def register(app: typer.Typer) -> None:
         require_broker(wait, settings)
         err = console(stderr=True)
         with Progress(
-            "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=err,
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
         ) as bar:
             task = bar.add_task("records", total=None)
 
@@ -45,5 +49,6 @@ def register(app: typer.Typer) -> None:
         skipped = ", ".join(f"{r}: {n}" for r, n in sorted(stats.skipped.items())) or "none"
         err.print(
             f"rebuilt the projection at {url}: {stats.records} records read, "
-            f"{stats.stored} stored, skipped {skipped}", soft_wrap=True
+            f"{stats.stored} stored, skipped {skipped}",
+            soft_wrap=True,
         )

@@ -29,8 +29,9 @@ MODELS: dict[Topic, type[BaseModel]] = {
 }
 
 
-def storable(value: bytes | None, model: type[BaseModel], settings: Settings
-             ) -> SinkEvent | Rejection:
+def storable(
+    value: bytes | None, model: type[BaseModel], settings: Settings
+) -> SinkEvent | Rejection:
     """The record as the event it holds, or why the projection cannot store it: unreadable
     (the codec's reasons, within the settings' bounds) or a field out of its range
     ("invalid_field")."""

@@ -33,8 +33,16 @@ class Steps:
     """The sink's handling of its batches. `database` is the store as a dependency that
     can be down: a write waits for it rather than skipping a record."""
 
-    def __init__(self, settings: Settings, *, store: Store, database: Dependency,
-                 reject: DeadLetters, processor: str, common: CommonMetrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store,
+        database: Dependency,
+        reject: DeadLetters,
+        processor: str,
+        common: CommonMetrics,
+    ) -> None:
         self.settings = settings
         self.models = {topic_name(topic, settings): model for topic, model in MODELS.items()}
         self.store = store
@@ -56,8 +64,10 @@ class Steps:
         failed try counted); the error of a row the database refuses is returned."""
         try:
             await self.database.call(
-                "write", lambda: asyncio.to_thread(self.store.apply_many, batch),
-                retry_on=(OperationalError, InterfaceError))
+                "write",
+                lambda: asyncio.to_thread(self.store.apply_many, batch),
+                retry_on=(OperationalError, InterfaceError),
+            )
         except (DataError, IntegrityError) as exc:
             return exc
         return None

@@ -92,8 +92,7 @@ class TrialRecord(OfTrial):
     advisory_judges: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON)
     # External checks the scenario does not name. Nullable: a projection made before the
     # column existed gets it added (Store.create_schema), its old rows NULL, read as [].
-    advisory_checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON,
-                                                  nullable=True)
+    advisory_checks: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSON, nullable=True)
     agent_version: str | None = None
     exit_reason: str | None = None
     exit_source: str | None = None  # session | harness: whose exit the exit gate checked
@@ -206,8 +205,9 @@ class WindowRecord(Projection, ReliabilityFigures):
     errors_sampled: int | None = None
 
 
-Record = (TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | TranscriptRecord
-          | WindowRecord)
+Record = (
+    TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | TranscriptRecord | WindowRecord
+)
 
 
 R = TypeVar("R", bound=Projection)
@@ -218,15 +218,21 @@ def row_of(row: type[R], event: BaseModel, **computed: Any) -> R:
     fields as JSON (nested models become the dicts a JSON column holds), `computed` gives
     the rest, exactly the ones the row declares."""
     if not isinstance(event, row.projects) or set(computed) != set(row.computed):
-        raise TypeError(f"{row.__name__} is made of a {row.projects.__name__} and its "
-                        f"computed columns {sorted(row.computed)}")
+        raise TypeError(
+            f"{row.__name__} is made of a {row.projects.__name__} and its "
+            f"computed columns {sorted(row.computed)}"
+        )
     copied = event.model_dump(mode="json", include=set(copied_fields(row)))
     return row(**copied, **computed)
 
 
 def trial_record(verdict: TrialVerdict) -> TrialRecord:
-    return row_of(TrialRecord, verdict, finished_at=as_utc(verdict.finished_at),
-                  verdict_at=as_utc(verdict.occurred_at))
+    return row_of(
+        TrialRecord,
+        verdict,
+        finished_at=as_utc(verdict.finished_at),
+        verdict_at=as_utc(verdict.occurred_at),
+    )
 
 
 def attempt_record(verdict: TrialVerdict) -> TrialAttemptRecord:
@@ -263,7 +269,8 @@ def tool_calls_of(finished: ConversationFinished) -> list[dict[str, Any]]:
 
 def transcript_record(finished: ConversationFinished) -> TranscriptRecord:
     return row_of(
-        TranscriptRecord, finished,
+        TranscriptRecord,
+        finished,
         messages=[m.model_dump(mode="json", exclude_none=True) for m in finished.transcript],
         tool_calls=tool_calls_of(finished),
         extra=dict(finished.model_extra or {}),
@@ -281,10 +288,15 @@ def window_record(record: ScenarioReliability) -> WindowRecord | None:
     """The row of a window record; None for a run record."""
     if record.window is None or record.window_start is None or record.window_end is None:
         return None
-    return row_of(WindowRecord, record, window=record.window,
-                  window_start=as_utc(record.window_start),
-                  window_end=as_utc(record.window_end), seq=window_seq(record.event_id),
-                  occurred_at=as_utc(record.occurred_at))
+    return row_of(
+        WindowRecord,
+        record,
+        window=record.window,
+        window_start=as_utc(record.window_start),
+        window_end=as_utc(record.window_end),
+        seq=window_seq(record.event_id),
+        occurred_at=as_utc(record.occurred_at),
+    )
 
 
 def of_trial(trial: TrialRecord, row: GateRecord | JudgeRecord | TranscriptRecord) -> bool:

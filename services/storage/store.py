@@ -60,13 +60,23 @@ class Stored:
     identity: tuple[str, ...] = ()
 
 
-def _stored(record: type[SQLModel], name: str, *, version: str,
-            identity: tuple[str, ...] = (), args: tuple[Any, ...] = ()) -> Stored:
+def _stored(
+    record: type[SQLModel],
+    name: str,
+    *,
+    version: str,
+    identity: tuple[str, ...] = (),
+    args: tuple[Any, ...] = (),
+) -> Stored:
     """The table `name` of `record`'s rows (a table model of its columns, in SinkTable's
     metadata)."""
     namespace = {"__module__": __name__, "__tablename__": name, "__table_args__": args}
-    row = types.new_class(f"{record.__name__}Row", (record, SinkTable), {"table": True},
-                          lambda body: body.update(namespace))
+    row = types.new_class(
+        f"{record.__name__}Row",
+        (record, SinkTable),
+        {"table": True},
+        lambda body: body.update(namespace),
+    )
     return Stored(row.__table__, version, identity)  # type: ignore[attr-defined]
 
 
@@ -75,16 +85,28 @@ def _stored(record: type[SQLModel], name: str, *, version: str,
 # was computed from. Judge rows carry no session, so only run and scenario are compared.
 TABLES: dict[type[SQLModel], Stored] = {
     TrialRecord: _stored(
-        TrialRecord, "trials", version="verdict_at",
+        TrialRecord,
+        "trials",
+        version="verdict_at",
         # A summary's newest trial (its k) is one index probe, however many trials it has.
-        args=(Index("ix_trials_latest", "run_id", "scenario_id", "verdict_at", "trial_id"),)),
+        args=(Index("ix_trials_latest", "run_id", "scenario_id", "verdict_at", "trial_id"),),
+    ),
     TrialAttemptRecord: _stored(TrialAttemptRecord, "trial_attempts", version="verdict_at"),
-    GateRecord: _stored(GateRecord, "gate_results", version="occurred_at",
-                        identity=("run_id", "scenario_id", "session_id")),
-    JudgeRecord: _stored(JudgeRecord, "judge_verdicts", version="occurred_at",
-                         identity=("run_id", "scenario_id")),
-    TranscriptRecord: _stored(TranscriptRecord, "transcripts", version="occurred_at",
-                              identity=("run_id", "scenario_id", "session_id")),
+    GateRecord: _stored(
+        GateRecord,
+        "gate_results",
+        version="occurred_at",
+        identity=("run_id", "scenario_id", "session_id"),
+    ),
+    JudgeRecord: _stored(
+        JudgeRecord, "judge_verdicts", version="occurred_at", identity=("run_id", "scenario_id")
+    ),
+    TranscriptRecord: _stored(
+        TranscriptRecord,
+        "transcripts",
+        version="occurred_at",
+        identity=("run_id", "scenario_id", "session_id"),
+    ),
     ScenarioSummary: _stored(ScenarioSummary, "scenario_summaries", version="last_verdict_at"),
     WindowRecord: _stored(WindowRecord, "scenario_windows", version="seq"),
 }
@@ -95,7 +117,9 @@ METADATA = SinkTable.metadata
 ADDED_COLUMNS = ("advisory_checks", "exit_source", "completion")
 # Columns of the figure tables added since (`invalid`: trials the simulated user spoiled).
 ADDED_FIGURE_COLUMNS: tuple[tuple[type[Any], str], ...] = (
-    (ScenarioSummary, "invalid"), (WindowRecord, "invalid"))
+    (ScenarioSummary, "invalid"),
+    (WindowRecord, "invalid"),
+)
 # Production traffic: a window's sampled counts (nullable: an old row had every trial sampled).
 ADDED_WINDOW_COLUMNS = ("n_sampled", "passed_sampled", "errors_sampled")
 
@@ -159,7 +183,8 @@ class Store:
             kind = column.type.compile(dialect=self.engine.dialect)
             if not column.nullable:
                 default = literal(model.model_fields[name].default).compile(
-                    dialect=self.engine.dialect, compile_kwargs={"literal_binds": True})
+                    dialect=self.engine.dialect, compile_kwargs={"literal_binds": True}
+                )
                 kind += f" NOT NULL DEFAULT {default}"
             try:
                 with self.engine.begin() as conn:
@@ -211,10 +236,12 @@ class Store:
             # made before these tables existed: said once, so an operator reading an old
             # projection learns why it is empty.
             self._told_missing = True
-            log.warning("the projection at %s has no table %s yet: it reads as empty until "
-                        "a sink (make up, passk worker sink) or passk rebuild creates it",
-                        self.engine.url.render_as_string(hide_password=True),
-                        ", ".join(missing))
+            log.warning(
+                "the projection at %s has no table %s yet: it reads as empty until "
+                "a sink (make up, passk worker sink) or passk rebuild creates it",
+                self.engine.url.render_as_string(hide_password=True),
+                ", ".join(missing),
+            )
         return not missing
 
     def close(self) -> None:
@@ -277,12 +304,18 @@ class Store:
         ids = sorted({t.trial_id for t in trials})
         table = TABLES[TrialRecord].table
         known: dict[str, Counted] = {}
-        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-            query = select(table.c.trial_id, table.c.run_id, table.c.scenario_id,
-                           table.c.outcome, table.c.verdict_at).where(table.c.trial_id.in_(chunk))
+        for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+            query = select(
+                table.c.trial_id,
+                table.c.run_id,
+                table.c.scenario_id,
+                table.c.outcome,
+                table.c.verdict_at,
+            ).where(table.c.trial_id.in_(chunk))
             for r in conn.execute(query):
-                known[r.trial_id] = Counted((r.run_id, r.scenario_id), r.outcome,
-                                            as_utc(r.verdict_at))
+                known[r.trial_id] = Counted(
+                    (r.run_id, r.scenario_id), r.outcome, as_utc(r.verdict_at)
+                )
         return known
 
     def _move_summary(self, conn: Connection, home: Home, delta: dict[str, int]) -> None:
@@ -291,12 +324,19 @@ class Store:
         run_id, scenario_id = home
         table = TABLES[ScenarioSummary].table
         where = (table.c.run_id == run_id, table.c.scenario_id == scenario_id)
-        added = {"passed": delta["passed"], "failed": delta["failed"], "errors": delta["error"],
-                 "invalid": delta["invalid"]}
+        added = {
+            "passed": delta["passed"],
+            "failed": delta["failed"],
+            "errors": delta["error"],
+            "invalid": delta["invalid"],
+        }
         stmt = self._insert(table).values(
-            run_id=run_id, scenario_id=scenario_id, k=1,
+            run_id=run_id,
+            scenario_id=scenario_id,
+            k=1,
             n=added["passed"] + added["failed"] + added["errors"],  # invalid trials: out of n
-            scenario_passed=False, **added,
+            scenario_passed=False,
+            **added,
         )
         stmt = stmt.on_conflict_do_update(
             index_elements=["run_id", "scenario_id"],
@@ -308,8 +348,7 @@ class Store:
             conn.execute(table.delete().where(*where))
             return
         k, last_verdict_at = latest
-        tally = ReliabilityTally(k=k, passed=passed, failed=failed, errors=errors,
-                                 invalid=invalid)
+        tally = ReliabilityTally(k=k, passed=passed, failed=failed, errors=errors, invalid=invalid)
         summary = summary_of(run_id, scenario_id, tally, last_verdict_at)
         conn.execute(table.update().where(*where).values(**summary.model_dump()))
 
@@ -317,9 +356,12 @@ class Store:
         """(k, verdict_at) of a summary's newest trial row, through the (run, scenario,
         verdict_at, trial_id) index: the same tie-break as `domain.summarize`."""
         t = TRIALS
-        query = (select(t.c.k, t.c.verdict_at)
-                 .where(t.c.run_id == run_id, t.c.scenario_id == scenario_id)
-                 .order_by(t.c.verdict_at.desc(), t.c.trial_id.desc()).limit(1))
+        query = (
+            select(t.c.k, t.c.verdict_at)
+            .where(t.c.run_id == run_id, t.c.scenario_id == scenario_id)
+            .order_by(t.c.verdict_at.desc(), t.c.trial_id.desc())
+            .limit(1)
+        )
         return conn.execute(query).first()
 
     def recompute_summaries(self) -> int:
@@ -329,7 +371,8 @@ class Store:
         t = TRIALS
         table = TABLES[ScenarioSummary].table
         counts = select(
-            t.c.run_id, t.c.scenario_id,
+            t.c.run_id,
+            t.c.scenario_id,
             *(func.sum(case((t.c.outcome == o, 1), else_=0)).label(o) for o in OUTCOMES),
         ).group_by(t.c.run_id, t.c.scenario_id)
         with self.engine.begin() as conn:
@@ -337,8 +380,13 @@ class Store:
             homes = conn.execute(counts).all()
             for row in homes:
                 k, last_verdict_at = self._latest_trial(conn, row.run_id, row.scenario_id)
-                tally = ReliabilityTally(k=k, passed=int(row.passed), failed=int(row.failed),
-                                         errors=int(row.error), invalid=int(row.invalid))
+                tally = ReliabilityTally(
+                    k=k,
+                    passed=int(row.passed),
+                    failed=int(row.failed),
+                    errors=int(row.error),
+                    invalid=int(row.invalid),
+                )
                 summary = summary_of(row.run_id, row.scenario_id, tally, last_verdict_at)
                 conn.execute(self._insert(table).values(**summary.model_dump()))
         return len(homes)
@@ -348,9 +396,7 @@ class Store:
     def _trials(
         self, conn: Connection, run_id: str, scenario_id: str | None = None
     ) -> list[TrialRecord]:
-        query = select(*self._trial_columns(conn)).where(
-            TRIALS.c.run_id == run_id
-        )
+        query = select(*self._trial_columns(conn)).where(TRIALS.c.run_id == run_id)
         if scenario_id is not None:
             query = query.where(TRIALS.c.scenario_id == scenario_id)
         table = TRIALS
@@ -391,8 +437,11 @@ class Store:
             return []
         t = TRIALS
         with self.engine.connect() as conn:
-            query = (select(*self._trial_columns(conn))
-                     .order_by(t.c.verdict_at.desc(), t.c.trial_id.desc()).limit(limit))
+            query = (
+                select(*self._trial_columns(conn))
+                .order_by(t.c.verdict_at.desc(), t.c.trial_id.desc())
+                .limit(limit)
+            )
             return [TrialRecord.model_validate(dict(r._mapping)) for r in conn.execute(query)]
 
     def judges_of(self, trial_ids: Iterable[str]) -> list[JudgeRecord]:
@@ -400,9 +449,10 @@ class Store:
         table = TABLES[JudgeRecord].table
         ids = sorted(set(trial_ids))
         out: list[JudgeRecord] = []
-        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-            out += self._select(JudgeRecord, table.c.trial_id.in_(chunk),
-                                order=("trial_id", "judge_id"))
+        for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+            out += self._select(
+                JudgeRecord, table.c.trial_id.in_(chunk), order=("trial_id", "judge_id")
+            )
         return out
 
     def summaries(self, run_id: str) -> list[ScenarioSummary]:
@@ -412,8 +462,9 @@ class Store:
     def history(self, run_id: str) -> list[TrialAttemptRecord]:
         """Every grading attempt of the run's trials, by trial and attempt."""
         table = TABLES[TrialAttemptRecord].table
-        return self._select(TrialAttemptRecord, table.c.run_id == run_id,
-                            order=("trial_id", "attempt"))
+        return self._select(
+            TrialAttemptRecord, table.c.run_id == run_id, order=("trial_id", "attempt")
+        )
 
     def gate_results(self, run_id: str) -> list[GateRecord]:
         table = TABLES[GateRecord].table
@@ -441,9 +492,10 @@ class Store:
         table = TABLES[TranscriptRecord].table
         ids = sorted(set(trial_ids))
         out: dict[str, TranscriptRecord] = {}
-        for chunk in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-            for r in self._select(TranscriptRecord, table.c.trial_id.in_(chunk),
-                                  order=("trial_id",)):
+        for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+            for r in self._select(
+                TranscriptRecord, table.c.trial_id.in_(chunk), order=("trial_id",)
+            ):
                 out[r.trial_id] = r
         return out
 
@@ -452,8 +504,13 @@ class Store:
         found = self._select(TranscriptRecord, table.c.trial_id == trial_id, order=("trial_id",))
         return found[0] if found else None
 
-    def windows(self, last: int | None = None, *, size: str | None = None,
-                scenarios: Iterable[str] | None = None) -> list[WindowRecord]:
+    def windows(
+        self,
+        last: int | None = None,
+        *,
+        size: str | None = None,
+        scenarios: Iterable[str] | None = None,
+    ) -> list[WindowRecord]:
         """Each scenario's windows (of every size, or of `size`), oldest first; with `last`,
         only the `last` most recent of each scenario and size."""
         table = TABLES[WindowRecord].table
@@ -463,7 +520,8 @@ class Store:
         if scenarios is not None:
             where.append(table.c.scenario_id.in_(sorted(set(scenarios))))
         rows: list[WindowRecord] = self._select(
-            WindowRecord, *where, order=("scenario_id", "window", "window_start"))
+            WindowRecord, *where, order=("scenario_id", "window", "window_start")
+        )
         if last is None:
             return rows
         kept: list[WindowRecord] = []

@@ -29,17 +29,37 @@ def build(settings: Settings, registry: CollectorRegistry = REGISTRY) -> faust.A
     app = make_app(PROCESSOR, settings)
     timing = domain.Timing.of(settings)
     # trial_id -> the trial while pending (RAM), then its emitted marker (on disk)
-    join = KeyedJoin(app, SPEC, settings, state=domain.TrialState, roles=("gate", "judge"),
-                     marked_at="emitted_at", awaiting=domain.awaiting,
-                     due_at=lambda s: domain.due_at(s, timing), is_marker=domain.is_marker)
+    join = KeyedJoin(
+        app,
+        SPEC,
+        settings,
+        state=domain.TrialState,
+        roles=("gate", "judge"),
+        marked_at="emitted_at",
+        awaiting=domain.awaiting,
+        due_at=lambda s: domain.due_at(s, timing),
+        is_marker=domain.is_marker,
+    )
     run_alongside(app, settings, join.catalog)
     calibrations = CalibrationFollower(settings)
-    steps = Steps(settings, timing, join, calibrations=calibrations,
-                  trial_verdicts=raw_topic(app, Topic.TRIAL_VERDICTS, settings),
-                  metrics=VerdictMetrics(registry), common=common_metrics())
-    join.agent("collect", on_input={Topic.GATE_RESULTS: steps.on_gate_result,
-                                    Topic.JUDGE_VERDICTS: steps.on_judge_verdict},
-               on_tick=steps.on_tick, before=steps.before)
+    steps = Steps(
+        settings,
+        timing,
+        join,
+        calibrations=calibrations,
+        trial_verdicts=raw_topic(app, Topic.TRIAL_VERDICTS, settings),
+        metrics=VerdictMetrics(registry),
+        common=common_metrics(),
+    )
+    join.agent(
+        "collect",
+        on_input={
+            Topic.GATE_RESULTS: steps.on_gate_result,
+            Topic.JUDGE_VERDICTS: steps.on_judge_verdict,
+        },
+        on_tick=steps.on_tick,
+        before=steps.before,
+    )
     app.timer(interval=5.0)(steps.known_scenarios)
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]  # stub wants a signal kwarg

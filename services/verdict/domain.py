@@ -78,8 +78,11 @@ class Timing:
     @classmethod
     def of(cls, settings: Settings) -> Timing:
         # The gates are waited for as long as the gate waits for a session.
-        return cls(judge_wait_s=settings.judge_wait_s, gate_wait_s=settings.session_wait_s,
-                   retention_s=settings.dedup_retention_s)
+        return cls(
+            judge_wait_s=settings.judge_wait_s,
+            gate_wait_s=settings.session_wait_s,
+            retention_s=settings.dedup_retention_s,
+        )
 
 
 # What a trial's state keeps of the trial it assembles: its identity but the scenario
@@ -108,8 +111,10 @@ def on_gate_result(state: TrialState | None, result: GateResult, now: float) -> 
         len({g.scenario_version for g in gates.values()}) == 1
     )
     return state.model_copy(
-        update={"gates": gates, "gates_complete_at": (state.gates_complete_at or now)
-                if complete else None}
+        update={
+            "gates": gates,
+            "gates_complete_at": (state.gates_complete_at or now) if complete else None,
+        }
     )
 
 
@@ -132,10 +137,12 @@ def identity_conflict(state: TrialState | None, ref: GateResult | JudgeVerdict) 
     theirs = (ref.run_id, ref.scenario_id, ref.session_id)
     if mine == theirs:
         return None
-    return (f"trial {ref.trial_id!r} of run {ref.run_id!r}, scenario {ref.scenario_id!r}, "
-            f"session {ref.session_id!r} reuses the id of trial {state.trial_id!r} of run "
-            f"{state.run_id!r}, scenario {state.scenario_id!r}, session {state.session_id!r}"
-            "; the first is graded, this one is not")
+    return (
+        f"trial {ref.trial_id!r} of run {ref.run_id!r}, scenario {ref.scenario_id!r}, "
+        f"session {ref.session_id!r} reuses the id of trial {state.trial_id!r} of run "
+        f"{state.run_id!r}, scenario {state.scenario_id!r}, session {state.session_id!r}"
+        "; the first is graded, this one is not"
+    )
 
 
 def is_duplicate(state: TrialState | None, ref: GateResult | JudgeVerdict | None = None) -> bool:
@@ -160,10 +167,12 @@ def missing_checks(state: TrialState, scenario: Scenario | None) -> list[str]:
         return missing or ["gate:version"]
     sampled = is_sampled(state)
     return [
-        f"judge:{j.id}" for j in scenario.gating_judges
+        f"judge:{j.id}"
+        for j in scenario.gating_judges
         if f"{j.id}@{version}" not in state.judges and (sampled or j.kind != "llm")
     ] + [
-        f"user:{u.id}" for u in scenario.user_checks
+        f"user:{u.id}"
+        for u in scenario.user_checks
         if u.gating and f"user:{u.id}@{version}" not in state.judges
     ]
 
@@ -202,8 +211,11 @@ def on_tick(
         return TickDecision("wait")
     if state.emitted_at is not None:  # remembered long enough to drop its repeats
         return TickDecision("forget")
-    waited = timing.judge_wait_s if state.gates_complete_at is not None else (
-        timing.gate_wait_s + timing.judge_wait_s)
+    waited = (
+        timing.judge_wait_s
+        if state.gates_complete_at is not None
+        else (timing.gate_wait_s + timing.judge_wait_s)
+    )
     return TickDecision("emit", missing_checks(state, scenario), waited)
 
 
@@ -223,8 +235,15 @@ class _Checks:
 
     @property
     def outcome(self) -> Outcome:
-        return ("invalid" if self.spoiled else "failed" if self.failed
-                else "error" if self.errors else "passed")
+        return (
+            "invalid"
+            if self.spoiled
+            else "failed"
+            if self.failed
+            else "error"
+            if self.errors
+            else "passed"
+        )
 
 
 def _gates(state: TrialState, checks: _Checks) -> None:
@@ -235,8 +254,7 @@ def _gates(state: TrialState, checks: _Checks) -> None:
         if gate.passed:
             checks.passed.append(f"gate:{name}")
         else:
-            checks.failed.append(
-                FailedCheck(check=f"gate:{name}", reason="; ".join(gate.reasons)))
+            checks.failed.append(FailedCheck(check=f"gate:{name}", reason="; ".join(gate.reasons)))
 
 
 def _external(state: TrialState, scenario: Scenario, checks: _Checks) -> None:
@@ -257,14 +275,24 @@ def _external(state: TrialState, scenario: Scenario, checks: _Checks) -> None:
     if exit_gate is not None:
         for check_id in scenario.external_checks:
             if f"external:{check_id}" not in graded:
-                checks.errors.append(FailedCheck(
-                    check=f"external:{check_id}",
-                    reason="error: the exit gate's result carries no result for this "
-                    "external check (graded by a gate from before external checks?)"))
+                checks.errors.append(
+                    FailedCheck(
+                        check=f"external:{check_id}",
+                        reason="error: the exit gate's result carries no result for this "
+                        "external check (graded by a gate from before external checks?)",
+                    )
+                )
 
 
-def _judges(state: TrialState, scenario: Scenario, version: str | None, sampled: bool,
-            policy: GatingPolicy, book: CalibrationBook, checks: _Checks) -> None:
+def _judges(
+    state: TrialState,
+    scenario: Scenario,
+    version: str | None,
+    sampled: bool,
+    policy: GatingPolicy,
+    book: CalibrationBook,
+    checks: _Checks,
+) -> None:
     for judge in scenario.judges:
         verdict = state.judges.get(f"{judge.id}@{version}")
         if verdict is None or verdict.result == "not_sampled":
@@ -274,9 +302,7 @@ def _judges(state: TrialState, scenario: Scenario, version: str | None, sampled:
         if verdict.result == "skipped":  # not asked: the gates had failed the trial already
             checks.skipped.append(judge.id)
             continue
-        gates, why = policy.gates(
-            judge, verdict.judge_version, book.get(verdict.judge_version)
-        )
+        gates, why = policy.gates(judge, verdict.judge_version, book.get(verdict.judge_version))
         if not gates:
             checks.advisory.append(AdvisoryJudge(
                 judge_id=judge.id, judge_version=verdict.judge_version, why=why,
@@ -293,8 +319,14 @@ def _judges(state: TrialState, scenario: Scenario, version: str | None, sampled:
             checks.errors.append(FailedCheck(check=check, reason=f"error: {verdict.reason}"))
 
 
-def _user_checks(state: TrialState, scenario: Scenario, version: str | None,
-                 policy: GatingPolicy, book: CalibrationBook, checks: _Checks) -> None:
+def _user_checks(
+    state: TrialState,
+    scenario: Scenario,
+    version: str | None,
+    policy: GatingPolicy,
+    book: CalibrationBook,
+    checks: _Checks,
+) -> None:
     """The simulated user's checks: one that failed spoils the trial (`invalid`, whatever
     the agent's checks said); one that could not be made is an error like any check."""
     for spec in scenario.user_checks:
@@ -336,7 +368,8 @@ def assemble(
     _user_checks(state, scenario, version, policy, book, checks)
     for check in missing:
         checks.errors.append(
-            FailedCheck(check=check, reason=f"error: no result within {waited_s:g} s"))
+            FailedCheck(check=check, reason=f"error: no result within {waited_s:g} s")
+        )
 
     exit_gate = state.gates.get("exit")
     facts = exit_gate or state.gates.get("state")
@@ -365,8 +398,12 @@ def assemble(
 
 def emitted(state: TrialState, verdict: TrialVerdict, now: float) -> TrialState:
     """What is remembered of an emitted trial: enough to recognise a repeat."""
-    return TrialState(**state.model_dump(include=OF_TRIAL), first_seen_at=state.first_seen_at,
-                      emitted_at=now, emitted_outcome=verdict.outcome)
+    return TrialState(
+        **state.model_dump(include=OF_TRIAL),
+        first_seen_at=state.first_seen_at,
+        emitted_at=now,
+        emitted_outcome=verdict.outcome,
+    )
 
 
 def is_marker(state: TrialState) -> bool:

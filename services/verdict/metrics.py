@@ -21,29 +21,46 @@ LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 class VerdictMetrics(MetricSet):
     trials = counter(
         "passk_trials_total",
-        "Trial verdicts, by scenario and outcome (passed, failed, error).", "scenario", "outcome")
+        "Trial verdicts, by scenario and outcome (passed, failed, error).",
+        "scenario",
+        "outcome",
+    )
     regrades = counter(
         "passk_trial_regrades_total",
         "Re-graded trial verdicts (attempt 2 and up), by scenario and new outcome; "
         "passk_trials_total counts each trial once, with its first verdict.",
-        "scenario", "outcome")
+        "scenario",
+        "outcome",
+    )
     duplicates = counter(
         "passk_verdict_duplicates_total",
-        "Gate results or judge verdicts that arrived after their trial's verdict.")
+        "Gate results or judge verdicts that arrived after their trial's verdict.",
+    )
     tokens = histogram(
         "passk_trial_tokens",
         "Agent tokens per trial, by scenario and kind (input, output), as reported.",
-        "scenario", "kind", buckets=TOKEN_BUCKETS)
-    turns = histogram("passk_trial_turns", "Turns per trial, by scenario, as reported.",
-                      "scenario", buckets=TURN_BUCKETS)
+        "scenario",
+        "kind",
+        buckets=TOKEN_BUCKETS,
+    )
+    turns = histogram(
+        "passk_trial_turns",
+        "Turns per trial, by scenario, as reported.",
+        "scenario",
+        buckets=TURN_BUCKETS,
+    )
     duration = histogram(
         "passk_trial_duration_seconds",
         "Conversation duration per trial, by scenario, as reported.",
-        "scenario", buckets=DURATION_BUCKETS)
+        "scenario",
+        buckets=DURATION_BUCKETS,
+    )
     agent_latency = histogram(
         "passk_agent_latency_seconds",
         "The agent's reported response latency per trial, by scenario.",
-        "scenario", buckets=LATENCY_BUCKETS)
+        "scenario",
+        buckets=LATENCY_BUCKETS,
+    )
 
     def known_scenarios(self, scenarios: Iterable[str]) -> None:
         """Create every (scenario, outcome) series at 0, so an alert's increase() sees the

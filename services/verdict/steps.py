@@ -40,7 +40,8 @@ class Steps(JoinSteps):
     def __post_init__(self) -> None:
         self.policy = GatingPolicy(
             bar=Bar(self.settings.calibration_bar, self.settings.min_labelled),
-            uncalibrated=self.settings.uncalibrated_judges)
+            uncalibrated=self.settings.uncalibrated_judges,
+        )
 
     # ------------------------------------------------------------------ the agent
     async def before(self) -> None:
@@ -54,13 +55,14 @@ class Steps(JoinSteps):
     async def on_judge_verdict(self, event: Record) -> None:
         await self._on_result(event, JudgeVerdict)
 
-    async def on_tick(self, event: Record, key: str, state: domain.TrialState,
-                      now: float) -> None:
+    async def on_tick(self, event: Record, key: str, state: domain.TrialState, now: float) -> None:
         decision = domain.on_tick(state, now, self.timing, self._scenario_for(state))
         if decision.action == "forget":
             self.join.store(key, None)
-        elif decision.action == "emit" and (
-                done := await self._emit(state, decision.missing, decision.waited_s)) is not None:
+        elif (
+            decision.action == "emit"
+            and (done := await self._emit(state, decision.missing, decision.waited_s)) is not None
+        ):
             self.join.store(key, done)
             self.common.events.labels(self.processor, "deadline").inc()
 
@@ -74,8 +76,10 @@ class Steps(JoinSteps):
     async def _on_result(self, event: Record, model: type[GateResult | JudgeVerdict]) -> None:
         now = time.time()
         result = await self.join.decoded(event, model)
-        if result is None or await self.join.scenario(
-                event, result.scenario_id, result.scenario_version) is None:
+        if (
+            result is None
+            or await self.join.scenario(event, result.scenario_id, result.scenario_version) is None
+        ):
             return
         state = self.join.load(result.trial_id)
         # Before the repeat check: a reused id with the first trial's attempt is no repeat.
@@ -90,8 +94,11 @@ class Steps(JoinSteps):
         else:
             state = domain.on_judge_verdict(state, result, now)
         # the broker's arrival time of this input (LogAppendTime; faust gives seconds)
-        emitted = None if domain.missing_checks(state, self._scenario_for(state)) else (
-            await self._emit(state, [], 0.0, arrived_at=event.message.timestamp))
+        emitted = (
+            None
+            if domain.missing_checks(state, self._scenario_for(state))
+            else (await self._emit(state, [], 0.0, arrived_at=event.message.timestamp))
+        )
         self.common.events.labels(self.processor, "waiting" if emitted is None else "emitted").inc()
         self.join.store(result.trial_id, state if emitted is None else emitted)
 
@@ -101,19 +108,33 @@ class Steps(JoinSteps):
             version = next(iter(state.judges.values())).scenario_version
         return self.catalog.get(state.scenario_id, version) or self.catalog.get(state.scenario_id)
 
-    async def _emit(self, state: domain.TrialState, missing: list[str], waited_s: float,
-                    arrived_at: float | None = None) -> domain.TrialState | None:
+    async def _emit(
+        self,
+        state: domain.TrialState,
+        missing: list[str],
+        waited_s: float,
+        arrived_at: float | None = None,
+    ) -> domain.TrialState | None:
         """Publish the trial's verdict; None (nothing published, state kept for the next
         tick) if its scenario is no longer in the catalog, which arrival checked it was."""
         if (scenario := self._scenario_for(state)) is None:
-            log.error("verdict: scenario %r of trial %r left the catalog; verdict held",
-                      state.scenario_id, state.trial_id)
+            log.error(
+                "verdict: scenario %r of trial %r left the catalog; verdict held",
+                state.scenario_id,
+                state.trial_id,
+            )
             self.common.events.labels(self.processor, "scenario_missing").inc()
             return None
         # Gating is decided on every calibration published before the last input arrived.
         await self.calibrations.sync(arrived_at)
-        verdict = domain.assemble(state, scenario, missing=missing, waited_s=waited_s,
-                                  policy=self.policy, book=self.calibrations.book)
+        verdict = domain.assemble(
+            state,
+            scenario,
+            missing=missing,
+            waited_s=waited_s,
+            policy=self.policy,
+            book=self.calibrations.book,
+        )
         # Published before the trial is remembered as emitted (the join's Outbox): a crash
         # in between re-emits the same event id, which consumers drop.
         await self.join.send(self.trial_verdicts, state.trial_id, encode(verdict))

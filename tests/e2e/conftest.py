@@ -48,29 +48,56 @@ BIN = Path(sys.executable).parent  # supervisord and supervisorctl, installed wi
 def supervise_config(conf: Path, logs: Path, env: dict[str, str], *args: str) -> None:
     """`passk supervise config` as `make up` writes it: conf for the workers, logs in logs."""
     made = subprocess.run(
-        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(conf),
-         "--log-dir", str(logs), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "supervise",
+            "config",
+            "--out",
+            str(conf),
+            "--log-dir",
+            str(logs),
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
 
 
 @contextmanager
 def supervisord(conf: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """supervisord running conf for the duration of a block; shut down afterwards."""
-    daemon = subprocess.Popen([str(BIN / "supervisord"), "-n", "-c", str(conf)], env=env,
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    daemon = subprocess.Popen(
+        [str(BIN / "supervisord"), "-n", "-c", str(conf)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield daemon
     finally:
-        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "shutdown"],
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [str(BIN / "supervisorctl"), "-c", str(conf), "shutdown"],
+            capture_output=True,
+            timeout=120,
+        )
         stop(daemon, timeout=60)
 
 
 def supervised_pid(conf: Path, program: str) -> int | None:
     """The pid of a RUNNING program under supervisord, else None."""
-    out = subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "status", program],
-                         capture_output=True, text=True, timeout=30).stdout
+    out = subprocess.run(
+        [str(BIN / "supervisorctl"), "-c", str(conf), "status", program],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
     return int(out.split("pid ")[1].split(",")[0]) if "RUNNING" in out else None
 
 
@@ -109,8 +136,12 @@ class Pipeline:
     def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         log = open(self.logs / f"{name}.log", "ab")  # lives with the process
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", *args], env={**self.env, **(env or {})},
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "services.cli", *args],
+            env={**self.env, **(env or {})},
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def metrics_port(self, name: str) -> int:
@@ -130,18 +161,39 @@ class Pipeline:
             env.setdefault("PASSK_DATA_DIR", str(self.logs.parent / "data" / instance))
         self.start(instance or name, "worker", name, env=env)
 
-    def publish_and_generate(self, scenarios: Path, out: Path, run_id: str, *generate: str,
-                             trials: int, seed: int, pass_prob: float) -> tuple[Path, dict]:
+    def publish_and_generate(
+        self,
+        scenarios: Path,
+        out: Path,
+        run_id: str,
+        *generate: str,
+        trials: int,
+        seed: int,
+        pass_prob: float,
+    ) -> tuple[Path, dict]:
         """Publish `scenarios` and generate a run's traffic in `out` (with more `generate`
         options, if any): the traffic file and the expected outcomes (the generator's,
         independent of the pipeline), which stay in out/expected.json."""
         traffic, expected_file = out / "traffic.jsonl", out / "expected.json"
         assert self.passk("scenarios", "publish", str(scenarios)).returncode == 0
         gen = self.passk(
-            "generate", "--scenarios", str(scenarios), "--run-id", run_id,
-            "--out", str(traffic), "--expected", str(expected_file),
-            "--trials", str(trials), "--seed", str(seed), "--default-pass-prob", str(pass_prob),
-            *generate)
+            "generate",
+            "--scenarios",
+            str(scenarios),
+            "--run-id",
+            run_id,
+            "--out",
+            str(traffic),
+            "--expected",
+            str(expected_file),
+            "--trials",
+            str(trials),
+            "--seed",
+            str(seed),
+            "--default-pass-prob",
+            str(pass_prob),
+            *generate,
+        )
         assert gen.returncode == 0, gen.stderr
         return traffic, json.loads(expected_file.read_text())
 
@@ -151,7 +203,11 @@ class Pipeline:
         while the block runs; still running when it ends (a failing test), it is killed."""
         replay = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate", str(rate)],
-            env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            env=self.env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         try:
             yield replay
         finally:
@@ -182,12 +238,16 @@ class Pipeline:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
-    def passk(self, *args: str, timeout: float = 600,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def passk(
+        self, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "services.cli", *args], env={**self.env, **(env or {})},
+            [sys.executable, "-m", "services.cli", *args],
+            env={**self.env, **(env or {})},
             cwd=ROOT,
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def stacks(self, name: str) -> str:
@@ -200,11 +260,13 @@ class Pipeline:
         and lag, the end of the worker's log and what its threads are doing."""
         parts = {
             "processors": self.status_line,
-            f"{name}'s log": lambda: (self.logs / f"{name}.log").read_text(
-                errors="replace")[-4000:],
+            f"{name}'s log": lambda: (self.logs / f"{name}.log").read_text(errors="replace")[
+                -4000:
+            ],
             f"{name}'s threads": lambda: self.stacks(name),
-            f"{name}'s asyncio tasks": lambda: tasks_of(self.procs[name].pid,
-                                                        self.logs / f"{name}.log"),
+            f"{name}'s asyncio tasks": lambda: tasks_of(
+                self.procs[name].pid, self.logs / f"{name}.log"
+            ),
         }
         return "\n".join(f"{what}:\n{_or_why_not(part)}" for what, part in parts.items())
 
@@ -223,8 +285,9 @@ class Pipeline:
 
         self.last_status = ""
         try:
-            wait_for(check, timeout=timeout, interval=1.0,
-                     what="every processor consumed its inputs")
+            wait_for(
+                check, timeout=timeout, interval=1.0, what="every processor consumed its inputs"
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}; processors: {self.last_status}") from None
 
@@ -254,9 +317,9 @@ def assert_replayed(replay: subprocess.Popen[bytes], timeout: float) -> None:
     assert replay.wait(timeout) == 0, replay.stdout.read() if replay.stdout else ""
 
 
-def assert_each_trial_once_as_expected(store: Store, settings: Settings, run_id: str,
-                                       expected: dict, *, read_timeout: float = 30.0
-                                       ) -> dict[str, str]:
+def assert_each_trial_once_as_expected(
+    store: Store, settings: Settings, run_id: str, expected: dict, *, read_timeout: float = 30.0
+) -> dict[str, str]:
     """Every generated trial is in the projection once, with the generator's expected
     outcome, and the verdict log names each with one outcome (a redelivered verdict may sit
     there twice, never with two outcomes). Returns each trial's outcome."""
@@ -274,10 +337,16 @@ def assert_each_trial_once_as_expected(store: Store, settings: Settings, run_id:
 
 
 @contextmanager
-def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str], *,
-                     worker_env: dict[str, dict[str, str]] | None = None,
-                     second_instances: tuple[str, ...] = (), settle_timeout: float = 120,
-                     **extra_env: str) -> Iterator[Pipeline]:
+def running_pipeline(
+    settings: Settings,
+    tmp_path: Path,
+    processors: list[str],
+    *,
+    worker_env: dict[str, dict[str, str]] | None = None,
+    second_instances: tuple[str, ...] = (),
+    settle_timeout: float = 120,
+    **extra_env: str,
+) -> Iterator[Pipeline]:
     """The stand-in and a worker of each of `processors` (`worker_env[p]` added to p's
     environment), and a second one (`<p>-2`) of each of `second_instances`, every group
     settled, for the duration of a block. All start at once: a group settles once, not
@@ -292,17 +361,28 @@ def running_pipeline(settings: Settings, tmp_path: Path, processors: list[str], 
     )
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
-    p = Pipeline(settings, env, logs, metrics_base=free_port_block(METRICS_BLOCK),
-                 worker_env={name: dict(extra) for name, extra in (worker_env or {}).items()})
+    p = Pipeline(
+        settings,
+        env,
+        logs,
+        metrics_base=free_port_block(METRICS_BLOCK),
+        worker_env={name: dict(extra) for name, extra in (worker_env or {}).items()},
+    )
     p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
     for name in processors:
         p.start_worker(name)
     for name in second_instances:
         p.start_worker(name, f"{name}-2")
     try:
-        wait_for(lambda: all(proc.poll() is None for proc in p.procs.values()) and
-                 settled(settings, processors), timeout=settle_timeout, interval=1.0,
-                 what="stand-in and every worker up")
+        wait_for(
+            lambda: (
+                all(proc.poll() is None for proc in p.procs.values())
+                and settled(settings, processors)
+            ),
+            timeout=settle_timeout,
+            interval=1.0,
+            what="stand-in and every worker up",
+        )
         yield p
     finally:
         p.stop_all()
@@ -341,15 +421,19 @@ class _SharedPipeline:
                 settings = make_settings(kafka_bootstrap, directory)
                 stack.callback(delete_topics_with_prefix, settings)
                 self.pipeline = stack.enter_context(
-                    running_pipeline(settings, directory, PROCESSORS))
+                    running_pipeline(settings, directory, PROCESSORS)
+                )
             except BaseException as exc:
                 self.failed = str(exc)[:2000]
                 stack.close()
                 raise
             self.stack = stack
         # A worker that died under an earlier test fails the next one, with its log.
-        dead = {n: (p.returncode, (self.pipeline.logs / f"{n}.log").read_text()[-2000:])
-                for n, p in self.pipeline.procs.items() if p.poll() is not None}
+        dead = {
+            n: (p.returncode, (self.pipeline.logs / f"{n}.log").read_text()[-2000:])
+            for n, p in self.pipeline.procs.items()
+            if p.poll() is not None
+        }
         assert not dead, f"shared pipeline: exited {dead}"
         return self.pipeline
 
@@ -363,8 +447,7 @@ _SHARED = _SharedPipeline()
 
 
 @pytest.fixture
-def shared_pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-                    ) -> Pipeline:
+def shared_pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
     """The pipeline the traffic-only tests share (see above). A test on it uses its own run
     ids and scenario ids, and starts nothing in it that outlives the test."""
     return _SHARED.get(kafka_bootstrap, tmp_path_factory)

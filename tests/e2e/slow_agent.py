@@ -21,8 +21,11 @@ async def closes_on_third(request: dict[str, Any]) -> dict[str, Any]:
     if closed and os.environ.get("PASSK_TEST_CLOSED_LOG"):  # tells a test it is probing now
         with open(os.environ["PASSK_TEST_CLOSED_LOG"], "a") as log:
             log.write(request["passk"]["trial_id"] + "\n")
-    return {"session_id": session, "reply": f"reply {SESSIONS[session]}",
-            "exit_reason": "product_closed" if closed else None}
+    return {
+        "session_id": session,
+        "reply": f"reply {SESSIONS[session]}",
+        "exit_reason": "product_closed" if closed else None,
+    }
 
 
 def session_of(trial_id: str) -> str:

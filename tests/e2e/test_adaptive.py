@@ -31,8 +31,11 @@ PLAN = {
     "debrief-warranty-no-charge": {"silent_close": "*"},
     "debrief-safety-incident": {"silent_close": EVERY_FIFTH},
 }
-TRUE_SIDE = {"debrief-billable-repair": "above", "debrief-follow-up-required": "below",
-             "debrief-warranty-no-charge": "below"}
+TRUE_SIDE = {
+    "debrief-billable-repair": "above",
+    "debrief-follow-up-required": "below",
+    "debrief-warranty-no-charge": "below",
+}
 
 
 def four_scenarios(tmp_path: Path) -> Path:
@@ -51,20 +54,40 @@ def _ok(result) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_adaptive_run_decides_far_scenarios_cheaply_within_budget_and_reruns_add_none(
-        shared_pipeline: Pipeline, tmp_path: Path) -> None:
+    shared_pipeline: Pipeline, tmp_path: Path
+) -> None:
     pipeline = shared_pipeline
     scenarios = four_scenarios(tmp_path)
     run_id = "e2e-adaptive"
     _ok(pipeline.passk("scenarios", "publish", str(scenarios)))
-    args = ("run", "--scenarios", str(scenarios), "--run-id", run_id, "--adaptive",
-            "--budget", str(BUDGET), "--goal", str(GOAL), "--batch", "6", "--concurrency", "6",
-            "--verdict-timeout", "300", "--json")
+    args = (
+        "run",
+        "--scenarios",
+        str(scenarios),
+        "--run-id",
+        run_id,
+        "--adaptive",
+        "--budget",
+        str(BUDGET),
+        "--goal",
+        str(GOAL),
+        "--batch",
+        "6",
+        "--concurrency",
+        "6",
+        "--verdict-timeout",
+        "300",
+        "--json",
+    )
     with reference_product(tmp_path, PLAN) as (port, db):
         tgt = str(target(tmp_path, port, db, "http"))
         first = json.loads(_ok(pipeline.passk(*args, "--target", tgt, timeout=1200)))
         again = json.loads(_ok(pipeline.passk(*args, "--target", tgt, timeout=600)))
-        sessions = sqlite3.connect(db).execute(
-            "SELECT trial_id, scenario_id FROM sessions WHERE trial_id IS NOT NULL").fetchall()
+        sessions = (
+            sqlite3.connect(db)
+            .execute("SELECT trial_id, scenario_id FROM sessions WHERE trial_id IS NOT NULL")
+            .fetchall()
+        )
 
     by = {s["scenario_id"]: s for s in first["scenarios"]}
     assert set(by) == set(PLAN)
@@ -76,10 +99,11 @@ def test_adaptive_run_decides_far_scenarios_cheaply_within_budget_and_reruns_add
     assert near["decision"] == "undecided"
     assert near["failed"] == near["n"] // 5 and near["passed"] == near["n"] - near["n"] // 5
     # budget spent, never exceeded: by passk's count, the log's and the product's own
-    logged = {v["trial_id"] for _, v, _ in read_topic(pipeline.settings,
-                                                      Topic.CONVERSATION_FINISHED,
-                                                      timeout=30)
-              if v["run_id"] == run_id}
+    logged = {
+        v["trial_id"]
+        for _, v, _ in read_topic(pipeline.settings, Topic.CONVERSATION_FINISHED, timeout=30)
+        if v["run_id"] == run_id
+    }
     assert first["trials_run"] == len(logged) == BUDGET == first["budget"]
     assert len({t for t, _ in sessions}) == BUDGET
     assert sum(s["n"] + s["errors"] + s["invalid"] for s in first["scenarios"]) == BUDGET
@@ -115,9 +139,15 @@ def user_breaks_role_scenario(tmp_path: Path) -> Path:
     raw["id"] = "adaptive-user-breaks-role"
     script = raw["user"].pop("script")
     raw["user"]["instructions"] = " ".join(script)
-    raw["user_checks"] = [{"id": "stayed_in_role", "kind": "regex", "role": "user",
-                           "pattern": "(?i)how can I help|I'm your assistant",
-                           "must_match": False}]
+    raw["user_checks"] = [
+        {
+            "id": "stayed_in_role",
+            "kind": "regex",
+            "role": "user",
+            "pattern": "(?i)how can I help|I'm your assistant",
+            "must_match": False,
+        }
+    ]
     out = tmp_path / "user-scenarios"
     out.mkdir()
     (out / "user.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -125,40 +155,78 @@ def user_breaks_role_scenario(tmp_path: Path) -> Path:
 
 
 def test_trials_a_role_breaking_user_spoiled_are_invalid_out_of_pass_k_and_run_again(
-        shared_pipeline: Pipeline, tmp_path: Path) -> None:
+    shared_pipeline: Pipeline, tmp_path: Path
+) -> None:
     pipeline = shared_pipeline
     scenarios = user_breaks_role_scenario(tmp_path)
     run_id = "e2e-adaptive-invalid"
     _ok(pipeline.passk("scenarios", "publish", str(scenarios)))
     port = free_port()
     user_model = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "judge-standin", "--port", str(port),
-         "--user-breaks-role-every", "3"], cwd=ROOT, env=pipeline.env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "judge-standin",
+            "--port",
+            str(port),
+            "--user-breaks-role-every",
+            "3",
+        ],
+        cwd=ROOT,
+        env=pipeline.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_for(lambda: _answers(port), timeout=60, what="the user's stand-in up")
         with reference_product(tmp_path, {}) as (agent_port, db):
             # one trial at a time, so conversations 1, 4, 7 (the user breaking role) are
             # trials 001, 004, 007; goal 0.5 is not decided by 5 passes of 5 (k = 3)
             result = pipeline.passk(
-                "run", "--scenarios", str(scenarios), "--run-id", run_id,
-                "--target", str(target(tmp_path, agent_port, db, "http")), "--adaptive",
-                "--budget", "8", "--goal", "0.5", "--batch", "1", "--concurrency", "1",
-                "--verdict-timeout", "300", "--json",
-                env={"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
-                     "OPENAI_API_KEY": "stand-in"}, timeout=900)
+                "run",
+                "--scenarios",
+                str(scenarios),
+                "--run-id",
+                run_id,
+                "--target",
+                str(target(tmp_path, agent_port, db, "http")),
+                "--adaptive",
+                "--budget",
+                "8",
+                "--goal",
+                "0.5",
+                "--batch",
+                "1",
+                "--concurrency",
+                "1",
+                "--verdict-timeout",
+                "300",
+                "--json",
+                env={
+                    "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+                    "OPENAI_API_KEY": "stand-in",
+                },
+                timeout=900,
+            )
             summary = json.loads(_ok(result))
-        stats = json.loads(urllib.request.urlopen(
-            f"http://127.0.0.1:{port}/stats", timeout=5).read())
+        stats = json.loads(
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5).read()
+        )
     finally:
         stop(user_model)
     assert (stats["user_conversations"], stats["user_broke_role"]) == (8, 3)
     # which trials the user spoiled, from the transcripts in the log (not from passk)
-    events = {v["trial_id"]: v for _, v, _ in read_topic(
-        pipeline.settings, Topic.CONVERSATION_FINISHED, timeout=30) if v["run_id"] == run_id}
-    spoiled = sorted(t for t, v in events.items()
-                     if next(m["content"] for m in v["transcript"] if m["role"] == "user")
-                     == BROKEN)
+    events = {
+        v["trial_id"]: v
+        for _, v, _ in read_topic(pipeline.settings, Topic.CONVERSATION_FINISHED, timeout=30)
+        if v["run_id"] == run_id
+    }
+    spoiled = sorted(
+        t
+        for t, v in events.items()
+        if next(m["content"] for m in v["transcript"] if m["role"] == "user") == BROKEN
+    )
     assert spoiled == [f"{run_id}:adaptive-user-breaks-role:{n:03d}" for n in (1, 4, 7)]
     assert len(events) == summary["trials_run"] == 8  # the budget, not one more
     s = summary["scenarios"][0]
@@ -186,8 +254,11 @@ def test_trials_a_role_breaking_user_spoiled_are_invalid_out_of_pass_k_and_run_a
 
     def windows_count() -> bool:
         out = json.loads(_ok(pipeline.passk("windows", "--json")))
-        mine = [w for w in out["windows"] if w["scenario_id"] == "adaptive-user-breaks-role"
-                and w["window"] == "1d"]
+        mine = [
+            w
+            for w in out["windows"]
+            if w["scenario_id"] == "adaptive-user-breaks-role" and w["window"] == "1d"
+        ]
         return sum(w["invalid"] for w in mine) == 3 and sum(w["n"] for w in mine) == 5
 
     wait_for(windows_count, timeout=120, interval=2.0, what="the windows counting 3 invalid")
@@ -195,7 +266,6 @@ def test_trials_a_role_breaking_user_spoiled_are_invalid_out_of_pass_k_and_run_a
 
 def _answers(port: int) -> bool:
     try:
-        return urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models",
-                                      timeout=1).status == 200
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).status == 200
     except OSError:
         return False

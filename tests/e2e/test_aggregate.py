@@ -57,8 +57,9 @@ def changelog_state(settings: Settings) -> dict[str, Any]:
     return state
 
 
-def table_account(state: dict[str, Any], verdicts: list[TrialVerdict],
-                  scenario_ids: set[str]) -> list[str]:
+def table_account(
+    state: dict[str, Any], verdicts: list[TrialVerdict], scenario_ids: set[str]
+) -> list[str]:
     """What the aggregate's table says of each scenario's count, as findings (none when it
     holds every trial's change): a trial never remembered (its verdict committed past
     unread), or remembered with a change its bucket does not hold (a write lost after the
@@ -66,28 +67,40 @@ def table_account(state: dict[str, Any], verdicts: list[TrialVerdict],
     findings = []
     for scenario_id in sorted(scenario_ids):
         sent = {v.trial_id for v in verdicts if v.scenario_id == scenario_id}
-        memories = {k.split("|", 2)[2]: m for k, m in state.items()
-                    if k.startswith(f"t|{scenario_id}|") and isinstance(m, dict)}
+        memories = {
+            k.split("|", 2)[2]: m
+            for k, m in state.items()
+            if k.startswith(f"t|{scenario_id}|") and isinstance(m, dict)
+        }
         if missing := sorted(sent - set(memories)):
-            findings.append(f"{scenario_id}: {len(sent)} trials sent, {len(memories)} "
-                            f"remembered; never remembered: {missing[:20]}")
+            findings.append(
+                f"{scenario_id}: {len(sent)} trials sent, {len(memories)} "
+                f"remembered; never remembered: {missing[:20]}"
+            )
         for bucket_key, bucket in state.items():
             if not bucket_key.startswith(f"b|{scenario_id}|") or not isinstance(bucket, dict):
                 continue
-            ahead = sorted(t for t, m in memories.items()
-                           if (m.get("seqs") or {}).get(bucket_key, -1) > bucket.get("seq", 0))
+            ahead = sorted(
+                t
+                for t, m in memories.items()
+                if (m.get("seqs") or {}).get(bucket_key, -1) > bucket.get("seq", 0)
+            )
             if ahead:
-                findings.append(f"{bucket_key} at seq {bucket.get('seq')}: changes of "
-                                f"{ahead[:20]} remembered but not in it")
+                findings.append(
+                    f"{bucket_key} at seq {bucket.get('seq')}: changes of "
+                    f"{ahead[:20]} remembered but not in it"
+                )
         # A change lost and never finished, its number then taken by a later trial: two
         # memories name the same change of a bucket (each change has its own number).
         claims: dict[tuple[str, int], list[str]] = defaultdict(list)
         for trial, m in memories.items():
             for bucket_key, seq in (m.get("seqs") or {}).items():
                 claims[(bucket_key, seq)].append(trial)
-        findings.extend(f"{bucket_key}: change {seq} numbered by {sorted(trials)}, so one of "
-                        "them was lost" for (bucket_key, seq), trials in sorted(claims.items())
-                        if len(trials) > 1)
+        findings.extend(
+            f"{bucket_key}: change {seq} numbered by {sorted(trials)}, so one of them was lost"
+            for (bucket_key, seq), trials in sorted(claims.items())
+            if len(trials) > 1
+        )
     return findings
 
 
@@ -100,16 +113,24 @@ def traffic(now: float) -> list[TrialVerdict]:
         at = datetime.fromtimestamp(now - rng.uniform(0, HOURS * 3600), UTC)
         outcome: Outcome = "passed" if rng.random() < p else rng.choice(["failed", "error"])
         v = TrialVerdict(
-            event_id=f"verdict:t{i}", trial_id=f"t{i}", run_id=f"run-{i % 3}",
-            scenario_id=scenario_id, scenario_version="v1", session_id=f"s{i}", k=k,
-            outcome=outcome, finished_at=at)
+            event_id=f"verdict:t{i}",
+            trial_id=f"t{i}",
+            run_id=f"run-{i % 3}",
+            scenario_id=scenario_id,
+            scenario_version="v1",
+            session_id=f"s{i}",
+            k=k,
+            outcome=outcome,
+            finished_at=at,
+        )
         out.append(v)
         if rng.random() < 0.1:
             out.append(v)  # delivered twice
         if rng.random() < 0.1:
             other: Outcome = "failed" if outcome == "passed" else "passed"
-            out.append(v.model_copy(update={"event_id": f"verdict:t{i}:2", "attempt": 2,
-                                            "outcome": other}))
+            out.append(
+                v.model_copy(update={"event_id": f"verdict:t{i}:2", "attempt": 2, "outcome": other})
+            )
     return out
 
 
@@ -147,8 +168,10 @@ def figures(settings: Settings) -> dict[tuple[Any, ...], dict[str, Any]]:
     return last
 
 
-def off(last: dict[tuple[Any, ...], dict[str, Any]],
-        expected: dict[tuple[Any, ...], tuple[int, int, int, int]]) -> list[str]:
+def off(
+    last: dict[tuple[Any, ...], dict[str, Any]],
+    expected: dict[tuple[Any, ...], tuple[int, int, int, int]],
+) -> list[str]:
     """Every scope whose last figure is not the undisturbed count, and how."""
     wrong = []
     for scope, (k, c, f, e) in expected.items():
@@ -159,8 +182,9 @@ def off(last: dict[tuple[Any, ...], dict[str, Any]],
     return wrong + [f"{scope}: not expected" for scope in set(last) - set(expected)]
 
 
-def settled_figures(settings: Settings, expected: dict[tuple[Any, ...], tuple[int, int, int, int]]
-                    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+def settled_figures(
+    settings: Settings, expected: dict[tuple[Any, ...], tuple[int, int, int, int]]
+) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Settled means every verdict was read and committed; the last figures are then on
     the topic. Read until they agree, for a while: a count lost for good never does."""
     last = figures(settings)
@@ -173,24 +197,34 @@ def settled_figures(settings: Settings, expected: dict[tuple[Any, ...], tuple[in
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(body) for s in family.samples
-            if s.name.startswith("passk_scenario_")}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name.startswith("passk_scenario_")
+    }
 
 
 def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path: Path) -> None:
-    publish_scenarios(settings, [
-        scenario(id="steady", trials=3, alert={"min_pass_hat_k": 0.9, "min_trials": 20}),
-        scenario(id="flaky", trials=5)])
+    publish_scenarios(
+        settings,
+        [
+            scenario(id="steady", trials=3, alert={"min_pass_hat_k": 0.9, "min_trials": 20}),
+            scenario(id="flaky", trials=5),
+        ],
+    )
     now = datetime.now(UTC).timestamp()
     verdicts = traffic(now)
     inputs = [(v.trial_id, v.model_dump_json().encode()) for v in verdicts]
     # The second half is sent while the worker is down, so its restart always has a backlog
     # to read after the crash, however fast the first worker was on a quiet machine.
     half = len(inputs) // 2
-    produce(settings, Topic.TRIAL_VERDICTS,
-            [("broken", b'{"type": "trial_verdict", "trial_id": 7')]  # unusable: a dead letter
-            + inputs[:half])
+    produce(
+        settings,
+        Topic.TRIAL_VERDICTS,
+        [("broken", b'{"type": "trial_verdict", "trial_id": 7')]  # unusable: a dead letter
+        + inputs[:half],
+    )
     expected = undisturbed(verdicts)
 
     port = free_port()
@@ -201,8 +235,13 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
     def start() -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "worker", "aggregate"], env=env,
-                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                [sys.executable, "-m", "services.cli", "worker", "aggregate"],
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def published() -> int:
         return len(read_topic(settings, Topic.SCENARIO_RELIABILITY))
@@ -212,14 +251,22 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
             body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
         except OSError:  # not serving yet
             return 0.0
-        return sum(s.value for f in text_string_to_metric_families(body.decode())
-                   for s in f.samples if s.name == "passk_aggregate_verdicts_total")
+        return sum(
+            s.value
+            for f in text_string_to_metric_families(body.decode())
+            for s in f.samples
+            if s.name == "passk_aggregate_verdicts_total"
+        )
 
     worker = start()
     try:
         # Killed mid-replay: a quarter of the verdicts read, far from all of them.
-        wait_for(lambda: counted() >= len(verdicts) // 4, timeout=300, interval=0.2,
-                 what="a quarter of the verdicts counted")
+        wait_for(
+            lambda: counted() >= len(verdicts) // 4,
+            timeout=300,
+            interval=0.2,
+            what="a quarter of the verdicts counted",
+        )
         worker.kill()  # SIGKILL: no shutdown, no final commit
         worker.wait(10)
         produce(settings, Topic.TRIAL_VERDICTS, inputs[half:])
@@ -228,36 +275,58 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
         try:
             # 300 s, well under the test's own timeout, so that a restart that never drains
             # fails here with what the worker was doing, not as a bare pytest-timeout.
-            wait_for(lambda: processor_status(["aggregate"], settings)[0].settled,
-                     timeout=300, interval=1.0,
-                     what=f"the restarted aggregate drained its backlog ({log})")
+            wait_for(
+                lambda: processor_status(["aggregate"], settings)[0].settled,
+                timeout=300,
+                interval=1.0,
+                what=f"the restarted aggregate drained its backlog ({log})",
+            )
         except AssertionError as exc:
             status = processor_status(["aggregate"], settings)[0]
-            raise AssertionError(f"{exc}; status {status}; the worker's threads:\n"
-                                 f"{stacks_of(worker.pid)}\nits asyncio tasks:\n"
-                                 f"{tasks_of(worker.pid, log)}") from None
+            raise AssertionError(
+                f"{exc}; status {status}; the worker's threads:\n"
+                f"{stacks_of(worker.pid)}\nits asyncio tasks:\n"
+                f"{tasks_of(worker.pid, log)}"
+            ) from None
 
         last = settled_figures(settings, expected)
         if off(last, expected):
-            notes = {s.labels["note"]: s.value for f in text_string_to_metric_families(
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
-                .read().decode()) for s in f.samples
-                if s.name == "passk_aggregate_verdicts_total"}
+            notes = {
+                s.labels["note"]: s.value
+                for f in text_string_to_metric_families(
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                    .read()
+                    .decode()
+                )
+                for s in f.samples
+                if s.name == "passk_aggregate_verdicts_total"
+            }
             try:
-                account = "\n".join(table_account(
-                    changelog_state(settings), verdicts,
-                    {w.split("'")[1] for w in off(last, expected) if "'" in w}))
+                account = "\n".join(
+                    table_account(
+                        changelog_state(settings),
+                        verdicts,
+                        {w.split("'")[1] for w in off(last, expected) if "'" in w},
+                    )
+                )
             except Exception as exc:  # the failure below matters more than its account
                 account = f"(the table could not be read: {exc!r})"
-            pytest.fail(f"figures off after the restart: {off(last, expected)}; verdicts counted "
-                        f"by note since the restart: {notes}; sent {len(inputs)} verdicts "
-                        f"of {TRIALS} trials (log: {log}); the table:\n{account}")
+            pytest.fail(
+                f"figures off after the restart: {off(last, expected)}; verdicts counted "
+                f"by note since the restart: {notes}; sent {len(inputs)} verdicts "
+                f"of {TRIALS} trials (log: {log}); the table:\n{account}"
+            )
         assert set(last) == set(expected)
         for scope, (k, c, failed, errors) in expected.items():
             r = last[scope]
             n = c + failed + errors
             assert (r["k"], r["n"], r["passed"], r["failed"], r["errors"]) == (
-                k, n, c, failed, errors), scope
+                k,
+                n,
+                c,
+                failed,
+                errors,
+            ), scope
             want_hat = comb(c, k) / comb(n, k) if n >= k else None
             assert r["pass_hat_k"] == pytest.approx(want_hat), scope
             assert r["pass_hat_k_lower"] == pytest.approx(beta.ppf(0.05, c + 1, n - c + 1) ** k)
@@ -273,8 +342,11 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
         # The gauges after the restart: each scenario's most recent hour and day, no other.
         def gauges_ready() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
             got = scrape(port)
-            return got if ("passk_scenario_alert_min_trials", (("scenario", "flaky"),)) in got \
+            return (
+                got
+                if ("passk_scenario_alert_min_trials", (("scenario", "flaky"),)) in got
                 else None
+            )
 
         metrics = wait_for(gauges_ready, timeout=60, what="the alert targets on /metrics")
         for scenario_id in SCENARIOS:
@@ -288,9 +360,11 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
                     assert ("passk_scenario_pass_hat_k", labels) not in metrics
                 else:
                     assert metrics[("passk_scenario_pass_hat_k", labels)] == pytest.approx(
-                        comb(c, k) / comb(n, k))
-        windows = {dict(labels)["window"] for (name, labels) in metrics
-                   if name == "passk_scenario_trials"}
+                        comb(c, k) / comb(n, k)
+                    )
+        windows = {
+            dict(labels)["window"] for (name, labels) in metrics if name == "passk_scenario_trials"
+        }
         assert windows == {"1h", "1d"}
         assert sum(1 for (name, _) in metrics if name == "passk_scenario_trials") == 4
         assert metrics[("passk_scenario_alert_min_pass_hat_k", (("scenario", "steady"),))] == 0.9
@@ -317,14 +391,17 @@ def test_sigkilled_aggregate_recovers_every_figure(settings: Settings, tmp_path:
                 got = scrape(port)
             except OSError:  # not serving yet
                 return False
-            return {key: v for key, v in got.items() if key[0] == "passk_scenario_trials"} \
-                == shown
+            return {key: v for key, v in got.items() if key[0] == "passk_scenario_trials"} == shown
 
         wait_for(restored, timeout=180, interval=1.0, what="the gauges restored after restart")
         # nothing was read or recomputed to get them back
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-        read_since = [s.value for f in text_string_to_metric_families(body.decode())
-                      for s in f.samples if s.name == "passk_aggregate_verdicts_total"]
+        read_since = [
+            s.value
+            for f in text_string_to_metric_families(body.decode())
+            for s in f.samples
+            if s.name == "passk_aggregate_verdicts_total"
+        ]
         assert sum(read_since) == 0, read_since
         assert published() == sent
     finally:
@@ -343,21 +420,33 @@ def test_an_outage_past_the_producer_timeout_loses_no_figure(tmp_path: Path) -> 
     a table whose every change its memories number is in its bucket."""
     with own_kafka(tmp_path / "kafka") as kafka:
         settings = make_settings(kafka.bootstrap, tmp_path)
-        publish_scenarios(settings, [scenario(id="steady", trials=3), scenario(id="flaky",
-                                                                               trials=5)])
+        publish_scenarios(
+            settings, [scenario(id="steady", trials=3), scenario(id="flaky", trials=5)]
+        )
         verdicts = traffic(datetime.now(UTC).timestamp())
         inputs = [(v.trial_id, v.model_dump_json().encode()) for v in verdicts]
         expected = undisturbed(verdicts)
-        env = isolated_env(settings, PASSK_METRICS_PORT=str(free_port()),
-                           PASSK_PRODUCER_TIMEOUT_S="3", PASSK_AGGREGATE_BATCH_MAX="100")
+        env = isolated_env(
+            settings,
+            PASSK_METRICS_PORT=str(free_port()),
+            PASSK_PRODUCER_TIMEOUT_S="3",
+            PASSK_AGGREGATE_BATCH_MAX="100",
+        )
         log = tmp_path / "aggregate.log"
         starts: list[subprocess.Popen[bytes]] = []
 
         def start() -> None:
             with open(log, "ab") as out:
-                starts.append(subprocess.Popen(
-                    [sys.executable, "-m", "services.cli", "worker", "aggregate"], env=env,
-                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+                starts.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "services.cli", "worker", "aggregate"],
+                        env=env,
+                        cwd=ROOT,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
 
         def restarted() -> bool:  # the supervisor's part: a worker that stopped starts again
             if starts[-1].poll() is not None:
@@ -369,25 +458,40 @@ def test_an_outage_past_the_producer_timeout_loses_no_figure(tmp_path: Path) -> 
         produce(settings, Topic.TRIAL_VERDICTS, inputs)
         start()
         try:
-            wait_for(lambda: len(read_topic(settings, Topic.SCENARIO_RELIABILITY)) > 0,
-                     timeout=300, interval=0.2, what="the first figures")
+            wait_for(
+                lambda: len(read_topic(settings, Topic.SCENARIO_RELIABILITY)) > 0,
+                timeout=300,
+                interval=0.2,
+                what="the first figures",
+            )
             kafka.kill(1)
             # Past the producer's 3 s: a record with no room in its buffer is given up.
             time.sleep(15)
             kafka.up()
-            wait_for(lambda: restarted() or (starts[-1].poll() is None and processor_status(
-                ["aggregate"], settings)[0].settled), timeout=300, interval=1.0,
-                what=f"the aggregate settled after the outage ({log})")
+            wait_for(
+                lambda: (
+                    restarted()
+                    or (
+                        starts[-1].poll() is None
+                        and processor_status(["aggregate"], settings)[0].settled
+                    )
+                ),
+                timeout=300,
+                interval=1.0,
+                what=f"the aggregate settled after the outage ({log})",
+            )
             last = settled_figures(settings, expected)
             told = log.read_text(errors="replace")
             wrong = off(last, expected)
             scopes = sum(1 for scope in expected if scope in last)
             # One line per run for the record (docs/notes/incidents.md has ten of them).
-            print(f"\nOUTAGE-RUN verdicts={len(verdicts)} scopes={scopes}/{len(expected)} "
-                  f"wrong={len(wrong)} starts={len(starts)} "
-                  f"commits_refused={told.count('not committing: a record')} "
-                  f"sends_refused={told.count('not sending: a record')} "
-                  f"undelivered_logged={told.count('a record was not delivered:')}")
+            print(
+                f"\nOUTAGE-RUN verdicts={len(verdicts)} scopes={scopes}/{len(expected)} "
+                f"wrong={len(wrong)} starts={len(starts)} "
+                f"commits_refused={told.count('not committing: a record')} "
+                f"sends_refused={told.count('not sending: a record')} "
+                f"undelivered_logged={told.count('a record was not delivered:')}"
+            )
             account = table_account(changelog_state(settings), verdicts, set(SCENARIOS))
             assert not wrong, (wrong, account, told[-3000:])
             assert account == []

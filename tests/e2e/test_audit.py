@@ -47,13 +47,18 @@ def group_members(settings: Settings, group: str) -> int:
 def commit_past_everything(settings: Settings, group: str, *topics: Topic) -> None:
     """The group's offsets at the end of `topics`: what a worker that committed past
     records it never handled leaves (the gate's input for those trials consumed unseen)."""
-    consumer = KafkaConsumer(**kafka_client_kwargs(settings), group_id=group,
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        **kafka_client_kwargs(settings), group_id=group, enable_auto_commit=False
+    )
     try:
-        tps = [TopicPartition(topic_name(t, settings), p) for t in topics
-               for p in sorted(consumer.partitions_for_topic(topic_name(t, settings)) or ())]
-        consumer.commit({tp: OffsetAndMetadata(o, "", -1)
-                         for tp, o in consumer.end_offsets(tps).items()})
+        tps = [
+            TopicPartition(topic_name(t, settings), p)
+            for t in topics
+            for p in sorted(consumer.partitions_for_topic(topic_name(t, settings)) or ())
+        ]
+        consumer.commit(
+            {tp: OffsetAndMetadata(o, "", -1) for tp, o in consumer.end_offsets(tps).items()}
+        )
     finally:
         consumer.close()
 
@@ -70,22 +75,33 @@ def write_wrong_count(settings: Settings) -> tuple[str, str, int]:
     """A 1h window bucket of the aggregate's table rewritten with 2 passes too many (and
     the next sequence number, as a real write would carry): (scenario, size, start)."""
     state = changelog_state(settings)
-    key, bucket = next((k, v) for k, v in sorted(state.items())
-                       if k.startswith("b|") and "|w|1h|" in k and isinstance(v, dict))
+    key, bucket = next(
+        (k, v)
+        for k, v in sorted(state.items())
+        if k.startswith("b|") and "|w|1h|" in k and isinstance(v, dict)
+    )
     wrong = {**bucket, "passed": bucket["passed"] + 2, "seq": bucket["seq"] + 1}
     (changelog,) = PROCESSORS["aggregate"].changelogs
     producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all")
     try:
-        producer.send(topic_name(changelog, settings), key=json.dumps(key).encode(),
-                      value=json.dumps(wrong).encode(), partition=bucket["partition"]).get(30)
+        producer.send(
+            topic_name(changelog, settings),
+            key=json.dumps(key).encode(),
+            value=json.dumps(wrong).encode(),
+            partition=bucket["partition"],
+        ).get(30)
     finally:
         producer.close()
     return bucket["scenario_id"], "1h", bucket["window_start"]
 
 
 def supervisorctl(conf: Path, *args: str) -> None:
-    subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), *args], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "supervisorctl"), "-c", str(conf), *args],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def sent(traffic: list[Path]) -> dict[str, dict[str, Any]]:
@@ -99,8 +115,9 @@ def sent(traffic: list[Path]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def figures_from_what_was_sent(conversations: dict[str, dict[str, Any]],
-                               outcomes: dict[str, str]) -> tuple[Counter, Counter]:
+def figures_from_what_was_sent(
+    conversations: dict[str, dict[str, Any]], outcomes: dict[str, str]
+) -> tuple[Counter, Counter]:
     """(scenario, run, outcome) and (scenario, 1h window start, outcome) counts, made here
     from the traffic and the expected outcomes."""
     runs: Counter[tuple[str, str, str]] = Counter()
@@ -113,38 +130,67 @@ def figures_from_what_was_sent(conversations: dict[str, dict[str, Any]],
     return runs, hours
 
 
-def test_audit_finds_each_loss_and_repair_leaves_it_clean(settings: Settings,
-                                                          tmp_path: Path) -> None:
+def test_audit_finds_each_loss_and_repair_leaves_it_clean(
+    settings: Settings, tmp_path: Path
+) -> None:
     with running_pipeline(settings, tmp_path, WORKERS, PASSK_JUDGE_WAIT_S="10") as p:
         # where `make up` writes it: where `passk aggregate recount` finds its supervisord
         conf = settings.data_dir / "run" / "supervisord.conf"
-        supervise_config(conf, tmp_path / "supervised", p.env, "--metrics-base", "0",
-                         "--only", "aggregate")
+        supervise_config(
+            conf, tmp_path / "supervised", p.env, "--metrics-base", "0", "--only", "aggregate"
+        )
         with supervisord(conf, p.env):
-            wait_for(lambda: settled(settings, ["aggregate"]), timeout=120, interval=1.0,
-                     what="the supervised aggregate settled")
+            wait_for(
+                lambda: settled(settings, ["aggregate"]),
+                timeout=120,
+                interval=1.0,
+                what="the supervised aggregate settled",
+            )
             traffic, expected = p.publish_and_generate(
-                SCENARIOS, tmp_path / "first", "audit-run", trials=30, seed=5,
-                pass_prob=0.8)
+                SCENARIOS, tmp_path / "first", "audit-run", trials=30, seed=5, pass_prob=0.8
+            )
             assert p.passk("replay", str(traffic)).returncode == 0
             outcomes = {t["trial_id"]: t["expected_outcome"] for t in expected["trials"]}
-            assert p.passk("wait", "--run-id", "audit-run", "--trials", str(len(outcomes)),
-                           "--timeout", "180").returncode == 0
-            wait_for(lambda: settled(settings, WORKERS + ["aggregate"]), timeout=120,
-                     interval=1.0, what="every worker settled")
+            assert (
+                p.passk(
+                    "wait",
+                    "--run-id",
+                    "audit-run",
+                    "--trials",
+                    str(len(outcomes)),
+                    "--timeout",
+                    "180",
+                ).returncode
+                == 0
+            )
+            wait_for(
+                lambda: settled(settings, WORKERS + ["aggregate"]),
+                timeout=120,
+                interval=1.0,
+                what="every worker settled",
+            )
             clean = audit(p, expect=0)
             assert clean["clean"] and clean["trials"] == len(outcomes)
             assert set(clean["stages"].values()) == {len(outcomes)}
 
             # 1. a gate result that never comes: the gate committed past a run's trials
             p.kill("gate")
-            wait_for(lambda: group_members(settings, f"{settings.topic_prefix}gate") == 0,
-                     timeout=60, interval=1.0, what="the killed gate out of its group")
+            wait_for(
+                lambda: group_members(settings, f"{settings.topic_prefix}gate") == 0,
+                timeout=60,
+                interval=1.0,
+                what="the killed gate out of its group",
+            )
             late, late_expected = p.publish_and_generate(
-                SCENARIOS, tmp_path / "late", "audit-late", trials=3, seed=9, pass_prob=1.0)
+                SCENARIOS, tmp_path / "late", "audit-late", trials=3, seed=9, pass_prob=1.0
+            )
             assert p.passk("replay", str(late)).returncode == 0
-            commit_past_everything(settings, f"{settings.topic_prefix}gate",
-                                   Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED)
+            commit_past_everything(
+                settings,
+                f"{settings.topic_prefix}gate",
+                Topic.CONVERSATION_FINISHED,
+                Topic.SESSION_PERSISTED,
+            )
             p.start_worker("gate")
             late_ids = {t["trial_id"] for t in late_expected["trials"]}
             outcomes |= {t["trial_id"]: t["expected_outcome"] for t in late_expected["trials"]}
@@ -160,29 +206,38 @@ def test_audit_finds_each_loss_and_repair_leaves_it_clean(settings: Settings,
             supervisorctl(conf, "stop", "aggregate")
             scenario, size, start = write_wrong_count(settings)
             supervisorctl(conf, "start", "aggregate")
-            wait_for(lambda: settled(settings, WORKERS + ["aggregate"]), timeout=180,
-                     interval=1.0, what="every worker settled after the restarts")
+            wait_for(
+                lambda: settled(settings, WORKERS + ["aggregate"]),
+                timeout=180,
+                interval=1.0,
+                what="every worker settled after the restarts",
+            )
 
             def found() -> dict[str, Any] | None:
                 report = audit(p)
-                stuck = {u["trial_id"] for u in report["unaccounted"]
-                         if u["stopped_at"] == "gate"}
+                stuck = {u["trial_id"] for u in report["unaccounted"] if u["stopped_at"] == "gate"}
                 return report if stuck == late_ids else None
 
-            report = wait_for(found, timeout=120, interval=3.0,
-                              what="the trials the gate never saw reported")
+            report = wait_for(
+                found, timeout=120, interval=3.0, what="the trials the gate never saw reported"
+            )
             assert not report["clean"]
             by_stage = Counter(u["stopped_at"] for u in report["unaccounted"])
-            assert by_stage == {"gate": len(late_ids), "projection": 1,
-                                "aggregate_window": 1}, json.dumps(report["scopes"])
-            assert [u["trial_id"] for u in report["unaccounted"]
-                    if u["stopped_at"] == "projection"] == [gone]
+            assert by_stage == {"gate": len(late_ids), "projection": 1, "aggregate_window": 1}, (
+                json.dumps(report["scopes"])
+            )
+            assert [
+                u["trial_id"] for u in report["unaccounted"] if u["stopped_at"] == "projection"
+            ] == [gone]
             (wrong,) = [u for u in report["unaccounted"] if u["stopped_at"] == "aggregate_window"]
             assert wrong["trial_id"] is None and wrong["scenario_id"] == scenario
-            assert any(s["scenario_id"] == scenario and s["scope"] == size
-                       and s["window_start"] == start
-                       and s["counted"]["passed"] == s["expected"]["passed"] + 2
-                       for s in report["scopes"]), report["scopes"]
+            assert any(
+                s["scenario_id"] == scenario
+                and s["scope"] == size
+                and s["window_start"] == start
+                and s["counted"]["passed"] == s["expected"]["passed"] + 2
+                for s in report["scopes"]
+            ), report["scopes"]
 
             repaired = audit(p, "--repair", "--repair-wait", "240", expect=0)
             assert repaired["clean"], repaired
@@ -196,22 +251,30 @@ def test_audit_finds_each_loss_and_repair_leaves_it_clean(settings: Settings,
             for run_id in ("audit-run", "audit-late"):
                 result = p.passk("report", "--run-id", run_id, "--json")
                 for row in json.loads(result.stdout)["scenarios"]:
-                    want = (runs[(row["scenario_id"], run_id, "passed")],
-                            runs[(row["scenario_id"], run_id, "failed")],
-                            runs[(row["scenario_id"], run_id, "error")])
+                    want = (
+                        runs[(row["scenario_id"], run_id, "passed")],
+                        runs[(row["scenario_id"], run_id, "failed")],
+                        runs[(row["scenario_id"], run_id, "error")],
+                    )
                     assert (row["passed"], row["failed"], row["errors"]) == want, (run_id, row)
 
             def windows_right() -> bool:
                 rows = json.loads(p.passk("windows", "--json").stdout)["windows"]
                 hourly = [w for w in rows if w["window"] == "1h"]
                 for w in hourly:
-                    begin = int(datetime.fromisoformat(
-                        w["window_start"].replace("Z", "+00:00")).timestamp())
-                    want = tuple(hours[(w["scenario_id"], begin, o)]
-                                 for o in ("passed", "failed", "error"))
+                    begin = int(
+                        datetime.fromisoformat(w["window_start"].replace("Z", "+00:00")).timestamp()
+                    )
+                    want = tuple(
+                        hours[(w["scenario_id"], begin, o)] for o in ("passed", "failed", "error")
+                    )
                     if (w["passed"], w["failed"], w["errors"]) != want:
                         return False
                 return bool(hourly)
 
-            wait_for(windows_right, timeout=60, interval=2.0,
-                     what="windows --json equal to the counts made from what was sent")
+            wait_for(
+                windows_right,
+                timeout=60,
+                interval=2.0,
+                what="windows --json equal to the counts made from what was sent",
+            )

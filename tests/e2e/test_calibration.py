@@ -74,18 +74,25 @@ def test_a_judge_gates_only_while_calibrated_above_the_bar(
         advisory = {j["judge_id"]: j for j in rows["advisory_judges"]}
         assert set(advisory) == {"checked", "fresh"}
         # `checked` was advisory for t-low only (it gated t-high); `fresh` for both
-        assert (advisory["checked"]["why"], advisory["checked"]["verdicts"],
-                advisory["checked"]["failed"]) == (
-            "below the bar: precision 0.60 < 0.80", 1, 1)
-        assert (advisory["fresh"]["why"], advisory["fresh"]["verdicts"],
-                advisory["fresh"]["failed"]) == ("uncalibrated", 2, 2)
+        assert (
+            advisory["checked"]["why"],
+            advisory["checked"]["verdicts"],
+            advisory["checked"]["failed"],
+        ) == ("below the bar: precision 0.60 < 0.80", 1, 1)
+        assert (
+            advisory["fresh"]["why"],
+            advisory["fresh"]["verdicts"],
+            advisory["fresh"]["failed"],
+        ) == ("uncalibrated", 2, 2)
         assert advisory["fresh"]["scenarios"] == ["calib-flow"]
         gate = p.passk("gate", "--run-id", "calib-run")
         assert gate.returncode == 1
         assert "advisory judge fresh (uncalibrated)" in gate.stdout
         # the old result stays explainable: t-low still says why `checked` was advisory
         assert {t["trial_id"]: t["outcome"] for t in rows["trials"]} == {
-            "t-low": "passed", "t-high": "failed"}
+            "t-low": "passed",
+            "t-high": "failed",
+        }
 
 
 @pytest.mark.alone
@@ -115,8 +122,11 @@ def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
         p.start_worker("calibration")
 
         def running() -> dict[str, Any] | None:
-            latest = [v for _, v, _ in read_topic(settings, Topic.JUDGE_CALIBRATIONS)
-                      if v["judge_version"] == version and v["source"] == "labels"]
+            latest = [
+                v
+                for _, v, _ in read_topic(settings, Topic.JUDGE_CALIBRATIONS)
+                if v["judge_version"] == version and v["source"] == "labels"
+            ]
             if latest and latest[-1]["n"] == 13:
                 return latest[-1]
             return None
@@ -124,17 +134,20 @@ def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
         try:
             final = wait_for(running, timeout=180, interval=1.0, what="the running matrix")
         except AssertionError as exc:  # say what was published, and what the worker said
-            seen = [(v["source"], v["n"]) for _, v, _ in
-                    read_topic(settings, Topic.JUDGE_CALIBRATIONS)]
-            raise AssertionError(f"{exc}\npublished: {seen}\n{p.explain('calibration')}"
-                                 ) from None
+            seen = [
+                (v["source"], v["n"]) for _, v, _ in read_topic(settings, Topic.JUDGE_CALIBRATIONS)
+            ]
+            raise AssertionError(f"{exc}\npublished: {seen}\n{p.explain('calibration')}") from None
         assert (final["tp"], final["fp"], final["fn"], final["tn"]) == (6, 1, 1, 5)
         assert final["precision"] == pytest.approx(6 / 7)
         assert final["recall"] == pytest.approx(6 / 7)
         p.wait_settled()
         # never more than 13: each label counted once, before and after the kill
-        assert all(v["n"] <= 13 for _, v, _ in read_topic(settings, Topic.JUDGE_CALIBRATIONS)
-                   if v["judge_version"] == version)
+        assert all(
+            v["n"] <= 13
+            for _, v, _ in read_topic(settings, Topic.JUDGE_CALIBRATIONS)
+            if v["judge_version"] == version
+        )
 
         history = json.loads(ok(p.passk("calibrate", "--history", "lj", "--json")))["history"]
         assert history[0]["source"] == "set" and history[0]["n"] == 10
@@ -149,8 +162,18 @@ def test_labels_through_kafka_update_the_matrix_grow_the_set_and_survive_a_kill(
         assert (added["trial:l1"]["label"], added["trial:l3"]["label"]) == ("pass", "fail")
         assert "[[fail:lj]]" in json.dumps(added["trial:l1"]["transcript"])
         # the grown set calibrates to the running matrix
-        again = json.loads(ok(p.passk("calibrate", str(grown), "--json", "--no-publish",
-                                      "--scenarios", str(suite / "scenarios"))))
+        again = json.loads(
+            ok(
+                p.passk(
+                    "calibrate",
+                    str(grown),
+                    "--json",
+                    "--no-publish",
+                    "--scenarios",
+                    str(suite / "scenarios"),
+                )
+            )
+        )
         row = again["judges"][0]
         assert (row["tp"], row["fp"], row["fn"], row["tn"]) == (6, 1, 1, 5)
 

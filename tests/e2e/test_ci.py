@@ -68,25 +68,48 @@ def marked(mark: str) -> list[tuple[int, str]]:
 def cold_env(tmp_path: Path, mark: str) -> dict[str, str]:
     """Nothing answers at KAFKA_BOOTSTRAP_SERVERS; no model; the projection is the test's."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("KAFKA_", "OPENAI_", "PASSK_"))}
-    env.update(KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
-               PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
-               PASSK_DATA_DIR=str(tmp_path / "data"), PASSK_SESSION_WAIT_S="15",
-               TMPDIR=str(tmp_path / "tmp"), PYTHONUNBUFFERED="1", COLUMNS="200",
-               **{MARK: mark})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "OPENAI_", "PASSK_"))}
+    env.update(
+        KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
+        PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
+        PASSK_DATA_DIR=str(tmp_path / "data"),
+        PASSK_SESSION_WAIT_S="15",
+        TMPDIR=str(tmp_path / "tmp"),
+        PYTHONUNBUFFERED="1",
+        COLUMNS="200",
+        **{MARK: mark},
+    )
     return env
 
 
 def ci(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.cli", "ci", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", "ci", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def ci_args(scenarios: Path, target_file: Path, out: Path, run_id: str, *more: str) -> list[str]:
-    return ["--scenarios", str(scenarios), "--target", str(target_file), "--run-id", run_id,
-            "--trials", "5", "--junit", str(out / f"{run_id}.xml"),
-            "--markdown", str(out / f"{run_id}.md"), "--json", *more]
+    return [
+        "--scenarios",
+        str(scenarios),
+        "--target",
+        str(target_file),
+        "--run-id",
+        run_id,
+        "--trials",
+        "5",
+        "--junit",
+        str(out / f"{run_id}.xml"),
+        "--markdown",
+        str(out / f"{run_id}.md"),
+        "--json",
+        *more,
+    ]
 
 
 def started_pids(stderr: str) -> list[int]:
@@ -149,14 +172,12 @@ def markdown_rows(path: Path) -> dict[str, list[str]]:
     text = path.read_text()
     assert len(text) <= 65_536
     lines = [line for line in text.splitlines() if line.startswith("| `")]
-    rows = {line.split("`")[1]: [c.strip() for c in line.strip("|").split(" | ")]
-            for line in lines}
+    rows = {line.split("`")[1]: [c.strip() for c in line.strip("|").split(" | ")] for line in lines}
     assert set(rows) == {f.stem for f in SCENARIOS.glob("*.yaml")}
     return rows
 
 
-def test_nothing_running_ci_starts_what_it_needs_gates_and_leaves_nothing(
-        tmp_path: Path) -> None:
+def test_nothing_running_ci_starts_what_it_needs_gates_and_leaves_nothing(tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
     env = cold_env(tmp_path, mark)
     out = tmp_path / "out"
@@ -171,7 +192,8 @@ def test_nothing_running_ci_starts_what_it_needs_gates_and_leaves_nothing(
         assert data["gate"]["exit_code"] == 1 and data["gate"]["passed"] is False
         assert data["ci"]["own_broker"] is True
         assert {"kafka", "gate", "judge", "verdict", "sink", "judge-standin"} == set(
-            data["ci"]["started"])
+            data["ci"]["started"]
+        )
         check_junit(out / "ci-first.xml", "ci-first", {FAILING: "gate:state"})
         rows = markdown_rows(out / "ci-first.md")
         assert rows[FAILING][1] == "FAIL" and rows[FAILING][5] == "3/5"
@@ -187,8 +209,18 @@ def test_nothing_running_ci_starts_what_it_needs_gates_and_leaves_nothing(
     worse = {**DEMO_FAULTS, "debrief-billable-repair": {"lost_field": [1, 2, 3, 4, 5]}}
     with reference_product(tmp_path / "product2", worse) as (port, db):
         target_file = target(tmp_path, port, db, "http")
-        second = ci(env, *ci_args(SCENARIOS, target_file, out, "ci-second",
-                                  "--baseline", "ci-first", "--fail-on-regression"))
+        second = ci(
+            env,
+            *ci_args(
+                SCENARIOS,
+                target_file,
+                out,
+                "ci-second",
+                "--baseline",
+                "ci-first",
+                "--fail-on-regression",
+            ),
+        )
     assert second.returncode == 1, second.stderr
     assert marked(mark) == []
     data = json.loads(second.stdout)
@@ -197,8 +229,11 @@ def test_nothing_running_ci_starts_what_it_needs_gates_and_leaves_nothing(
     assert "**▼ worse" in rows["debrief-billable-repair"][6]
     assert all("▼" not in r[6] for name, r in rows.items() if name != "debrief-billable-repair")
     assert "confidently worse: debrief-billable-repair" in (out / "ci-second.md").read_text()
-    check_junit(out / "ci-second.xml", "ci-second",
-                {FAILING: "gate:state", "debrief-billable-repair": "gate:state"})
+    check_junit(
+        out / "ci-second.xml",
+        "ci-second",
+        {FAILING: "gate:state", "debrief-billable-repair": "gate:state"},
+    )
 
 
 @contextmanager
@@ -209,21 +244,23 @@ def shared_broker_pid() -> Iterator[int | None]:
 
 
 def test_with_a_broker_up_ci_uses_it_and_what_runs_and_stops_only_its_own(
-        settings: Settings, tmp_path: Path) -> None:
+    settings: Settings, tmp_path: Path
+) -> None:
     mark = uuid.uuid4().hex
-    env = isolated_env(settings, **{MARK: mark, "PASSK_SESSION_WAIT_S": "15",
-                                    "COLUMNS": "200"})
+    env = isolated_env(settings, **{MARK: mark, "PASSK_SESSION_WAIT_S": "15", "COLUMNS": "200"})
     for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
         env.pop(key, None)
     out = tmp_path / "out"
     # A sink of the stack's own, already running: ci must use it and leave it running.
-    with shared_broker_pid() as broker_pid, running(
-            ["worker", "sink"], {k: v for k, v in env.items() if k != MARK},
-            tmp_path / "sink.log") as sink:
+    with (
+        shared_broker_pid() as broker_pid,
+        running(
+            ["worker", "sink"], {k: v for k, v in env.items() if k != MARK}, tmp_path / "sink.log"
+        ) as sink,
+    ):
         wait_for(lambda: _has_member(settings, "sink"), timeout=120, what="the sink joined")
         with reference_product(tmp_path / "product", DEMO_FAULTS) as (port, db):
-            done = ci(env, *ci_args(SCENARIOS, target(tmp_path, port, db, "http"), out,
-                                    "ci-warm"))
+            done = ci(env, *ci_args(SCENARIOS, target(tmp_path, port, db, "http"), out, "ci-warm"))
         assert done.returncode == 1, done.stderr
         assert "Traceback" not in done.stderr
         data = json.loads(done.stdout)
@@ -248,7 +285,8 @@ def _has_member(settings: Settings, processor: str) -> bool:
 
 
 def test_an_edited_scenario_is_refused_by_run_and_graded_as_edited_by_ci(
-        settings: Settings, tmp_path: Path) -> None:
+    settings: Settings, tmp_path: Path
+) -> None:
     env = isolated_env(settings, COLUMNS="200")
     for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
         env.pop(key, None)
@@ -256,9 +294,14 @@ def test_an_edited_scenario_is_refused_by_run_and_graded_as_edited_by_ci(
     scenarios.mkdir()
     original = SCENARIOS / "debrief-quick-question.yaml"
     shutil.copy(original, scenarios / original.name)
-    published = subprocess.run([sys.executable, "-m", "services.cli", "scenarios", "publish",
-                                str(scenarios)], cwd=ROOT, env=env, capture_output=True,
-                               text=True, timeout=120)
+    published = subprocess.run(
+        [sys.executable, "-m", "services.cli", "scenarios", "publish", str(scenarios)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert published.returncode == 0, published.stderr
     # The product closes a quick question with product_closed: expecting another exit
     # fails every trial, but only when the edited version is the one graded.
@@ -269,24 +312,63 @@ def test_an_edited_scenario_is_refused_by_run_and_graded_as_edited_by_ci(
     with reference_product(tmp_path / "product", {}) as (port, db):
         target_file = target(tmp_path, port, db, "http")
         refused = subprocess.run(
-            [sys.executable, "-m", "services.cli", "run", "--scenarios", str(scenarios),
-             "--target", str(target_file), "--run-id", "edited-run"], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "run",
+                "--scenarios",
+                str(scenarios),
+                "--target",
+                str(target_file),
+                "--run-id",
+                "edited-run",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert refused.returncode == 2, refused.stderr
-        assert str(edited) in refused.stderr and "differs from its published version" \
-            in refused.stderr
+        assert (
+            str(edited) in refused.stderr and "differs from its published version" in refused.stderr
+        )
         assert "Traceback" not in refused.stderr
         unpublished = tmp_path / "unpublished"
         unpublished.mkdir()
         shutil.copy(SCENARIOS / "debrief-billable-repair.yaml", unpublished)
         never = subprocess.run(
-            [sys.executable, "-m", "services.cli", "run", "--scenarios", str(unpublished),
-             "--target", str(target_file), "--run-id", "never-run"], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "run",
+                "--scenarios",
+                str(unpublished),
+                "--target",
+                str(target_file),
+                "--run-id",
+                "never-run",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert never.returncode == 2 and "is not published" in never.stderr, never.stderr
         assert "debrief-billable-repair.yaml" in never.stderr
-        done = ci(env, "--scenarios", str(scenarios), "--target", str(target_file),
-                  "--run-id", "ci-edited", "--json")
+        done = ci(
+            env,
+            "--scenarios",
+            str(scenarios),
+            "--target",
+            str(target_file),
+            "--run-id",
+            "ci-edited",
+            "--json",
+        )
     assert done.returncode == 1, done.stderr  # graded against the edited expectation
     data = json.loads(done.stdout)
     new_version = data["scenario_versions"]["debrief-quick-question"]
@@ -308,10 +390,24 @@ def test_a_signal_mid_ci_stops_everything_it_started(tmp_path: Path, sig: int) -
     hang = {f.stem: {"hang": [1, 2, 3, 4, 5]} for f in SCENARIOS.glob("*.yaml")}
     with reference_product(tmp_path / "product", hang) as (port, db):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "ci", "--scenarios", str(SCENARIOS),
-             "--target", str(target(tmp_path, port, db, "http", timeout_s=300)),
-             "--run-id", "ci-stopped"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "ci",
+                "--scenarios",
+                str(SCENARIOS),
+                "--target",
+                str(target(tmp_path, port, db, "http", timeout_s=300)),
+                "--run-id",
+                "ci-stopped",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             seen: list[str] = []
             assert proc.stderr is not None
@@ -329,8 +425,10 @@ def test_a_signal_mid_ci_stops_everything_it_started(tmp_path: Path, sig: int) -
             try:
                 rest = proc.communicate(timeout=180)[1]
             except subprocess.TimeoutExpired:
-                pytest.fail(f"ci still running 180 s after {signal.Signals(sig).name}:\n"
-                            f"{stacks_of(proc.pid)}")
+                pytest.fail(
+                    f"ci still running 180 s after {signal.Signals(sig).name}:\n"
+                    f"{stacks_of(proc.pid)}"
+                )
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -34,8 +34,10 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(3000),
     pytest.mark.xdist_group(__name__),  # the module's three brokers start once, on one worker
-    pytest.mark.skipif(os.environ.get("PASSK_CLUSTER_TEST") != "1",
-                       reason="heavy: set PASSK_CLUSTER_TEST=1 to run the three-broker test"),
+    pytest.mark.skipif(
+        os.environ.get("PASSK_CLUSTER_TEST") != "1",
+        reason="heavy: set PASSK_CLUSTER_TEST=1 to run the three-broker test",
+    ),
 ]
 SCENARIOS = ROOT / "examples" / "scenarios"
 # 5 example scenarios x 500: 2,500 trials (figures in docs/notes/faust-notes.md).
@@ -59,16 +61,22 @@ def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
 
     with own_kafka(tmp_path / "kafka", brokers=3) as kafka:
         settings = Settings(  # type: ignore[call-arg]
-            KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap, PASSK_TOPIC_PREFIX=new_prefix(),
+            KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap,
+            PASSK_TOPIC_PREFIX=new_prefix(),
             PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
-            PASSK_DATA_DIR=str(tmp_path / "data"))
+            PASSK_DATA_DIR=str(tmp_path / "data"),
+        )
         env = isolated_env(settings, COLUMNS="200")
         pipeline = Pipeline(settings, env, tmp_path)
         assert pipeline.passk("topics", "create").returncode == 0
         # one gate worker before the loss, a second one started right after it
         pipeline.start_worker("gate", "gate-1")
-        wait_for(lambda: _members(settings, ["gate"], 1), timeout=300, interval=1.0,
-                 what="the first gate worker in its group")
+        wait_for(
+            lambda: _members(settings, ["gate"], 1),
+            timeout=300,
+            interval=1.0,
+            what="the first gate worker in its group",
+        )
         joined = [topic_name(t, settings) for t in PROCESSORS["gate"].co_partitioned]
         leaders = input_leaders(["gate"], settings)
         assert any(p.leader == LOST_BROKER for p in leaders), leaders
@@ -82,10 +90,16 @@ def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
             # `passk status` as an operator runs it, three times in the first seconds
             statuses = []
             for _ in range(3):
-                statuses.append(subprocess.Popen(
-                    [sys.executable, "-m", "services.cli", "status", "--processors", "gate"],
-                    env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True))
+                statuses.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "services.cli", "status", "--processors", "gate"],
+                        env=env,
+                        cwd=ROOT,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                )
                 time.sleep(1.0)
             # a worker's start-up checks and the status leader table, as often as they go
             checks = 0
@@ -102,12 +116,22 @@ def test_commands_and_a_starting_worker_answer_right_after_a_broker_loss(
                 assert proc.returncode in (0, 1), out + err  # 4 was "broker unreachable"
                 assert "Traceback" not in err and "Unknown" not in out, out + err
             # the worker started in the window runs and joins the group
-            wait_for(lambda: _all_running(pipeline) and _members(settings, ["gate"], 2),
-                     timeout=300, interval=1.0, what="both gate workers in the group")
+            wait_for(
+                lambda: _all_running(pipeline) and _members(settings, ["gate"], 2),
+                timeout=300,
+                interval=1.0,
+                what="both gate workers in the group",
+            )
             # and once fenced, live brokers lead every partition, the lost one in no ISR
-            wait_for(lambda: all(p.leader in (1, 3) and LOST_BROKER not in p.in_sync
-                                 for p in input_leaders(["gate"], settings)),
-                     timeout=120, interval=1.0, what="leaders moved off the lost broker")
+            wait_for(
+                lambda: all(
+                    p.leader in (1, 3) and LOST_BROKER not in p.in_sync
+                    for p in input_leaders(["gate"], settings)
+                ),
+                timeout=120,
+                interval=1.0,
+                what="leaders moved off the lost broker",
+            )
             status = pipeline.passk("status", "--processors", "gate", "--wait", "120", "--json")
             assert status.returncode == 0, status.stdout + status.stderr
             [row] = json.loads(status.stdout)["processors"]
@@ -133,9 +157,11 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
     cluster: OwnKafka, tmp_path: Path
 ) -> None:
     settings = Settings(  # type: ignore[call-arg]
-        KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap, PASSK_TOPIC_PREFIX=new_prefix(),
+        KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap,
+        PASSK_TOPIC_PREFIX=new_prefix(),
         PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
-        PASSK_DATA_DIR=str(tmp_path / "data"), PASSK_SESSION_WAIT_S=20,
+        PASSK_DATA_DIR=str(tmp_path / "data"),
+        PASSK_SESSION_WAIT_S=20,
         # While a killed worker's partitions move (15 s to notice, a rebalance, a restore,
         # on two shared cores) the verdict waits on the wall clock: give it 15 minutes so
         # an outage is waited out rather than graded `error` (seen at 140 s: 132 errors).
@@ -144,9 +170,13 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
         PASSK_UNCALIBRATED_JUDGES="gating",
     )
     standin = free_port()
-    env = isolated_env(settings, OPENAI_BASE_URL=f"http://127.0.0.1:{standin}/v1",
-                       OPENAI_API_KEY="stand-in", PASSK_JUDGE_MODEL="passk-standin",
-                       COLUMNS="200")
+    env = isolated_env(
+        settings,
+        OPENAI_BASE_URL=f"http://127.0.0.1:{standin}/v1",
+        OPENAI_API_KEY="stand-in",
+        PASSK_JUDGE_MODEL="passk-standin",
+        COLUMNS="200",
+    )
     logs = tmp_path / "logs"
     logs.mkdir()
     pipeline = Pipeline(settings, env, logs)
@@ -160,26 +190,43 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
     try:
         assert pipeline.passk("topics", "create").returncode == 0
         _assert_replicated(settings)
-        pipeline.start("judge-standin", "judge-standin", "--host", "127.0.0.1",
-                       "--port", str(standin))
+        pipeline.start(
+            "judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(standin)
+        )
         for p in processors:
             for i in (1, 2):
                 pipeline.start_worker(p, f"{p}-{i}")
-        wait_for(lambda: all(proc.poll() is None for proc in pipeline.procs.values())
-                 and settled(settings, processors) and _members(settings, processors, 2),
-                 timeout=600, interval=2.0, what="two live members in every group")
+        wait_for(
+            lambda: (
+                all(proc.poll() is None for proc in pipeline.procs.values())
+                and settled(settings, processors)
+                and _members(settings, processors, 2)
+            ),
+            timeout=600,
+            interval=2.0,
+            what="two live members in every group",
+        )
         traffic, expected = pipeline.publish_and_generate(
-            SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=12, pass_prob=0.85)
+            SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=12, pass_prob=0.85
+        )
         total = len(expected["trials"])
         assert total >= 2000
 
         started = time.monotonic()
         replay = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "replay", str(traffic), "--rate", "300"],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         try:
-            wait_for(lambda: projected() >= total // 5, timeout=600, interval=1.0,
-                     what="a fifth of the verdicts")
+            wait_for(
+                lambda: projected() >= total // 5,
+                timeout=600,
+                interval=1.0,
+                what="a fifth of the verdicts",
+            )
             cluster.kill(LOST_BROKER)  # for good: it is never restarted
             for p in processors:
                 pipeline.kill(f"{p}-1")
@@ -189,19 +236,26 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
             if replay.poll() is None:
                 replay.kill()
 
-        wait_for(lambda: projected() >= total, timeout=900, interval=2.0,
-                 what=f"all {total} verdicts in the projection")
+        wait_for(
+            lambda: projected() >= total,
+            timeout=900,
+            interval=2.0,
+            what=f"all {total} verdicts in the projection",
+        )
         all_verdicts_s = time.monotonic() - started
 
-        outcome = assert_each_trial_once_as_expected(store, settings, run_id, expected,
-                                                     read_timeout=120)
+        outcome = assert_each_trial_once_as_expected(
+            store, settings, run_id, expected, read_timeout=120
+        )
         # every group, the survivors and the third gate worker, consumed and committed all
         pipeline.wait_settled(timeout=600, processors=processors)
         settled_s = time.monotonic() - started
         # the figures docs/notes/faust-notes.md quotes (run with -s to see them)
-        print(f"cluster figures: {total} trials, outcomes {dict(Counter(outcome.values()))}, "
-              f"every verdict {all_verdicts_s:.0f} s and every group at lag 0 "
-              f"{settled_s:.0f} s after the replay started")
+        print(
+            f"cluster figures: {total} trials, outcomes {dict(Counter(outcome.values()))}, "
+            f"every verdict {all_verdicts_s:.0f} s and every group at lag 0 "
+            f"{settled_s:.0f} s after the replay started"
+        )
 
         # every worker still running, the third gate worker too (one that exited during
         # the broker loss would leave its group with a member less)
@@ -218,8 +272,9 @@ def test_two_workers_each_survive_a_lost_broker_and_killed_workers(
 def _all_running(pipeline: Pipeline) -> bool:
     """True, or fail with the exit code and log tail of every worker that exited."""
     exited = {n: p.returncode for n, p in pipeline.procs.items() if p.poll() is not None}
-    assert not exited, {n: (code, (pipeline.logs / f"{n}.log").read_text()[-2000:])
-                        for n, code in exited.items()}
+    assert not exited, {
+        n: (code, (pipeline.logs / f"{n}.log").read_text()[-2000:]) for n, code in exited.items()
+    }
     return True
 
 
@@ -250,10 +305,15 @@ def _assert_status(out: str, settings: Settings, processors: list[str]) -> None:
     for p in processors:
         want = 2 if p == "gate" else 1  # gate-2 and gate-3; the others lost their -1
         assert (rows[p]["group"], rows[p]["state"], rows[p]["members"], rows[p]["lag"]) == (
-            f"{settings.topic_prefix}{p}", "Stable", want, 0), rows[p]
+            f"{settings.topic_prefix}{p}",
+            "Stable",
+            want,
+            0,
+        ), rows[p]
     leaders = input_leaders(processors, settings)
     assert leaders and all(p.leader in (1, 3) for p in leaders), leaders
     assert all(LOST_BROKER not in p.in_sync for p in leaders)
     # and status showed the same leaders
     assert {(p["topic"], p["partition"], p["leader"]) for p in said["input_leaders"]} == {
-        (p.topic, p.partition, p.leader) for p in leaders}
+        (p.topic, p.partition, p.leader) for p in leaders
+    }

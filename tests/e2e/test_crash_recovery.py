@@ -38,15 +38,17 @@ def test_killed_workers_lose_nothing_and_count_nothing_twice(
     # the verdict here waits as long as the default does (from its start, and again after
     # its restart: worker_env stays), and the kills test what they should: nothing lost,
     # nothing counted twice.
-    with running_pipeline(settings, tmp_path, PROCESSORS,
-                          worker_env={"verdict": {"PASSK_JUDGE_WAIT_S": "300"}}) as pipeline:
+    with running_pipeline(
+        settings, tmp_path, PROCESSORS, worker_env={"verdict": {"PASSK_JUDGE_WAIT_S": "300"}}
+    ) as pipeline:
         _kill_mid_replay_and_check(pipeline, tmp_path)
 
 
 def _kill_mid_replay_and_check(pipeline: Pipeline, tmp_path: Path) -> None:
     run_id = "crash-run"
     traffic, expected = pipeline.publish_and_generate(
-        SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=5, pass_prob=0.85)
+        SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=5, pass_prob=0.85
+    )
     total = len(expected["trials"])
     assert total >= 2000
 
@@ -54,18 +56,30 @@ def _kill_mid_replay_and_check(pipeline: Pipeline, tmp_path: Path) -> None:
 
     # paced, so the kills land while traffic is still flowing
     with pipeline.replaying(traffic, rate=400) as replay:
-        wait_for(lambda: trials_in(store, run_id) >= total // 5, timeout=300, interval=0.5,
-                 what="a fifth of the verdicts")
+        wait_for(
+            lambda: trials_in(store, run_id) >= total // 5,
+            timeout=300,
+            interval=0.5,
+            what="a fifth of the verdicts",
+        )
         pipeline.kill("gate")
         pipeline.start_worker("gate")
-        wait_for(lambda: trials_in(store, run_id) >= total // 2, timeout=300, interval=0.5,
-                 what="half of the verdicts")
+        wait_for(
+            lambda: trials_in(store, run_id) >= total // 2,
+            timeout=300,
+            interval=0.5,
+            what="half of the verdicts",
+        )
         pipeline.kill("verdict")
         pipeline.start_worker("verdict")
         assert_replayed(replay, 600)
 
-    wait_for(lambda: trials_in(store, run_id) >= total, timeout=600, interval=1.0,
-             what=f"all {total} verdicts in the projection")
+    wait_for(
+        lambda: trials_in(store, run_id) >= total,
+        timeout=600,
+        interval=1.0,
+        what=f"all {total} verdicts in the projection",
+    )
     # every worker, the restarted ones too, has consumed and committed all of its inputs
     pipeline.wait_settled(timeout=300)
 

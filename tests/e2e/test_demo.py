@@ -51,12 +51,28 @@ def continuous_half(clone: Path, env: dict[str, str], out: str, otlp: int) -> No
         point = int(hashlib.sha256(t["trial_id"].encode("utf-8")).hexdigest()[:8], 16)
         assert t["sampled"] is (point < 0.5 * 2**32), t
     assert all(t["sampled"] for t in plan if t["scenario_id"] == "support-general")
-    shown = subprocess.run([str(clone / ".venv/bin/passk"), "windows", "--json", "--runs",
-                            "production-*", "--window", "1h", "--last", "24"],
-                           cwd=clone, env=env, capture_output=True, text=True, timeout=120)
+    shown = subprocess.run(
+        [
+            str(clone / ".venv/bin/passk"),
+            "windows",
+            "--json",
+            "--runs",
+            "production-*",
+            "--window",
+            "1h",
+            "--last",
+            "24",
+        ],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    windows = [w for w in json.loads(shown.stdout)["windows"]
-               if w["scenario_id"] == "support-refunds"]
+    windows = [
+        w for w in json.loads(shown.stdout)["windows"] if w["scenario_id"] == "support-refunds"
+    ]
     by_hour: dict[str, list[dict[str, object]]] = {}
     for t in refunds:
         by_hour.setdefault(t["hour"], []).append(t)
@@ -66,13 +82,21 @@ def continuous_half(clone: Path, env: dict[str, str], out: str, otlp: int) -> No
         assert (w["n"], w["n_sampled"]) == (len(mine), sum(bool(t["sampled"]) for t in mine))
         assert w["n_sampled"] < w["n"], w
         assert w["passed_sampled"] == sum(
-            bool(t["sampled"]) and t["expected_outcome"] == "passed" for t in mine)
+            bool(t["sampled"]) and t["expected_outcome"] == "passed" for t in mine
+        )
     # the runs of make demo's passk run half are not in the default view
-    default = subprocess.run([str(clone / ".venv/bin/passk"), "windows", "--json"],
-                             cwd=clone, env=env, capture_output=True, text=True, timeout=120)
+    default = subprocess.run(
+        [str(clone / ".venv/bin/passk"), "windows", "--json"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert default.returncode == 0, default.stderr
-    assert not [w for w in json.loads(default.stdout)["windows"]
-                if w["scenario_id"].startswith("debrief-")]
+    assert not [
+        w for w in json.loads(default.stdout)["windows"] if w["scenario_id"].startswith("debrief-")
+    ]
 
 
 def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
@@ -83,8 +107,11 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
     otlp, webhook = free_port(), free_port()
     # PYTHONPATH too: the clone's processes must import the clone's code, whose settings
     # put its projection under the clone's var/ (not the checkout's that ran the test).
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PASSK_", "OPENAI_",
-                                                                     "VIRTUAL_ENV", "PYTHONPATH"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PASSK_", "OPENAI_", "VIRTUAL_ENV", "PYTHONPATH"))
+    }
     env.update(
         PASSK_TOPIC_PREFIX=new_prefix(),  # the shared broker is reused; our topics are ours
         PASSK_STANDIN_PORT=str(standin),
@@ -101,8 +128,9 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         PASSK_DEMO_LIVE_RUN_ID="live-e2e",
     )
     try:
-        demo = subprocess.run(["make", "demo"], cwd=clone, env=env, capture_output=True,
-                              text=True, timeout=1500)
+        demo = subprocess.run(
+            ["make", "demo"], cwd=clone, env=env, capture_output=True, text=True, timeout=1500
+        )
         out = demo.stdout + demo.stderr
         assert demo.returncode == 0, out[-5000:]
         assert "pass^k" in out and "pass@k" in out, out[-3000:]
@@ -122,8 +150,9 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
         assert listening(agent), "the reference product should be up while the stack runs"
         # calibration decided who may fail a trial: five judges gate, one is advisory
         assert out.count("gating") >= 5 and "advisory" in out, out[-5000:]
-        assert "no_customer_charge_stated" in out and \
-            "below the bar: precision 0.50 < 0.80" in out, out[-5000:]
+        assert (
+            "no_customer_charge_stated" in out and "below the bar: precision 0.50 < 0.80" in out
+        ), out[-5000:]
         assert listening(standin), "the stand-in should be up while the stack runs"
         if shutil.which("prometheus") and shutil.which("prometheus-alertmanager"):
             assert f"Prometheus:   http://127.0.0.1:{prometheus}" in out, out[-3000:]
@@ -131,10 +160,17 @@ def test_make_demo_from_a_clean_clone_then_make_down(tmp_path: Path) -> None:
             assert listening(prometheus) and listening(alertmanager)
         continuous_half(clone, env, out, otlp)
     finally:
-        down = subprocess.run(["make", "down"], cwd=clone, env=env, capture_output=True,
-                              text=True, timeout=300)
+        down = subprocess.run(
+            ["make", "down"], cwd=clone, env=env, capture_output=True, text=True, timeout=300
+        )
     assert down.returncode == 0, down.stdout + down.stderr
     assert our_processes(clone) == []
-    for port in (standin, agent, prometheus, alertmanager, otlp,
-                 *range(metrics_base, metrics_base + len(WORKERS))):
+    for port in (
+        standin,
+        agent,
+        prometheus,
+        alertmanager,
+        otlp,
+        *range(metrics_base, metrics_base + len(WORKERS)),
+    ):
         assert not listening(port), f"port {port} still open after make down"

@@ -82,35 +82,61 @@ def test_a_trial_dated_2099_blinds_nothing_and_one_dated_1970_counts(
     bad = trial("from-2099", "run-1", datetime(2099, 1, 1, tzinfo=UTC))
     later = [line for i in range(6) for line in trial(f"b{i}", "run-2")]
     replay(pipeline, tmp_path / "hostile.jsonl", first + bad + later)
-    wait_for(lambda: gauge(pipeline, "passk_scenario_trials") == 12, timeout=180,
-             interval=1.0, what="the present window's gauge at 12")
+    wait_for(
+        lambda: gauge(pipeline, "passk_scenario_trials") == 12,
+        timeout=180,
+        interval=1.0,
+        what="the present window's gauge at 12",
+    )
     pipeline.wait_settled()
-    replay(pipeline, tmp_path / "epoch.jsonl",
-           trial("from-1970", "run-3", datetime(1970, 1, 1, tzinfo=UTC)))
-    wait_for(lambda: "run-3" in records(settings), timeout=120, interval=1.0,
-             what="a run record for the 1970 trial's run")
+    replay(
+        pipeline,
+        tmp_path / "epoch.jsonl",
+        trial("from-1970", "run-3", datetime(1970, 1, 1, tzinfo=UTC)),
+    )
+    wait_for(
+        lambda: "run-3" in records(settings),
+        timeout=120,
+        interval=1.0,
+        what="a run record for the 1970 trial's run",
+    )
     pipeline.wait_settled()
 
     def check() -> None:
         now = records(settings)
         assert {run: now[run]["n"] for run in ("run-1", "run-2", "run-3")} == {
-            "run-1": 6, "run-2": 6, "run-3": 1}
-        windows = {datetime.fromisoformat(r["window_start"]): r["n"]
-                   for scope, r in now.items() if scope.startswith("1h:")}
+            "run-1": 6,
+            "run-2": 6,
+            "run-3": 1,
+        }
+        windows = {
+            datetime.fromisoformat(r["window_start"]): r["n"]
+            for scope, r in now.items()
+            if scope.startswith("1h:")
+        }
         # only present windows (two, if the test ran across an hour): none in 2099 or 1970
-        assert all(abs((start - datetime.now(UTC)).total_seconds()) < 2 * 3600
-                   for start in windows), windows
+        assert all(
+            abs((start - datetime.now(UTC)).total_seconds()) < 2 * 3600 for start in windows
+        ), windows
         assert sum(windows.values()) == 12, windows
         assert gauge(pipeline, "passk_scenario_trials") == 12
         # run scope equals `passk report`
         assert [report_n(pipeline, run) for run in ("run-1", "run-2", "run-3")] == [6, 6, 1]
 
     check()
-    letters = {(base64.b64decode(d["key_b64"]).decode(), d["source_topic"].rsplit(".", 2)[-2],
-                d["processor"]): d for _, d, _ in read_topic(settings, Topic.DEAD_LETTERS)}
-    assert set(letters) == {("s-from-2099", "conversation-finished", "gate"),
-                            ("s-from-2099", "conversation-finished", "judge"),
-                            ("s-from-2099", "session-persisted", "gate")}
+    letters = {
+        (
+            base64.b64decode(d["key_b64"]).decode(),
+            d["source_topic"].rsplit(".", 2)[-2],
+            d["processor"],
+        ): d
+        for _, d, _ in read_topic(settings, Topic.DEAD_LETTERS)
+    }
+    assert set(letters) == {
+        ("s-from-2099", "conversation-finished", "gate"),
+        ("s-from-2099", "conversation-finished", "judge"),
+        ("s-from-2099", "session-persisted", "gate"),
+    }
     for d in letters.values():
         assert d["reason"] == "occurred_at_in_future" and "2099-01-01" in d["detail"]
     verdicts = {v["trial_id"] for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS)}
@@ -119,16 +145,28 @@ def test_a_trial_dated_2099_blinds_nothing_and_one_dated_1970_counts(
     # A crash and a restart of the aggregate: the same figures and gauges, and it counts on.
     pipeline.kill("aggregate")
     pipeline.start_worker("aggregate")
-    wait_for(lambda: gauge(pipeline, "passk_scenario_trials") == 12, timeout=120,
-             interval=1.0, what="the gauge restored after the restart")
+    wait_for(
+        lambda: gauge(pipeline, "passk_scenario_trials") == 12,
+        timeout=120,
+        interval=1.0,
+        what="the gauge restored after the restart",
+    )
     check()
     replay(pipeline, tmp_path / "after.jsonl", trial("c0", "run-4"))
     try:
-        wait_for(lambda: gauge(pipeline, "passk_scenario_trials") == 13, timeout=120,
-                 interval=1.0, what="a present trial counted after the restart")
+        wait_for(
+            lambda: gauge(pipeline, "passk_scenario_trials") == 13,
+            timeout=120,
+            interval=1.0,
+            what="a present trial counted after the restart",
+        )
     except AssertionError as exc:  # upstream late, or the restarted aggregate stuck?
-        verdict = [v["outcome"] for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS)
-                   if v["trial_id"] == "c0"]
-        raise AssertionError(f"{exc}\nc0's verdict: {verdict}\n{pipeline.explain('aggregate')}"
-                             ) from None
+        verdict = [
+            v["outcome"]
+            for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS)
+            if v["trial_id"] == "c0"
+        ]
+        raise AssertionError(
+            f"{exc}\nc0's verdict: {verdict}\n{pipeline.explain('aggregate')}"
+        ) from None
     assert records(settings)["run-4"]["n"] == 1

@@ -29,8 +29,11 @@ pytestmark = pytest.mark.e2e
 SCENARIOS = ROOT / "examples" / "scenarios"
 REPEAT_JUDGE = {"id": "no_repeated_question", "kind": "repeated_question"}
 # Which gate each fault must be caught by (the list).
-CAUGHT_BY = {"lost_field": "gate:state", "silent_close": "gate:exit",
-             "repeated_question": f"judge:{REPEAT_JUDGE['id']}"}
+CAUGHT_BY = {
+    "lost_field": "gate:state",
+    "silent_close": "gate:exit",
+    "repeated_question": f"judge:{REPEAT_JUDGE['id']}",
+}
 PLAN: dict[str, dict[str, Any]] = {
     "debrief-billable-repair": {"lost_field": [2], "repeated_question": [3]},
     "debrief-follow-up-required": {"silent_close": [1]},
@@ -45,16 +48,31 @@ def reference_product(tmp_path: Path, plan: dict[str, Any]) -> Iterator[tuple[in
     port, db = free_port(), tmp_path / "agent" / "agent.db"
     log = open(tmp_path / "agent.log", "ab")  # lives with the process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "examples.agent.server", "--port", str(port), "--db", str(db),
-         "--faults", json.dumps(plan)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "examples.agent.server",
+            "--port",
+            str(port),
+            "--db",
+            str(db),
+            "--faults",
+            json.dumps(plan),
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         import urllib.request
 
         def up() -> bool:
             assert proc.poll() is None, (tmp_path / "agent.log").read_text()
             try:
-                return urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz",
-                                              timeout=1).status == 200
+                return (
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).status
+                    == 200
+                )
             except OSError:
                 return False
 
@@ -80,18 +98,34 @@ def scenarios_with_repeat_judge(tmp_path: Path) -> Path:
 def target(tmp_path: Path, port: int, db: Path, probe: str, timeout_s: float = 10) -> Path:
     state: dict[str, Any]
     if probe == "http":
-        state = {"kind": "http", "url": f"http://127.0.0.1:{port}/sessions/{{session_id}}",
-                 "wait_s": 3}
+        state = {
+            "kind": "http",
+            "url": f"http://127.0.0.1:{port}/sessions/{{session_id}}",
+            "wait_s": 3,
+        }
     else:
-        state = {"kind": "sql", "url": f"sqlite:///{db}", "wait_s": 3,
-                 "query": "SELECT state, exit_reason FROM sessions "
-                          "WHERE id = :session_id AND state IS NOT NULL",
-                 "state_column": "state", "exit_column": "exit_reason"}
+        state = {
+            "kind": "sql",
+            "url": f"sqlite:///{db}",
+            "wait_s": 3,
+            "query": "SELECT state, exit_reason FROM sessions "
+            "WHERE id = :session_id AND state IS NOT NULL",
+            "state_column": "state",
+            "exit_column": "exit_reason",
+        }
     file = tmp_path / f"target-{probe}.yaml"
-    file.write_text(yaml.safe_dump({
-        "agent": {"kind": "http", "url": f"http://127.0.0.1:{port}/chat",
-                  "timeout_s": timeout_s},
-        "state": state}))
+    file.write_text(
+        yaml.safe_dump(
+            {
+                "agent": {
+                    "kind": "http",
+                    "url": f"http://127.0.0.1:{port}/chat",
+                    "timeout_s": timeout_s,
+                },
+                "state": state,
+            }
+        )
+    )
     return file
 
 
@@ -102,7 +136,8 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.parametrize("probe", ["http", "sql"])
 def test_every_trial_gets_the_outcome_the_fault_plan_gives(
-        shared_pipeline: Pipeline, tmp_path: Path, probe: str) -> None:
+    shared_pipeline: Pipeline, tmp_path: Path, probe: str
+) -> None:
     # On the shared pipeline: both probes publish these same scenarios (the example ids the
     # reference product knows, which no other sharing test uses), each its own run.
     pipeline = shared_pipeline
@@ -110,16 +145,36 @@ def test_every_trial_gets_the_outcome_the_fault_plan_gives(
     run_id = f"e2e-harness-{probe}"
     _ok(pipeline.passk("scenarios", "publish", str(scenarios)))
     with reference_product(tmp_path, PLAN) as (port, db):
-        out = _ok(pipeline.passk("run", "--scenarios", str(scenarios), "--target",
-                                 str(target(tmp_path, port, db, probe)), "--run-id", run_id,
-                                 "--trials", "4", "--concurrency", "4", "--json"))
+        out = _ok(
+            pipeline.passk(
+                "run",
+                "--scenarios",
+                str(scenarios),
+                "--target",
+                str(target(tmp_path, port, db, probe)),
+                "--run-id",
+                run_id,
+                "--trials",
+                "4",
+                "--concurrency",
+                "4",
+                "--json",
+            )
+        )
         # the product's own record of the faults it switched on, per session
-        rows = sqlite3.connect(db).execute(
-            "SELECT trial_id, scenario_id, faults FROM sessions").fetchall()
+        rows = (
+            sqlite3.connect(db)
+            .execute("SELECT trial_id, scenario_id, faults FROM sessions")
+            .fetchall()
+        )
     recorded = {trial: json.loads(faults) for trial, _, faults in rows}
     summary = json.loads(out)
-    assert (summary["planned"], summary["skipped"], summary["run"], summary["published"]
-            ) == (21, 0, 21, 21), summary
+    assert (summary["planned"], summary["skipped"], summary["run"], summary["published"]) == (
+        21,
+        0,
+        21,
+        21,
+    ), summary
     _ok(pipeline.passk("wait", "--run-id", run_id, "--trials", "21", "--timeout", "300"))
     report = json.loads(_ok(pipeline.passk("report", "--run-id", run_id, "--json")))
     trials = {t["trial_id"]: t for t in report["trials"]}
@@ -142,34 +197,62 @@ def test_every_trial_gets_the_outcome_the_fault_plan_gives(
     assert by_scenario["debrief-billable-repair"]["scenario_passed"] is False
 
 
-def _conversations(settings: Settings, run_id: str, min_count: int = 0,
-                   timeout: float = 30) -> list[dict[str, Any]]:
-    return [v for _, v, _ in read_topic(settings, Topic.CONVERSATION_FINISHED,
-                                        min_count=min_count, timeout=timeout)
-            if v["run_id"] == run_id]
+def _conversations(
+    settings: Settings, run_id: str, min_count: int = 0, timeout: float = 30
+) -> list[dict[str, Any]]:
+    return [
+        v
+        for _, v, _ in read_topic(
+            settings, Topic.CONVERSATION_FINISHED, min_count=min_count, timeout=timeout
+        )
+        if v["run_id"] == run_id
+    ]
 
 
 def _sessions(settings: Settings, run_id: str) -> list[dict[str, Any]]:
-    return [v for _, v, _ in read_topic(settings, Topic.SESSION_PERSISTED, timeout=10)
-            if v.get("run_id") == run_id]
+    return [
+        v
+        for _, v, _ in read_topic(settings, Topic.SESSION_PERSISTED, timeout=10)
+        if v.get("run_id") == run_id
+    ]
 
 
-def _passk(settings: Settings, *args: str, timeout: float = 300
-           ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.cli", *args], cwd=ROOT,
-                          env=isolated_env(settings), capture_output=True, text=True,
-                          timeout=timeout)
+def _passk(
+    settings: Settings, *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        cwd=ROOT,
+        env=isolated_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_a_misbehaving_agent_ends_its_trials_with_the_reason_and_the_rest_go_on(
-        settings: Settings, tmp_path: Path) -> None:
-    plan = {"debrief-billable-repair": {"hang": [1], "http_500": [2], "drop_connection": [3]},
-            "debrief-follow-up-required": {"garbage": [2]}}
+    settings: Settings, tmp_path: Path
+) -> None:
+    plan = {
+        "debrief-billable-repair": {"hang": [1], "http_500": [2], "drop_connection": [3]},
+        "debrief-follow-up-required": {"garbage": [2]},
+    }
     run_id = "e2e-bad-agent"
     with reference_product(tmp_path, plan) as (port, db):
-        result = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
-                        str(target(tmp_path, port, db, "http", timeout_s=2)),
-                        "--run-id", run_id, "--concurrency", "8", "--json", "--publish")
+        result = _passk(
+            settings,
+            "run",
+            "--scenarios",
+            str(SCENARIOS),
+            "--target",
+            str(target(tmp_path, port, db, "http", timeout_s=2)),
+            "--run-id",
+            run_id,
+            "--concurrency",
+            "8",
+            "--json",
+            "--publish",
+        )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     events = {e["trial_id"]: e for e in _conversations(settings, run_id, 17)}
@@ -199,25 +282,48 @@ def test_a_misbehaving_agent_ends_its_trials_with_the_reason_and_the_rest_go_on(
 
 
 def test_same_run_id_adds_nothing_and_sigint_leaves_no_half_trial(
-        settings: Settings, tmp_path: Path) -> None:
+    settings: Settings, tmp_path: Path
+) -> None:
     run_id = "e2e-rerun"
     # Trials 2 and 3 hang at their third reply: a SIGINT finds them mid-conversation.
     hang = {s.stem: {"hang": [2, 3]} for s in SCENARIOS.glob("*.yaml")}
     with reference_product(tmp_path / "first", hang) as (port, db):
         target_file = target(tmp_path, port, db, "http", timeout_s=120)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "run", "--scenarios", str(SCENARIOS),
-             "--target", str(target_file), "--run-id", run_id, "--concurrency", "17", "--json",
-             "--publish"],
-            cwd=ROOT, env=isolated_env(settings), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "run",
+                "--scenarios",
+                str(SCENARIOS),
+                "--target",
+                str(target_file),
+                "--run-id",
+                run_id,
+                "--concurrency",
+                "17",
+                "--json",
+                "--publish",
+            ],
+            cwd=ROOT,
+            env=isolated_env(settings),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # 17 trials; trials 2 and 3 of the four debriefs hang (8); the quick questions close
         # at reply 1, before any hang: 9 finish.
         finished = _conversations(settings, run_id, min_count=9, timeout=60)
         assert len(finished) == 9
-        in_flight = sqlite3.connect(db).execute(
-            "SELECT count(*) FROM sessions WHERE state IS NULL "
-            "AND scenario_id != 'debrief-quick-question'").fetchone()[0]
+        in_flight = (
+            sqlite3.connect(db)
+            .execute(
+                "SELECT count(*) FROM sessions WHERE state IS NULL "
+                "AND scenario_id != 'debrief-quick-question'"
+            )
+            .fetchone()[0]
+        )
         assert in_flight == 8  # trials 2 and 3 of four scenarios, hanging
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
@@ -230,19 +336,38 @@ def test_same_run_id_adds_nothing_and_sigint_leaves_no_half_trial(
     sessions = _sessions(settings, run_id)
     # whole trials only: a session for every filed conversation and none without one
     assert {s["trial_id"] for s in sessions} == {
-        e["trial_id"] for e in first if e["scenario_id"] != "debrief-quick-question"}
+        e["trial_id"] for e in first if e["scenario_id"] != "debrief-quick-question"
+    }
 
     # The same run id again (the product fixed): only the missing trials run.
     with reference_product(tmp_path / "second", {}) as (port, db):
-        second = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
-                        str(target(tmp_path, port, db, "http")), "--run-id", run_id, "--json",
-                        "--publish")
+        second = _passk(
+            settings,
+            "run",
+            "--scenarios",
+            str(SCENARIOS),
+            "--target",
+            str(target(tmp_path, port, db, "http")),
+            "--run-id",
+            run_id,
+            "--json",
+            "--publish",
+        )
         assert second.returncode == 0, second.stderr
         again = json.loads(second.stdout)
         assert (again["skipped"], again["run"], again["published"]) == (9, 8, 8), again
-        third = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target",
-                       str(target(tmp_path, port, db, "http")), "--run-id", run_id, "--json",
-                        "--publish")
+        third = _passk(
+            settings,
+            "run",
+            "--scenarios",
+            str(SCENARIOS),
+            "--target",
+            str(target(tmp_path, port, db, "http")),
+            "--run-id",
+            run_id,
+            "--json",
+            "--publish",
+        )
         assert third.returncode == 0, third.stderr
         done = json.loads(third.stdout)
         assert (done["skipped"], done["run"], done["published"]) == (17, 0, 0), done
@@ -253,19 +378,38 @@ def test_same_run_id_adds_nothing_and_sigint_leaves_no_half_trial(
     assert len(_sessions(settings, run_id)) == 14  # the quick questions file nothing
 
 
-def test_invalid_target_and_down_broker_are_one_line_errors(tmp_path: Path,
-                                                           settings: Settings) -> None:
+def test_invalid_target_and_down_broker_are_one_line_errors(
+    tmp_path: Path, settings: Settings
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("agent: {kind: http, url: 'http://x', timeout: 3}\n")
-    result = _passk(settings, "run", "--scenarios", str(SCENARIOS), "--target", str(bad),
-                    "--run-id", "x")
+    result = _passk(
+        settings, "run", "--scenarios", str(SCENARIOS), "--target", str(bad), "--run-id", "x"
+    )
     assert result.returncode == 2
     assert f"{bad}: field agent.timeout: unknown field" in result.stderr
     env = {**isolated_env(settings), "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
     good = ROOT / "examples" / "agent" / "target-http.yaml"
-    down = subprocess.run([sys.executable, "-m", "services.cli", "run", "--scenarios",
-                           str(SCENARIOS), "--target", str(good), "--run-id", "x",
-                           "--wait", "1"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    down = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "run",
+            "--scenarios",
+            str(SCENARIOS),
+            "--target",
+            str(good),
+            "--run-id",
+            "x",
+            "--wait",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert down.returncode == 4 and "Traceback" not in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1 and "no Kafka broker" in down.stderr

@@ -59,17 +59,22 @@ def shows(settings: Settings, processor: str, health: tuple[str, ...], code: int
     return said.startswith(health) and done.returncode == code
 
 
-def until_status(settings: Settings, processor: str, health: tuple[str, ...], code: int,
-                 timeout: float) -> None:
+def until_status(
+    settings: Settings, processor: str, health: tuple[str, ...], code: int, timeout: float
+) -> None:
     try:
-        wait_for(lambda: shows(settings, processor, health, code), timeout=timeout,
-                 what=f"status of {processor}: {health!r}, exit {code}")
+        wait_for(
+            lambda: shows(settings, processor, health, code),
+            timeout=timeout,
+            what=f"status of {processor}: {health!r}, exit {code}",
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}; it said {SAID.get(processor)}") from None
 
 
 def test_a_stopped_judge_worker_is_not_ok_and_is_ok_again_when_continued(
-        settings: Settings, tmp_path: Path) -> None:
+    settings: Settings, tmp_path: Path
+) -> None:
     """Under supervisord, as `make up` runs it: supervisord keeps saying RUNNING."""
     publish_scenarios(settings, [scenario()])
     env = isolated_env(settings)
@@ -85,11 +90,15 @@ def test_a_stopped_judge_worker_is_not_ok_and_is_ok_again_when_continued(
         os.kill(pid, signal.SIGSTOP)
         try:
             # its lag grows while it is stopped
-            produce(settings, Topic.CONVERSATION_FINISHED,
-                    [(f"s-{i}", encode(conversation(f"t{i}"))) for i in range(5)])
+            produce(
+                settings,
+                Topic.CONVERSATION_FINISHED,
+                [(f"s-{i}", encode(conversation(f"t{i}"))) for i in range(5)],
+            )
             # stalled (no heartbeat), or DOWN once it has been out of its group long enough
-            until_status(settings, "judge", ("stalled: no heartbeat", "DOWN: no member"), 1,
-                         timeout=90)
+            until_status(
+                settings, "judge", ("stalled: no heartbeat", "DOWN: no member"), 1, timeout=90
+            )
             assert supervised_pid(conf, "judge") == pid  # supervisord still says RUNNING
         finally:
             os.kill(pid, signal.SIGCONT)
@@ -97,28 +106,39 @@ def test_a_stopped_judge_worker_is_not_ok_and_is_ok_again_when_continued(
 
 
 def test_a_locked_store_makes_the_sink_degraded_and_its_log_keeps_no_parameters(
-        settings: Settings, tmp_path: Path) -> None:
+    settings: Settings, tmp_path: Path
+) -> None:
     publish_scenarios(settings, [scenario()])
     db = Path(settings.database_url.removeprefix("sqlite:///"))
     log = tmp_path / "sink.log"
     with running(["worker", "sink"], isolated_env(settings), log):
-        wait_for(lambda: settled(settings, ["sink"]) and db.exists(), timeout=120,
-                 what="sink joined, tables made")
+        wait_for(
+            lambda: settled(settings, ["sink"]) and db.exists(),
+            timeout=120,
+            what="sink joined, tables made",
+        )
         until_status(settings, "sink", ("ok",), 0, timeout=30)
         lock = sqlite3.connect(db, isolation_level=None, timeout=5)
         try:
             lock.execute("BEGIN EXCLUSIVE")
-            secret = conversation("locked", transcript=[
-                Message(role="user", content=f"my password is {SECRET}"),
-                Message(role="assistant", content="noted")])
+            secret = conversation(
+                "locked",
+                transcript=[
+                    Message(role="user", content=f"my password is {SECRET}"),
+                    Message(role="assistant", content="noted"),
+                ],
+            )
             produce(settings, Topic.CONVERSATION_FINISHED, [("s-locked", encode(secret))])
             produce(settings, Topic.SESSION_PERSISTED, [("s-locked", encode(session("locked")))])
             # within SQLite's 30 s busy timeout: before the sink's first failed write, when
             # it used to say `ok` (a call not returned in 10 s is an outage as status shows)
             until_status(settings, "sink", ("degraded: store down",), 1, timeout=25)
             # SQLite gives up after its 30 s busy timeout: the outage's one warning
-            wait_for(lambda: "database is locked" in log.read_text(errors="replace"),
-                     timeout=90, what="the sink's outage warning")
+            wait_for(
+                lambda: "database is locked" in log.read_text(errors="replace"),
+                timeout=90,
+                what="the sink's outage warning",
+            )
         finally:
             lock.execute("ROLLBACK")
             lock.close()

@@ -25,10 +25,18 @@ from tests.support import ROOT, new_prefix, wait_for
 
 def broker_answers(env: dict[str, str]) -> bool:
     probe = subprocess.run(
-        [sys.executable, "-c", "import os; from kafka import KafkaAdminClient as A; A(bootstrap_"
-         "servers=os.environ.get('KAFKA_BOOTSTRAP_SERVERS', '127.0.0.1:9092')).list_topics()"],
-        env=env, capture_output=True, timeout=60)
+        [
+            sys.executable,
+            "-c",
+            "import os; from kafka import KafkaAdminClient as A; A(bootstrap_"
+            "servers=os.environ.get('KAFKA_BOOTSTRAP_SERVERS', '127.0.0.1:9092')).list_topics()",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     return probe.returncode == 0
+
 
 # alone: it runs `make up` in this checkout, which wants the machine's ports and the
 # checkout's var/ to itself (it passed alone, and failed once beside three other workers)
@@ -54,8 +62,9 @@ def free_offset() -> int:
     for _ in range(200):
         offset = random.randint(low - min(DEFAULT_PORTS.values()), high - top)
         wanted = [p + offset for p in DEFAULT_PORTS.values()] + [
-            DEFAULT_PORTS["PASSK_METRICS_PORT_BASE"] + offset + i for i in range(
-                len(PROCESSORS) + 2)]
+            DEFAULT_PORTS["PASSK_METRICS_PORT_BASE"] + offset + i
+            for i in range(len(PROCESSORS) + 2)
+        ]
         if all(port_is_free(p) for p in wanted):
             return offset
     raise RuntimeError("no free port offset in the test range")
@@ -64,16 +73,22 @@ def free_offset() -> int:
 def fresh_shell() -> dict[str, str]:
     """A shell that has exported nothing of passk's: what `make up` wrote down is all it
     knows of the stack."""
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("PASSK_", "OPENAI_", "KAFKA_", "VIRTUAL_ENV"))}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PASSK_", "OPENAI_", "KAFKA_", "VIRTUAL_ENV"))
+    }
 
 
 def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Path) -> None:
     pid = RUN / "supervisord.pid"
     if pid.exists() and Path(f"/proc/{pid.read_text().strip()}").exists():
         pytest.fail(f"a `make up` already runs in {ROOT}; `make down` first")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PASSK_", "OPENAI_", "VIRTUAL_ENV"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PASSK_", "OPENAI_", "VIRTUAL_ENV"))
+    }
     prefix = new_prefix()
     env.update(
         PASSK_TOPIC_PREFIX=prefix,  # the shared broker is reused; our topics are ours
@@ -87,8 +102,14 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
         PASSK_WITNESS_URL="postgresql://db/passk?user=u&password=hunter2",
     )
     try:
-        up = subprocess.run(["bash", "infra/stack/up.sh"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+        up = subprocess.run(
+            ["bash", "infra/stack/up.sh"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
         assert "judges use the offline stand-in" in up.stdout
 
@@ -104,45 +125,79 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
 
         def audited() -> bool:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{audit_port}/metrics",
-                                            timeout=5) as answer:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{audit_port}/metrics", timeout=5
+                ) as answer:
                     text = answer.read().decode()
             except OSError:
                 return False
-            return 'passk_audit_runs_total{result="clean"} 0.0' not in text and \
-                'passk_audit_runs_total{result="clean"}' in text
+            return (
+                'passk_audit_runs_total{result="clean"} 0.0' not in text
+                and 'passk_audit_runs_total{result="clean"}' in text
+            )
 
-        wait_for(audited, timeout=180, interval=1.0,
-                 what=f"the supervised auditor ending a clean audit (:{audit_port}/metrics)")
-
+        wait_for(
+            audited,
+            timeout=180,
+            interval=1.0,
+            what=f"the supervised auditor ending a clean audit (:{audit_port}/metrics)",
+        )
 
         # Another shell: none of `make up`'s exports, not even the offset or the prefix.
         status = subprocess.run(
-            [sys.executable, "-m", "services.cli", "status", "--json"], cwd=ROOT,
-            env=fresh_shell(), capture_output=True, text=True, timeout=300)
+            [sys.executable, "-m", "services.cli", "status", "--json"],
+            cwd=ROOT,
+            env=fresh_shell(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert status.returncode == 0, status.stdout + status.stderr
         groups = {p["group"] for p in json.loads(status.stdout)["processors"]}
         assert groups == {f"{prefix}{w}" for w in WORKERS}, groups
         report = subprocess.run(
             [sys.executable, "-m", "services.cli", "report", "--run-id", "nothing-yet"],
-            cwd=ROOT, env=fresh_shell(), capture_output=True, text=True, timeout=300)
+            cwd=ROOT,
+            env=fresh_shell(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert report.returncode == 3, report.stdout + report.stderr  # its store: no trials
         assert str(tmp_path / "passk.db") in report.stderr, report.stderr  # the stack's store
         calibrate = subprocess.run(
-            [sys.executable, "-m", "services.cli", "calibrate", "examples/calibration",
-             "--json"], cwd=ROOT, env=fresh_shell(), capture_output=True, text=True,
-            timeout=600)
+            [sys.executable, "-m", "services.cli", "calibrate", "examples/calibration", "--json"],
+            cwd=ROOT,
+            env=fresh_shell(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert calibrate.returncode == 0, calibrate.stdout + calibrate.stderr
         assert "the offline stand-in `make up` started" in calibrate.stderr, calibrate.stderr
         judges = {j["judge_id"]: j for j in json.loads(calibrate.stdout)["judges"]}
         # examples/calibration/README.md's matrices, which the stand-in is built to give
         assert [judges["covered_expected_topics"][k] for k in ("tp", "fp", "fn", "tn")] == [
-            5, 0, 1, 6]
+            5,
+            0,
+            1,
+            6,
+        ]
         assert [judges["no_customer_charge_stated"][k] for k in ("tp", "fp", "fn", "tn")] == [
-            3, 3, 1, 5]
+            3,
+            3,
+            1,
+            5,
+        ]
     finally:
-        down = subprocess.run(["bash", "infra/stack/down.sh"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)
+        down = subprocess.run(
+            ["bash", "infra/stack/down.sh"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert down.returncode == 0, down.stdout + down.stderr
     assert not (RUN / "judge.json").exists()  # the stand-in it named is stopped
     assert not (RUN / "passk.env").exists()  # a fresh shell takes the defaults again
@@ -153,7 +208,12 @@ def test_calibrate_after_make_up_uses_the_stand_in_the_workers_use(tmp_path: Pat
 
     # After `make down`: the CLI says exactly what to export, not "use the stand-in".
     after = subprocess.run(
-        [sys.executable, "-m", "services.cli", "calibrate", "examples/calibration",
-         "--no-publish"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        [sys.executable, "-m", "services.cli", "calibrate", "examples/calibration", "--no-publish"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert after.returncode == 2, after.stdout + after.stderr
     assert "export OPENAI_API_KEY" in after.stderr and "Traceback" not in after.stderr

@@ -43,7 +43,6 @@ TRIALS = 12  # per scenario and hour: above the default min_trials (10)
 HOURS = 4
 
 
-
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         return str(answer.read().decode())
@@ -53,9 +52,13 @@ def exported_names(text: str) -> set[str]:
     """Every series name a registry can produce, from the exposition: a labelled metric
     with no child yet shows only its # TYPE line, so names follow from the type."""
     names: set[str] = set()
-    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count",
-                "_created"), "summary": ("_sum", "_count", "_created"), "gauge": ("",),
-                "info": ("_info",)}
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "summary": ("_sum", "_count", "_created"),
+        "gauge": ("",),
+        "info": ("_info",),
+    }
     for family in text_string_to_metric_families(text):
         names.add(family.name)
         names.update(family.name + s for s in suffixes.get(family.type, ("",)))
@@ -72,18 +75,23 @@ def rule_exprs() -> list[tuple[str, str]]:
     return [(r.get("alert") or r.get("record"), r["expr"]) for g in groups for r in g["rules"]]
 
 
-def test_rules_and_panels_name_only_metrics_the_workers_export(shared_pipeline: Pipeline
-                                                              ) -> None:
+def test_rules_and_panels_name_only_metrics_the_workers_export(shared_pipeline: Pipeline) -> None:
     pipeline = shared_pipeline  # it only reads every worker's /metrics
     texts = {}
     for name in PROCESSORS:
         port = pipeline.metrics_port(name)
-        texts[name] = wait_for(lambda port=port: _try_scrape(port), timeout=60,
-                               what=f"{name} serving /metrics on {port}")
+        texts[name] = wait_for(
+            lambda port=port: _try_scrape(port),
+            timeout=60,
+            what=f"{name} serving /metrics on {port}",
+        )
     # and the continuous auditor's, a server `make up` supervises beside the workers
     with pipeline.auditing(PASSK_AUDIT_INTERVAL_S="5") as audit_port:
-        audited = wait_for(lambda: _try_scrape(audit_port), timeout=60,
-                           what=f"the auditor serving /metrics on {audit_port}")
+        audited = wait_for(
+            lambda: _try_scrape(audit_port),
+            timeout=60,
+            what=f"the auditor serving /metrics on {audit_port}",
+        )
     exported = set().union(*(exported_names(t) for t in [*texts.values(), audited]))
     # stream health is on every worker, not only on some
     for name, text in texts.items():
@@ -94,12 +102,14 @@ def test_rules_and_panels_name_only_metrics_the_workers_export(shared_pipeline: 
     assert not missing, f"rules/panels name metrics no worker exports: {sorted(missing)}"
     # and the check has teeth: what it reads covers the main figures
     assert {m for _, e in used for m in named_metrics(e)} >= {
-        "passk_scenario_pass_hat_k", "passk_consumer_lag", "passk_dead_letters_total",
-        "passk_audit_unaccounted_trials"}
+        "passk_scenario_pass_hat_k",
+        "passk_consumer_lag",
+        "passk_dead_letters_total",
+        "passk_audit_unaccounted_trials",
+    }
 
 
-def wait_seeing(check: Callable[[], tuple[bool, object]], *, timeout: float, what: str
-                ) -> None:
+def wait_seeing(check: Callable[[], tuple[bool, object]], *, timeout: float, what: str) -> None:
     """wait_for a check that returns (done, what it saw); a timeout names the last seen."""
     seen: dict[str, object] = {}
 
@@ -131,8 +141,12 @@ class Webhook:
     port: int = 0
 
     def firing(self, alertname: str) -> list[dict[str, Any]]:
-        return [a for p in list(self.payloads) for a in p.get("alerts", [])
-                if a["labels"].get("alertname") == alertname and a["status"] == "firing"]
+        return [
+            a
+            for p in list(self.payloads)
+            for a in p.get("alerts", [])
+            if a["labels"].get("alertname") == alertname and a["status"] == "firing"
+        ]
 
 
 @pytest.fixture
@@ -169,8 +183,9 @@ class Monitoring:
         return self._get("/api/v1/query", query=expr)["result"]  # type: ignore[no-any-return]
 
     def query_range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
-        return self._get("/api/v1/query_range", query=expr, start=str(start), end=str(end),
-                         step="2")["result"]  # type: ignore[no-any-return]
+        return self._get(
+            "/api/v1/query_range", query=expr, start=str(start), end=str(end), step="2"
+        )["result"]  # type: ignore[no-any-return]
 
     def alerts(self) -> list[dict[str, Any]]:
         return self._get("/api/v1/alerts")["alerts"]  # type: ignore[no-any-return]
@@ -184,8 +199,9 @@ class Monitoring:
 
 
 @contextmanager
-def monitoring_stack(pipeline: Pipeline, webhook: Webhook, tmp_path: Path, *,
-                     scrape_s: int = 1) -> Iterator[Monitoring]:
+def monitoring_stack(
+    pipeline: Pipeline, webhook: Webhook, tmp_path: Path, *, scrape_s: int = 1
+) -> Iterator[Monitoring]:
     """infra/prometheus/up.sh scraping the pipeline's workers every scrape_s and alerting
     to the webhook soon (5 s `for:`, 1 s grouping); down.sh afterwards."""
     if not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")):
@@ -202,15 +218,27 @@ def monitoring_stack(pipeline: Pipeline, webhook: Webhook, tmp_path: Path, *,
         "PASSK_ALERT_GROUP_WAIT": "1s",
         "PASSK_ALERT_GROUP_INTERVAL": "1s",
     }
-    up = subprocess.run(["bash", "infra/prometheus/up.sh"], env=env, cwd=ROOT,
-                        capture_output=True, text=True, timeout=120)
+    up = subprocess.run(
+        ["bash", "infra/prometheus/up.sh"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "Prometheus http://" in up.stdout, up.stdout
         yield Monitoring(env["PASSK_PROMETHEUS_URL"], env["PASSK_ALERTMANAGER_URL"])
     finally:
-        down = subprocess.run(["bash", "infra/prometheus/down.sh"], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+        down = subprocess.run(
+            ["bash", "infra/prometheus/down.sh"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert "stopped prometheus" in down.stdout, down.stdout + down.stderr
 
 
@@ -243,9 +271,16 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
     began = time.time()
     # The continuous auditor too, as `make up` runs it (its panels need its figures):
     # stopped with the pipeline.
-    pipeline.start("audit", "worker", "audit", env={
-        "PASSK_METRICS_PORT": str(pipeline.metrics_port("audit")),
-        "PASSK_AUDIT_INTERVAL_S": "2", "PASSK_AUDIT_GRACE_S": "30"})
+    pipeline.start(
+        "audit",
+        "worker",
+        "audit",
+        env={
+            "PASSK_METRICS_PORT": str(pipeline.metrics_port("audit")),
+            "PASSK_AUDIT_INTERVAL_S": "2",
+            "PASSK_AUDIT_GRACE_S": "30",
+        },
+    )
     _ok(pipeline.passk("scenarios", "publish", str(SCENARIOS)))
     # Four hours of event time, one batch per epoch-aligned hour; in the last one the
     # degrading scenario passes a fifth of its trials, the others all of theirs.
@@ -255,30 +290,60 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
         start = hour - timedelta(hours=HOURS - i) + timedelta(minutes=5)
         traffic, expected_file = tmp_path / f"traffic-{i}.jsonl", tmp_path / f"expected-{i}.json"
         degrade = ["--pass-prob", f"{DEGRADING}=0.2"] if i == HOURS - 1 else []
-        _ok(pipeline.passk(
-            "generate", "--scenarios", str(SCENARIOS), "--run-id", f"mon-{i}",
-            "--out", str(traffic), "--expected", str(expected_file), "--trials", str(TRIALS),
-            "--default-pass-prob", "1.0", *degrade, "--quirk-rate", "session_missing=0",
-            "--seed", str(40 + i), "--start", start.isoformat(),
-        ))
+        _ok(
+            pipeline.passk(
+                "generate",
+                "--scenarios",
+                str(SCENARIOS),
+                "--run-id",
+                f"mon-{i}",
+                "--out",
+                str(traffic),
+                "--expected",
+                str(expected_file),
+                "--trials",
+                str(TRIALS),
+                "--default-pass-prob",
+                "1.0",
+                *degrade,
+                "--quirk-rate",
+                "session_missing=0",
+                "--seed",
+                str(40 + i),
+                "--start",
+                start.isoformat(),
+            )
+        )
         _ok(pipeline.passk("replay", str(traffic)))
         expected.append(json.loads(expected_file.read_text()))
     # one unusable input, so the dead-letter series exist
     producer = KafkaProducer(bootstrap_servers=pipeline.settings.kafka_bootstrap_servers)
-    producer.send(topic_name(Topic.CONVERSATION_FINISHED, pipeline.settings), b"not json",
-                  key=b"broken").get(30)
+    producer.send(
+        topic_name(Topic.CONVERSATION_FINISHED, pipeline.settings), b"not json", key=b"broken"
+    ).get(30)
     producer.close()
     for i in range(HOURS):
-        _ok(pipeline.passk("wait", "--run-id", f"mon-{i}", "--expected",
-                           str(tmp_path / f"expected-{i}.json"), "--timeout", "300"))
+        _ok(
+            pipeline.passk(
+                "wait",
+                "--run-id",
+                f"mon-{i}",
+                "--expected",
+                str(tmp_path / f"expected-{i}.json"),
+                "--timeout",
+                "300",
+            )
+        )
     pipeline.wait_settled(timeout=300)
 
     # The last hour's pass^k per scenario, computed here from the expected outcomes.
     last = expected[-1]
     ks = {s["scenario_id"]: s["k"] for s in last["scenarios"]}
     truth = {
-        sid: brute_force([t["expected_outcome"] == "passed" for t in last["trials"]
-                          if t["scenario_id"] == sid], k)[1]
+        sid: brute_force(
+            [t["expected_outcome"] == "passed" for t in last["trials"] if t["scenario_id"] == sid],
+            k,
+        )[1]
         for sid, k in ks.items()
     }
     assert truth[DEGRADING] < 0.8 and all(truth[s] == 1.0 for s in truth if s != DEGRADING)
@@ -291,45 +356,71 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
         assert record["n"] == TRIALS and record["pass_hat_k"] == pytest.approx(truth[sid]), sid
 
     def prometheus_agrees() -> bool | dict[str, float]:
-        seen = {r["metric"]["scenario"]: float(r["value"][1])
-                for r in monitoring.query('passk_scenario_pass_hat_k{window="1h"}')}
+        seen = {
+            r["metric"]["scenario"]: float(r["value"][1])
+            for r in monitoring.query('passk_scenario_pass_hat_k{window="1h"}')
+        }
         want = {sid: float(r["pass_hat_k"]) for sid, r in on_topic.items()}
-        return seen.keys() == want.keys() and all(
-            abs(seen[s] - want[s]) < 1e-9 for s in want) or seen
+        return (
+            seen.keys() == want.keys() and all(abs(seen[s] - want[s]) < 1e-9 for s in want) or seen
+        )
 
-    wait_for(prometheus_agrees, timeout=120, interval=1.0,
-             what="Prometheus's passk_scenario_pass_hat_k equal to the topic's")
+    wait_for(
+        prometheus_agrees,
+        timeout=120,
+        interval=1.0,
+        what="Prometheus's passk_scenario_pass_hat_k equal to the topic's",
+    )
 
     # Replayed traffic carries passk ids, so every trial is sampled: the dashboard's
     # sampling panels read the sampled pass^k equal to pass^k, n_sampled equal to n, and
     # no LLM judge call saved (tests/e2e/test_production.py and make demo show sampling).
     def sampled_agree() -> tuple[bool, object]:
-        got = {q: {r["metric"]["scenario"]: float(r["value"][1])
-                   for r in monitoring.query(f'{q}{{window="1h"}}')} for q in (
-            "passk_scenario_sampled_pass_hat_k", "passk_scenario_sampled_trials",
-            "passk_scenario_llm_judge_calls_saved")}
-        want = {"passk_scenario_sampled_pass_hat_k":
-                {sid: float(r["pass_hat_k"]) for sid, r in on_topic.items()},
-                "passk_scenario_sampled_trials": {sid: float(TRIALS) for sid in on_topic},
-                "passk_scenario_llm_judge_calls_saved": {sid: 0.0 for sid in on_topic}}
-        return all(got[q].keys() == want[q].keys() and all(
-            abs(got[q][s] - want[q][s]) < 1e-9 for s in want[q]) for q in want), got
+        got = {
+            q: {
+                r["metric"]["scenario"]: float(r["value"][1])
+                for r in monitoring.query(f'{q}{{window="1h"}}')
+            }
+            for q in (
+                "passk_scenario_sampled_pass_hat_k",
+                "passk_scenario_sampled_trials",
+                "passk_scenario_llm_judge_calls_saved",
+            )
+        }
+        want = {
+            "passk_scenario_sampled_pass_hat_k": {
+                sid: float(r["pass_hat_k"]) for sid, r in on_topic.items()
+            },
+            "passk_scenario_sampled_trials": {sid: float(TRIALS) for sid in on_topic},
+            "passk_scenario_llm_judge_calls_saved": {sid: 0.0 for sid in on_topic},
+        }
+        return all(
+            got[q].keys() == want[q].keys()
+            and all(abs(got[q][s] - want[q][s]) < 1e-9 for s in want[q])
+            for q in want
+        ), got
 
     wait_seeing(sampled_agree, timeout=120, what="the sampled gauges equal the figures")
 
     # The drop alert fires for the degrading scenario, and only for it.
     def drop_firing() -> list[dict[str, Any]]:
-        return [a for a in monitoring.alerts()
-                if a["labels"]["alertname"] == "PasskScenarioReliabilityDrop"
-                and a["state"] == "firing"]
+        return [
+            a
+            for a in monitoring.alerts()
+            if a["labels"]["alertname"] == "PasskScenarioReliabilityDrop" and a["state"] == "firing"
+        ]
 
     firing = wait_for(drop_firing, timeout=180, interval=1.0, what="the drop alert firing")
     assert {a["labels"]["scenario"] for a in firing} == {DEGRADING}
     assert "1h" in {a["labels"]["window"] for a in firing}
 
     # Alertmanager delivers it to the webhook; the payload names the scenario and pass^k.
-    delivered = wait_for(lambda: webhook.firing("PasskScenarioReliabilityDrop"), timeout=120,
-                         interval=1.0, what="Alertmanager delivering the drop alert")
+    delivered = wait_for(
+        lambda: webhook.firing("PasskScenarioReliabilityDrop"),
+        timeout=120,
+        interval=1.0,
+        what="Alertmanager delivering the drop alert",
+    )
     assert {a["labels"]["scenario"] for a in delivered} == {DEGRADING}
     hourly = [a for a in delivered if a["labels"]["window"] == "1h"]
     assert hourly, delivered
@@ -350,27 +441,41 @@ def test_prometheus_alertmanager_and_the_dashboard_on_live_workers(
     sent = sum(len(e["trials"]) for e in expected)
 
     def audited_clean() -> tuple[bool, dict[str, list[float]]]:
-        figures = {q: [float(r["value"][1]) for r in monitoring.query(q)] for q in (
-            "sum(passk_audit_unaccounted_trials)", "passk_audit_trials",
-            "passk_audit_in_flight_trials", "passk_audit_last_clean_timestamp_seconds")}
+        figures = {
+            q: [float(r["value"][1]) for r in monitoring.query(q)]
+            for q in (
+                "sum(passk_audit_unaccounted_trials)",
+                "passk_audit_trials",
+                "passk_audit_in_flight_trials",
+                "passk_audit_last_clean_timestamp_seconds",
+            )
+        }
         clean = figures["passk_audit_last_clean_timestamp_seconds"]
-        return figures == {"sum(passk_audit_unaccounted_trials)": [0.0],
-                           "passk_audit_trials": [float(sent)],
-                           "passk_audit_in_flight_trials": [0.0],
-                           "passk_audit_last_clean_timestamp_seconds": clean
-                           } and len(clean) == 1 and clean[0] > began, figures
+        return figures == {
+            "sum(passk_audit_unaccounted_trials)": [0.0],
+            "passk_audit_trials": [float(sent)],
+            "passk_audit_in_flight_trials": [0.0],
+            "passk_audit_last_clean_timestamp_seconds": clean,
+        } and len(clean) == 1 and clean[0] > began, figures
 
     wait_seeing(audited_clean, timeout=180, what=f"the auditor clean over all {sent} trials")
-    assert not [a for a in monitoring.alerts()
-                if a["labels"]["alertname"] in ("PasskTrialsUnaccounted", "PasskAuditStale")]
+    assert not [
+        a
+        for a in monitoring.alerts()
+        if a["labels"]["alertname"] in ("PasskTrialsUnaccounted", "PasskAuditStale")
+    ]
 
     # Every dashboard panel's query returns data from this Prometheus: the sampling
     # panels' among them.
     titles = {title for title, _ in dashboard_queries(build_dashboard())}
-    assert {"Sampled pass^k beside pass^k over all trials", "Sampled trials in the latest window",
-            "LLM judge calls saved by sampling"} <= titles
+    assert {
+        "Sampled pass^k beside pass^k over all trials",
+        "Sampled trials in the latest window",
+        "LLM judge calls saved by sampling",
+    } <= titles
     empty = [
-        (title, expr) for title, expr in dashboard_queries(build_dashboard())
+        (title, expr)
+        for title, expr in dashboard_queries(build_dashboard())
         if not monitoring.query_range(expr, began, time.time())
     ]
     assert not empty, f"panels with no data: {empty}"
@@ -388,19 +493,41 @@ def test_a_trial_lost_on_purpose_fires_the_audit_alert_at_the_webhook(
     # and 60 s of judge wait, plus 60 s): no trial still being graded is taken for lost.
     # Scrapes every 3 s (each may take that long): a scrape of a busy auditor that timed
     # out at 1 s would mark its series stale and restart the alert's `for:`.
-    with pipeline.auditing(PASSK_AUDIT_INTERVAL_S="5", PASSK_AUDIT_PERIOD_S="3600"), \
-            monitoring_stack(pipeline, webhook, tmp_path, scrape_s=3) as monitoring:
+    with (
+        pipeline.auditing(PASSK_AUDIT_INTERVAL_S="5", PASSK_AUDIT_PERIOD_S="3600"),
+        monitoring_stack(pipeline, webhook, tmp_path, scrape_s=3) as monitoring,
+    ):
         _ok(pipeline.passk("scenarios", "publish", str(SCENARIOS)))
         traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
-        _ok(pipeline.passk(
-            "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id, "--out",
-            str(traffic), "--expected", str(expected_file), "--trials", str(trials),
-            "--default-pass-prob", "1.0", "--quirk-rate", "session_missing=0", "--seed", "29"))
+        _ok(
+            pipeline.passk(
+                "generate",
+                "--scenarios",
+                str(SCENARIOS),
+                "--run-id",
+                run_id,
+                "--out",
+                str(traffic),
+                "--expected",
+                str(expected_file),
+                "--trials",
+                str(trials),
+                "--default-pass-prob",
+                "1.0",
+                "--quirk-rate",
+                "session_missing=0",
+                "--seed",
+                "29",
+            )
+        )
         _ok(pipeline.passk("replay", str(traffic)))
         expected = json.loads(expected_file.read_text())
         sent = len(expected["trials"])
-        _ok(pipeline.passk("wait", "--run-id", run_id, "--expected", str(expected_file),
-                           "--timeout", "300"))
+        _ok(
+            pipeline.passk(
+                "wait", "--run-id", run_id, "--expected", str(expected_file), "--timeout", "300"
+            )
+        )
         pipeline.wait_settled(timeout=300)
 
         def figure(query: str) -> list[float]:
@@ -408,12 +535,14 @@ def test_a_trial_lost_on_purpose_fires_the_audit_alert_at_the_webhook(
 
         # Every trial past its grace and accounted for, by an audit Prometheus scraped.
         def clean() -> tuple[bool, object]:
-            seen = (figure("passk_audit_trials"), figure("passk_audit_in_flight_trials"),
-                    figure("sum(passk_audit_unaccounted_trials)"))
+            seen = (
+                figure("passk_audit_trials"),
+                figure("passk_audit_in_flight_trials"),
+                figure("sum(passk_audit_unaccounted_trials)"),
+            )
             return seen == ([float(sent)], [0.0], [0.0]), seen
 
-        wait_seeing(clean, timeout=300, what=f"a clean audit of all {sent} trials, none in "
-                                            "flight")
+        wait_seeing(clean, timeout=300, what=f"a clean audit of all {sent} trials, none in flight")
         assert not webhook.firing("PasskTrialsUnaccounted")
 
         # Lose one on purpose: its projection row goes.
@@ -424,25 +553,27 @@ def test_a_trial_lost_on_purpose_fires_the_audit_alert_at_the_webhook(
 
         def projection_short() -> tuple[bool, object]:
             found = figure('passk_audit_unaccounted_trials{stage="projection"}')
-            return found == [1.0], {"found": found,
-                                    "audit took": figure("passk_audit_duration_seconds")}
+            return found == [1.0], {
+                "found": found,
+                "audit took": figure("passk_audit_duration_seconds"),
+            }
 
-        wait_seeing(projection_short, timeout=180,
-                    what="the auditor finding the projection short")
+        wait_seeing(projection_short, timeout=180, what="the auditor finding the projection short")
 
         def delivered() -> tuple[bool, object]:
             return bool(webhook.firing("PasskTrialsUnaccounted")), {
                 "alerts": [(a["labels"]["alertname"], a["state"]) for a in monitoring.alerts()],
                 "audit up": figure('up{job="passk-audit"}'),
-                "projection": figure('passk_audit_unaccounted_trials{stage="projection"}')}
+                "projection": figure('passk_audit_unaccounted_trials{stage="projection"}'),
+            }
 
-        wait_seeing(delivered, timeout=180,
-                    what="Alertmanager delivering PasskTrialsUnaccounted")
+        wait_seeing(delivered, timeout=180, what="Alertmanager delivering PasskTrialsUnaccounted")
         firing = webhook.firing("PasskTrialsUnaccounted")
         assert {a["labels"]["stage"] for a in firing} == {"projection"}
         assert firing[0]["labels"]["severity"] == "page"
         assert firing[0]["annotations"]["summary"] == (
-            "1 trials unaccounted past their deadlines, stopped at projection")
+            "1 trials unaccounted past their deadlines, stopped at projection"
+        )
 
         # What the operator does (docs/operations.md): the audit names the trial, the
         # repair puts its row back and audits again, clean.
@@ -450,16 +581,25 @@ def test_a_trial_lost_on_purpose_fires_the_audit_alert_at_the_webhook(
         assert found.returncode == 1, found.stdout + found.stderr
         report = json.loads(found.stdout)
         assert [(u["trial_id"], u["stopped_at"]) for u in report["unaccounted"]] == [
-            (lost, "projection")]
+            (lost, "projection")
+        ]
         repaired = pipeline.passk("audit", "--since", "1h", "--repair", "--json")
         assert repaired.returncode == 0, repaired.stdout + repaired.stderr
         assert json.loads(repaired.stdout)["repaired"]["reprojected"] == 1
 
         def resolved() -> list[dict[str, Any]]:
-            return [a for p in list(webhook.payloads) for a in p.get("alerts", [])
-                    if a["labels"].get("alertname") == "PasskTrialsUnaccounted"
-                    and a["status"] == "resolved"]
+            return [
+                a
+                for p in list(webhook.payloads)
+                for a in p.get("alerts", [])
+                if a["labels"].get("alertname") == "PasskTrialsUnaccounted"
+                and a["status"] == "resolved"
+            ]
 
-        wait_for(resolved, timeout=180, interval=1.0,
-                 what="Alertmanager delivering PasskTrialsUnaccounted resolved")
+        wait_for(
+            resolved,
+            timeout=180,
+            interval=1.0,
+            what="Alertmanager delivering PasskTrialsUnaccounted resolved",
+        )
         wait_seeing(clean, timeout=120, what="the auditor clean again after the repair")

@@ -54,9 +54,18 @@ judges:
 
 
 def _trials(run_id: str) -> list[Trial]:
-    return [Trial(run_id, SCENARIO, f"{run_id}:{SCENARIO}:{i:03d}", f"{run_id}-session-{i}",
-                  lines, exit_reason, state)
-            for i, (lines, exit_reason, state) in enumerate(CASES, 1)]
+    return [
+        Trial(
+            run_id,
+            SCENARIO,
+            f"{run_id}:{SCENARIO}:{i:03d}",
+            f"{run_id}-session-{i}",
+            lines,
+            exit_reason,
+            state,
+        )
+        for i, (lines, exit_reason, state) in enumerate(CASES, 1)
+    ]
 
 
 def _collector_lines(spans: list[Any]) -> str:
@@ -74,14 +83,20 @@ def _collector_lines(spans: list[Any]) -> str:
 def _report(p, run_id: str) -> dict[str, tuple[str, tuple[str, ...]]]:  # type: ignore[no-untyped-def]
     out = p.passk("report", "--run-id", run_id, "--json")
     assert out.returncode == 0, out.stderr
-    return {t["trial_id"].rsplit(":", 1)[1]: (t["outcome"], tuple(sorted(
-        c["check"] for c in t["failed_checks"]))) for t in json.loads(out.stdout)["trials"]}
+    return {
+        t["trial_id"].rsplit(":", 1)[1]: (
+            t["outcome"],
+            tuple(sorted(c["check"] for c in t["failed_checks"])),
+        )
+        for t in json.loads(out.stdout)["trials"]
+    }
 
 
 def _metric(port: int, name: str, **labels: str) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-                   if labels else "")
+    want = name + (
+        "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else ""
+    )
     for line in text.splitlines():
         if line.startswith(want + " "):
             return float(line.split()[-1])
@@ -107,15 +122,27 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
     scenarios = tmp_path / "scenarios"
     scenarios.mkdir()
     (scenarios / f"{SCENARIO}.yaml").write_text(SCENARIO_YAML)
-    with log_sink(sink_port, fail_first=3) as sink, chat_server(chat_port) as chat_url, \
-            running_pipeline(settings, tmp_path, ["gate", "judge", "verdict", "sink"]) as p:
+    with (
+        log_sink(sink_port, fail_first=3) as sink,
+        chat_server(chat_port) as chat_url,
+        running_pipeline(settings, tmp_path, ["gate", "judge", "verdict", "sink"]) as p,
+    ):
         assert p.passk("scenarios", "publish", str(scenarios)).returncode == 0
-        p.start("otlp", "worker", "otlp", env={
-            "PASSK_OTLP_PORT": str(otlp_port), "PASSK_METRICS_PORT": str(metrics_port),
-            "PASSK_OTLP_TOKEN": TOKEN, "PASSK_OTLP_MAX_PENDING_TRACES": "1000",
-            "PASSK_OTLP_IDLE_S": "3", "PASSK_OTLP_MAX_BODY_BYTES": "4000000",
-            "PASSK_OTLP_EXPORT_ENDPOINT": f"http://127.0.0.1:{sink_port}",
-            "PASSK_OTLP_EXPORT_TIMEOUT_S": "2"})
+        p.start(
+            "otlp",
+            "worker",
+            "otlp",
+            env={
+                "PASSK_OTLP_PORT": str(otlp_port),
+                "PASSK_METRICS_PORT": str(metrics_port),
+                "PASSK_OTLP_TOKEN": TOKEN,
+                "PASSK_OTLP_MAX_PENDING_TRACES": "1000",
+                "PASSK_OTLP_IDLE_S": "3",
+                "PASSK_OTLP_MAX_BODY_BYTES": "4000000",
+                "PASSK_OTLP_EXPORT_ENDPOINT": f"http://127.0.0.1:{sink_port}",
+                "PASSK_OTLP_EXPORT_TIMEOUT_S": "2",
+            },
+        )
         url = f"http://127.0.0.1:{otlp_port}/v1/traces"
         pb = {"Content-Type": "application/x-protobuf", "Authorization": f"Bearer {TOKEN}"}
 
@@ -132,30 +159,41 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
         assert requests.post(url, data=b"\x0a\xff\xff\xff\xff\x0f", headers=pb).status_code == 400
         wrong = {**pb, "Authorization": "Bearer guess"}
         assert requests.post(url, data=b"", headers=wrong).status_code == 401
-        assert requests.post(url, data=b"", headers={"Content-Type": pb["Content-Type"]}
-                             ).status_code == 401
+        assert (
+            requests.post(url, data=b"", headers={"Content-Type": pb["Content-Type"]}).status_code
+            == 401
+        )
         from tests.unit.otlp.spans import request as make_request
         from tests.unit.otlp.spans import span
+
         never_ends = make_request(span(7, 2, 1, "chat", {"gen_ai.operation.name": "chat"}))
         assert requests.post(url, data=never_ends.SerializeToString(), headers=pb).ok
-        wait_for(lambda: _metric(metrics_port, "passk_otlp_traces_dropped_total",
-                                 reason="idle") >= 1,
-                 timeout=30, interval=0.5, what="the never-ending trace dropped once idle")
+        wait_for(
+            lambda: _metric(metrics_port, "passk_otlp_traces_dropped_total", reason="idle") >= 1,
+            timeout=30,
+            interval=0.5,
+            what="the never-ending trace dropped once idle",
+        )
         for batch in range(10):  # 100,000 open traces
-            flood = make_request(*(span(1 << 64 | batch * 10_000 + i, 2, 1, "chat", {})
-                                   for i in range(10_000)))
+            flood = make_request(
+                *(span(1 << 64 | batch * 10_000 + i, 2, 1, "chat", {}) for i in range(10_000))
+            )
             assert requests.post(url, data=flood.SerializeToString(), headers=pb).ok
         assert _metric(metrics_port, "passk_otlp_pending_traces") <= 1000
         # each flood trace past the bound is dropped: evicted, or expired idle (3 s) when
         # the flood takes longer than that on a loaded machine
-        assert sum(_metric(metrics_port, "passk_otlp_traces_dropped_total", reason=why)
-                   for why in ("too_many_pending_traces", "idle")) >= 99_000
-        assert _metric(metrics_port, "passk_otlp_requests_rejected_total",
-                       reason="unauthorized") == 2
-        assert _metric(metrics_port, "passk_otlp_requests_rejected_total",
-                       reason="too_large") == 1
-        assert _metric(metrics_port, "passk_otlp_requests_rejected_total",
-                       reason="malformed") == 1
+        assert (
+            sum(
+                _metric(metrics_port, "passk_otlp_traces_dropped_total", reason=why)
+                for why in ("too_many_pending_traces", "idle")
+            )
+            >= 99_000
+        )
+        assert (
+            _metric(metrics_port, "passk_otlp_requests_rejected_total", reason="unauthorized") == 2
+        )
+        assert _metric(metrics_port, "passk_otlp_requests_rejected_total", reason="too_large") == 1
+        assert _metric(metrics_port, "passk_otlp_requests_rejected_total", reason="malformed") == 1
 
         # ---- run A: live over OTLP/HTTP, spans exported one by one as they end
         memory = InMemorySpanExporter()
@@ -169,13 +207,26 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
         with TrafficProducer(p.settings) as producer:
             for t in _trials("otel-plain"):
                 kept = transcripts[t.trial_id.replace("otel-plain", "otel-live")]
-                producer.send(ConversationFinished(
-                    event_id=f"plain-{t.trial_id}", run_id=t.run_id, scenario_id=SCENARIO,
-                    trial_id=t.trial_id, session_id=t.session_id, exit_reason=t.exit_reason,
-                    transcript=[Message.model_validate(m) for m in kept]))
-                producer.send(SessionPersisted(event_id=f"plain-s-{t.trial_id}",
-                                               session_id=t.session_id, state=t.state or {},
-                                               exit_reason=t.exit_reason, trial_id=t.trial_id))
+                producer.send(
+                    ConversationFinished(
+                        event_id=f"plain-{t.trial_id}",
+                        run_id=t.run_id,
+                        scenario_id=SCENARIO,
+                        trial_id=t.trial_id,
+                        session_id=t.session_id,
+                        exit_reason=t.exit_reason,
+                        transcript=[Message.model_validate(m) for m in kept],
+                    )
+                )
+                producer.send(
+                    SessionPersisted(
+                        event_id=f"plain-s-{t.trial_id}",
+                        session_id=t.session_id,
+                        state=t.state or {},
+                        exit_reason=t.exit_reason,
+                        trial_id=t.trial_id,
+                    )
+                )
         by_plain = _wait_graded(p, "otel-plain", len(CASES))
 
         # ---- run C: written to files (Collector JSON lines, OTLP protobuf) and imported
@@ -185,17 +236,26 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
             file_agent.run(t)
         file_spans = list(memory.get_finished_spans())
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
         half = {s.context.trace_id for s in file_spans}
         first = sorted(half)[:2]
         jsonl, binpb = tmp_path / "traces.jsonl", tmp_path / "traces.binpb"
         jsonl.write_text(_collector_lines([s for s in file_spans if s.context.trace_id in first]))
-        binpb.write_bytes(encode_spans(
-            [s for s in file_spans if s.context.trace_id not in first]).SerializeToString())
+        binpb.write_bytes(
+            encode_spans(
+                [s for s in file_spans if s.context.trace_id not in first]
+            ).SerializeToString()
+        )
         dry = p.passk("import", "otel", str(jsonl), str(binpb), "--dry-run", "--json")
         assert dry.returncode == 0, dry.stderr
         planned = json.loads(dry.stdout)
-        assert (planned["dry_run"], planned["spans"], planned["taken"], planned["skipped"],
-                planned["acknowledged"]) == (True, len(file_spans), len(CASES), {}, None), planned
+        assert (
+            planned["dry_run"],
+            planned["spans"],
+            planned["taken"],
+            planned["skipped"],
+            planned["acknowledged"],
+        ) == (True, len(file_spans), len(CASES), {}, None), planned
         imported = p.passk("import", "otel", str(jsonl), str(binpb))
         assert imported.returncode == 0, imported.stdout + imported.stderr
         by_file = _wait_graded(p, "otel-file", len(CASES))
@@ -214,10 +274,14 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
         assert _metric(metrics_port, "passk_otlp_spans_repeated_total") >= len(live_spans)
         assert _metric(metrics_port, "passk_otlp_traces_completed_total") == len(CASES)
         p.wait_settled(processors=["gate", "judge", "verdict", "sink"])
-        live_cf = [v for _, v, _ in read_topic(p.settings, Topic.CONVERSATION_FINISHED)
-                   if v["run_id"] == "otel-live"]
+        live_cf = [
+            v
+            for _, v, _ in read_topic(p.settings, Topic.CONVERSATION_FINISHED)
+            if v["run_id"] == "otel-live"
+        ]
         assert Counter(v["trial_id"] for v in live_cf) == Counter(
-            t.trial_id for t in _trials("otel-live"))
+            t.trial_id for t in _trials("otel-live")
+        )
         # one verdict per trial (a redelivery would carry the same event id)
         verdicts: dict[str, set[str]] = {}
         for _, v, _ in read_topic(p.settings, Topic.TRIAL_VERDICTS):
@@ -226,16 +290,28 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
         assert all(len(ids) == 1 for ids in verdicts.values()), verdicts
 
         # ---- evaluations out, through an endpoint outage, with the original trace ids
-        roots = {s.attributes["passk.trial_id"]: (f"{s.context.trace_id:032x}",
-                                                  f"{s.context.span_id:016x}")
-                 for s in live_spans if s.parent is None}
+        roots = {
+            s.attributes["passk.trial_id"]: (
+                f"{s.context.trace_id:032x}",
+                f"{s.context.span_id:016x}",
+            )
+            for s in live_spans
+            if s.parent is None
+        }
 
         def trial_evaluations() -> dict[str, dict[str, Any]]:
-            return {r["attributes"]["passk.trial_id"]: r for r in sink.snapshot()
-                    if r["attributes"]["gen_ai.evaluation.name"] == "passk.trial"}
+            return {
+                r["attributes"]["passk.trial_id"]: r
+                for r in sink.snapshot()
+                if r["attributes"]["gen_ai.evaluation.name"] == "passk.trial"
+            }
 
-        wait_for(lambda: len(trial_evaluations()) == 3 * len(CASES), timeout=120,
-                 interval=1.0, what="every trial verdict exported")
+        wait_for(
+            lambda: len(trial_evaluations()) == 3 * len(CASES),
+            timeout=120,
+            interval=1.0,
+            what="every trial verdict exported",
+        )
         got = trial_evaluations()
         assert sink.refused == 3
         for trial_id, (trace_id, span_id) in roots.items():
@@ -247,7 +323,10 @@ def test_traces_in_evaluations_out(settings: Settings, tmp_path: Path) -> None:
         for trial_id, e in got.items():
             if trial_id.startswith("otel-plain"):
                 assert set(e["trace_id"]) <= {"0"}
-        names = Counter(r["attributes"]["gen_ai.evaluation.name"] for r in sink.snapshot()
-                        if r["attributes"]["passk.trial_id"] in roots)
+        names = Counter(
+            r["attributes"]["gen_ai.evaluation.name"]
+            for r in sink.snapshot()
+            if r["attributes"]["passk.trial_id"] in roots
+        )
         assert names["gate:exit"] >= 4 and names["gate:state"] >= 4
         assert names["judge:covered_topics"] >= 4

@@ -29,10 +29,15 @@ from tests.unit.otlp.spans import agent_trace, request, span
 
 pytestmark = pytest.mark.e2e
 MB = 1_000_000
-BOUNDS = {"PASSK_OTLP_MAX_CONNECTIONS": "200", "PASSK_OTLP_HEADER_TIMEOUT_S": "3",
-          "PASSK_OTLP_BODY_TIMEOUT_S": "5", "PASSK_OTLP_MAX_PENDING_BYTES": str(40 * MB),
-          "PASSK_OTLP_MAX_INFLIGHT_BYTES": str(40 * MB),
-          "PASSK_OTLP_MAX_BODY_BYTES": str(8 * MB), "PASSK_OTLP_MAX_PENDING_TRACES": "10000"}
+BOUNDS = {
+    "PASSK_OTLP_MAX_CONNECTIONS": "200",
+    "PASSK_OTLP_HEADER_TIMEOUT_S": "3",
+    "PASSK_OTLP_BODY_TIMEOUT_S": "5",
+    "PASSK_OTLP_MAX_PENDING_BYTES": str(40 * MB),
+    "PASSK_OTLP_MAX_INFLIGHT_BYTES": str(40 * MB),
+    "PASSK_OTLP_MAX_BODY_BYTES": str(8 * MB),
+    "PASSK_OTLP_MAX_PENDING_TRACES": "10000",
+}
 PB = {"Content-Type": "application/x-protobuf"}
 
 
@@ -45,8 +50,9 @@ def _rss(pid: int) -> int:
 
 def _metric(port: int, name: str, **labels: str) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-                   if labels else "")
+    want = name + (
+        "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else ""
+    )
     for line in text.splitlines():
         if line.startswith(want + " "):
             return float(line.split()[-1])
@@ -67,8 +73,9 @@ class Receiver:
 
     def post(self, body: bytes, headers: dict[str, str], timeout: float = 30) -> int:
         try:
-            status = requests.post(self.url, data=body, headers=headers,
-                                   timeout=timeout).status_code
+            status = requests.post(
+                self.url, data=body, headers=headers, timeout=timeout
+            ).status_code
         except requests.RequestException:
             status = -1  # closed on us: a bound held
         with self.lock:
@@ -92,8 +99,12 @@ class Receiver:
 def receiver(settings: Settings, tmp_path: Path) -> Iterator[Receiver]:
     port, metrics = free_port(), free_port()
     with running_pipeline(settings, tmp_path, []) as p:
-        p.start("otlp", "worker", "otlp", env={
-            "PASSK_OTLP_PORT": str(port), "PASSK_METRICS_PORT": str(metrics), **BOUNDS})
+        p.start(
+            "otlp",
+            "worker",
+            "otlp",
+            env={"PASSK_OTLP_PORT": str(port), "PASSK_METRICS_PORT": str(metrics), **BOUNDS},
+        )
         r = Receiver(p, port, metrics)
 
         def up() -> bool:
@@ -108,12 +119,12 @@ def receiver(settings: Settings, tmp_path: Path) -> Iterator[Receiver]:
 
 def _bound(idle: int) -> int:
     """The documented bound (docs/production.md)."""
-    return idle + 4 * (int(BOUNDS["PASSK_OTLP_MAX_PENDING_BYTES"])
-                       + int(BOUNDS["PASSK_OTLP_MAX_INFLIGHT_BYTES"]))
+    return idle + 4 * (
+        int(BOUNDS["PASSK_OTLP_MAX_PENDING_BYTES"]) + int(BOUNDS["PASSK_OTLP_MAX_INFLIGHT_BYTES"])
+    )
 
 
-def test_the_receiver_holds_against_a_hostile_client(settings: Settings,
-                                                     tmp_path: Path) -> None:
+def test_the_receiver_holds_against_a_hostile_client(settings: Settings, tmp_path: Path) -> None:
     with receiver(settings, tmp_path) as r:
         assert r.good_trace_taken() < 2
         idle = _rss(r.pid)
@@ -140,22 +151,35 @@ def test_the_receiver_holds_against_a_hostile_client(settings: Settings,
         assert r.good_trace_taken() < 2
         assert _metric(r.metrics_port, "passk_otlp_connections_open") <= 200
         assert _metric(r.metrics_port, "passk_otlp_connections_refused_total") >= 2000
-        wait_for(lambda: _metric(r.metrics_port, "passk_otlp_connections_open") <= 2,
-                 timeout=15, interval=0.5, what="the slow headers timed out")
+        wait_for(
+            lambda: _metric(r.metrics_port, "passk_otlp_connections_open") <= 2,
+            timeout=15,
+            interval=0.5,
+            what="the slow headers timed out",
+        )
         for s in socks:
             s.close()
 
         # ---- 2. 120 one-span requests of 7 MB each, no root span ever
         marker = (0x5A5A5A5A5A5A5A5A5A5A5A5A5A5A5A5A).to_bytes(16, "big")
-        template = request(span(int.from_bytes(marker, "big"), 2, 1, "chat", {
-            "gen_ai.operation.name": "chat", "big": "x" * (7 * MB)})).SerializeToString()
+        template = request(
+            span(
+                int.from_bytes(marker, "big"),
+                2,
+                1,
+                "chat",
+                {"gen_ai.operation.name": "chat", "big": "x" * (7 * MB)},
+            )
+        ).SerializeToString()
 
         def huge(i: int) -> bytes:  # a copy under its own trace id (cheap for the client)
             return template.replace(marker, (1 << 80 | i).to_bytes(16, "big"), 1)
 
         answers: list[int] = []
-        threads = [threading.Thread(target=lambda i=i: answers.append(r.post(huge(i), PB)))
-                   for i in range(120)]
+        threads = [
+            threading.Thread(target=lambda i=i: answers.append(r.post(huge(i), PB)))
+            for i in range(120)
+        ]
         for i, t in enumerate(threads):
             t.start()
             if i % 8 == 7:
@@ -168,14 +192,36 @@ def test_the_receiver_holds_against_a_hostile_client(settings: Settings,
         taken = answers.count(200)
         assert set(answers) <= {200, 503, 408}, answers
         assert taken >= 20, answers
-        assert _metric(r.metrics_port, "passk_otlp_traces_dropped_total",
-                       reason="too_many_pending_bytes") >= taken - 5
+        assert (
+            _metric(
+                r.metrics_port, "passk_otlp_traces_dropped_total", reason="too_many_pending_bytes"
+            )
+            >= taken - 5
+        )
 
         # ---- 3. six concurrent 7.8 MB JSON bodies while a tiny request is answered
         attrs = [{"key": f"k{i}", "value": {"stringValue": "y" * 1000}} for i in range(7600)]
-        big_json = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{
-            "traceId": "ab" * 16, "spanId": "cd" * 8, "parentSpanId": "ef" * 8,
-            "name": "chat", "attributes": attrs}]}]}]}).encode()
+        big_json = json.dumps(
+            {
+                "resourceSpans": [
+                    {
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    {
+                                        "traceId": "ab" * 16,
+                                        "spanId": "cd" * 8,
+                                        "parentSpanId": "ef" * 8,
+                                        "name": "chat",
+                                        "attributes": attrs,
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            }
+        ).encode()
         assert 7 * MB < len(big_json) < 8 * MB
         js = {"Content-Type": "application/json"}
         for _ in range(3):
@@ -188,19 +234,24 @@ def test_the_receiver_holds_against_a_hostile_client(settings: Settings,
                 t.join()
 
         # ---- 4. malformed bodies: 400, never 500
-        assert r.post(b"\x1f\x8b\x08\x00" + b"garbage" * 100,
-                      {**PB, "Content-Encoding": "gzip"}) == 400
+        assert (
+            r.post(b"\x1f\x8b\x08\x00" + b"garbage" * 100, {**PB, "Content-Encoding": "gzip"})
+            == 400
+        )
         assert r.post(gzip.compress(b"\x0a\xff\xff"), {**PB, "Content-Encoding": "gzip"}) == 400
         assert r.post(b"[" * 100_000 + b"]" * 100_000, js) == 400
-        assert r.post(b'{"resourceSpans": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001,
-                      js) == 400
+        assert (
+            r.post(b'{"resourceSpans": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001, js) == 400
+        )
         assert r.good_trace_taken() < 2
 
         stop.set()
         watcher.join()
         assert 500 not in r.statuses, r.statuses
-        print(f"receiver RSS: idle {idle / MB:.0f} MB, peak {peak[0] / MB:.0f} MB, "
-              f"bound {_bound(idle) / MB:.0f} MB")
+        print(
+            f"receiver RSS: idle {idle / MB:.0f} MB, peak {peak[0] / MB:.0f} MB, "
+            f"bound {_bound(idle) / MB:.0f} MB"
+        )
         assert peak[0] < _bound(idle), (peak[0], idle, _bound(idle))
 
         # ---- the flood logged once per kind, not per request

@@ -24,24 +24,42 @@ def _ok(result) -> str:  # type: ignore[no-untyped-def]
     return result.stdout
 
 
-def test_every_trial_gets_its_expected_outcome(shared_pipeline: Pipeline, tmp_path: Path
-                                               ) -> None:
+def test_every_trial_gets_its_expected_outcome(shared_pipeline: Pipeline, tmp_path: Path) -> None:
     pipeline = shared_pipeline
     scenarios = own_scenarios(EXAMPLES, tmp_path / "scenarios", OWN)
     run_id = "e2e-run"
     traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
     _ok(pipeline.passk("scenarios", "publish", str(scenarios)))
-    _ok(pipeline.passk(
-        "generate", "--scenarios", str(scenarios), "--run-id", run_id,
-        "--out", str(traffic), "--expected", str(expected_file),
-        "--trials", "5", "--every-mode", "--seed", "11", "--default-pass-prob", "0.9",
-        "--pass-prob", f"{OWN}debrief-safety-incident=1.0",
-    ))
+    _ok(
+        pipeline.passk(
+            "generate",
+            "--scenarios",
+            str(scenarios),
+            "--run-id",
+            run_id,
+            "--out",
+            str(traffic),
+            "--expected",
+            str(expected_file),
+            "--trials",
+            "5",
+            "--every-mode",
+            "--seed",
+            "11",
+            "--default-pass-prob",
+            "0.9",
+            "--pass-prob",
+            f"{OWN}debrief-safety-incident=1.0",
+        )
+    )
     _ok(pipeline.passk("replay", str(traffic)))
     expected = json.loads(expected_file.read_text())
     # `passk wait --expected` fails, listing them, unless every trial got its expected outcome
-    _ok(pipeline.passk("wait", "--run-id", run_id, "--expected", str(expected_file),
-                       "--timeout", "300"))
+    _ok(
+        pipeline.passk(
+            "wait", "--run-id", run_id, "--expected", str(expected_file), "--timeout", "300"
+        )
+    )
     pipeline.wait_settled()
 
     report = json.loads(_ok(pipeline.passk("report", "--run-id", run_id, "--json")))
@@ -52,15 +70,25 @@ def test_every_trial_gets_its_expected_outcome(shared_pipeline: Pipeline, tmp_pa
         got = trials[want["trial_id"]]
         assert got["outcome"] == want["expected_outcome"], (want, got)
         assert sorted({c["check"] for c in got["failed_checks"]}) == sorted(
-            set(want["expected_failed_checks"])), (want, got)
+            set(want["expected_failed_checks"])
+        ), (want, got)
         assert got["exit_source"] == want["expected_exit_source"], (want, got)
         modes[want["failure_mode"]] += 1
         for quirk in want["quirks"]:
             modes[quirk] += 1
     # the cases the issue names are really in this traffic
-    for case in ("missing_field", "wrong_exit", "unexpected_follow_up", "over_turn_limit",
-                 "judge_failed", "session_early", "session_late", "session_missing",
-                 "duplicated", "product_exit_wrong"):
+    for case in (
+        "missing_field",
+        "wrong_exit",
+        "unexpected_follow_up",
+        "over_turn_limit",
+        "judge_failed",
+        "session_early",
+        "session_late",
+        "session_missing",
+        "duplicated",
+        "product_exit_wrong",
+    ):
         assert modes[case] >= 1, f"{case} not exercised"
     # Both sources of the exit were checked somewhere in this traffic.
     assert {t["expected_exit_source"] for t in expected["trials"]} == {"session", "harness"}
@@ -88,8 +116,9 @@ def test_every_trial_gets_its_expected_outcome(shared_pipeline: Pipeline, tmp_pa
         assert row["scenario_passed"] is all(outcomes)
 
     # every judge of every trial got a verdict, through the stand-in over HTTP
-    judges = Counter(v["trial_id"] for _, v, _ in read_topic(pipeline.settings,
-                                                              Topic.JUDGE_VERDICTS))
+    judges = Counter(
+        v["trial_id"] for _, v, _ in read_topic(pipeline.settings, Topic.JUDGE_VERDICTS)
+    )
     judges_of = {s.id: len(s.judges) for s in load_scenarios(scenarios).scenarios}
     assert sum(judges_of.values()) > 0
     for t in expected["trials"]:
@@ -108,7 +137,8 @@ def test_every_trial_gets_its_expected_outcome(shared_pipeline: Pipeline, tmp_pa
     for scenario_id, row in rows.items():
         got = last[scenario_id]
         assert {f: got[f] for f in ("k", "n", "passed", "failed", "errors")} == {
-            f: row[f] for f in ("k", "n", "passed", "failed", "errors")}, scenario_id
+            f: row[f] for f in ("k", "n", "passed", "failed", "errors")
+        }, scenario_id
         assert got["pass_hat_k"] == pytest.approx(row["pass_hat_k"])
         assert got["pass_at_k"] == pytest.approx(row["pass_at_k"])
         assert got["scenario_passed"] is row["scenario_passed"]

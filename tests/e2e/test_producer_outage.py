@@ -72,7 +72,8 @@ REPLAY_TRIALS = 200  # about 440 lines at REPLAY_RATE: about 110 s, so the file 
 REPLAY_RATE = 4  # the outage by a minute
 SETTLED_S = 30.0  # after the broker is back, what is sent from then on must be delivered
 NOT_DELIVERED = re.compile(
-    r"(\d+) (valid line|trial)\(s\) not delivered(?: to the broker)?, the first (\S+ ?\d*)")
+    r"(\d+) (valid line|trial)\(s\) not delivered(?: to the broker)?, the first (\S+ ?\d*)"
+)
 
 
 def distinct(values: list[str]) -> tuple[int, int]:
@@ -85,8 +86,11 @@ def on_topic(settings, topic: Topic, field: str) -> list[str]:  # type: ignore[n
 
 
 def post_trace(port: int, body: bytes, timeout: float) -> int:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/traces", data=body,
-                                 headers={"Content-Type": "application/x-protobuf"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/traces",
+        data=body,
+        headers={"Content-Type": "application/x-protobuf"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as answer:
             return int(answer.status)
@@ -104,8 +108,12 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
     pipeline: Pipeline | None = None
     try:
         settings = make_settings(broker.bootstrap, tmp_path)
-        env = isolated_env(settings, PASSK_PRODUCER_DELIVERY_TIMEOUT_S=str(DELIVERY_TIMEOUT_S),
-                           PASSK_OTLP_PUBLISH_TIMEOUT_S="5", COLUMNS="200")
+        env = isolated_env(
+            settings,
+            PASSK_PRODUCER_DELIVERY_TIMEOUT_S=str(DELIVERY_TIMEOUT_S),
+            PASSK_OTLP_PUBLISH_TIMEOUT_S="5",
+            COLUMNS="200",
+        )
         logs = tmp_path / "logs"
         logs.mkdir()
         pipeline = Pipeline(settings, env, logs)
@@ -115,14 +123,25 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
 
         # ------------------------------------------------ passk replay across the outage
         traffic, expected = pipeline.publish_and_generate(
-            scenarios, tmp_path, "replayed", "--quirk-rate", "session_missing=0",
-            trials=REPLAY_TRIALS, seed=29, pass_prob=0.8)
+            scenarios,
+            tmp_path,
+            "replayed",
+            "--quirk-rate",
+            "session_missing=0",
+            trials=REPLAY_TRIALS,
+            seed=29,
+            pass_prob=0.8,
+        )
         file_ids = [json.loads(line)["event_id"] for line in traffic.read_text().splitlines()]
         sending_s = len(file_ids) / REPLAY_RATE
         started = time.monotonic()
         with pipeline.replaying(traffic, rate=REPLAY_RATE) as replay:
-            wait_for(lambda: len(read_topic(settings, Topic.CONVERSATION_FINISHED)) >= 10,
-                     timeout=120, interval=0.5, what="the replay's first records")
+            wait_for(
+                lambda: len(read_topic(settings, Topic.CONVERSATION_FINISHED)) >= 10,
+                timeout=120,
+                interval=0.5,
+                what="the replay's first records",
+            )
             frozen = int(broker.pidfile.read_text())
             os.kill(frozen, signal.SIGSTOP)
             try:
@@ -146,7 +165,8 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
         first_after = int((back_at + SETTLED_S - started) * REPLAY_RATE) + 1
         assert first_after < len(file_ids), "the broker came back after the file was sent"
         there = set(on_topic(settings, Topic.CONVERSATION_FINISHED, "event_id")) | set(
-            on_topic(settings, Topic.SESSION_PERSISTED, "event_id"))
+            on_topic(settings, Topic.SESSION_PERSISTED, "event_id")
+        )
         late = [i + 1 for i in range(first_after, len(file_ids)) if file_ids[i] not in there]
         assert not late, f"lines sent after the outage not delivered: {late[:10]}"
 
@@ -155,36 +175,70 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
         conversations = on_topic(settings, Topic.CONVERSATION_FINISHED, "trial_id")
         assert len(set(conversations)) == len(expected["trials"]) == REPLAY_TRIALS
         delivered = set(on_topic(settings, Topic.CONVERSATION_FINISHED, "event_id")) | set(
-            on_topic(settings, Topic.SESSION_PERSISTED, "event_id"))
+            on_topic(settings, Topic.SESSION_PERSISTED, "event_id")
+        )
         assert delivered == set(file_ids)  # every line, whatever was sent twice
 
         # ------------------------------------------------ passk run (and the receiver)
         db = tmp_path / "product.db"
         with sqlite3.connect(db) as product:
-            product.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, state TEXT, "
-                            "exit_reason TEXT)")
-            product.executemany("INSERT INTO sessions VALUES (?, ?, 'product_closed')", [
-                (session_of(f"ran:outage-probe:{i:03d}"), '{"done": true}')
-                for i in range(1, RUN_TRIALS + 1)])
+            product.execute(
+                "CREATE TABLE sessions (id TEXT PRIMARY KEY, state TEXT, exit_reason TEXT)"
+            )
+            product.executemany(
+                "INSERT INTO sessions VALUES (?, ?, 'product_closed')",
+                [
+                    (session_of(f"ran:outage-probe:{i:03d}"), '{"done": true}')
+                    for i in range(1, RUN_TRIALS + 1)
+                ],
+            )
         target = tmp_path / "target.yaml"
         target.write_text(TARGET.format(db=db))
         otlp_port = free_port()
         pipeline.start("otlp", "worker", "otlp", env={"PASSK_OTLP_PORT": str(otlp_port)})
         trace = request(*agent_trace()).SerializeToString()
-        second = request(*agent_trace(2, {"passk.trial_id": "t-2", "session.id": "sess-2"})
-                         ).SerializeToString()
-        wait_for(lambda: post_trace(otlp_port, trace, 30) == 200, timeout=120, interval=1,
-                 what="the receiver publishing a trace")
+        second = request(
+            *agent_trace(2, {"passk.trial_id": "t-2", "session.id": "sess-2"})
+        ).SerializeToString()
+        wait_for(
+            lambda: post_trace(otlp_port, trace, 30) == 200,
+            timeout=120,
+            interval=1,
+            what="the receiver publishing a trace",
+        )
 
-        run_cmd = [sys.executable, "-m", "services.cli", "run", "--scenarios", str(scenarios),
-                   "--target", str(target), "--run-id", "ran", "--trials", str(RUN_TRIALS),
-                   "--concurrency", "2"]
-        run = subprocess.Popen(run_cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
+        run_cmd = [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "run",
+            "--scenarios",
+            str(scenarios),
+            "--target",
+            str(target),
+            "--run-id",
+            "ran",
+            "--trials",
+            str(RUN_TRIALS),
+            "--concurrency",
+            "2",
+        ]
+        run = subprocess.Popen(
+            run_cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         try:
-            wait_for(lambda: sum(t.startswith("ran:") for t in on_topic(
-                settings, Topic.CONVERSATION_FINISHED, "trial_id")) >= 4,
-                timeout=120, interval=0.5, what="the run's first trials")
+            wait_for(
+                lambda: (
+                    sum(
+                        t.startswith("ran:")
+                        for t in on_topic(settings, Topic.CONVERSATION_FINISHED, "trial_id")
+                    )
+                    >= 4
+                ),
+                timeout=120,
+                interval=0.5,
+                what="the run's first trials",
+            )
             broker.kill()
             asked = time.monotonic()
             # the receiver answers 503 (retry later) within its publish timeout: no hang
@@ -205,20 +259,30 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
         assert 0 < int(found.group(1)) < RUN_TRIALS
 
         # the receiver publishes again once the broker is back (the client's retry)
-        wait_for(lambda: post_trace(otlp_port, second, 30) == 200, timeout=120, interval=1,
-                 what="the receiver publishing again")
+        wait_for(
+            lambda: post_trace(otlp_port, second, 30) == 200,
+            timeout=120,
+            interval=1,
+            what="the receiver publishing again",
+        )
         otlp = pipeline.procs.pop("otlp")
         otlp.send_signal(signal.SIGINT)
         assert otlp.wait(30) == 0
 
         rerun = pipeline.passk(*run_cmd[3:], timeout=600)
         assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-        ran = [t for t in on_topic(settings, Topic.CONVERSATION_FINISHED, "trial_id")
-               if t.startswith("ran:")]
+        ran = [
+            t
+            for t in on_topic(settings, Topic.CONVERSATION_FINISHED, "trial_id")
+            if t.startswith("ran:")
+        ]
         # every trial once: a trial is sent again only when its conversation is not in the log
         assert distinct(ran) == (RUN_TRIALS, RUN_TRIALS), Counter(ran).most_common(3)
-        sessions = [s for s in on_topic(settings, Topic.SESSION_PERSISTED, "session_id")
-                    if s.startswith("s-ran:")]
+        sessions = [
+            s
+            for s in on_topic(settings, Topic.SESSION_PERSISTED, "session_id")
+            if s.startswith("s-ran:")
+        ]
         assert len(set(sessions)) == RUN_TRIALS  # none without its session
         otel = on_topic(settings, Topic.CONVERSATION_FINISHED, "trial_id")
         assert {PASSK["passk.trial_id"], "t-2"} <= set(otel)
@@ -227,17 +291,24 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
         for name in ("gate", "verdict", "sink"):
             pipeline.start_worker(name)
         store = Store(settings.database_url)
-        wait_for(lambda: trials_in(store, "replayed") == REPLAY_TRIALS
-                 and trials_in(store, "ran") == RUN_TRIALS,
-                 timeout=600, interval=2, what="every trial graded once")
+        wait_for(
+            lambda: (
+                trials_in(store, "replayed") == REPLAY_TRIALS
+                and trials_in(store, "ran") == RUN_TRIALS
+            ),
+            timeout=600,
+            interval=2,
+            what="every trial graded once",
+        )
         pipeline.wait_settled(timeout=300, processors=["gate", "verdict", "sink"])
         assert trials_in(store, "replayed") == REPLAY_TRIALS
         assert trials_in(store, "ran") == RUN_TRIALS
         # the repeats on the inputs (sent twice across the outage, and the generator's own
         # duplicates) were dropped: one verdict per trial
         ours = {t["trial_id"] for t in expected["trials"]} | set(ran)
-        verdicts = Counter(t for t in on_topic(settings, Topic.TRIAL_VERDICTS, "trial_id")
-                           if t in ours)
+        verdicts = Counter(
+            t for t in on_topic(settings, Topic.TRIAL_VERDICTS, "trial_id") if t in ours
+        )
         assert len(verdicts) == REPLAY_TRIALS + RUN_TRIALS
         assert set(verdicts.values()) == {1}, verdicts.most_common(3)
     finally:

@@ -64,19 +64,33 @@ def _trials(n: int, intent: str, tag: str) -> list[Trial]:
     out = []
     for i in range(n):
         line = f"{tag} {i}: refund for order {i}" + (" [[fail:polite]]" if i % 3 == 0 else "")
-        out.append(Trial("", "", "", "", [line], plain=True, attrs={
-            "app.intent": intent, "app.exit_reason": "resolved",
-            "session.id": f"{tag}-session-{i}"}))
+        out.append(
+            Trial(
+                "",
+                "",
+                "",
+                "",
+                [line],
+                plain=True,
+                attrs={
+                    "app.intent": intent,
+                    "app.exit_reason": "resolved",
+                    "session.id": f"{tag}-session-{i}",
+                },
+            )
+        )
     return out
 
 
 def _verdicts(p, trial_ids: set[str]) -> dict[str, dict[str, Any]]:  # type: ignore[no-untyped-def]
-    return {v["trial_id"]: v for _, v, _ in read_topic(p.settings, Topic.TRIAL_VERDICTS)
-            if v["trial_id"] in trial_ids}
+    return {
+        v["trial_id"]: v
+        for _, v, _ in read_topic(p.settings, Topic.TRIAL_VERDICTS)
+        if v["trial_id"] in trial_ids
+    }
 
 
-def test_plain_traces_become_sampled_production_trials(settings: Settings,
-                                                       tmp_path: Path) -> None:
+def test_plain_traces_become_sampled_production_trials(settings: Settings, tmp_path: Path) -> None:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -86,21 +100,32 @@ def test_plain_traces_become_sampled_production_trials(settings: Settings,
     scenarios.mkdir()
     for sid, body in SCENARIOS.items():
         (scenarios / f"{sid}.yaml").write_text(body)
-    with chat_server(chat_port) as chat_url, running_pipeline(
-            settings, tmp_path, ["gate", "judge", "verdict", "sink", "aggregate"]) as p:
+    with (
+        chat_server(chat_port) as chat_url,
+        running_pipeline(
+            settings, tmp_path, ["gate", "judge", "verdict", "sink", "aggregate"]
+        ) as p,
+    ):
         validated = p.passk("scenarios", "validate", str(scenarios))
         assert validated.returncode == 0, validated.stdout + validated.stderr
         assert "match can hold for the same traces" in validated.stdout + validated.stderr
         assert p.passk("scenarios", "publish", str(scenarios)).returncode == 0
-        p.start("otlp", "worker", "otlp", env={
-            "PASSK_OTLP_PORT": str(otlp_port), "PASSK_METRICS_PORT": str(metrics_port)})
+        p.start(
+            "otlp",
+            "worker",
+            "otlp",
+            env={"PASSK_OTLP_PORT": str(otlp_port), "PASSK_METRICS_PORT": str(metrics_port)},
+        )
         url = f"http://127.0.0.1:{otlp_port}/v1/traces"
 
         def up() -> bool:
             try:
-                return requests.post(url, data=b"", timeout=2,
-                                     headers={"Content-Type": "application/x-protobuf"}
-                                     ).status_code == 200
+                return (
+                    requests.post(
+                        url, data=b"", timeout=2, headers={"Content-Type": "application/x-protobuf"}
+                    ).status_code
+                    == 200
+                )
             except requests.ConnectionError:
                 return False
 
@@ -108,8 +133,7 @@ def test_plain_traces_become_sampled_production_trials(settings: Settings,
 
         # ---- live: plain traces exported as they end
         memory = InMemorySpanExporter()
-        agent = Agent(chat_url, [OTLPSpanExporter(endpoint=url), memory],
-                      service="support-agent")
+        agent = Agent(chat_url, [OTLPSpanExporter(endpoint=url), memory], service="support-agent")
         live: dict[str, str] = {}  # trace id -> scenario expected
         for t in _trials(12, "refund", "live"):
             agent.run(t)
@@ -201,15 +225,15 @@ def test_plain_traces_become_sampled_production_trials(settings: Settings,
         assert w["passed"] == sum(1 for t in refunds if verdicts[t]["outcome"] == "passed")
 
         # ---- backfill: the trials the sample left out are judged now; the window follows
-        backfill = p.passk("regrade", "--run-id", f"production-{day}", "--sample", "1.0",
-                           "--await-verdicts", "180")
+        backfill = p.passk(
+            "regrade", "--run-id", f"production-{day}", "--sample", "1.0", "--await-verdicts", "180"
+        )
         assert backfill.returncode == 0, backfill.stdout + backfill.stderr
         box["v"] = {}
 
         def regraded() -> bool:
             box["v"] = {t: v for t, v in _verdicts(p, set(refunds)).items()}
-            return all(v["sampled"] for v in box["v"].values()) and len(box["v"]) == len(
-                refunds)
+            return all(v["sampled"] for v in box["v"].values()) and len(box["v"]) == len(refunds)
 
         wait_for(regraded, timeout=120, interval=2.0, what="every refund trial sampled now")
         c_all = sum(1 for t in refunds if box["v"][t]["outcome"] == "passed")
@@ -220,4 +244,5 @@ def test_plain_traces_become_sampled_production_trials(settings: Settings,
         wait_for(window_follows, timeout=120, interval=2.0, what="the window's new figures")
         assert box["w"]["passed_sampled"] == c_all
         assert box["w"]["pass_hat_k_sampled"] == pytest.approx(
-            comb(c_all, 3) / comb(len(refunds), 3))
+            comb(c_all, 3) / comb(len(refunds), 3)
+        )

@@ -50,21 +50,37 @@ def latest_figures(settings: Settings, run_id: str) -> dict[tuple[str, str], dic
 def test_regrade_after_a_judge_outage(settings: Settings, tmp_path: Path) -> None:
     processors = ["gate", "verdict", "judge", "sink", "aggregate"]
     run_id = "regrade-run"
-    with running_pipeline(settings, tmp_path, processors,
-                          PASSK_JUDGE_WAIT_S=JUDGE_WAIT_S) as p:
+    with running_pipeline(settings, tmp_path, processors, PASSK_JUDGE_WAIT_S=JUDGE_WAIT_S) as p:
         port = urlparse(p.env["OPENAI_BASE_URL"]).port
         assert port is not None
         p.kill("judge-standin")  # the judge model is down from the start
         traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
         _ok(p.passk("scenarios", "publish", str(SCENARIOS)))
-        _ok(p.passk("generate", "--scenarios", str(SCENARIOS), "--run-id", run_id,
-                    "--out", str(traffic), "--expected", str(expected_file),
-                    "--trials", "3", "--seed", "5", "--default-pass-prob", "1.0"))
-        expected = {t["trial_id"]: t["expected_outcome"]
-                    for t in json.loads(expected_file.read_text())["trials"]}
+        _ok(
+            p.passk(
+                "generate",
+                "--scenarios",
+                str(SCENARIOS),
+                "--run-id",
+                run_id,
+                "--out",
+                str(traffic),
+                "--expected",
+                str(expected_file),
+                "--trials",
+                "3",
+                "--seed",
+                "5",
+                "--default-pass-prob",
+                "1.0",
+            )
+        )
+        expected = {
+            t["trial_id"]: t["expected_outcome"]
+            for t in json.loads(expected_file.read_text())["trials"]
+        }
         _ok(p.passk("replay", str(traffic)))
-        _ok(p.passk("wait", "--run-id", run_id, "--trials", str(len(expected)),
-                    "--timeout", "300"))
+        _ok(p.passk("wait", "--run-id", run_id, "--trials", str(len(expected)), "--timeout", "300"))
         store = Store(settings.database_url)
         before = {t.trial_id: t for t in store.trials(run_id)}
         errored = {t for t, row in before.items() if row.outcome == "error"}
@@ -75,8 +91,11 @@ def test_regrade_after_a_judge_outage(settings: Settings, tmp_path: Path) -> Non
             for check in before[trial].failed_checks:
                 assert check["check"].startswith("judge:"), check
                 assert f"no result within {JUDGE_WAIT_S} s" in check["reason"], check
-        wait_for(lambda: any(v["errors"] for v in latest_figures(settings, run_id).values()),
-                 timeout=120, what="the aggregate counted the errors")
+        wait_for(
+            lambda: any(v["errors"] for v in latest_figures(settings, run_id).values()),
+            timeout=120,
+            what="the aggregate counted the errors",
+        )
 
         p.start("judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(port))
         wait_for(lambda: _answers(port), timeout=60, what="the stand-in back")
@@ -90,8 +109,11 @@ def test_regrade_after_a_judge_outage(settings: Settings, tmp_path: Path) -> Non
         assert "1 -> 2" in out.stdout
 
         # every trial now has exactly the outcome it should have had
-        _ok(p.passk("wait", "--run-id", run_id, "--expected", str(expected_file),
-                    "--timeout", "120"))
+        _ok(
+            p.passk(
+                "wait", "--run-id", run_id, "--expected", str(expected_file), "--timeout", "120"
+            )
+        )
         report = json.loads(_ok(p.passk("report", "--run-id", run_id, "--json")))
         assert {t["trial_id"]: t["outcome"] for t in report["trials"]} == expected
         assert sum(s["errors"] for s in report["scenarios"]) == 0
@@ -122,8 +144,7 @@ def test_regrade_after_a_judge_outage(settings: Settings, tmp_path: Path) -> Non
                 size = "run" if scope == run_id else scope.split("@")[0]
                 totals[(scenario, size)] += v["n"]  # a window size's windows add up
                 errors += v["errors"]
-            want = {(s, size): n for s, n in per_scenario.items()
-                    for size in ("run", "1h", "1d")}
+            want = {(s, size): n for s, n in per_scenario.items() for size in ("run", "1h", "1d")}
             if dict(totals) != want or errors:
                 return f"figures {dict(totals)}, errors {errors}; want {want}, no errors"
             return True

@@ -34,8 +34,10 @@ from tests.support import read_topic, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                       reason="needs Debian's chromium and chromium-driver (.ci/run)"),
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="needs Debian's chromium and chromium-driver (.ci/run)",
+    ),
 ]
 RUN, SCENARIO, JUDGE = "review-run", "review-flow", "rv"
 MIN_LABELLED = 12
@@ -71,53 +73,74 @@ def screenshot(driver: Any, tmp_path: Path, name: str) -> None:
 
 @pytest.fixture
 def review_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"uncalibrated_judges": "advisory",
-                                       "min_labelled": MIN_LABELLED})
+    return settings.model_copy(
+        update={"uncalibrated_judges": "advisory", "min_labelled": MIN_LABELLED}
+    )
 
 
 def calibrated(p: Any, suite: Path, folder: str) -> dict[str, Any]:
     """The judge's labelled set as production labels grew it, calibrated (not published)."""
     grown = suite / folder
     ok(p.passk("calibrate", "--export", str(grown)))
-    out = json.loads(ok(p.passk("calibrate", str(grown), "--json", "--no-publish",
-                                "--scenarios", str(suite / "scenarios"))))
+    out = json.loads(
+        ok(
+            p.passk(
+                "calibrate",
+                str(grown),
+                "--json",
+                "--no-publish",
+                "--scenarios",
+                str(suite / "scenarios"),
+            )
+        )
+    )
     [row] = [j for j in out["judges"] if j["judge_id"] == JUDGE]
     return row
 
 
 def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
-        review_settings: Settings, tmp_path: Path) -> None:
+    review_settings: Settings, tmp_path: Path
+) -> None:
     settings = review_settings
     suite = tmp_path / "suite"
     scenario_yaml(suite / "scenarios", SCENARIO, {JUDGE: None})
     flagged = {f"r-{i:02d}": i % 3 == 0 for i in range(13)}
-    with running_pipeline(settings, tmp_path, PROCESSORS,
-                          PASSK_MIN_LABELLED=str(MIN_LABELLED)) as p:
+    with running_pipeline(
+        settings, tmp_path, PROCESSORS, PASSK_MIN_LABELLED=str(MIN_LABELLED)
+    ) as p:
         ok(p.passk("scenarios", "publish", str(suite / "scenarios")))
         for trial_id, flag in flagged.items():
             send_flagged(settings, trial_id, flag)
         before = verdict_of(settings, "r-00")  # flagged, but the judge is advisory
         assert before["outcome"] == "passed", before
         assert [(a["judge_id"], a["why"]) for a in before["advisory_judges"]] == [
-            (JUDGE, "uncalibrated")]
+            (JUDGE, "uncalibrated")
+        ]
         store = Store(settings.database_url)
-        wait_for(lambda: len(store.trials(RUN)) == 13 and
-                 len(store.judges_of(flagged)) == 13, timeout=180, interval=1.0,
-                 what="13 trials and their judge verdicts in the projection")
+        wait_for(
+            lambda: len(store.trials(RUN)) == 13 and len(store.judges_of(flagged)) == 13,
+            timeout=180,
+            interval=1.0,
+            what="13 trials and their judge verdicts in the projection",
+        )
         store.close()
 
-        with review_app(p.env, tmp_path / "logs" / "review.log",
-                        PASSK_REVIEW_OVERLAP="1") as base, browser() as driver:
+        with (
+            review_app(p.env, tmp_path / "logs" / "review.log", PASSK_REVIEW_OVERLAP="1") as base,
+            browser() as driver,
+        ):
             sign_in(driver, base, "ann", "ann-token-7f3a")
             assert by_testid(driver, "queue-count-uncalibrated").text == "13"
             by_testid(driver, "queue-uncalibrated").click()
-            wait_for(lambda: "/queue/uncalibrated" in driver.current_url, timeout=30,
-                     what="the queue page")
+            wait_for(
+                lambda: "/queue/uncalibrated" in driver.current_url,
+                timeout=30,
+                what="the queue page",
+            )
             by_testid(driver, "start").click()
             ann: dict[str, bool] = {}
             for n in range(12):
-                wait_for(lambda: "/item/" in driver.current_url, timeout=30,
-                         what="an item page")
+                wait_for(lambda: "/item/" in driver.current_url, timeout=30, what="an item page")
                 trial_id = current_trial(driver)
                 assert trial_id in flagged and trial_id not in ann, trial_id
                 transcript = by_testid(driver, "transcript").text
@@ -132,8 +155,12 @@ def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
                 submit(driver, "submit-labels")
                 ann[trial_id] = holds
                 if n == 5:  # half-way: too few labels, still advisory
-                    wait_for(lambda: len(CalibrationStore(settings.database_url).items(JUDGE))
-                             >= 6, timeout=120, interval=1.0, what="6 labels in the store")
+                    wait_for(
+                        lambda: len(CalibrationStore(settings.database_url).items(JUDGE)) >= 6,
+                        timeout=120,
+                        interval=1.0,
+                        what="6 labels in the store",
+                    )
                     half = calibrated(p, suite, "grown-6")
                     assert (half["n"], half["gating"]) == (6, False), half
                     assert half["reason"] == f"too few labels: 6 < {MIN_LABELLED}"
@@ -141,7 +168,8 @@ def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
             # every label on the topic, with the reviewer's name
             labels = [v for _, v, _ in read_topic(settings, Topic.LABELS, min_count=12)]
             assert {(v["trial_id"], v["passed"], v["labeller"]) for v in labels} == {
-                (t, holds, "ann") for t, holds in ann.items()}
+                (t, holds, "ann") for t, holds in ann.items()
+            }
             assert sum(not holds for holds in ann.values()) >= 4  # failures among them
 
             def gating() -> dict[str, Any] | None:
@@ -150,8 +178,12 @@ def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
                         return v
                 return None
 
-            running = wait_for(gating, timeout=180, interval=1.0,
-                               what="the judge's running calibration at 12 labels")
+            running = wait_for(
+                gating,
+                timeout=180,
+                interval=1.0,
+                what="the judge's running calibration at 12 labels",
+            )
             assert (running["precision"], running["source"]) == (1.0, "labels")
             full = calibrated(p, suite, "grown-12")
             assert (full["n"], full["precision"], full["gating"]) == (12, 1.0, True), full
@@ -170,7 +202,7 @@ def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
             # a second reviewer on some of the same items: three flagged, three not
             driver.delete_all_cookies()
             sign_in(driver, base, "bob", "bob-token-91c2")
-            chosen = ([t for t in ann if not ann[t]][:3] + [t for t in ann if ann[t]][:3])
+            chosen = [t for t in ann if not ann[t]][:3] + [t for t in ann if ann[t]][:3]
             bob: dict[str, bool] = {}
             for i, trial_id in enumerate(chosen):
                 driver.get(f"{base}/item/{trial_id}")

@@ -45,28 +45,48 @@ def test_survivor_drains_the_partitions_of_a_killed_worker(
     # Judges wait long enough that a trial whose partition is between owners is waited
     # for, not graded `error`: this test is about losing nothing, not about deadlines.
     # Both workers of each processor start together; the first is the one killed below.
-    with running_pipeline(settings, tmp_path, PROCESSORS, second_instances=tuple(DOUBLED),
-                          settle_timeout=420, PASSK_JUDGE_WAIT_S="300") as pipeline:
-        wait_for(lambda: all(s.members == 2 and s.settled
-                             for s in processor_status(list(DOUBLED), settings)),
-                 timeout=300, interval=1.0, what="two settled members in every group")
+    with running_pipeline(
+        settings,
+        tmp_path,
+        PROCESSORS,
+        second_instances=tuple(DOUBLED),
+        settle_timeout=420,
+        PASSK_JUDGE_WAIT_S="300",
+    ) as pipeline:
+        wait_for(
+            lambda: all(
+                s.members == 2 and s.settled for s in processor_status(list(DOUBLED), settings)
+            ),
+            timeout=300,
+            interval=1.0,
+            what="two settled members in every group",
+        )
 
         run_id = "scale-out"
         traffic, expected = pipeline.publish_and_generate(
-            SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=21, pass_prob=0.85)
+            SCENARIOS, tmp_path, run_id, trials=TRIALS_PER_SCENARIO, seed=21, pass_prob=0.85
+        )
         total = len(expected["trials"])
         store = Store(settings.database_url)
 
         with pipeline.replaying(traffic, rate=100) as replay:
-            wait_for(lambda: trials_in(store, run_id) >= total // 5, timeout=600, interval=0.5,
-                     what="a fifth of the verdicts")
+            wait_for(
+                lambda: trials_in(store, run_id) >= total // 5,
+                timeout=600,
+                interval=0.5,
+                what="a fifth of the verdicts",
+            )
             for name in DOUBLED:
                 pipeline.kill(name)  # for good: its partitions must move to `name-2`
             assert_replayed(replay, 900)
 
         try:
-            wait_for(lambda: trials_in(store, run_id) >= total, timeout=600, interval=1.0,
-                     what=f"all {total} verdicts in the projection")
+            wait_for(
+                lambda: trials_in(store, run_id) >= total,
+                timeout=600,
+                interval=1.0,
+                what=f"all {total} verdicts in the projection",
+            )
             pipeline.wait_settled(timeout=300)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_behind(settings)}") from None
@@ -85,16 +105,19 @@ def _behind(settings: Settings) -> str:
         for processor in PROCESSORS:
             group = f"{settings.topic_prefix}{processor}"
             committed = admin.list_group_offsets({group: None}).get(group) or {}
-            tps = [TopicPartition(topic_name(t, settings), p)
-                   for t in REGISTRY[processor].inputs
-                   for p in consumer.partitions_for_topic(topic_name(t, settings)) or ()]
+            tps = [
+                TopicPartition(topic_name(t, settings), p)
+                for t in REGISTRY[processor].inputs
+                for p in consumer.partitions_for_topic(topic_name(t, settings)) or ()
+            ]
             ends = consumer.end_offsets(tps)
             for tp in tps:
                 done = committed.get(tp)
                 at = done.offset if done is not None else None
                 if (at or 0) < ends[tp]:
-                    lines.append(f"{processor} {tp.topic}[{tp.partition}] "
-                                 f"committed {at} end {ends[tp]}")
+                    lines.append(
+                        f"{processor} {tp.topic}[{tp.partition}] committed {at} end {ends[tp]}"
+                    )
     finally:
         consumer.close()
         admin.close()

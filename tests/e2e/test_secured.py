@@ -49,16 +49,23 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OwnKafka
     prefix = new_prefix()
     # The authorizer logs allowed operations too (DEBUG): which principal each
     # supervised worker joined its group as, seen by the broker.
-    with own_kafka(tmp_path_factory.mktemp("kafka-secured"), security="sasl_ssl",
-                   topic_prefix=prefix, authorizer_log="DEBUG") as kafka:
+    with own_kafka(
+        tmp_path_factory.mktemp("kafka-secured"),
+        security="sasl_ssl",
+        topic_prefix=prefix,
+        authorizer_log="DEBUG",
+    ) as kafka:
         yield kafka, prefix
 
 
 def _settings(kafka: OwnKafka, prefix: str, user: str, tmp_path: Path) -> Settings:
     return Settings(  # type: ignore[call-arg]
-        KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap, PASSK_TOPIC_PREFIX=prefix,
+        KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap,
+        PASSK_TOPIC_PREFIX=prefix,
         PASSK_DATABASE_URL=f"sqlite:///{tmp_path / 'passk.db'}",
-        PASSK_DATA_DIR=str(tmp_path / "data"), PASSK_SESSION_WAIT_S=5, PASSK_JUDGE_WAIT_S=60,
+        PASSK_DATA_DIR=str(tmp_path / "data"),
+        PASSK_SESSION_WAIT_S=5,
+        PASSK_JUDGE_WAIT_S=60,
         # About security, not calibration: uncalibrated judges fail trials, as in conftest.
         PASSK_UNCALIBRATED_JUDGES="gating",
         **kafka.client_env(user),
@@ -71,44 +78,75 @@ def test_pipeline_grades_a_replay_through_sasl_ssl_and_leaks_nothing(
     kafka, prefix = secured
     settings = _settings(kafka, prefix, "passk-cli", tmp_path)
     standin = free_port()
-    env = isolated_env(settings, OPENAI_BASE_URL=f"http://127.0.0.1:{standin}/v1",
-                       OPENAI_API_KEY=API_KEY, PASSK_JUDGE_MODEL="passk-standin",
-                       PASSK_LOG_LEVEL="info")
+    env = isolated_env(
+        settings,
+        OPENAI_BASE_URL=f"http://127.0.0.1:{standin}/v1",
+        OPENAI_API_KEY=API_KEY,
+        PASSK_JUDGE_MODEL="passk-standin",
+        PASSK_LOG_LEVEL="info",
+    )
     logs = tmp_path / "logs"
     logs.mkdir()
     pipeline = Pipeline(settings, env, logs)
     metrics_ports = {p: free_port() for p in PROCESSORS}
     for p in PROCESSORS:
-        pipeline.worker_env[p] = {**kafka.client_env(f"passk-{p}"),
-                                  "PASSK_METRICS_PORT": str(metrics_ports[p])}
+        pipeline.worker_env[p] = {
+            **kafka.client_env(f"passk-{p}"),
+            "PASSK_METRICS_PORT": str(metrics_ports[p]),
+        }
     run_id = "secured-run"
     traffic, expected_file = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
     try:
-        pipeline.start("judge-standin", "judge-standin", "--host", "127.0.0.1",
-                       "--port", str(standin))
+        pipeline.start(
+            "judge-standin", "judge-standin", "--host", "127.0.0.1", "--port", str(standin)
+        )
         for p in PROCESSORS:
             pipeline.start_worker(p)
-        wait_for(lambda: all(proc.poll() is None for proc in pipeline.procs.values())
-                 and settled(settings, PROCESSORS), timeout=300, interval=2.0,
-                 what="every worker up on the secured broker")
+        wait_for(
+            lambda: (
+                all(proc.poll() is None for proc in pipeline.procs.values())
+                and settled(settings, PROCESSORS)
+            ),
+            timeout=300,
+            interval=2.0,
+            what="every worker up on the secured broker",
+        )
         out = pipeline.passk("scenarios", "publish", str(SCENARIOS))
         assert out.returncode == 0, out.stderr
         gen = pipeline.passk(
-            "generate", "--scenarios", str(SCENARIOS), "--run-id", run_id, "--out",
-            str(traffic), "--expected", str(expected_file), "--trials", "4", "--seed", "3",
-            "--default-pass-prob", "0.8")
+            "generate",
+            "--scenarios",
+            str(SCENARIOS),
+            "--run-id",
+            run_id,
+            "--out",
+            str(traffic),
+            "--expected",
+            str(expected_file),
+            "--trials",
+            "4",
+            "--seed",
+            "3",
+            "--default-pass-prob",
+            "0.8",
+        )
         assert gen.returncode == 0, gen.stderr
         replay = pipeline.passk("replay", str(traffic), env=kafka.client_env("passk-replay"))
         assert replay.returncode == 0, replay.stdout + replay.stderr
-        waited = pipeline.passk("wait", "--run-id", run_id, "--expected", str(expected_file),
-                                "--timeout", "300")
+        waited = pipeline.passk(
+            "wait", "--run-id", run_id, "--expected", str(expected_file), "--timeout", "300"
+        )
         assert waited.returncode == 0, waited.stdout + waited.stderr
         report = json.loads(pipeline.passk("report", "--run-id", run_id, "--json").stdout)
         expected = json.loads(expected_file.read_text())
         got = {t["trial_id"]: t["outcome"] for t in report["trials"]}
         assert got == {t["trial_id"]: t["expected_outcome"] for t in expected["trials"]}
-        pages = {p: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
-                 .read().decode() for p, port in metrics_ports.items()}
+        pages = {
+            p: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
+            .read()
+            .decode()
+            for p, port in metrics_ports.items()
+        }
         assert all("passk_" in page for page in pages.values())
     finally:
         pipeline.stop_all()
@@ -184,22 +222,32 @@ def test_a_principal_writing_outside_its_acls_is_refused_and_logged(
         settings = _settings(kafka, prefix, user, tmp_path)
         return KafkaProducer(**kafka_client_kwargs(settings), acks="all", max_block_ms=30_000)
 
-    denied = [("passk-judge", Topic.TRIAL_VERDICTS), ("passk-replay", Topic.GATE_RESULTS),
-              ("passk-replay", Topic.SCENARIOS), ("passk-sink", Topic.TRIAL_VERDICTS)]
+    denied = [
+        ("passk-judge", Topic.TRIAL_VERDICTS),
+        ("passk-replay", Topic.GATE_RESULTS),
+        ("passk-replay", Topic.SCENARIOS),
+        ("passk-sink", Topic.TRIAL_VERDICTS),
+    ]
     for user, topic in denied:
         p = producer(user)
         try:
             with pytest.raises(TopicAuthorizationFailedError):
-                p.send(topic_name(topic, _settings(kafka, prefix, user, tmp_path)),
-                       b'{"forged": true}').get(timeout=60)
+                p.send(
+                    topic_name(topic, _settings(kafka, prefix, user, tmp_path)), b'{"forged": true}'
+                ).get(timeout=60)
         finally:
             p.close()
     log = kafka.data_dir / "logs" / "kafka-authorizer.log"
     for user, topic in denied:
-        line = (f"Principal = User:{user} is Denied operation = WRITE from host = 127.0.0.1 "
-                f"on resource = Topic:LITERAL:{prefix}{topic.value}")
-        wait_for(lambda line=line: line in log.read_text(), timeout=30,
-                 what=f"the authorizer's log of {line}")
+        line = (
+            f"Principal = User:{user} is Denied operation = WRITE from host = 127.0.0.1 "
+            f"on resource = Topic:LITERAL:{prefix}{topic.value}"
+        )
+        wait_for(
+            lambda line=line: line in log.read_text(),
+            timeout=30,
+            what=f"the authorizer's log of {line}",
+        )
     # and what a principal is allowed, it may do: the replay user writes an input topic
     p = producer("passk-replay")
     try:
@@ -216,28 +264,48 @@ def test_supervised_workers_connect_each_as_its_own_user(
     gives each program its own user, and supervisord holds no user of its own."""
     kafka, prefix = secured
     settings = _settings(kafka, prefix, "passk-cli", tmp_path)
-    env = isolated_env(settings, OPENAI_BASE_URL=f"http://127.0.0.1:{free_port()}/v1",
-                       OPENAI_API_KEY=API_KEY, PASSK_JUDGE_MODEL="passk-standin")
+    env = isolated_env(
+        settings,
+        OPENAI_BASE_URL=f"http://127.0.0.1:{free_port()}/v1",
+        OPENAI_API_KEY=API_KEY,
+        PASSK_JUDGE_MODEL="passk-standin",
+    )
     # as infra/stack/up.sh starts supervisord: without the CLI user's name and password
     del env["KAFKA_SASL_USERNAME"], env["KAFKA_SASL_PASSWORD"]
     conf, logs = tmp_path / "run" / "supervisord.conf", tmp_path / "log"
-    supervise_config(conf, logs, env, "--metrics-base", str(free_port_block(len(PROCESSORS))),
-                     "--kafka-secrets", str(kafka.secrets))
+    supervise_config(
+        conf,
+        logs,
+        env,
+        "--metrics-base",
+        str(free_port_block(len(PROCESSORS))),
+        "--kafka-secrets",
+        str(kafka.secrets),
+    )
     assert stat.S_IMODE(conf.stat().st_mode) == 0o600  # it holds the workers' passwords
     authorizer = kafka.data_dir / "logs" / "kafka-authorizer.log"
     since = authorizer.stat().st_size  # earlier tests' workers joined the same groups
-    join = re.compile(r"Principal = User:(\S+) is Allowed operation = READ from host = \S+ "
-                      rf"on resource = Group:LITERAL:{re.escape(prefix)}(\S+) "
-                      r"for request = JoinGroup")
+    join = re.compile(
+        r"Principal = User:(\S+) is Allowed operation = READ from host = \S+ "
+        rf"on resource = Group:LITERAL:{re.escape(prefix)}(\S+) "
+        r"for request = JoinGroup"
+    )
 
     def joined() -> set[tuple[str, str]]:
         return set(join.findall(_appended(authorizer, since)))
 
     with supervisord(conf, env):
-        wait_for(lambda: settled(settings, PROCESSORS), timeout=600, interval=2.0,
-                 what="every supervised worker in its group on the secured broker")
-        wait_for(lambda: {g for _, g in joined()} >= set(PROCESSORS), timeout=60,
-                 what="the broker's record of each worker joining its group")
+        wait_for(
+            lambda: settled(settings, PROCESSORS),
+            timeout=600,
+            interval=2.0,
+            what="every supervised worker in its group on the secured broker",
+        )
+        wait_for(
+            lambda: {g for _, g in joined()} >= set(PROCESSORS),
+            timeout=60,
+            what="the broker's record of each worker joining its group",
+        )
     # each group was joined by its own processor's user, and by no other principal
     assert joined() == {(f"passk-{p}", p) for p in PROCESSORS}
     for log in logs.iterdir():

@@ -19,8 +19,11 @@ def reply(request: dict[str, Any]) -> dict[str, Any]:
         "reply": "Noted." if first else "Thanks, closing.",
         "exit_reason": None if first else "product_closed",
         "checks": [
-            {"id": "pii_scan", "passed": not leaked,
-             "reason": "card number echoed" if leaked else "no PII"},
+            {
+                "id": "pii_scan",
+                "passed": not leaked,
+                "reason": "card number echoed" if leaked else "no PII",
+            },
             {"id": "tone", "passed": not trial.endswith(":001"), "reason": "curt"},
         ],
     }

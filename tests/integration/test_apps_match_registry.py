@@ -59,8 +59,13 @@ def built(prefix: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
     # A module's fixture is made before conftest clears the environment for a test: the
     # subprocess's settings are its defaults and the values given, whatever the shell says.
     with without_setting_variables():
-        done = subprocess.run([sys.executable, "-c", DESCRIBE, prefix, str(data), *modules],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", DESCRIBE, prefix, str(data), *modules],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -74,8 +79,10 @@ def test_agents_subscribe_to_the_registrys_topics(
     spec: ProcessorSpec, built: dict[str, Any], prefix: str
 ) -> None:
     settings = _settings(prefix)
-    declared = {agent: sorted(topic_name(t, settings) for t in topics)
-                for agent, topics in spec.agents.items()}
+    declared = {
+        agent: sorted(topic_name(t, settings) for t in topics)
+        for agent, topics in spec.agents.items()
+    }
     assert built[spec.module]["agents"] == declared
     subscribed = {t for ts in built[spec.module]["agents"].values() for t in ts}
     expected = {topic_name(t, settings) for t in spec.inputs}
@@ -91,9 +98,13 @@ def test_tables_and_their_changelogs_are_the_registrys(
     settings = _settings(prefix)
     app = built[spec.module]
     assert app["app_id"] == f"{prefix}{spec.name}"  # the changelog names rest on it
-    expected = {t.name: {"changelog": topic_name(c, settings),
-                         "store": "faust.stores.rocksdb" if t.on_disk else "faust.stores.memory"}
-                for t, c in zip(spec.tables, spec.changelogs, strict=True)}
+    expected = {
+        t.name: {
+            "changelog": topic_name(c, settings),
+            "store": "faust.stores.rocksdb" if t.on_disk else "faust.stores.memory",
+        }
+        for t, c in zip(spec.tables, spec.changelogs, strict=True)
+    }
     assert app["tables"] == expected
 
 
@@ -126,8 +137,13 @@ def test_importing_a_processor_builds_nothing() -> None:
     """An app exists only once `build(settings)` is called: importing its module makes no
     app (nor installs the Faust patches make_app installs)."""
     modules = [spec.module for spec in PROCESSORS.values()]  # the otlp server too
-    done = subprocess.run([sys.executable, "-c", IMPORT_ONLY, *modules], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ONLY, *modules],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found == {"patched": [], "apps": [], "build": sorted(modules)}

@@ -33,17 +33,26 @@ class NoTable:
 
 
 def finished(trial_id: str) -> ConversationFinished:
-    return ConversationFinished(event_id=f"cf-{trial_id}", run_id="r", scenario_id="sc",
-                                trial_id=trial_id, session_id=f"s-{trial_id}",
-                                exit_reason="product_closed", transcript=[])
+    return ConversationFinished(
+        event_id=f"cf-{trial_id}",
+        run_id="r",
+        scenario_id="sc",
+        trial_id=trial_id,
+        session_id=f"s-{trial_id}",
+        exit_reason="product_closed",
+        transcript=[],
+    )
 
 
 def send(settings: Settings, event: ConversationFinished) -> float:
     """Send one event; when the log took it (the broker's time: topics use LogAppendTime)."""
     producer = KafkaProducer(**kafka_client_kwargs(settings), acks="all")
     try:
-        sent = producer.send(topic_name(Topic.CONVERSATION_FINISHED, settings),
-                             key=event.session_id.encode(), value=encode(event))
+        sent = producer.send(
+            topic_name(Topic.CONVERSATION_FINISHED, settings),
+            key=event.session_id.encode(),
+            value=encode(event),
+        )
         return float(sent.get(timeout=30).timestamp) / 1000
     finally:
         producer.close()
@@ -64,10 +73,13 @@ def test_a_round_reads_its_period_and_counts_only_trials_past_their_grace(
 
     def round_with(period_s: float, grace_s: float) -> tuple[CollectorRegistry, AuditReport]:
         registry = CollectorRegistry()
-        audit_settings = AuditSettings(PASSK_AUDIT_PERIOD_S=str(period_s),  # type: ignore[call-arg]
-                                       PASSK_AUDIT_GRACE_S=str(grace_s))
-        report = make_auditor(settings, audit_settings, lambda _settings, _scratch: NoTable(),
-                              registry).round()
+        audit_settings = AuditSettings(
+            PASSK_AUDIT_PERIOD_S=str(period_s),  # type: ignore[call-arg]
+            PASSK_AUDIT_GRACE_S=str(grace_s),
+        )
+        report = make_auditor(
+            settings, audit_settings, lambda _settings, _scratch: NoTable(), registry
+        ).round()
         assert report is not None
         return registry, report
 

@@ -27,18 +27,33 @@ def answering(url: str) -> bool:
 
 
 def passk(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture
 def standin_env(settings: Settings, tmp_path: Path):  # type: ignore[no-untyped-def]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = isolated_env(settings, OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY="stand-in",
-                       PASSK_JUDGE_MODEL="passk-standin", PASSK_JUDGE_MAX_RETRIES="0")
-    with running(["judge-standin", "--port", str(port)], env, tmp_path / "standin.log",
-                 ready=lambda: answering(url)):
+    env = isolated_env(
+        settings,
+        OPENAI_BASE_URL=f"{url}/v1",
+        OPENAI_API_KEY="stand-in",
+        PASSK_JUDGE_MODEL="passk-standin",
+        PASSK_JUDGE_MAX_RETRIES="0",
+    )
+    with running(
+        ["judge-standin", "--port", str(port)],
+        env,
+        tmp_path / "standin.log",
+        ready=lambda: answering(url),
+    ):
         yield env
 
 
@@ -54,8 +69,9 @@ MATRICES = {
 }
 
 
-def test_known_matrices_come_out_exactly(standin_env: dict[str, str], settings: Settings,
-                                         tmp_path: Path) -> None:
+def test_known_matrices_come_out_exactly(
+    standin_env: dict[str, str], settings: Settings, tmp_path: Path
+) -> None:
     root = tmp_path / "suite"
     dims = {"method_example": "coverage", "below_bar": "coverage"}
     scenario_yaml(root / "scenarios", "calib", {j: dims.get(j) for j in MATRICES})
@@ -70,10 +86,27 @@ def test_known_matrices_come_out_exactly(standin_env: dict[str, str], settings: 
     assert set(rows) == set(MATRICES)
     for judge_id, (tp, fp, fn, tn, errors) in MATRICES.items():
         row = rows[judge_id]
-        assert list(row) == ["judge_id", "judge_version", "tp", "fp", "fn", "tn", "errors",
-                             "n", "precision", "recall", "gating", "reason"]
+        assert list(row) == [
+            "judge_id",
+            "judge_version",
+            "tp",
+            "fp",
+            "fn",
+            "tn",
+            "errors",
+            "n",
+            "precision",
+            "recall",
+            "gating",
+            "reason",
+        ]
         assert (row["tp"], row["fp"], row["fn"], row["tn"], row["errors"]) == (
-            tp, fp, fn, tn, errors), judge_id
+            tp,
+            fp,
+            fn,
+            tn,
+            errors,
+        ), judge_id
         assert row["n"] == tp + fp + fn + tn + errors
 
     example = rows["method_example"]
@@ -90,11 +123,13 @@ def test_known_matrices_come_out_exactly(standin_env: dict[str, str], settings: 
     published = read_topic(settings, Topic.JUDGE_CALIBRATIONS, min_count=len(MATRICES))
     assert {key.decode() for key, _, _ in published} == set(MATRICES)
     assert {v["judge_version"] for _, v, _ in published} == {
-        r["judge_version"] for r in rows.values()}
+        r["judge_version"] for r in rows.values()
+    }
     history = passk(standin_env, "calibrate", "--history", "method_example", "--json")
     assert history.returncode == 0, history.stderr
-    assert [(h["tp"], h["fp"], h["fn"], h["tn"]) for h in
-            json.loads(history.stdout)["history"]] == [(11, 2, 1, 6)]
+    assert [
+        (h["tp"], h["fp"], h["fn"], h["tn"]) for h in json.loads(history.stdout)["history"]
+    ] == [(11, 2, 1, 6)]
 
     # the table: matrix, status and why per judge, every miss with excerpt and reason,
     # and the per-dimension sum
@@ -108,26 +143,32 @@ def test_known_matrices_come_out_exactly(standin_env: dict[str, str], settings: 
     assert "per dimension" in text and "coverage" in text
 
 
-def test_a_new_judge_version_is_a_new_calibration(standin_env: dict[str, str],
-                                                  tmp_path: Path) -> None:
+def test_a_new_judge_version_is_a_new_calibration(
+    standin_env: dict[str, str], tmp_path: Path
+) -> None:
     root = tmp_path / "suite"
     scenario_yaml(root / "scenarios", "calib", {"j": None})
     write_set(root / "calibration", "j", items("j", 5, 0, 0, 5))
-    first = json.loads(passk(standin_env, "calibrate", str(root / "calibration"), "--json",
-                             "--no-publish").stdout)["judges"][0]
+    first = json.loads(
+        passk(standin_env, "calibrate", str(root / "calibration"), "--json", "--no-publish").stdout
+    )["judges"][0]
     (root / "scenarios" / "calib.yaml").write_text(
-        (root / "scenarios" / "calib.yaml").read_text().replace("well.", "very well."))
-    second = json.loads(passk(standin_env, "calibrate", str(root / "calibration"), "--json",
-                              "--no-publish").stdout)["judges"][0]
+        (root / "scenarios" / "calib.yaml").read_text().replace("well.", "very well.")
+    )
+    second = json.loads(
+        passk(standin_env, "calibrate", str(root / "calibration"), "--json", "--no-publish").stdout
+    )["judges"][0]
     assert first["judge_version"] != second["judge_version"]
     model = dict(standin_env, PASSK_JUDGE_MODEL="another-model")
-    third = json.loads(passk(model, "calibrate", str(root / "calibration"), "--json",
-                             "--no-publish").stdout)["judges"][0]
+    third = json.loads(
+        passk(model, "calibrate", str(root / "calibration"), "--json", "--no-publish").stdout
+    )["judges"][0]
     assert third["judge_version"] not in (first["judge_version"], second["judge_version"])
 
 
-def test_bad_sets_are_refused_with_file_and_line(standin_env: dict[str, str],
-                                                 tmp_path: Path) -> None:
+def test_bad_sets_are_refused_with_file_and_line(
+    standin_env: dict[str, str], tmp_path: Path
+) -> None:
     folder = tmp_path / "calibration"
     folder.mkdir()
     (folder / "j.jsonl").write_text('{"id": "a", "label": "maybe", "transcript": []}\nnot json\n')

@@ -24,8 +24,11 @@ def _group(tmp_path: Path, name: str, script: str) -> Started:
     log = tmp_path / f"{name}.log"
     child = tmp_path / f"{name}.child"
     popen = subprocess.Popen(
-        ["bash", "-c", f"{script} & echo $! > {child}; wait"], stdout=open(log, "ab"),
-        stderr=subprocess.STDOUT, start_new_session=True)
+        ["bash", "-c", f"{script} & echo $! > {child}; wait"],
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 10
     while not (child.exists() and child.read_text().strip()):
         assert time.monotonic() < deadline, "the child did not start"
@@ -41,8 +44,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_stopping_a_group_stops_its_children_even_when_they_ignore_sigterm(
-        tmp_path: Path) -> None:
+def test_stopping_a_group_stops_its_children_even_when_they_ignore_sigterm(tmp_path: Path) -> None:
     polite = _group(tmp_path, "polite", "sleep 300")
     stubborn = _group(tmp_path, "stubborn", "trap '' TERM; while :; do sleep 0.1; done")
     bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
@@ -62,8 +64,12 @@ def test_stopping_a_group_stops_its_children_even_when_they_ignore_sigterm(
 
 def test_a_group_whose_leader_exited_is_alive_while_a_member_runs(tmp_path: Path) -> None:
     log = tmp_path / "leader.log"
-    popen = subprocess.Popen(["bash", "-c", "sleep 300 & echo started"], stdout=open(log, "ab"),
-                             stderr=subprocess.STDOUT, start_new_session=True)
+    popen = subprocess.Popen(
+        ["bash", "-c", "sleep 300 & echo started"],
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     popen.wait(10)  # the script is done, as kafka-up.sh once the broker serves
     started = Started("kafka", popen, log)
     assert started.group_alive()
@@ -83,8 +89,7 @@ def test_a_worker_that_died_is_an_infrastructure_error_with_its_log(tmp_path: Pa
     assert "not co-partitioned" in str(caught.value)
 
 
-def test_stop_removes_its_directory_and_gives_the_signal_handlers_back(
-        tmp_path: Path) -> None:
+def test_stop_removes_its_directory_and_gives_the_signal_handlers_back(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     member = _group(tmp_path, "worker", "sleep 300")
@@ -97,8 +102,7 @@ def test_stop_removes_its_directory_and_gives_the_signal_handlers_back(
     assert "teardown_s" in stack.timings
 
 
-def test_the_formatted_storage_is_kept_once_and_copied_for_the_next_broker(
-        tmp_path: Path) -> None:
+def test_the_formatted_storage_is_kept_once_and_copied_for_the_next_broker(tmp_path: Path) -> None:
     first = tmp_path / "first" / "log"
     first.mkdir(parents=True)
     (first / "meta.properties").write_text("node.id=1\ncluster.id=abc\n")

@@ -25,12 +25,22 @@ BOUND_S = 20.0
 
 
 def passk(*args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    full = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_ports(1)}",
-            "PASSK_BROKER_WAIT_S": "1", **env}
+    full = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_ports(1)}",
+        "PASSK_BROKER_WAIT_S": "1",
+        **env,
+    }
     full.pop("COLUMNS", None)
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "services.cli", *args], env=full, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=full,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return done, time.monotonic() - started
 
 
@@ -39,19 +49,21 @@ def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'passk.db'}"
 
 
-@pytest.mark.parametrize("args", [
-    ["status"],
-    ["status", "--wait", "3"],
-    ["topics", "create"],
-    ["scenarios", "list"],
-    ["scenarios", "publish", "examples/scenarios"],
-    ["rebuild"],
-    ["replay", "examples/traffic/sample.jsonl"],
-    ["review"],
-], ids=lambda a: " ".join(a))
-def test_with_the_broker_down_every_command_says_so_and_exits_4(
-    args: list[str], db: str
-) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["status", "--wait", "3"],
+        ["topics", "create"],
+        ["scenarios", "list"],
+        ["scenarios", "publish", "examples/scenarios"],
+        ["rebuild"],
+        ["replay", "examples/traffic/sample.jsonl"],
+        ["review"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_with_the_broker_down_every_command_says_so_and_exits_4(args: list[str], db: str) -> None:
     done, took = passk(*args, PASSK_DATABASE_URL=db)
     assert done.returncode == 4, done.stdout + done.stderr
     assert "Traceback" not in done.stderr + done.stdout
@@ -64,9 +76,18 @@ def _one_trial(db: str) -> None:
     from schemas.events import TrialVerdict
     from services.storage.store import Store
 
-    Store(db).apply(TrialVerdict(event_id="verdict:t", trial_id="t", run_id="r",
-                                 scenario_id="sc", scenario_version="v", session_id="s", k=3,
-                                 outcome="error"))
+    Store(db).apply(
+        TrialVerdict(
+            event_id="verdict:t",
+            trial_id="t",
+            run_id="r",
+            scenario_id="sc",
+            scenario_version="v",
+            session_id="s",
+            k=3,
+            outcome="error",
+        )
+    )
 
 
 BROKER_COMMANDS = [
@@ -101,8 +122,14 @@ def test_status_wait_bounds_the_wait_for_the_broker() -> None:
     assert 4 <= took < BOUND_S
 
 
-@pytest.mark.parametrize("args", [["report", "--run-id", "r"], ["gate", "--run-id", "r"],
-                                  ["wait", "--run-id", "r", "--trials", "1"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "--run-id", "r"],
+        ["gate", "--run-id", "r"],
+        ["wait", "--run-id", "r", "--trials", "1"],
+    ],
+)
 def test_a_malformed_database_url_is_a_usage_error(args: list[str]) -> None:
     done, took = passk(*args, PASSK_DATABASE_URL="notaurl")
     assert done.returncode == 2, done.stdout + done.stderr
@@ -176,7 +203,11 @@ def test_replay_of_a_huge_file_stays_in_bounded_memory_and_says_nothing_was_vali
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_ports(1)}"}
     done = subprocess.run(
         [sys.executable, "-c", MEASURE_RSS, "replay", "--dry-run", str(huge)],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 3, done.stdout + done.stderr
     assert "line 1: oversized: 419430400 bytes exceeds the limit" in done.stderr
@@ -192,9 +223,11 @@ def test_a_port_already_in_use_is_a_usage_error_not_a_traceback(command: list[st
         taken.listen()
         port = str(taken.getsockname()[1])
         # `review` asks the broker first: the real one
-        env = {"KAFKA_BOOTSTRAP_SERVERS": os.environ.get("KAFKA_BOOTSTRAP_SERVERS",
-                                                         "127.0.0.1:9092")} \
-            if command == ["review"] else {}
+        env = (
+            {"KAFKA_BOOTSTRAP_SERVERS": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")}
+            if command == ["review"]
+            else {}
+        )
         done, _ = passk(*command, "--port", port, **env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "already in use" in done.stderr and "Traceback" not in done.stderr
@@ -202,9 +235,17 @@ def test_a_port_already_in_use_is_a_usage_error_not_a_traceback(command: list[st
 
 # Issue 21, item 5, as the red team sent it: a non-numeric port was a ValueError traceback
 # (exit 1); every command and a worker's start now refuse it in one line, exit 2.
-@pytest.mark.parametrize("args", [["report", "--run-id", "r"], ["gate", "--run-id", "r"],
-                                  ["status"], ["worker", "sink"], ["rebuild"]],
-                         ids=lambda a: " ".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "--run-id", "r"],
+        ["gate", "--run-id", "r"],
+        ["status"],
+        ["worker", "sink"],
+        ["rebuild"],
+    ],
+    ids=lambda a: " ".join(a),
+)
 def test_a_non_numeric_port_in_the_database_url_is_one_line_and_exit_2(args: list[str]) -> None:
     done, took = passk(*args, PASSK_DATABASE_URL="postgresql://passk:hunter2@db:abc/passk")
     assert done.returncode == 2, done.stdout + done.stderr
@@ -224,11 +265,20 @@ def test_a_non_numeric_port_given_as_an_option_is_exit_2() -> None:
 def test_the_env_file_make_up_writes_is_0600_and_masks_every_password(tmp_path: Path) -> None:
     """What infra/stack/up.sh runs to write var/run/env, with the red team's URLs."""
     out = tmp_path / "env"
-    for url in ("postgresql://db/passk?user=u&password=hunter2", "postgresql://:hunter2@db/passk",
-                "postgresql+psycopg://u:hun%74er2@db/passk"):
+    for url in (
+        "postgresql://db/passk?user=u&password=hunter2",
+        "postgresql://:hunter2@db/passk",
+        "postgresql+psycopg://u:hun%74er2@db/passk",
+    ):
         env = {**os.environ, "PASSK_DATABASE_URL": url, "KAFKA_SASL_PASSWORD": "hunter2"}
-        done = subprocess.run([sys.executable, "-m", "services.contract.runfiles", "env", str(out)],
-                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "services.contract.runfiles", "env", str(out)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         body = out.read_text()
         assert "PASSK_DATABASE_URL=" in body and "hunter2" not in body and "hun%74er2" not in body

@@ -33,12 +33,25 @@ def test_the_judge_standin_on_port_0_prints_the_chosen_port_and_binds_locally_on
 def test_make_up_supervises_the_review_app(tmp_path: Path) -> None:
     out = tmp_path / "run" / "supervisord.conf"
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "supervise", "config", "--out", str(out),
-         "--log-dir", str(tmp_path / "log"), "--review-port", "8711"],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PASSK_REVIEW_TOKENS": "ann:s3cret-ann"})
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "supervise",
+            "config",
+            "--out",
+            str(out),
+            "--log-dir",
+            str(tmp_path / "log"),
+            "--review-port",
+            "8711",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PASSK_REVIEW_TOKENS": "ann:s3cret-ann"},
+    )
     assert done.returncode == 0, done.stderr
     conf = out.read_text()
     assert "[program:review]" in conf and "review --port 8711" in conf
     assert "s3cret" not in conf
-

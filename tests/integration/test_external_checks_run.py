@@ -35,7 +35,10 @@ state: {kind: none}
 def passk(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "services.cli", *args],
-        env=isolated_env(settings, COLUMNS="200"), cwd=ROOT, capture_output=True, text=True,
+        env=isolated_env(settings, COLUMNS="200"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=180,
     )
 
@@ -48,19 +51,36 @@ def test_passk_run_external_checks_gate_the_trial(settings: Settings, tmp_path: 
     target.write_text(TARGET)
     env = isolated_env(settings)
     log = tmp_path / "workers.log"
-    with running(["worker", "gate"], env, log), running(["worker", "verdict"], env, log), \
-            running(["worker", "sink"], env, log):
-        wait_for(lambda: settled(settings, ["gate", "verdict", "sink"]), timeout=90,
-                 what="gate, verdict and sink workers joined")
+    with (
+        running(["worker", "gate"], env, log),
+        running(["worker", "verdict"], env, log),
+        running(["worker", "sink"], env, log),
+    ):
+        wait_for(
+            lambda: settled(settings, ["gate", "verdict", "sink"]),
+            timeout=90,
+            what="gate, verdict and sink workers joined",
+        )
         published = passk(settings, "scenarios", "publish", str(scenarios))
         assert published.returncode == 0, published.stdout + published.stderr
-        ran = passk(settings, "run", "--scenarios", str(scenarios), "--target", str(target),
-                    "--run-id", "ext")
+        ran = passk(
+            settings,
+            "run",
+            "--scenarios",
+            str(scenarios),
+            "--target",
+            str(target),
+            "--run-id",
+            "ext",
+        )
         assert ran.returncode == 0, ran.stdout + ran.stderr
         store = Store(settings.database_url)
         try:
-            wait_for(lambda: len(store.trials("ext")) == 3, timeout=90,
-                     what="three trials in the projection")
+            wait_for(
+                lambda: len(store.trials("ext")) == 3,
+                timeout=90,
+                what="three trials in the projection",
+            )
         finally:
             store.close()
 
@@ -68,8 +88,9 @@ def test_passk_run_external_checks_gate_the_trial(settings: Settings, tmp_path: 
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
     trials = {t["trial_id"]: t for t in report["trials"]}
-    assert {t: (v["outcome"], [c["check"] for c in v["failed_checks"]])
-            for t, v in trials.items()} == {
+    assert {
+        t: (v["outcome"], [c["check"] for c in v["failed_checks"]]) for t, v in trials.items()
+    } == {
         "ext:ext-run:001": ("passed", []),
         "ext:ext-run:002": ("failed", ["external:pii_scan"]),
         "ext:ext-run:003": ("passed", []),
@@ -77,4 +98,5 @@ def test_passk_run_external_checks_gate_the_trial(settings: Settings, tmp_path: 
     assert trials["ext:ext-run:002"]["failed_checks"][0]["reason"] == "card number echoed"
     assert "external:pii_scan" in trials["ext:ext-run:001"]["checks_passed"]
     assert [(c["check"], c["trials"], c["failed"]) for c in report["advisory_checks"]] == [
-        ("external:tone", 3, 1)]
+        ("external:tone", 3, 1)
+    ]

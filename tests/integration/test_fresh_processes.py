@@ -22,8 +22,9 @@ def test_another_version_installs_no_patch() -> None:
         "except faust_compat.FaustVersionError:\n"
         "    print(sorted(n for n, on in faust_compat.applied().items() if on))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 

@@ -30,8 +30,11 @@ pytestmark = pytest.mark.integration
 
 def _send(settings: Settings, events: list) -> None:
     for ev in events:
-        topic = (Topic.CONVERSATION_FINISHED if ev.type == "conversation_finished"
-                 else Topic.SESSION_PERSISTED)
+        topic = (
+            Topic.CONVERSATION_FINISHED
+            if ev.type == "conversation_finished"
+            else Topic.SESSION_PERSISTED
+        )
         produce(settings, topic, [(ev.session_id, encode(ev))])
 
 
@@ -43,19 +46,43 @@ def test_gates_and_verdicts_for_every_case(settings: Settings, tmp_path: Path) -
         # trial: (events in send order, expected outcome, expected failing check)
         "clean": ([conversation("clean"), session("clean")], "passed", None),
         "early": ([session("early"), conversation("early")], "passed", None),
-        "field-never-stored": ([conversation("field-never-stored"),
-                                session("field-never-stored", state=bad_state)],
-                               "failed", "gate:state"),
-        "not-closed": ([conversation("not-closed", exit_reason="persona_exhausted"),
-                        session("not-closed")], "failed", "gate:exit"),
-        "follow-up": ([conversation("follow-up"),
-                       session("follow-up", state={**GOOD_STATE, "follow_up": {"at": "mon"}})],
-                      "failed", "gate:state"),
-        "too-long": ([conversation("too-long", metrics=TrialMetrics(turns=31, duration_ms=5)),
-                      session("too-long")], "failed", "gate:exit"),
+        "field-never-stored": (
+            [conversation("field-never-stored"), session("field-never-stored", state=bad_state)],
+            "failed",
+            "gate:state",
+        ),
+        "not-closed": (
+            [conversation("not-closed", exit_reason="persona_exhausted"), session("not-closed")],
+            "failed",
+            "gate:exit",
+        ),
+        "follow-up": (
+            [
+                conversation("follow-up"),
+                session("follow-up", state={**GOOD_STATE, "follow_up": {"at": "mon"}}),
+            ],
+            "failed",
+            "gate:state",
+        ),
+        "too-long": (
+            [
+                conversation("too-long", metrics=TrialMetrics(turns=31, duration_ms=5)),
+                session("too-long"),
+            ],
+            "failed",
+            "gate:exit",
+        ),
         "never-persisted": ([conversation("never-persisted")], "failed", "gate:state"),
-        "duplicated": ([conversation("duplicated"), conversation("duplicated"),
-                        session("duplicated"), session("duplicated")], "passed", None),
+        "duplicated": (
+            [
+                conversation("duplicated"),
+                conversation("duplicated"),
+                session("duplicated"),
+                session("duplicated"),
+            ],
+            "passed",
+            None,
+        ),
     }
     env = isolated_env(settings)
     log = tmp_path / "workers.log"
@@ -63,20 +90,30 @@ def test_gates_and_verdicts_for_every_case(settings: Settings, tmp_path: Path) -
         for events, _, _ in cases.values():
             _send(settings, events)
         # malformed input: each goes to the dead-letter topic with its own reason
-        produce(settings, Topic.CONVERSATION_FINISHED, [
-            ("bad-1", b"{not json"),
-            ("bad-2", b"\xff\xfe"),
-            ("bad-3", json.dumps({"event_id": "x", "type": "conversation_finished"}).encode()),
-            ("bad-4", json.dumps({**json.loads(encode(conversation("v9"))),
-                                  "schema_version": 9}).encode()),
-            ("bad-5", encode(conversation("ghost", scenario_id="no-such-scenario"))),
-        ])
+        produce(
+            settings,
+            Topic.CONVERSATION_FINISHED,
+            [
+                ("bad-1", b"{not json"),
+                ("bad-2", b"\xff\xfe"),
+                ("bad-3", json.dumps({"event_id": "x", "type": "conversation_finished"}).encode()),
+                (
+                    "bad-4",
+                    json.dumps(
+                        {**json.loads(encode(conversation("v9"))), "schema_version": 9}
+                    ).encode(),
+                ),
+                ("bad-5", encode(conversation("ghost", scenario_id="no-such-scenario"))),
+            ],
+        )
         verdicts = read_topic(settings, Topic.TRIAL_VERDICTS, min_count=len(cases), timeout=60)
         # a replay of an already graded trial, and a redelivered gate result: no new verdict
         _send(settings, [conversation("clean"), session("clean")])
-        produce(settings, Topic.GATE_RESULTS, [
-            ("early", encode(gate_result("exit", trial="early", version=sc.version or "")))
-        ])
+        produce(
+            settings,
+            Topic.GATE_RESULTS,
+            [("early", encode(gate_result("exit", trial="early", version=sc.version or "")))],
+        )
         wait_for(lambda: settled(settings, ["gate", "verdict"]), timeout=60, what="settled")
         verdicts = read_topic(settings, Topic.TRIAL_VERDICTS)
         dead = read_topic(settings, Topic.DEAD_LETTERS, min_count=5)

@@ -69,8 +69,11 @@ def test_every_reader_of_conversations_dead_letters_them_and_goes_on(
     log = tmp_path / "workers.log"
     processors = ["gate", "judge", "sink"]
     with workers(settings, processors, isolated_env(settings), log):
-        produce(settings, Topic.CONVERSATION_FINISHED,
-                [(f"s-{t}", with_metrics(t, m)) for t, m, _ in HOSTILE])
+        produce(
+            settings,
+            Topic.CONVERSATION_FINISHED,
+            [(f"s-{t}", with_metrics(t, m)) for t, m, _ in HOSTILE],
+        )
         produce(settings, Topic.CONVERSATION_FINISHED, [("s-good", encode(conversation("good")))])
         produce(settings, Topic.SESSION_PERSISTED, [("s-good", encode(session("good")))])
         wanted = len(HOSTILE) * len(processors)

@@ -37,14 +37,17 @@ JUDGES = [
     {"id": "no_apology", "kind": "regex", "pattern": "(?i)sorry", "must_match": False},
 ]
 LLM_JUDGES = ("asked_fault", "said_goodbye")
-FAULTS = {"429": "rate_limited", "500": "server_error", "hang": "timeout",
-          "malformed": "malformed_answer"}
+FAULTS = {
+    "429": "rate_limited",
+    "500": "server_error",
+    "hang": "timeout",
+    "malformed": "malformed_answer",
+}
 
 
 def joined(settings: Settings) -> bool:
     # Its group is stable with a member (the judge commits nothing before its first trial).
     return all(s.ready for s in processor_status(["judge"], settings))
-
 
 
 def http_json(url: str, method: str = "GET") -> dict[str, Any]:
@@ -73,11 +76,14 @@ def metric(port: int, name: str, **labels: str) -> float:
 
 
 def trial(trial_id: str, *said: str) -> Any:
-    return conversation(trial_id, transcript=[
-        Message(role="assistant", content="What was the fault?"),
-        Message(role="user", content="The pump seized."),
-        Message(role="assistant", content=" ".join(("Recorded. Goodbye.", *said))),
-    ])
+    return conversation(
+        trial_id,
+        transcript=[
+            Message(role="assistant", content="What was the fault?"),
+            Message(role="user", content="The pump seized."),
+            Message(role="assistant", content=" ".join(("Recorded. Goodbye.", *said))),
+        ],
+    )
 
 
 def verdicts_by_pair(settings: Settings) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -121,20 +127,31 @@ def test_every_judge_gets_a_verdict_faults_error_replays_hit_the_cache_outages_d
     with running(["worker", "judge"], env, log):
         with running(standin_args, env, log, ready=lambda: answering(standin_url)):
             wait_for(lambda: joined(settings), timeout=90, what="judge worker joined")
-            produce(settings, Topic.CONVERSATION_FINISHED,
-                    [(t.session_id, encode(t)) for t in [*normal.values(), *faulty.values()]])
-            produce(settings, Topic.CONVERSATION_FINISHED, [
-                ("bad-1", b"{not json"),
-                ("bad-2", encode(conversation("ghost", scenario_id="no-such-scenario"))),
-            ])
-            pairs = wait_for(lambda: graded(settings, [*normal, *faulty]), timeout=90,
-                             what="a verdict for every judge of every trial")
+            produce(
+                settings,
+                Topic.CONVERSATION_FINISHED,
+                [(t.session_id, encode(t)) for t in [*normal.values(), *faulty.values()]],
+            )
+            produce(
+                settings,
+                Topic.CONVERSATION_FINISHED,
+                [
+                    ("bad-1", b"{not json"),
+                    ("bad-2", encode(conversation("ghost", scenario_id="no-such-scenario"))),
+                ],
+            )
+            pairs = wait_for(
+                lambda: graded(settings, [*normal, *faulty]),
+                timeout=90,
+                what="a verdict for every judge of every trial",
+            )
             dead = read_topic(settings, Topic.DEAD_LETTERS, min_count=2)
 
             # --- every judge of every trial: one verdict, of the documented shape
             for (trial_id, judge_id), verdicts in pairs.items():
                 assert {v["event_id"] for v in verdicts} == {
-                    f"judge:{trial_id}:{judge_id}:{sc.version}"}
+                    f"judge:{trial_id}:{judge_id}:{sc.version}"
+                }
                 v = verdicts[0]
                 assert v["scenario_version"] == sc.version and v["run_id"] == "run-1"
                 assert v["judge_spec"]["id"] == judge_id
@@ -150,7 +167,8 @@ def test_every_judge_gets_a_verdict_faults_error_replays_hit_the_cache_outages_d
             assert results[("ok-sorry", "said_goodbye")] == "failed"
             assert results[("ok-sorry", "no_apology")] == "failed"
             assert Counter(r for (t, _), r in results.items() if t in normal) == Counter(
-                passed=3 * len(normal) - 3, failed=3)
+                passed=3 * len(normal) - 3, failed=3
+            )
 
             # --- injected faults: retried, then `error` with the cause; none passes
             for fault, cause in FAULTS.items():
@@ -169,13 +187,20 @@ def test_every_judge_gets_a_verdict_faults_error_replays_hit_the_cache_outages_d
 
             # --- a replay of the same transcripts (new trial ids): served from the cache
             http_json(standin_url + "/stats/reset", method="POST")
-            replay = {f"re-{t}": c.model_copy(update={"trial_id": f"re-{t}",
-                                                     "event_id": f"cf-re-{t}"})
-                      for t, c in normal.items()}
-            produce(settings, Topic.CONVERSATION_FINISHED,
-                    [(c.session_id, encode(c)) for c in replay.values()])
-            pairs = wait_for(lambda: graded(settings, list(replay)), timeout=60,
-                             what="verdicts for the replayed trials")
+            replay = {
+                f"re-{t}": c.model_copy(update={"trial_id": f"re-{t}", "event_id": f"cf-re-{t}"})
+                for t, c in normal.items()
+            }
+            produce(
+                settings,
+                Topic.CONVERSATION_FINISHED,
+                [(c.session_id, encode(c)) for c in replay.values()],
+            )
+            pairs = wait_for(
+                lambda: graded(settings, list(replay)),
+                timeout=60,
+                what="verdicts for the replayed trials",
+            )
             assert http_json(standin_url + "/stats").get("requests", 0) == 0  # no model call
             for trial_id in replay:
                 for judge_id in LLM_JUDGES:
@@ -186,14 +211,21 @@ def test_every_judge_gets_a_verdict_faults_error_replays_hit_the_cache_outages_d
 
         # --- the model goes away: trials are held (not errored), then the backlog drains
         backlog = {f"late-{i}": trial(f"late-{i}", f"(late {i})") for i in range(4)}
-        produce(settings, Topic.CONVERSATION_FINISHED,
-                [(c.session_id, encode(c)) for c in backlog.values()])
-        wait_for(lambda: metric(metrics_port, "passk_judge_model_outage") == 1, timeout=60,
-                 what="the worker to notice the outage")
+        produce(
+            settings,
+            Topic.CONVERSATION_FINISHED,
+            [(c.session_id, encode(c)) for c in backlog.values()],
+        )
+        wait_for(
+            lambda: metric(metrics_port, "passk_judge_model_outage") == 1,
+            timeout=60,
+            what="the worker to notice the outage",
+        )
         assert not any(t in backlog for t, _ in verdicts_by_pair(settings))
         with running(standin_args, env, log, ready=lambda: answering(standin_url)):
-            pairs = wait_for(lambda: graded(settings, list(backlog)), timeout=90,
-                             what="the backlog to drain")
+            pairs = wait_for(
+                lambda: graded(settings, list(backlog)), timeout=90, what="the backlog to drain"
+            )
     late = [vs[0] for (t, _), vs in pairs.items() if t in backlog]
     assert len(late) == 3 * len(backlog)
     assert all(v["result"] == "passed" for v in late), [v["reason"] for v in late]

@@ -51,15 +51,20 @@ def events(scenario_id: str, kind: str) -> list[Any]:
     said = "[[fail:asked_fault]]" if kind == "judge" else ""
     # Each transcript is its own (the trial id in it), so no two calls share a cache key.
     conv = conversation(
-        trial, scenario_id=scenario_id,
+        trial,
+        scenario_id=scenario_id,
         exit_reason="persona_exhausted" if kind == "exit" else "product_closed",
         transcript=[
             Message(role="assistant", content="What was the fault?"),
             Message(role="user", content=f"The pump seized ({trial})."),
             Message(role="assistant", content=f"Recorded. Goodbye. {said}"),
-        ])
-    state = {**GOOD_STATE, "report": {**GOOD_STATE["report"], "fault": ""}} \
-        if kind == "state" else GOOD_STATE
+        ],
+    )
+    state = (
+        {**GOOD_STATE, "report": {**GOOD_STATE["report"], "fault": ""}}
+        if kind == "state"
+        else GOOD_STATE
+    )
     return [conv, session(trial, state=state)]
 
 
@@ -75,23 +80,42 @@ def test_skipping_judges_after_failed_gates_saves_calls_same_outcomes_and_cost_i
     publish_scenarios(settings, [skipping, asking])
     base = free_ports(2)
     standin_url, metrics_port = f"http://127.0.0.1:{base}", base + 1
-    env = isolated_env(settings, OPENAI_BASE_URL=f"{standin_url}/v1", OPENAI_API_KEY="standin",
-                       PASSK_JUDGE_CACHE="0")
+    env = isolated_env(
+        settings,
+        OPENAI_BASE_URL=f"{standin_url}/v1",
+        OPENAI_API_KEY="standin",
+        PASSK_JUDGE_CACHE="0",
+    )
     log = tmp_path / "workers.log"
-    with running(["judge-standin", "--port", str(base)], env, log,
-                 ready=lambda: answering(standin_url)), \
-            workers(settings, ["gate", "judge", "verdict", "sink"], env, log,
-                    extra={"judge": {"PASSK_METRICS_PORT": str(metrics_port)}}):
+    with (
+        running(
+            ["judge-standin", "--port", str(base)], env, log, ready=lambda: answering(standin_url)
+        ),
+        workers(
+            settings,
+            ["gate", "judge", "verdict", "sink"],
+            env,
+            log,
+            extra={"judge": {"PASSK_METRICS_PORT": str(metrics_port)}},
+        ),
+    ):
         for sc in ("skipping", "asking"):
             for kind in KINDS:
                 for ev in events(sc, kind):
-                    topic = (Topic.CONVERSATION_FINISHED if ev.type == "conversation_finished"
-                             else Topic.SESSION_PERSISTED)
+                    topic = (
+                        Topic.CONVERSATION_FINISHED
+                        if ev.type == "conversation_finished"
+                        else Topic.SESSION_PERSISTED
+                    )
                     produce(settings, topic, [(ev.session_id, encode(ev))])
-        verdicts = {v["trial_id"]: v for _, v, _ in
-                    read_topic(settings, Topic.TRIAL_VERDICTS, min_count=8, timeout=90)}
-        judged = {(v["trial_id"], v["judge_id"]): v for _, v, _ in
-                  read_topic(settings, Topic.JUDGE_VERDICTS, min_count=16, timeout=60)}
+        verdicts = {
+            v["trial_id"]: v
+            for _, v, _ in read_topic(settings, Topic.TRIAL_VERDICTS, min_count=8, timeout=90)
+        }
+        judged = {
+            (v["trial_id"], v["judge_id"]): v
+            for _, v, _ in read_topic(settings, Topic.JUDGE_VERDICTS, min_count=16, timeout=60)
+        }
         stats = http_json(standin_url + "/stats")
         calls = metric(metrics_port, "passk_judge_call_seconds_count", judge="asked_fault")
         skipped_metric = metric(metrics_port, "passk_judge_skipped_total", judge="asked_fault")
@@ -123,8 +147,11 @@ def test_skipping_judges_after_failed_gates_saves_calls_same_outcomes_and_cost_i
     assert calls == 6 and skipped_metric == 2
 
     # The report: per-trial judge tokens (equal to the verdicts' own), cost, what was saved.
-    priced = {**env, "PASSK_JUDGE_PRICE_PER_MTOK_IN": "0.15",
-              "PASSK_JUDGE_PRICE_PER_MTOK_OUT": "0.60"}
+    priced = {
+        **env,
+        "PASSK_JUDGE_PRICE_PER_MTOK_IN": "0.15",
+        "PASSK_JUDGE_PRICE_PER_MTOK_OUT": "0.60",
+    }
     done = passk(priced, "report", "--run-id", "run-1", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -138,7 +165,9 @@ def test_skipping_judges_after_failed_gates_saves_calls_same_outcomes_and_cost_i
     cost = report["judge_cost"]
     assert (cost["calls"], cost["skipped"], cost["trials"]) == (12, 4, 8)
     assert [(j["judge_id"], j["trials"]) for j in cost["skipped_judges"]] == [
-        ("asked_fault", 2), ("said_goodbye", 2)]
+        ("asked_fault", 2),
+        ("said_goodbye", 2),
+    ]
     assert all(j["tokens_saved_estimate"] > 0 for j in cost["skipped_judges"])
     text = passk(env, "report", "--run-id", "run-1").stdout
     assert "skipped judge asked_fault: 2 trials whose gates had failed, 2 calls saved" in text
@@ -164,17 +193,21 @@ def test_skipping_judges_after_failed_gates_saves_calls_same_outcomes_and_cost_i
     assert state["state:report.fault present"]["actual"] == ""
     assert state["state:report.parts present"]["passed"] is True
     judge = {j["judge_id"]: j for j in shown["judge"]["judges"]}
-    assert judge["asked_fault"]["result"] == "failed" and "[stand-in]" in judge[
-        "asked_fault"]["reason"]
+    assert (
+        judge["asked_fault"]["result"] == "failed"
+        and "[stand-in]" in judge["asked_fault"]["reason"]
+    )
     assert shown["judge"]["judge_calls"] == 2 and shown["judge"]["judge_input_tokens"] > 0
     # The skipped trial shows its judges as skipped, not as errors.
     skipped_view = json.loads(passk(env, "show", "skipping-exit", "--json").stdout)
-    assert {c["check"]: c["verdict"] for c in skipped_view["checks"]}["judge:asked_fault"] \
-        == "skipped"
+    assert {c["check"]: c["verdict"] for c in skipped_view["checks"]}[
+        "judge:asked_fault"
+    ] == "skipped"
     unknown = passk(env, "show", "no-such-trial")
     assert unknown.returncode == 3 and "unknown trial 'no-such-trial'" in unknown.stderr
-    down = passk({**env, "PASSK_DATABASE_URL": "postgresql://u:p@127.0.0.1:1/x"},
-                 "show", "asking-exit")
+    down = passk(
+        {**env, "PASSK_DATABASE_URL": "postgresql://u:p@127.0.0.1:1/x"}, "show", "asking-exit"
+    )
     assert down.returncode == 4 and "Traceback" not in down.stderr
 
 
@@ -186,4 +219,3 @@ def _projected(settings: Settings, count: int) -> bool:
         return len(store.trials("run-1")) >= count
     finally:
         store.close()
-

@@ -26,8 +26,11 @@ def test_lag_is_what_the_group_has_not_committed_per_input_topic(settings: Setti
     producer.close()
 
     # the gate's group has committed 5 of the 7 on partition 0 of conversation-finished
-    group = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                          group_id=f"{settings.topic_prefix}gate", enable_auto_commit=False)
+    group = KafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        group_id=f"{settings.topic_prefix}gate",
+        enable_auto_commit=False,
+    )
     group.commit({TopicPartition(finished, 0): OffsetAndMetadata(5, "", -1)})
     group.close()
 
@@ -55,10 +58,13 @@ def test_a_broker_that_does_not_answer_leaves_the_figures_unknown(settings: Sett
     monitor = LagMonitor("gate", down, LagMetrics(registry))
     monitor.poll()  # logs and returns; a worker must not die of it
     monitor.close()
-    assert registry.get_sample_value(
-        "passk_consumer_lag",
-        {"processor": "gate", "topic": topic_name(Topic.CONVERSATION_FINISHED, settings)},
-    ) is None
+    assert (
+        registry.get_sample_value(
+            "passk_consumer_lag",
+            {"processor": "gate", "topic": topic_name(Topic.CONVERSATION_FINISHED, settings)},
+        )
+        is None
+    )
 
 
 def test_a_processor_with_no_worker_running_is_shown_down(settings: Settings) -> None:
@@ -71,8 +77,13 @@ def test_a_processor_with_no_worker_running_is_shown_down(settings: Settings) ->
 
     [gate] = processor_status(["gate"], settings)
     assert gate.down == "no member in its consumer group" and not gate.ready
-    shown = subprocess.run([sys.executable, "-m", "services.cli", "status", "--processors",
-                            "gate"], cwd=ROOT, env=isolated_env(settings), capture_output=True,
-                           text=True, timeout=120)
+    shown = subprocess.run(
+        [sys.executable, "-m", "services.cli", "status", "--processors", "gate"],
+        cwd=ROOT,
+        env=isolated_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 1, shown.stdout + shown.stderr
     assert "DOWN: no member in its consumer group" in shown.stdout

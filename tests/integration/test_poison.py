@@ -45,30 +45,47 @@ def test_every_processor_dead_letters_what_it_cannot_use_and_goes_on(
 ) -> None:
     # One deterministic judge whose pattern backtracks exponentially in Python's `re`
     # (`(a+)+$` against 5,000 a's and a '!'): on RE2 it answers, and the worker goes on.
-    sc = scenario(judges=[{"id": "no_runaway", "kind": "regex", "pattern": "(a+)+$",
-                           "must_match": False}])
+    sc = scenario(
+        judges=[{"id": "no_runaway", "kind": "regex", "pattern": "(a+)+$", "must_match": False}]
+    )
     publish_scenarios(settings, [sc])
     sp900 = deep(session("deep-900"), 900)
     env = isolated_env(settings, PASSK_MAX_SESSION_BYTES="70000")
     log = tmp_path / "workers.log"
     with workers(settings, PROCESSORS, env, log):
-        produce(settings, Topic.CONVERSATION_FINISHED, [
-            ("cf-deep", deep(conversation("cf-deep"), 10_000)),
-        ])
-        produce(settings, Topic.SESSION_PERSISTED, [
-            ("sp-deep", deep(session("sp-deep"), 10_000)),
-            # parses, but nests past the limit: used to fail later, in the table
-            ("sp-900", sp900),
-            ("sp-big", encode(session("big", state={"blob": "x" * 80_000}))),
-        ])
-        produce(settings, Topic.GATE_RESULTS, [
-            ("gr-deep", b'{"a":' * 10_000 + b"1" + b"}" * 10_000),
-        ])
+        produce(
+            settings,
+            Topic.CONVERSATION_FINISHED,
+            [
+                ("cf-deep", deep(conversation("cf-deep"), 10_000)),
+            ],
+        )
+        produce(
+            settings,
+            Topic.SESSION_PERSISTED,
+            [
+                ("sp-deep", deep(session("sp-deep"), 10_000)),
+                # parses, but nests past the limit: used to fail later, in the table
+                ("sp-900", sp900),
+                ("sp-big", encode(session("big", state={"blob": "x" * 80_000}))),
+            ],
+        )
+        produce(
+            settings,
+            Topic.GATE_RESULTS,
+            [
+                ("gr-deep", b'{"a":' * 10_000 + b"1" + b"}" * 10_000),
+            ],
+        )
         produce(settings, Topic.JUDGE_VERDICTS, [("jv-deep", b"[" * 10_000 + b"]" * 10_000)])
         produce(settings, Topic.TRIAL_VERDICTS, [("tv-deep", b'{"a":' * 900 + b"1" + b"}" * 900)])
-        runaway = conversation("runaway", transcript=[
-            Message(role="user", content="hi"), Message(role="assistant", content="a" * 5000 + "!"),
-        ])
+        runaway = conversation(
+            "runaway",
+            transcript=[
+                Message(role="user", content="hi"),
+                Message(role="assistant", content="a" * 5000 + "!"),
+            ],
+        )
         produce(settings, Topic.CONVERSATION_FINISHED, [("s-runaway", encode(runaway))])
         produce(settings, Topic.SESSION_PERSISTED, [("s-runaway", encode(session("runaway")))])
         # after the poison, on the same topics: a good trial, graded as usual
@@ -103,8 +120,12 @@ def test_the_calibration_worker_holds_to_the_configured_depth_bound(
     (it used to decode with the codec's default of 64 whatever the setting said)."""
     env = isolated_env(settings, PASSK_MAX_JSON_DEPTH="8")
     with workers(settings, ["calibration"], env, tmp_path / "workers.log"):
-        produce(settings, Topic.JUDGE_VERDICTS, [
-            ("jv-12", deep(judge_verdict("tone", trial="jv-12"), 12)),
-        ])
+        produce(
+            settings,
+            Topic.JUDGE_VERDICTS,
+            [
+                ("jv-12", deep(judge_verdict("tone", trial="jv-12"), 12)),
+            ],
+        )
         dead = read_topic(settings, Topic.DEAD_LETTERS, min_count=1, timeout=90)
     assert reasons_by_key(dead)["jv-12"] == {"calibration": "too_deep"}

@@ -68,8 +68,7 @@ async def read_with_aiokafka(
     settings: Settings, count: int, timeout: float = 60.0
 ) -> list[tuple[Topic, bytes | None, int, Any]]:
     by_name = {topic_name(t, settings): t for t in MODELS}
-    read = await consume(settings, {name: MODELS[t] for name, t in by_name.items()}, count,
-                         timeout)
+    read = await consume(settings, {name: MODELS[t] for name, t in by_name.items()}, count, timeout)
     return [(by_name[name], key, partition, event) for name, key, partition, event in read]
 
 
@@ -87,9 +86,24 @@ async def test_generated_traffic_lands_keyed_partitioned_and_in_file_order(
 ) -> None:
     traffic, expected = tmp_path / "traffic.jsonl", tmp_path / "expected.json"
     gen = passk(
-        ["generate", "--scenarios", str(scenario_dir), "--run-id", "it-run", "--out",
-         str(traffic), "--expected", str(expected), "--trials", "4", "--every-mode",
-         "--seed", "11", "--pass-prob", "warranty-no-charge=1.0"],
+        [
+            "generate",
+            "--scenarios",
+            str(scenario_dir),
+            "--run-id",
+            "it-run",
+            "--out",
+            str(traffic),
+            "--expected",
+            str(expected),
+            "--trials",
+            "4",
+            "--every-mode",
+            "--seed",
+            "11",
+            "--pass-prob",
+            "warranty-no-charge=1.0",
+        ],
         settings,
     )
     assert gen.returncode == 0, gen.stdout + gen.stderr
@@ -137,17 +151,28 @@ async def test_generated_traffic_lands_keyed_partitioned_and_in_file_order(
 def test_bad_lines_are_reported_by_number_and_only_good_lines_sent(
     settings: Settings, tmp_path: Path
 ) -> None:
-    good_conv = {"event_id": "cf-g1", "type": "conversation_finished", "run_id": "r",
-                 "scenario_id": "sc", "trial_id": "t-g1", "session_id": "s-g1",
-                 "exit_reason": "product_closed", "transcript": [{"role": "user", "content": "hi"}]}
-    good_sess = {"event_id": "sp-g1", "type": "session_persisted", "session_id": "s-g1",
-                 "state": {"report": {"fault": "pump"}}}
+    good_conv = {
+        "event_id": "cf-g1",
+        "type": "conversation_finished",
+        "run_id": "r",
+        "scenario_id": "sc",
+        "trial_id": "t-g1",
+        "session_id": "s-g1",
+        "exit_reason": "product_closed",
+        "transcript": [{"role": "user", "content": "hi"}],
+    }
+    good_sess = {
+        "event_id": "sp-g1",
+        "type": "session_persisted",
+        "session_id": "s-g1",
+        "state": {"report": {"fault": "pump"}},
+    }
     lines = [
-        json.dumps(good_conv),                                     # 1
-        "{this is not json",                                       # 2
-        json.dumps({**good_sess, "session_id": ""}),               # 3: empty key
-        json.dumps({"type": "label", "event_id": "l1"}),           # 4: not replayable
-        json.dumps(good_sess),                                     # 5
+        json.dumps(good_conv),  # 1
+        "{this is not json",  # 2
+        json.dumps({**good_sess, "session_id": ""}),  # 3: empty key
+        json.dumps({"type": "label", "event_id": "l1"}),  # 4: not replayable
+        json.dumps(good_sess),  # 5
         json.dumps({**good_conv, "event_id": "cf-bad", "transcript": "nope"}),  # 6
     ]
     path = tmp_path / "mixed.jsonl"
@@ -156,8 +181,12 @@ def test_bad_lines_are_reported_by_number_and_only_good_lines_sent(
     result = passk(["replay", str(path)], settings)
     out = result.stderr  # warnings go to stderr; the summary table to stdout
     assert result.returncode == 0, result.stdout + out  # skipped lines warn, they don't fail
-    for lineno, reason in [(2, "invalid_json"), (3, "invalid_field"), (4, "unknown_type"),
-                           (6, "invalid_field")]:
+    for lineno, reason in [
+        (2, "invalid_json"),
+        (3, "invalid_field"),
+        (4, "unknown_type"),
+        (6, "invalid_field"),
+    ]:
         assert f"line {lineno}: {reason}" in out, out
     assert "line 1:" not in out and "line 5:" not in out
     assert "4 invalid line(s) skipped" in out
@@ -175,8 +204,15 @@ def test_bad_lines_are_reported_by_number_and_only_good_lines_sent(
 def test_producer_sdk_sends_models_and_reports_a_missing_topic(
     settings: Settings, tmp_path: Path
 ) -> None:
-    conv = ConversationFinished(event_id="cf-sdk", run_id="r", scenario_id="sc", trial_id="t",
-                                session_id="s-sdk", exit_reason="product_closed", transcript=[])
+    conv = ConversationFinished(
+        event_id="cf-sdk",
+        run_id="r",
+        scenario_id="sc",
+        trial_id="t",
+        session_id="s-sdk",
+        exit_reason="product_closed",
+        transcript=[],
+    )
     sess = SessionPersisted(event_id="sp-sdk", session_id="s-sdk", state={"x": 1})
     with TrafficProducer(settings) as producer:
         futures = [producer.send(conv), producer.send(sess)]
@@ -212,10 +248,13 @@ def test_producer_sdk_sends_models_and_reports_a_missing_topic(
 
 def test_rate_paces_the_sends(settings: Settings, tmp_path: Path) -> None:
     path = tmp_path / "paced.jsonl"
-    path.write_text("".join(
-        SessionPersisted(event_id=f"sp-{i}", session_id=f"s-{i}", state={}).model_dump_json()
-        + "\n" for i in range(10)
-    ))
+    path.write_text(
+        "".join(
+            SessionPersisted(event_id=f"sp-{i}", session_id=f"s-{i}", state={}).model_dump_json()
+            + "\n"
+            for i in range(10)
+        )
+    )
     with TrafficProducer(settings) as producer:
         started = time.monotonic()
         summary = replay_file(path, sender=producer, settings=settings, rate=20.0)

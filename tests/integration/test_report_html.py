@@ -98,11 +98,22 @@ class Figures(HTMLParser):
 def chromium(tmp_path: Path, *args: str) -> str:
     profile = tmp_path / "chromium-profile"
     done = subprocess.run(
-        [CHROMIUM or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--no-first-run", f"--user-data-dir={profile}",
-         # No network at view time: every host name fails to resolve.
-         "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=15000", *args],
-        capture_output=True, text=True, timeout=180,
+        [
+            CHROMIUM or "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            # No network at view time: every host name fails to resolve.
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--virtual-time-budget=15000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
@@ -124,25 +135,54 @@ def seed_projection(url: str) -> None:
         verdict(f"old-b{i}", "passed", "debrief-follow-up-required", run="build-41")
         verdict(f"old-c{i}", "passed", "debrief-quick-question", run="build-41")
     for i in range(5):
-        verdict(f"a{i}", "passed", "debrief-billable-repair", exit_source="session",
-                metrics=TrialMetrics(turns=8 + i, input_tokens=900, output_tokens=100 + i,
-                                     duration_ms=200_000 + 1000 * i))
+        verdict(
+            f"a{i}",
+            "passed",
+            "debrief-billable-repair",
+            exit_source="session",
+            metrics=TrialMetrics(
+                turns=8 + i, input_tokens=900, output_tokens=100 + i, duration_ms=200_000 + 1000 * i
+            ),
+        )
     flaky = [
         ("passed", []),
         ("failed", [("judge:captured_follow_up_details", "never asked about the part")]),
         ("passed", []),
-        ("failed", [("judge:captured_follow_up_details", "no return visit agreed"),
-                    ("gate:exit", "exit 'persona_exhausted' (recorded by the product)")]),
+        (
+            "failed",
+            [
+                ("judge:captured_follow_up_details", "no return visit agreed"),
+                ("gate:exit", "exit 'persona_exhausted' (recorded by the product)"),
+            ],
+        ),
         ("passed", []),
     ]
     for i, (outcome, failed) in enumerate(flaky):
-        verdict(f"b{i}", outcome, "debrief-follow-up-required", failed=failed,
-                exit_source="session" if i != 3 else "harness")
+        verdict(
+            f"b{i}",
+            outcome,
+            "debrief-follow-up-required",
+            failed=failed,
+            exit_source="session" if i != 3 else "harness",
+        )
     for i in range(3):
-        verdict(f"c{i}", "passed", "debrief-quick-question", completion="conversation",
-                exit_source="harness")
-        store.apply(f.judge(f"c{i}", "friendly_tone", "failed" if i == 0 else "passed",
-                            run_id=RUN, scenario_id="debrief-quick-question", gating=False))
+        verdict(
+            f"c{i}",
+            "passed",
+            "debrief-quick-question",
+            completion="conversation",
+            exit_source="harness",
+        )
+        store.apply(
+            f.judge(
+                f"c{i}",
+                "friendly_tone",
+                "failed" if i == 0 else "passed",
+                run_id=RUN,
+                scenario_id="debrief-quick-question",
+                gating=False,
+            )
+        )
     store.close()
 
 
@@ -152,8 +192,12 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]
     url = f"sqlite:///{tmp / 'projection.db'}"
     seed_projection(url)
     out = tmp / "report.html"
-    done = subprocess.run([PASSK, "report", "--run-id", RUN, "--json", "--html", str(out),
-                           "--database-url", url], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [PASSK, "report", "--run-id", RUN, "--json", "--html", str(out), "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert f"report page: {out}" in done.stderr
     return out, json.loads(done.stdout)
@@ -193,7 +237,8 @@ def test_the_page_shows_the_figures_of_report_json(
         for f in data["flakiness"]
     }
     assert dom.flaky["debrief-follow-up-required"] == [
-        ("judge:captured_follow_up_details", 2, 5), ("gate:exit", 1, 5)
+        ("judge:captured_follow_up_details", 2, 5),
+        ("gate:exit", 1, 5),
     ]
     assert "debrief-quick-question" in dom.ids["without-state-gate"]
     assert [r["data-judge"] for r in dom.rows["advisory-judges"]] == ["friendly_tone"]
@@ -221,10 +266,13 @@ def test_the_filter_shows_only_the_chosen_scenario_and_check(
     chosen = "#scenario=debrief-follow-up-required&check=gate%3Aexit"
     dom = Figures()
     dom.feed(chromium(tmp_path, "--dump-dom", path.as_uri() + chosen))
-    visible = [(r["data-trial"], r["data-check"]) for r in dom.rows["failed-checks"]
-               if "hidden" not in r]
+    visible = [
+        (r["data-trial"], r["data-check"]) for r in dom.rows["failed-checks"] if "hidden" not in r
+    ]
     expected = [
-        (t["trial_id"], fc["check"]) for t in data["trials"] for fc in t["failed_checks"]
+        (t["trial_id"], fc["check"])
+        for t in data["trials"]
+        for fc in t["failed_checks"]
         if t["scenario_id"] == "debrief-follow-up-required" and fc["check"] == "gate:exit"
     ]
     assert visible == expected == [("b3", "gate:exit")]
@@ -233,7 +281,12 @@ def test_the_filter_shows_only_the_chosen_scenario_and_check(
 
 def test_a_screenshot_of_the_page(page: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
-    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,2600", "--hide-scrollbars",
-             page[0].as_uri())
+    chromium(
+        tmp_path,
+        f"--screenshot={shot}",
+        "--window-size=1280,2600",
+        "--hide-scrollbars",
+        page[0].as_uri(),
+    )
     assert shot.stat().st_size > 20_000  # a drawn page, not a blank one
     print(f"screenshot: {shot}")

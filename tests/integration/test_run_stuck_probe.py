@@ -53,17 +53,38 @@ def _files(tmp_path: Path, wait_s: float) -> tuple[Path, Path]:
     return scenarios, target
 
 
-def _run(settings: Settings, scenarios: Path, target: Path, run_id: str, closed: Path,
-         ) -> subprocess.Popen[str]:
+def _run(
+    settings: Settings,
+    scenarios: Path,
+    target: Path,
+    run_id: str,
+    closed: Path,
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "run", "--publish", "--scenarios", str(scenarios),
-         "--target", str(target), "--run-id", run_id],
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "run",
+            "--publish",
+            "--scenarios",
+            str(scenarios),
+            "--target",
+            str(target),
+            "--run-id",
+            run_id,
+        ],
         env=isolated_env(settings, COLUMNS="200", PASSK_TEST_CLOSED_LOG=str(closed)),
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_probe_that_never_answers_ends_the_trial_at_wait_s(
-    settings: Settings, tmp_path: Path,
+    settings: Settings,
+    tmp_path: Path,
 ) -> None:
     scenarios, target = _files(tmp_path, wait_s=3)
     started = time.monotonic()
@@ -72,12 +93,16 @@ def test_a_probe_that_never_answers_ends_the_trial_at_wait_s(
     assert run.returncode == 0, out + err
     assert time.monotonic() - started < 60  # two trials at once: one wait of 3 s each
     assert "Traceback" not in err
-    conversations = [v for _, v, _ in read_topic(settings, Topic.CONVERSATION_FINISHED,
-                                                 min_count=2)]
-    assert {c["trial_id"] for c in conversations} == {"stuck:stuck-probe:001",
-                                                      "stuck:stuck-probe:002"}
+    conversations = [
+        v for _, v, _ in read_topic(settings, Topic.CONVERSATION_FINISHED, min_count=2)
+    ]
+    assert {c["trial_id"] for c in conversations} == {
+        "stuck:stuck-probe:001",
+        "stuck:stuck-probe:002",
+    }
     assert {c["state_probe"] for c in conversations} == {
-        "the state probe did not answer within 3 s"}
+        "the state probe did not answer within 3 s"
+    }
     assert read_topic(settings, Topic.SESSION_PERSISTED) == []  # no session, as the contract says
 
 
@@ -87,8 +112,11 @@ def test_sigint_stops_a_run_stuck_in_its_probe(settings: Settings, tmp_path: Pat
     run = _run(settings, scenarios, target, "stopped", closed)
     try:
         # both conversations closed: both trials are in their probe's endless query
-        wait_for(lambda: closed.exists() and len(closed.read_text().split()) == 2,
-                 timeout=60, what="both trials probing")
+        wait_for(
+            lambda: closed.exists() and len(closed.read_text().split()) == 2,
+            timeout=60,
+            what="both trials probing",
+        )
         asked = time.monotonic()
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=60)

@@ -221,18 +221,24 @@ def test_800_nested_brackets_beside_a_valid_file_exit_2_naming_file_and_line(
     small = (ROOT / "examples" / "scenarios" / "debrief-billable-repair.yaml").read_text()
     (tmp_path / "a-valid.yaml").write_text(small)
     (tmp_path / "b-deep.yaml").write_text(
-        "id: deep\nexpected_exit: product_closed\noutcome: " + "[" * 800 + "]" * 800 + "\n")
+        "id: deep\nexpected_exit: product_closed\noutcome: " + "[" * 800 + "]" * 800 + "\n"
+    )
     (tmp_path / "c-many.yaml").write_text(
-        small.replace("debrief-billable-repair", "many").replace("trials: 3", "trials: 1000000"))
+        small.replace("debrief-billable-repair", "many").replace("trials: 3", "trials: 1000000")
+    )
     assert "trials: 1000000" in (tmp_path / "c-many.yaml").read_text()
     done = passk(settings, "scenarios", "publish", str(tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr
     lines = done.stderr.splitlines()
-    assert any("b-deep.yaml" in line and "nests deeper than 64 levels" in line
-               and "line 3" in line for line in lines), done.stderr
-    assert any("c-many.yaml" in line and "trials" in line and "above the maximum of 1000"
-               in line for line in lines), done.stderr
+    assert any(
+        "b-deep.yaml" in line and "nests deeper than 64 levels" in line and "line 3" in line
+        for line in lines
+    ), done.stderr
+    assert any(
+        "c-many.yaml" in line and "trials" in line and "above the maximum of 1000" in line
+        for line in lines
+    ), done.stderr
     assert "nothing was published" in done.stderr
     assert "held back with the set" in done.stderr and "a-valid.yaml" in done.stderr
     assert read_topic(settings, Topic.SCENARIOS) == []

@@ -23,21 +23,36 @@ pytestmark = pytest.mark.integration
 
 def graded(trial_id: str, **kw) -> list:
     """A trial as the pipeline emits it: conversation, two gates, a judge, the verdict."""
-    return [f.conversation(trial_id, **kw), f.gate(trial_id, "exit", True, **kw),
-            f.gate(trial_id, "state", True, **kw), f.judge(trial_id, "polite", "passed", **kw),
-            f.verdict(trial_id, "passed", **kw)]
+    return [
+        f.conversation(trial_id, **kw),
+        f.gate(trial_id, "exit", True, **kw),
+        f.gate(trial_id, "state", True, **kw),
+        f.judge(trial_id, "polite", "passed", **kw),
+        f.verdict(trial_id, "passed", **kw),
+    ]
 
 
 def impostor(trial_id: str, session: str, *, text: str, **kw) -> list:
     """Another trial under the same id (its own session), later: what the verdict refuses
     as trial_id_conflict. It gets no verdict; its rows still reach the sink."""
-    cf = f.conversation(trial_id, when=30, **kw).model_copy(update={
-        "session_id": session, "event_id": f"cf:{session}",
-        "transcript": [Message(role="user", content=text)]})
-    return [cf] + [ev.model_copy(update={"session_id": session}) for ev in (
-        f.gate(trial_id, "exit", True, when=30, **kw),
-        f.gate(trial_id, "state", False, when=30, **kw))] + [
-        f.judge(trial_id, "polite", "failed", when=30, **kw)]
+    cf = f.conversation(trial_id, when=30, **kw).model_copy(
+        update={
+            "session_id": session,
+            "event_id": f"cf:{session}",
+            "transcript": [Message(role="user", content=text)],
+        }
+    )
+    return (
+        [cf]
+        + [
+            ev.model_copy(update={"session_id": session})
+            for ev in (
+                f.gate(trial_id, "exit", True, when=30, **kw),
+                f.gate(trial_id, "state", False, when=30, **kw),
+            )
+        ]
+        + [f.judge(trial_id, "polite", "failed", when=30, **kw)]
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -47,21 +62,37 @@ def test_a_trial_reusing_an_id_never_replaces_the_graded_trial_in_the_projection
     with database(backend, tmp_path, "live") as url:
         store = Store(url)
         first = graded("shared", run_id="run-A", scenario_id="billing") + graded(
-            "retried", run_id="run-A", scenario_id="billing")
+            "retried", run_id="run-A", scenario_id="billing"
+        )
         # the same id in another run and scenario; the same trial re-sent on a new session
-        second = impostor("shared", "sess-other", text="The compressor is back-ordered.",
-                          run_id="run-B", scenario_id="followup") + impostor(
-            "retried", "sess-retry", text="Retry with nothing saved.",
-            run_id="run-A", scenario_id="billing")
+        second = impostor(
+            "shared",
+            "sess-other",
+            text="The compressor is back-ordered.",
+            run_id="run-B",
+            scenario_id="followup",
+        ) + impostor(
+            "retried",
+            "sess-retry",
+            text="Retry with nothing saved.",
+            run_id="run-A",
+            scenario_id="billing",
+        )
         env = isolated_env(settings, PASSK_DATABASE_URL=url)
         with running(["worker", "sink"], env, tmp_path / "sink.log"):
             send(settings, first)
             # every row of the first trials (they come on four topics) before the second
-            wait_for(lambda: store.has_schema() and len(store.transcripts(
-                ["shared", "retried"])) == 2 and len(store.trials("run-A")) == 2
-                and len(store.gate_results("run-A")) == 4
-                and len(store.judge_verdicts("run-A")) == 2,
-                timeout=120, what="the first trials projected")
+            wait_for(
+                lambda: (
+                    store.has_schema()
+                    and len(store.transcripts(["shared", "retried"])) == 2
+                    and len(store.trials("run-A")) == 2
+                    and len(store.gate_results("run-A")) == 4
+                    and len(store.judge_verdicts("run-A")) == 2
+                ),
+                timeout=120,
+                what="the first trials projected",
+            )
             send(settings, second)
             wait_for(lambda: settled(settings, ["sink"]), timeout=60, what="sink caught up")
 
@@ -71,23 +102,28 @@ def test_a_trial_reusing_an_id_never_replaces_the_graded_trial_in_the_projection
             assert (kept.run_id, kept.scenario_id) == ("run-A", "billing")
             gates = store.trial_gates(trial_id)
             assert [(g.gate, g.passed, g.session_id) for g in gates] == [
-                ("exit", True, f"session-{trial_id}"), ("state", True, f"session-{trial_id}")]
+                ("exit", True, f"session-{trial_id}"),
+                ("state", True, f"session-{trial_id}"),
+            ]
             if trial_id == "shared":
                 # Judge rows carry no session: a retry's judge rows (same run and scenario)
                 # still replace the first's (a known limit, docs/producers.md).
-                assert [(j.judge_id, j.result, j.run_id)
-                        for j in store.trial_judges(trial_id)] == [("polite", "passed", "run-A")]
+                assert [(j.judge_id, j.result, j.run_id) for j in store.trial_judges(trial_id)] == [
+                    ("polite", "passed", "run-A")
+                ]
 
             done = passk(settings, "show", trial_id, "--json", url=url)
             assert done.returncode == 0, done.stderr
             view = json.loads(done.stdout)
             assert view["outcome"] == "passed"
-            assert [m.get("content") for m in view["transcript"]][0] == \
-                "The pump was broken, I replaced it."
+            assert [m.get("content") for m in view["transcript"]][
+                0
+            ] == "The pump was broken, I replaced it."
             assert view["session_id"] == f"session-{trial_id}"
             if trial_id == "shared":
                 assert [(j["judge_id"], j["result"]) for j in view["judges"]] == [
-                    ("polite", "passed")]
+                    ("polite", "passed")
+                ]
             assert [e for e in view["expectations"] if not e["passed"]] == []
             assert "back-ordered" not in done.stdout and "nothing saved" not in done.stdout
         store.close()
@@ -103,10 +139,21 @@ def test_a_row_of_another_trial_stored_first_is_not_shown_as_the_graded_ones(
         store = Store(url)
         env = isolated_env(settings, PASSK_DATABASE_URL=url)
         with running(["worker", "sink"], env, tmp_path / "sink.log"):
-            send(settings, impostor("raced", "sess-other", text="The compressor is back-ordered.",
-                                    run_id="run-B", scenario_id="followup"))
-            wait_for(lambda: store.has_schema() and store.transcript("raced") is not None,
-                     timeout=120, what="the other trial's rows projected")
+            send(
+                settings,
+                impostor(
+                    "raced",
+                    "sess-other",
+                    text="The compressor is back-ordered.",
+                    run_id="run-B",
+                    scenario_id="followup",
+                ),
+            )
+            wait_for(
+                lambda: store.has_schema() and store.transcript("raced") is not None,
+                timeout=120,
+                what="the other trial's rows projected",
+            )
             send(settings, graded("raced", run_id="run-A", scenario_id="billing"))
             wait_for(lambda: store.trial("raced") is not None, timeout=60, what="the verdict")
             wait_for(lambda: settled(settings, ["sink"]), timeout=60, what="sink caught up")

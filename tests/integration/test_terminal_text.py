@@ -25,20 +25,40 @@ SCENARIO = f"s{TITLE}"
 def seed(url: str) -> None:
     store = Store(url)
     conv = f.conversation("t0", run_id=RUN, scenario_id=SCENARIO, when=1)
-    conv = conv.model_copy(update={"transcript": [
-        *conv.transcript, Message(role="user", content=f"{CLEAR}{MARKUP} {FORGED}")]})
+    conv = conv.model_copy(
+        update={
+            "transcript": [
+                *conv.transcript,
+                Message(role="user", content=f"{CLEAR}{MARKUP} {FORGED}"),
+            ]
+        }
+    )
     store.apply(conv)
     judge = f.judge("t0", "polite", "failed", run_id=RUN, scenario_id=SCENARIO)
     store.apply(judge.model_copy(update={"reason": f"rude {TITLE}{MARKUP}"}))
-    store.apply(f.verdict("t0", "failed", run_id=RUN, scenario_id=SCENARIO, when=2,
-                          failed=[("judge:polite", f"rude {TITLE}{MARKUP}")]))
+    store.apply(
+        f.verdict(
+            "t0",
+            "failed",
+            run_id=RUN,
+            scenario_id=SCENARIO,
+            when=2,
+            failed=[("judge:polite", f"rude {TITLE}{MARKUP}")],
+        )
+    )
     store.close()
 
 
 def passk(url: str, *args: str) -> str:
     env = {**os.environ, "PASSK_DATABASE_URL": url, "COLUMNS": "300"}
-    done = subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return done.stdout + done.stderr
 
 

@@ -110,8 +110,11 @@ def test_creates_every_topic_with_its_partitions_and_configs(
 
     expected = {topic_name(s.topic, fresh) for s in TOPIC_SPECS}
     # A loaded broker's metadata can trail the CreateTopics answers by a moment.
-    wait_for(lambda: ours(admin, fresh) == expected, timeout=30,
-             what="every topic in the broker's metadata")
+    wait_for(
+        lambda: ours(admin, fresh) == expected,
+        timeout=30,
+        what="every topic in the broker's metadata",
+    )
     actual = described(admin, fresh)
     for spec in TOPIC_SPECS:
         name = topic_name(spec.topic, fresh)
@@ -133,8 +136,11 @@ def test_running_it_twice_changes_nothing(fresh: Settings, admin: KafkaAdminClie
     assert first.returncode == 0, first.stderr
     before = wait_for(
         lambda: (lambda d: d if all(t["partitions"] for t in d.values()) else None)(
-            described(admin, fresh)),
-        timeout=30, what="every new topic described with its partitions")
+            described(admin, fresh)
+        ),
+        timeout=30,
+        what="every new topic described with its partitions",
+    )
 
     second = topics_create(fresh)
     assert second.returncode == 0, second.stderr
@@ -166,8 +172,9 @@ def test_single_broker_topics_have_one_replica_and_min_insync_one(
     assert described(admin, fresh)[name]["configs"]["min.insync.replicas"] == "1"
 
 
-@pytest.mark.parametrize(("processor", "odd_one"), [
-    ("gate", Topic.SESSION_PERSISTED), ("verdict", Topic.JUDGE_VERDICTS)])
+@pytest.mark.parametrize(
+    ("processor", "odd_one"), [("gate", Topic.SESSION_PERSISTED), ("verdict", Topic.JUDGE_VERDICTS)]
+)
 def test_a_worker_refuses_inputs_that_are_not_co_partitioned(
     fresh: Settings, admin: KafkaAdminClient, processor: str, odd_one: Topic
 ) -> None:
@@ -176,8 +183,12 @@ def test_a_worker_refuses_inputs_that_are_not_co_partitioned(
     odd = topic_name(odd_one, fresh)
     admin.create_topics([NewTopic(odd, 3, 1)])  # the rest will get the default 8
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", "worker", processor], cwd=ROOT,
-        env=isolated_env(fresh), capture_output=True, text=True, timeout=180,
+        [sys.executable, "-m", "services.cli", "worker", processor],
+        cwd=ROOT,
+        env=isolated_env(fresh),
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"passk worker {processor}: refusing to start" in result.stderr
@@ -195,8 +206,11 @@ def test_created_topics_are_served_when_the_command_returns(fresh: Settings) -> 
     assert done.returncode == 0, done.stderr
     consumer = KafkaConsumer(bootstrap_servers=fresh.kafka_bootstrap_servers)
     try:
-        unserved = [s.topic for s in TOPIC_SPECS
-                    if not consumer.partitions_for_topic(topic_name(s.topic, fresh))]
+        unserved = [
+            s.topic
+            for s in TOPIC_SPECS
+            if not consumer.partitions_for_topic(topic_name(s.topic, fresh))
+        ]
     finally:
         consumer.close()
     assert unserved == []

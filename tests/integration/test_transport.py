@@ -131,8 +131,9 @@ async def test_kafka_python_aiokafka_and_faust_partition_keys_alike(
     # Replay writes with kafka-python, processors with aiokafka through Faust: a key must
     # land on the same partition whoever writes it, or co-partitioned joins miss.
     name = topic_name(Topic.SESSION_PERSISTED, settings)
-    by_kafka_python = {s: produce(producer, settings, Topic.SESSION_PERSISTED, persisted(s))
-                       for s in SESSIONS}
+    by_kafka_python = {
+        s: produce(producer, settings, Topic.SESSION_PERSISTED, persisted(s)) for s in SESSIONS
+    }
 
     aio = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
     await aio.start()

@@ -33,22 +33,47 @@ def seed(url: str) -> None:
     store = Store(url)
     for i, outcome in enumerate(("passed", "failed", "passed")):
         trial = f"h{i}"
-        failed = [] if outcome == "passed" else [("judge:polite", f"rude {PAYLOAD}"),
-                                                 ("gate:state", "report.fault: absent")]
+        failed = (
+            []
+            if outcome == "passed"
+            else [("judge:polite", f"rude {PAYLOAD}"), ("gate:state", "report.fault: absent")]
+        )
         conv = f.conversation(trial, run_id=RUN, scenario_id="hostile", when=i)
-        conv = conv.model_copy(update={"transcript": [
-            *conv.transcript, Message(role="user", content=f"my answer: {PAYLOAD}")]})
+        conv = conv.model_copy(
+            update={
+                "transcript": [
+                    *conv.transcript,
+                    Message(role="user", content=f"my answer: {PAYLOAD}"),
+                ]
+            }
+        )
         store.apply(conv)
         state = f.gate(trial, "state", outcome == "passed", run_id=RUN, scenario_id="hostile")
-        state = state.model_copy(update={"checks": [CheckOutcome(
-            check="state:report.fault present", passed=outcome == "passed",
-            reason=f"report.fault: {PAYLOAD}", expected=True, found=PAYLOAD)]})
+        state = state.model_copy(
+            update={
+                "checks": [
+                    CheckOutcome(
+                        check="state:report.fault present",
+                        passed=outcome == "passed",
+                        reason=f"report.fault: {PAYLOAD}",
+                        expected=True,
+                        found=PAYLOAD,
+                    )
+                ]
+            }
+        )
         store.apply(state)
-        judge = f.judge(trial, "polite", "failed" if outcome == "failed" else "passed",
-                        run_id=RUN, scenario_id="hostile")
+        judge = f.judge(
+            trial,
+            "polite",
+            "failed" if outcome == "failed" else "passed",
+            run_id=RUN,
+            scenario_id="hostile",
+        )
         store.apply(judge.model_copy(update={"reason": f"rude {PAYLOAD}"}))
-        store.apply(f.verdict(trial, outcome, run_id=RUN, scenario_id="hostile", when=10 + i,
-                              failed=failed))
+        store.apply(
+            f.verdict(trial, outcome, run_id=RUN, scenario_id="hostile", when=10 + i, failed=failed)
+        )
     store.apply(f.conversation("q0", run_id=RUN, scenario_id="quiet"))
     store.apply(f.verdict("q0", "passed", run_id=RUN, scenario_id="quiet", when=20))
     store.close()
@@ -103,8 +128,12 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     url = f"sqlite:///{tmp / 'projection.db'}"
     seed(url)
     out = tmp / "report.html"
-    done = subprocess.run([PASSK, "report", "--run-id", RUN, "--html", str(out),
-                           "--database-url", url], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [PASSK, "report", "--run-id", RUN, "--html", str(out), "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return out
 

@@ -84,18 +84,30 @@ def seed(url: str) -> None:
     for h in range(HOURS):
         start = f.T0 + timedelta(hours=h)
         for seq in (1, 2):
-            events.append(f.window(seq, passed=12 if h < HOURS - 1 else 3,
-                                   failed=0 if h < HOURS - 1 else 9, start=start,
-                                   scenario=DEGRADING))
-            events.append(f.window(seq, passed=3 if h == 4 else 11, failed=0 if h == 4 else 1,
-                                   errors=9 if h == 4 else 0, start=start, scenario=OUTAGE))
+            events.append(
+                f.window(
+                    seq,
+                    passed=12 if h < HOURS - 1 else 3,
+                    failed=0 if h < HOURS - 1 else 9,
+                    start=start,
+                    scenario=DEGRADING,
+                )
+            )
+            events.append(
+                f.window(
+                    seq,
+                    passed=3 if h == 4 else 11,
+                    failed=0 if h == 4 else 1,
+                    errors=9 if h == 4 else 0,
+                    start=start,
+                    scenario=OUTAGE,
+                )
+            )
             events.append(f.window(seq, passed=10 + seq, start=start, scenario=STEADY))
     store.apply_many(events)
     for i in range(3):  # a run of two of the scenarios, for the report page
-        store.apply(f.verdict(f"t{i}", "passed", run_id="run-1", scenario_id=DEGRADING,
-                              when=i + 1))
-        store.apply(f.verdict(f"u{i}", "passed", run_id="run-1", scenario_id=OUTAGE,
-                              when=i + 4))
+        store.apply(f.verdict(f"t{i}", "passed", run_id="run-1", scenario_id=DEGRADING, when=i + 1))
+        store.apply(f.verdict(f"u{i}", "passed", run_id="run-1", scenario_id=OUTAGE, when=i + 4))
     store.close()
 
 
@@ -116,8 +128,13 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert ran.returncode == 0, ran.stderr
     table = _passk("windows", "--last", "2", "--database-url", url)
     assert table.returncode == 0, table.stderr
-    return {"page": page, "json": json.loads(done.stdout), "report": report,
-            "table": table.stdout, "url": url}
+    return {
+        "page": page,
+        "json": json.loads(done.stdout),
+        "report": report,
+        "table": table.stdout,
+        "url": url,
+    }
 
 
 def _figure(value: float | None) -> str:
@@ -139,12 +156,14 @@ def test_the_windows_page_shows_the_figures_of_windows_json(
     for row, w in zip(dom.rows, windows, strict=True):
         cells = row["cells"]
         assert [cells[n] for n in ("n", "passed", "failed", "errors")] == [
-            str(w[n]) for n in ("n", "passed", "failed", "errors")]
+            str(w[n]) for n in ("n", "passed", "failed", "errors")
+        ]
         assert cells["pass_hat_k"] == _figure(w["pass_hat_k"])
         assert cells["pass_at_k"] == _figure(w["pass_at_k"])
         assert cells["judged_pass_hat_k"] == _figure(w["judged_pass_hat_k"])
         assert cells["pass_hat_k_interval"] == (
-            f"[{w['pass_hat_k_lower']:.3f}, {w['pass_hat_k_upper']:.3f}]")
+            f"[{w['pass_hat_k_lower']:.3f}, {w['pass_hat_k_upper']:.3f}]"
+        )
         assert row["attrs"]["data-alert"] == str(w["alert_condition"]).lower()
         assert cells["alert_condition"] == ("alert" if w["alert_condition"] else "")
     # The figures themselves: the newest record of each window (seq 2), not the first.
@@ -187,7 +206,11 @@ def test_the_marked_windows_are_those_where_the_alert_condition_held(
         marked = named["alert condition held"].get("x") or []
         middles = [
             (datetime.fromisoformat(w["window_start"]) + timedelta(minutes=30)).strftime(
-                "%Y-%m-%dT%H:%M:%S") for w in mine if w["alert_condition"]]
+                "%Y-%m-%dT%H:%M:%S"
+            )
+            for w in mine
+            if w["alert_condition"]
+        ]
         assert [m[:19] for m in marked] == middles
         assert bool(marked) is (scenario == DEGRADING)
 
@@ -209,8 +232,13 @@ def test_no_windows_yet_is_exit_3(tmp_path: Path) -> None:
 
 def test_a_screenshot_of_the_over_time_section(pages: dict[str, Any], tmp_path: Path) -> None:
     shot = tmp_path / "windows.png"
-    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,1120", "--hide-scrollbars",
-             pages["page"].as_uri())
+    chromium(
+        tmp_path,
+        f"--screenshot={shot}",
+        "--window-size=1280,1120",
+        "--hide-scrollbars",
+        pages["page"].as_uri(),
+    )
     assert shot.stat().st_size > 20_000  # a drawn page, not a blank one
     keep = os.environ.get("PASSK_SCREENSHOT_DIR")
     if keep:

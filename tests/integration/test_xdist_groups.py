@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SUITE = '''
+SUITE = """
 import os
 import pytest
 
@@ -26,7 +26,7 @@ def broker():
 @pytest.mark.parametrize("i", range(6))
 def test_grouped(broker, i):
     pass
-'''
+"""
 LOOSE = "\n".join(f"def test_loose_{i}():\n    pass\n" for i in range(12))
 
 
@@ -35,10 +35,29 @@ def test_a_group_runs_on_one_worker_with_one_module_setup(tmp_path: Path) -> Non
     (tmp_path / "test_loose.py").write_text(LOOSE)
     setups = tmp_path / "setups"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3",
-         "--dist", "loadgroup", "-c", "/dev/null", "--rootdir", str(tmp_path), str(tmp_path)],
-        cwd=tmp_path, env={"SETUPS": str(setups), "PATH": ""}, capture_output=True,
-        text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "3",
+            "--dist",
+            "loadgroup",
+            "-c",
+            "/dev/null",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env={"SETUPS": str(setups), "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "18 passed" in done.stdout, done.stdout
     assert len(setups.read_text().split()) == 1, setups.read_text()

@@ -80,8 +80,17 @@ def conversation(trial: str = "t1", **overrides: Any) -> ConversationFinished:
             Message(role="system", content="You are a debrief agent."),
             Message(role="assistant", content="What was the fault?"),
             Message(role="user", content="The pump seized."),
-            Message(role="assistant", content=None, tool_calls=[{"id": "c1", "type": "function",
-                    "function": {"name": "save", "arguments": "{}"}}]),
+            Message(
+                role="assistant",
+                content=None,
+                tool_calls=[
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "save", "arguments": "{}"},
+                    }
+                ],
+            ),
             Message(role="tool", tool_call_id="c1", content="ok"),
             Message(role="assistant", content="Recorded. Goodbye."),
         ],
@@ -93,28 +102,49 @@ def conversation(trial: str = "t1", **overrides: Any) -> ConversationFinished:
 
 def session(trial: str = "t1", state: dict[str, Any] | None = None, **overrides: Any):
     body: dict[str, Any] = dict(
-        event_id=f"sp-{trial}", session_id=f"s-{trial}",
+        event_id=f"sp-{trial}",
+        session_id=f"s-{trial}",
         state=GOOD_STATE if state is None else state,
     )
     body.update(overrides)
     return SessionPersisted(**body)
 
 
-def gate_result(gate: str, passed: bool = True, trial: str = "t1", version: str = "v1",
-                reasons: list[str] | None = None, **facts: Any) -> GateResult:
+def gate_result(
+    gate: str,
+    passed: bool = True,
+    trial: str = "t1",
+    version: str = "v1",
+    reasons: list[str] | None = None,
+    **facts: Any,
+) -> GateResult:
     return GateResult(
-        event_id=f"gate:{trial}:{gate}:{version}", trial_id=trial, run_id="run-1",
-        scenario_id="debrief-billable-repair", scenario_version=version, session_id=f"s-{trial}",
-        gate=gate, passed=passed, reasons=reasons or ([] if passed else [f"{gate} broke"]),
+        event_id=f"gate:{trial}:{gate}:{version}",
+        trial_id=trial,
+        run_id="run-1",
+        scenario_id="debrief-billable-repair",
+        scenario_version=version,
+        session_id=f"s-{trial}",
+        gate=gate,
+        passed=passed,
+        reasons=reasons or ([] if passed else [f"{gate} broke"]),
         **{"exit_reason": "product_closed", **facts},
     )
 
 
-def judge_verdict(judge: str, result: str = "passed", trial: str = "t1", version: str = "v1",
-                  gating: bool = True) -> JudgeVerdict:
+def judge_verdict(
+    judge: str, result: str = "passed", trial: str = "t1", version: str = "v1", gating: bool = True
+) -> JudgeVerdict:
     return JudgeVerdict(
-        event_id=f"judge:{trial}:{judge}:{version}", trial_id=trial, run_id="run-1",
-        scenario_id="debrief-billable-repair", scenario_version=version, session_id=f"s-{trial}",
-        judge_id=judge, judge_kind="llm", gating=gating, result=result,
+        event_id=f"judge:{trial}:{judge}:{version}",
+        trial_id=trial,
+        run_id="run-1",
+        scenario_id="debrief-billable-repair",
+        scenario_version=version,
+        session_id=f"s-{trial}",
+        judge_id=judge,
+        judge_kind="llm",
+        gating=gating,
+        result=result,
         reason=f"{judge} said {result}",
     )

@@ -13,8 +13,12 @@ from services.otlp.settings import OtlpSettings
 from services.runtime.app import DeadLetters
 
 # Every environment variable the settings read.
-SETTING_VARIABLES = tuple(field.alias for model in (Settings, OtlpSettings)
-                          for field in model.model_fields.values() if field.alias)
+SETTING_VARIABLES = tuple(
+    field.alias
+    for model in (Settings, OtlpSettings)
+    for field in model.model_fields.values()
+    if field.alias
+)
 
 
 @contextmanager

@@ -18,13 +18,25 @@ from services.runtime.keyed_join import KeyedJoin
 from tests.unit.fakes import RecordedDeadLetters
 
 
-def record(topic: str, value: bytes | None, *, key: bytes | None = b"k", partition: int = 0,
-           offset: int = 7, timestamp: float | None = None) -> Any:
+def record(
+    topic: str,
+    value: bytes | None,
+    *,
+    key: bytes | None = b"k",
+    partition: int = 0,
+    offset: int = 7,
+    timestamp: float | None = None,
+) -> Any:
     """A record as an agent sees it: `.value`, `.key` and `.message` (topic, partition,
     offset, key, value, the broker's timestamp in seconds; now by default)."""
-    message = SimpleNamespace(topic=topic, partition=partition, offset=offset, key=key,
-                              value=value,
-                              timestamp=time.time() if timestamp is None else timestamp)
+    message = SimpleNamespace(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=key,
+        value=value,
+        timestamp=time.time() if timestamp is None else timestamp,
+    )
     return SimpleNamespace(value=value, key=key, message=message)
 
 
@@ -84,8 +96,9 @@ class FakeCatalog:
     def latest(self) -> dict[str, Scenario]:
         return {sid: sc for (sid, version), sc in self.by.items() if version is None}
 
-    async def published(self, scenario_id: str, version: str | None = None, *,
-                        timeout: float = 0.0) -> Scenario | None:
+    async def published(
+        self, scenario_id: str, version: str | None = None, *, timeout: float = 0.0
+    ) -> Scenario | None:
         return self.get(scenario_id, version)
 
 
@@ -112,8 +125,9 @@ class FakeJoin:
 
     decoded = KeyedJoin.decoded
 
-    async def scenario(self, event: Any, scenario_id: str,
-                       version: str | None = None) -> Scenario | None:
+    async def scenario(
+        self, event: Any, scenario_id: str, version: str | None = None
+    ) -> Scenario | None:
         found = self.catalog.get(scenario_id, version)
         if found is None:
             await self.reject(event, unknown_scenario(scenario_id, version))

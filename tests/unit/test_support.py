@@ -17,7 +17,8 @@ def test_outside_xdist_the_whole_range(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_each_worker_its_own_equal_slice_and_no_two_overlap(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
     slices = []
     for n in range(4):
@@ -33,8 +34,7 @@ def test_the_configured_block_is_sliced_too(monkeypatch: pytest.MonkeyPatch) -> 
     assert support.test_port_range() == (18_000, 19_000)
 
 
-def test_ports_drawn_one_after_another_are_never_the_same(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ports_drawn_one_after_another_are_never_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     # 20 draws from a range of 20 ports: all different only if no free port is handed out
     # twice (at random, 20 distinct draws of 20 would happen 2 times in 10^8); then none left.
     monkeypatch.setenv(TEST_PORTS_ENV, "24000-24019")

@@ -57,10 +57,12 @@ def build_trial(
     gives the same bytes."""
     trial_id, session_id = _ids(config, plan)
     state = _state(plan, rng)
-    conversation, flagged = _conversation(plan, config, rng, finished_at, trial_id,
-                                          session_id, state)
-    session = _session(plan, config, rng, finished_at, trial_id, session_id, state,
-                       conversation.exit_reason)
+    conversation, flagged = _conversation(
+        plan, config, rng, finished_at, trial_id, session_id, state
+    )
+    session = _session(
+        plan, config, rng, finished_at, trial_id, session_id, state, conversation.exit_reason
+    )
     expected = _expected(plan, trial_id, session_id, session.exit_reason, flagged)
     return conversation, session, expected
 
@@ -76,9 +78,15 @@ def _state(plan: TrialPlan, rng: random.Random) -> dict[str, Any]:
     return state
 
 
-def _conversation(plan: TrialPlan, config: GenerateConfig, rng: random.Random,
-                  finished_at: datetime, trial_id: str, session_id: str,
-                  state: dict[str, Any]) -> tuple[ConversationFinished, list[str]]:
+def _conversation(
+    plan: TrialPlan,
+    config: GenerateConfig,
+    rng: random.Random,
+    finished_at: datetime,
+    trial_id: str,
+    session_id: str,
+    state: dict[str, Any],
+) -> tuple[ConversationFinished, list[str]]:
     """The conversation (its turns, exit, transcript with the judges' fail markers,
     metrics), and the advisory judges flagged to fail on it."""
     scenario, mode, target = plan.scenario, plan.failure_mode, plan.target
@@ -91,7 +99,8 @@ def _conversation(plan: TrialPlan, config: GenerateConfig, rng: random.Random,
     exit_reason = str(target) if mode == "wrong_exit" else rng.choice(scenario.expected_exit)
     markers = [fail_marker(str(target))] if mode == "judge_failed" else []
     flagged = [
-        j.id for j in scenario.judges
+        j.id
+        for j in scenario.judges
         if j.id in config.advisory_flags
         and random.Random(_digest(config.seed, trial_id, j.id)).random()
         < config.advisory_flags[j.id]
@@ -120,8 +129,10 @@ def _conversation(plan: TrialPlan, config: GenerateConfig, rng: random.Random,
         metrics=_metrics(plan, transcript, rng),
         # The checks a scenario names gate: synthetic traffic reports them, passing (the
         # generator injects no external-check failures), so they fail no trial unplanned.
-        checks=[ExternalCheck(id=c, passed=True, reason="synthetic: passed")
-                for c in scenario.external_checks],
+        checks=[
+            ExternalCheck(id=c, passed=True, reason="synthetic: passed")
+            for c in scenario.external_checks
+        ],
     )
     return conversation, flagged
 
@@ -145,9 +156,16 @@ def _metrics(plan: TrialPlan, transcript: list[Message], rng: random.Random) -> 
     )
 
 
-def _session(plan: TrialPlan, config: GenerateConfig, rng: random.Random,
-             finished_at: datetime, trial_id: str, session_id: str, state: dict[str, Any],
-             exit_reason: str | None) -> SessionPersisted:
+def _session(
+    plan: TrialPlan,
+    config: GenerateConfig,
+    rng: random.Random,
+    finished_at: datetime,
+    trial_id: str,
+    session_id: str,
+    state: dict[str, Any],
+    exit_reason: str | None,
+) -> SessionPersisted:
     """The persisted session: early, late or on time (its quirks), with the product's
     own exit or none."""
     if "session_early" in plan.quirks:
@@ -176,8 +194,9 @@ def _session(plan: TrialPlan, config: GenerateConfig, rng: random.Random,
     )
 
 
-def _expected(plan: TrialPlan, trial_id: str, session_id: str, product_exit: str | None,
-              flagged: list[str]) -> ExpectedTrial:
+def _expected(
+    plan: TrialPlan, trial_id: str, session_id: str, product_exit: str | None, flagged: list[str]
+) -> ExpectedTrial:
     """The outcome the trial must get, the checks that must fail it, and why."""
     scenario, mode, target = plan.scenario, plan.failure_mode, plan.target
     checks = failed_checks(mode, target, plan.quirks)
@@ -262,7 +281,8 @@ def generate(scenarios: Sequence[Scenario], config: GenerateConfig) -> Traffic:
             k=s.k,
             n=sum(1 for t in expected_trials if t.scenario_id == s.id),
             passed=sum(
-                1 for t in expected_trials
+                1
+                for t in expected_trials
                 if t.scenario_id == s.id and t.expected_outcome == "passed"
             ),
         )

@@ -74,8 +74,9 @@ def build_transcript(
     call_id: str,
 ) -> list[Message]:
     """System prompt, then `turns` user/assistant messages; tool plumbing never counts."""
-    recorded = [_field_label(e.path) for e in scenario.outcome if e.operator != "present"
-                or e.present]
+    recorded = [
+        _field_label(e.path) for e in scenario.outcome if e.operator != "present" or e.present
+    ]
     with_tool = turns >= 3 and rng.random() < 0.4
     closing_turns = 2 if with_tool else 1
     body_turns = max(turns - closing_turns, 0)
@@ -123,8 +124,12 @@ def build_transcript(
             )
         )
         messages.append(
-            Message(role="tool", tool_call_id=call_id, name="save_debrief",
-                    content=json.dumps({"ok": True}))
+            Message(
+                role="tool",
+                tool_call_id=call_id,
+                name="save_debrief",
+                content=json.dumps({"ok": True}),
+            )
         )
     if closed:
         listed = ", ".join(recorded) if recorded else "everything"

@@ -60,7 +60,8 @@ def check_version(version: str) -> None:
             f"passk's Faust compatibility layer (services/runtime/faust_compat) is written "
             f"for faust-streaming {PINNED_VERSION}, but {version} is installed. Install the "
             f"pinned requirements.lock; before moving the pin, re-check each patch and "
-            f"private access listed in docs/faust.md against the new release.")
+            f"private access listed in docs/faust.md against the new release."
+        )
 
 
 def apply() -> None:
@@ -76,8 +77,21 @@ def applied() -> dict[str, bool]:
 
 
 __all__ = [
-    "PATCHES", "PINNED_VERSION", "RECOVERY_ORDER", "FaustVersionError", "applied", "apply",
-    "as_current_event", "awaiting_seek", "check_version", "current_event", "forget_paused",
-    "on_disk_table", "on_recovery_completed", "pause_keeping_fetched", "paused_partitions",
-    "resume_paused", "set_fetch",
+    "PATCHES",
+    "PINNED_VERSION",
+    "RECOVERY_ORDER",
+    "FaustVersionError",
+    "applied",
+    "apply",
+    "as_current_event",
+    "awaiting_seek",
+    "check_version",
+    "current_event",
+    "forget_paused",
+    "on_disk_table",
+    "on_recovery_completed",
+    "pause_keeping_fetched",
+    "paused_partitions",
+    "resume_paused",
+    "set_fetch",
 ]

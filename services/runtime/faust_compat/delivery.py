@@ -61,7 +61,8 @@ def _fenced(producer: Any, doing: str) -> ProducerFenced:
         f"not {doing}: a record was not delivered ({first_failure(producer)!r}), so this "
         "worker sends and commits nothing more; its supervisor restarts it from its last "
         "offset commit (PASSK_PRODUCER_TIMEOUT_S bounds how long a record is retried "
-        "before it is given up)")
+        "before it is given up)"
+    )
 
 
 def _install() -> None:
@@ -83,9 +84,11 @@ def _install() -> None:
             _fail(self, exc)
             raise
         if isinstance(delivery, asyncio.Future):
+
             def settled(done: asyncio.Future[Any]) -> None:
                 if not done.cancelled() and done.exception() is not None:
                     _fail(self, done.exception())  # type: ignore[arg-type]
+
             delivery.add_done_callback(settled)
         return delivery
 

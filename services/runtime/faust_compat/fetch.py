@@ -52,4 +52,3 @@ def _install() -> None:
 
 
 PATCH = Patch(_install)
-

@@ -76,4 +76,3 @@ def _install() -> None:
 
 
 PATCH = Patch(_install)
-

@@ -77,8 +77,9 @@ def client_partitions(consumer: Any) -> dict[str, Any]:
     states = {}
     for tp in assignment.tps:
         state = assignment.state_value(tp)
-        states[tp] = (f"{'paused ' if state.paused else ''}{state._status.name.lower()} "
-                      f"at {state._position}")
+        states[tp] = (
+            f"{'paused ' if state.paused else ''}{state._status.name.lower()} at {state._position}"
+        )
     return _by_topic(states)
 
 
@@ -157,8 +158,9 @@ RECOVERY_ORDER = ("deadlines", "join_flow")
 _STEPS = "_passk_recovery_steps"  # on the table: step name -> callback
 
 
-def on_recovery_completed(table: faust.types.TableT[Any, Any], step: str,
-                          callback: Callable[[], None]) -> None:
+def on_recovery_completed(
+    table: faust.types.TableT[Any, Any], step: str, callback: Callable[[], None]
+) -> None:
     """Run `callback` after `table`'s recovery completes, at `step`'s place in
     RECOVERY_ORDER."""
     if step not in RECOVERY_ORDER:

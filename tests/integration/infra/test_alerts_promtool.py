@@ -22,13 +22,19 @@ def promtool() -> str:
 
 
 def test_the_rules_file_is_valid() -> None:
-    done = subprocess.run([promtool(), "check", "rules", str(ALERTS)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("test_file", sorted(TESTS.glob("*.test.yml")), ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(test_file: Path) -> None:
-    done = subprocess.run([promtool(), "test", "rules", test_file.name], cwd=TESTS,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [promtool(), "test", "rules", test_file.name],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

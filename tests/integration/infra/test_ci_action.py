@@ -45,35 +45,72 @@ def _stub(directory: Path, name: str, text: str) -> None:
     path.chmod(0o755)
 
 
-def _run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str],
-                                                          dict[str, str]]:
+def _run(
+    tmp_path: Path, *args: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
     outputs = tmp_path / "github_output"
     outputs.touch()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_"))}
     done = subprocess.run(
-        ["bash", str(ACTION), *args], capture_output=True, text=True, timeout=60, cwd=tmp_path,
-        env={**base, "GITHUB_OUTPUT": str(outputs), "CALLS": str(tmp_path),
-             "RUNNER_TEMP": str(tmp_path / "runner"),
-             "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", **env})
+        ["bash", str(ACTION), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={
+            **base,
+            "GITHUB_OUTPUT": str(outputs),
+            "CALLS": str(tmp_path),
+            "RUNNER_TEMP": str(tmp_path / "runner"),
+            "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+            **env,
+        },
+    )
     pairs = dict(line.split("=", 1) for line in outputs.read_text().splitlines() if line)
     return done, pairs
 
 
 def test_run_hands_the_inputs_to_passk_ci_and_its_exit_code_on(tmp_path: Path) -> None:
     _stub(tmp_path / "bin", "passk", FAKE_PASSK)
-    done, out = _run(tmp_path, "run", PASSK_BIN=str(tmp_path / "bin" / "passk"),
-                     INPUT_SCENARIOS="scenarios/", INPUT_TARGET="target.yaml",
-                     INPUT_RUN_ID="pr-7", INPUT_TRIALS="5", INPUT_BASELINE="main-41",
-                     INPUT_FAIL_ON_REGRESSION="true", INPUT_ARGS="--concurrency 8",
-                     CODE="1", WRITE="1")
+    done, out = _run(
+        tmp_path,
+        "run",
+        PASSK_BIN=str(tmp_path / "bin" / "passk"),
+        INPUT_SCENARIOS="scenarios/",
+        INPUT_TARGET="target.yaml",
+        INPUT_RUN_ID="pr-7",
+        INPUT_TRIALS="5",
+        INPUT_BASELINE="main-41",
+        INPUT_FAIL_ON_REGRESSION="true",
+        INPUT_ARGS="--concurrency 8",
+        CODE="1",
+        WRITE="1",
+    )
     assert done.returncode == 0, done.stderr  # the gate's answer is the last step's
     args = (tmp_path / "passk.args").read_text().splitlines()
     folder = tmp_path / "runner" / "passk-ci"
-    assert args == ["ci", "--scenarios", "scenarios/", "--target", "target.yaml",
-                    "--run-id", "pr-7", "--junit", f"{folder}/junit.xml",
-                    "--markdown", f"{folder}/comment.md", "--html", f"{folder}/report.html",
-                    "--trials", "5", "--baseline", "main-41", "--fail-on-regression",
-                    "--concurrency", "8"]
+    assert args == [
+        "ci",
+        "--scenarios",
+        "scenarios/",
+        "--target",
+        "target.yaml",
+        "--run-id",
+        "pr-7",
+        "--junit",
+        f"{folder}/junit.xml",
+        "--markdown",
+        f"{folder}/comment.md",
+        "--html",
+        f"{folder}/report.html",
+        "--trials",
+        "5",
+        "--baseline",
+        "main-41",
+        "--fail-on-regression",
+        "--concurrency",
+        "8",
+    ]
     assert out["exit-code"] == "1" and out["run-id"] == "pr-7"
     assert out["markdown"] == f"{folder}/comment.md" and out["dir"] == str(folder)
     assert (folder / "comment.md").read_text().startswith(MARKER)
@@ -81,9 +118,16 @@ def test_run_hands_the_inputs_to_passk_ci_and_its_exit_code_on(tmp_path: Path) -
 
 def test_run_defaults_and_a_run_that_never_reached_the_gate(tmp_path: Path) -> None:
     _stub(tmp_path / "bin", "passk", FAKE_PASSK)
-    done, out = _run(tmp_path, "run", PASSK_BIN=str(tmp_path / "bin" / "passk"),
-                     INPUT_SCENARIOS="s", INPUT_TARGET="t.yaml", INPUT_ARGS="$(touch x) ;",
-                     CODE="4", WRITE="0")
+    done, out = _run(
+        tmp_path,
+        "run",
+        PASSK_BIN=str(tmp_path / "bin" / "passk"),
+        INPUT_SCENARIOS="s",
+        INPUT_TARGET="t.yaml",
+        INPUT_ARGS="$(touch x) ;",
+        CODE="4",
+        WRITE="0",
+    )
     assert done.returncode == 0, done.stderr
     args = (tmp_path / "passk.args").read_text().splitlines()
     assert re.fullmatch(r"ci-\d{8}T\d{6}Z", out["run-id"]) and out["run-id"] in args
@@ -131,22 +175,35 @@ def test_no_comment_outside_a_pull_request(tmp_path: Path) -> None:
     _stub(tmp_path / "bin", "gh", FAKE_GH)
     body = tmp_path / "comment.md"
     body.write_text(MARKER)
-    done, _ = _run(tmp_path, "comment", str(body), GITHUB_REPOSITORY="acme/agent",
-                   GITHUB_EVENT_PATH=_event(tmp_path, None))
+    done, _ = _run(
+        tmp_path,
+        "comment",
+        str(body),
+        GITHUB_REPOSITORY="acme/agent",
+        GITHUB_EVENT_PATH=_event(tmp_path, None),
+    )
     assert done.returncode == 0 and "not a pull request" in done.stdout
     assert not (tmp_path / "gh.calls").exists()
 
 
 def test_fetch_only_fills_the_cache_and_starts_nothing(tmp_path: Path) -> None:
-    version = re.search(r"<kafka.version>(.*)</kafka.version>",
-                        (ROOT / "infra" / "kafka" / "pom.xml").read_text()).group(1)  # type: ignore[union-attr]
+    version = re.search(
+        r"<kafka.version>(.*)</kafka.version>", (ROOT / "infra" / "kafka" / "pom.xml").read_text()
+    ).group(1)  # type: ignore[union-attr]
     cached = tmp_path / "cache" / f"kafka-{version}"
     cached.mkdir(parents=True)
     (cached / ".complete").touch()  # as a restored actions/cache leaves it
-    done = subprocess.run(["bash", str(ROOT / "infra" / "kafka" / "kafka-up.sh"), "--fetch-only"],
-                          env={**os.environ, "PASSK_CACHE_DIR": str(tmp_path / "cache"),
-                               "PASSK_KAFKA_DIR": str(tmp_path / "kafka")},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", str(ROOT / "infra" / "kafka" / "kafka-up.sh"), "--fetch-only"],
+        env={
+            **os.environ,
+            "PASSK_CACHE_DIR": str(tmp_path / "cache"),
+            "PASSK_KAFKA_DIR": str(tmp_path / "kafka"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert f"Apache Kafka {version} in {cached}" in done.stdout
     assert not (tmp_path / "kafka").exists()  # nothing formatted, nothing started
@@ -160,8 +217,12 @@ def test_the_action_is_composite_and_runs_these_steps() -> None:
     for sub in ("install", "run", "comment"):
         assert any(f'infra/ci/action.sh" {sub}' in r for r in runs), sub
     uses = [s["uses"].split("@")[0] for s in steps if "uses" in s]
-    assert uses == ["actions/setup-python", "actions/setup-java", "actions/cache",
-                    "actions/upload-artifact"]
+    assert uses == [
+        "actions/setup-python",
+        "actions/setup-java",
+        "actions/cache",
+        "actions/upload-artifact",
+    ]
     cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache"))
     assert cache["with"]["path"] == "~/.cache/passk"
     # every input the steps read is declared, every declared one is read
@@ -169,7 +230,13 @@ def test_the_action_is_composite_and_runs_these_steps() -> None:
     used = set(re.findall(r"inputs\.([a-z-]+)", text))
     assert used == set(action["inputs"]), used ^ set(action["inputs"])
     run = next(s for s in steps if s.get("id") == "run")
-    for name in ("scenarios", "target", "run-id", "trials", "baseline", "fail-on-regression",
-                 "args"):
-        assert run["env"][f"INPUT_{name.upper().replace('-', '_')}"] == \
-            f"${{{{ inputs.{name} }}}}"
+    for name in (
+        "scenarios",
+        "target",
+        "run-id",
+        "trials",
+        "baseline",
+        "fail-on-regression",
+        "args",
+    ):
+        assert run["env"][f"INPUT_{name.upper().replace('-', '_')}"] == f"${{{{ inputs.{name} }}}}"

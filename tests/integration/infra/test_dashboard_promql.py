@@ -26,28 +26,55 @@ def panel(title: str) -> str:
     return expr
 
 
-def run(tmp_path: Path, prices: tuple[str, str], *cost_checks: tuple[str, float]
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    tmp_path: Path, prices: tuple[str, str], *cost_checks: tuple[str, float]
+) -> subprocess.CompletedProcess[str]:
     """`cost_checks`: (PromQL around the cost panel's query as `COST`, expected value)."""
-    series = [*SERIES,
-              *((f'passk_judge_price_per_mtok{{kind="{k}",instance="judge-{i}"}}',
-                 " ".join([p] * 21))
-                for k, p in zip(("input", "output"), prices, strict=True) for i in (1, 2))]
+    series = [
+        *SERIES,
+        *(
+            (f'passk_judge_price_per_mtok{{kind="{k}",instance="judge-{i}"}}', " ".join([p] * 21))
+            for k, p in zip(("input", "output"), prices, strict=True)
+            for i in (1, 2)
+        ),
+    ]
     cost = panel("Judge cost per trial (estimated)")
-    spec = {"rule_files": [], "evaluation_interval": "30s", "tests": [{
-        "interval": "30s",
-        "input_series": [{"series": s, "values": v} for s, v in series],
-        "promql_expr_test": [
-            {"expr": panel("Judge tokens per trial"), "eval_time": "5m",
-             "exp_samples": [{"labels": '{kind="input"}', "value": 500},
-                             {"labels": '{kind="output"}', "value": 50}]},
-            *({"expr": wrap.replace("COST", f"({cost})"), "eval_time": "5m",
-               "exp_samples": [{"labels": "{}", "value": value}]} for wrap, value in cost_checks),
+    spec = {
+        "rule_files": [],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "30s",
+                "input_series": [{"series": s, "values": v} for s, v in series],
+                "promql_expr_test": [
+                    {
+                        "expr": panel("Judge tokens per trial"),
+                        "eval_time": "5m",
+                        "exp_samples": [
+                            {"labels": '{kind="input"}', "value": 500},
+                            {"labels": '{kind="output"}', "value": 50},
+                        ],
+                    },
+                    *(
+                        {
+                            "expr": wrap.replace("COST", f"({cost})"),
+                            "eval_time": "5m",
+                            "exp_samples": [{"labels": "{}", "value": value}],
+                        }
+                        for wrap, value in cost_checks
+                    ),
+                ],
+            }
         ],
-    }]}
+    }
     (tmp_path / "panels.test.yml").write_text(yaml.safe_dump(spec), encoding="utf-8")
-    return subprocess.run([promtool(), "test", "rules", "panels.test.yml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [promtool(), "test", "rules", "panels.test.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_tokens_and_cost_per_trial(tmp_path: Path) -> None:

@@ -24,8 +24,10 @@ def tool(name: str) -> str:
 
 
 def test_promtool_and_amtool_accept_the_rendered_and_the_compose_configs(tmp_path: Path) -> None:
-    render(settings(tmp_path, PASSK_ALERT_WEBHOOK_URL="http://127.0.0.1:15401/hook"),
-           ("gate", "verdict"))
+    render(
+        settings(tmp_path, PASSK_ALERT_WEBHOOK_URL="http://127.0.0.1:15401/hook"),
+        ("gate", "verdict"),
+    )
     checks = [
         [tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml")],
         [tool("promtool"), "check", "config", str(INFRA / "prometheus.compose.yml")],

@@ -44,7 +44,7 @@ class Worker:
         at = 0
         while at < len(verdicts):
             size = sizes[len(self.batch_ends) % len(sizes)]
-            self.count_batch(verdicts[at:at + size], first + at)
+            self.count_batch(verdicts[at : at + size], first + at)
             at += size
             self.batch_ends.append(first + at)
 
@@ -57,8 +57,9 @@ class Worker:
             batch.hold(v, step, i)
             if step.sweep:
                 self.apply_group(batch)
-                keys, _ = domain.expired(list(self.table.items()), 0,
-                                         self.table["p|0"]["watermark"], CONFIG, NOW)
+                keys, _ = domain.expired(
+                    list(self.table.items()), 0, self.table["p|0"]["watermark"], CONFIG, NOW
+                )
                 for key in keys:
                     self.write(i, key, None)
                 self.write(i, "p|0", domain.swept(self.table["p|0"]["watermark"]))
@@ -96,8 +97,9 @@ def spread_traffic(seed: int, trials: int = 40) -> list[TrialVerdict]:
         if rng.random() < 0.3:
             regraded: Outcome = rng.choice(["passed", "failed", "error"])
             when = rng.uniform(i, trials + 5)
-            later.append((when, verdict(f"t{i}", regraded, at=at, scenario=scenario, run=run,
-                                        attempt=2)))
+            later.append(
+                (when, verdict(f"t{i}", regraded, at=at, scenario=scenario, run=run, attempt=2))
+            )
             if rng.random() < 0.3:  # the first grading, delivered again after the re-grade
                 later.append((rng.uniform(when, trials + 5), first))
         if rng.random() < 0.2:  # redelivered
@@ -108,8 +110,9 @@ def spread_traffic(seed: int, trials: int = 40) -> list[TrialVerdict]:
 
 
 def without_sweeps(table: dict[str, Any]) -> dict[str, Any]:
-    return {k: ({"watermark": v["watermark"]} if k.startswith("p|") else v)
-            for k, v in table.items()}
+    return {
+        k: ({"watermark": v["watermark"]} if k.startswith("p|") else v) for k, v in table.items()
+    }
 
 
 def one_at_a_time(traffic: list[TrialVerdict]) -> Table:
@@ -129,9 +132,13 @@ def test_batches_give_the_figures_of_one_verdict_at_a_time(seed: int) -> None:
         # the same table (but when it last swept: the one-at-a-time model never sweeps)
         assert without_sweeps(w.table) == without_sweeps(single), sizes
         assert {k: figures(r) for k, r in w.published.items()} == {
-            k: figures(r) for k, r in single.published.items()}, sizes
-        counts = {k: (v["passed"], v["failed"], v["errors"]) for k, v in w.table.items()
-                  if k.startswith("b|")}
+            k: figures(r) for k, r in single.published.items()
+        }, sizes
+        counts = {
+            k: (v["passed"], v["failed"], v["errors"])
+            for k, v in w.table.items()
+            if k.startswith("b|")
+        }
         assert counts == reference(traffic)
 
 
@@ -143,9 +150,12 @@ def test_a_batch_writes_each_bucket_once_and_publishes_each_figure_once() -> Non
     assert written.count("b|s1|run|run-1") == 1
     assert sum(1 for key in written if key.startswith("t|")) == 50
     assert len(written) == 50 + 3 + 2 + 1  # memories, run + hour + day, latest x2, clock
-    (_, records), = w.sent
+    ((_, records),) = w.sent
     assert sorted((r.run_id or "", r.window or "", r.n) for r in records) == [
-        ("", "1d", 50), ("", "1h", 50), ("run-1", "", 50)]
+        ("", "1d", 50),
+        ("", "1h", 50),
+        ("run-1", "", 50),
+    ]
 
 
 def test_a_trial_seen_again_in_a_batch_starts_a_new_group() -> None:
@@ -192,9 +202,14 @@ def test_a_crash_anywhere_recovers_from_any_offset_faust_may_commit(seed: int) -
                 else:
                     w.table[key] = value
             # figures of every batch before the commit, and maybe some after it
-            sent_until = rng.choice([b for b in [0, *first.batch_ends]
-                                     if committed <= b <= max(committed, lost_from + 1)]
-                                    or [committed])
+            sent_until = rng.choice(
+                [
+                    b
+                    for b in [0, *first.batch_ends]
+                    if committed <= b <= max(committed, lost_from + 1)
+                ]
+                or [committed]
+            )
             for offset, records in first.sent:
                 if offset < sent_until:
                     for r in records:
@@ -202,9 +217,14 @@ def test_a_crash_anywhere_recovers_from_any_offset_faust_may_commit(seed: int) -
             again = traffic[committed:] + traffic[rekeyed_from:]
             w.run(again, [rng.randint(1, 9) for _ in range(10)], first=committed)
             assert {k: v for k, v in w.table.items() if k.startswith(("b|", "l|"))} == want, (
-                kept, committed, rekeyed_from)
+                kept,
+                committed,
+                rekeyed_from,
+            )
             assert latest(Table() | w.table) == want_latest  # type: ignore[arg-type]
             assert {k: figures(r) for k, r in w.published.items()} == want_figures, (
-                kept, committed)
+                kept,
+                committed,
+            )
             crashes += 1
     assert crashes > 150, crashes

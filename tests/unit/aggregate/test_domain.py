@@ -23,12 +23,28 @@ T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp()  # 10:00 UTC
 NOW = T0 + 60 * 86400  # the wall clock, which bounds event time: after all of it here
 
 
-def verdict(trial: str, outcome: Outcome = "passed", *, at: float = T0, attempt: int = 1,
-            run: str = "run-1", scenario: str = "s1", k: int = 3) -> TrialVerdict:
+def verdict(
+    trial: str,
+    outcome: Outcome = "passed",
+    *,
+    at: float = T0,
+    attempt: int = 1,
+    run: str = "run-1",
+    scenario: str = "s1",
+    k: int = 3,
+) -> TrialVerdict:
     return TrialVerdict(
-        event_id=f"verdict:{trial}:{attempt}", trial_id=trial, run_id=run, scenario_id=scenario,
-        scenario_version="v1", session_id=f"s-{trial}", k=k, outcome=outcome, attempt=attempt,
-        finished_at=datetime.fromtimestamp(at, UTC))
+        event_id=f"verdict:{trial}:{attempt}",
+        trial_id=trial,
+        run_id=run,
+        scenario_id=scenario,
+        scenario_version="v1",
+        session_id=f"s-{trial}",
+        k=k,
+        outcome=outcome,
+        attempt=attempt,
+        finished_at=datetime.fromtimestamp(at, UTC),
+    )
 
 
 class Table(dict[str, Any]):
@@ -53,8 +69,11 @@ class Table(dict[str, Any]):
         return step
 
     def counts(self) -> dict[str, tuple[int, int, int]]:
-        return {k: (v["passed"], v["failed"], v["errors"]) for k, v in self.items()
-                if k.startswith("b|")}
+        return {
+            k: (v["passed"], v["failed"], v["errors"])
+            for k, v in self.items()
+            if k.startswith("b|")
+        }
 
     def snapshot(self) -> Table:
         """A copy that feeding does not share: the same as feeding a new table again what
@@ -85,9 +104,11 @@ def reference(verdicts: list[TrialVerdict]) -> dict[str, tuple[int, int, int]]:
     for v in final.values():
         assert v.finished_at is not None
         at = int(v.finished_at.timestamp())
-        keys = [f"b|{v.scenario_id}|run|{v.run_id}",
-                f"b|{v.scenario_id}|w|1h|{at - at % 3600}",
-                f"b|{v.scenario_id}|w|1d|{at - at % 86400}"]
+        keys = [
+            f"b|{v.scenario_id}|run|{v.run_id}",
+            f"b|{v.scenario_id}|w|1h|{at - at % 3600}",
+            f"b|{v.scenario_id}|w|1d|{at - at % 86400}",
+        ]
         for key in keys:
             counts[key][index[v.outcome]] += 1
     return {k: (c[0], c[1], c[2]) for k, c in counts.items()}
@@ -206,7 +227,8 @@ def test_arrival_order_does_not_matter(seed: int) -> None:
     assert a.counts() == reference(traffic)
     assert b.counts() == reference(shuffled) == a.counts()
     assert {k: figures(r)["n"] for k, r in a.published.items()} == {
-        k: figures(r)["n"] for k, r in b.published.items()}
+        k: figures(r)["n"] for k, r in b.published.items()
+    }
 
 
 def test_a_crash_after_any_write_is_finished_when_the_verdict_is_read_again() -> None:
@@ -214,8 +236,11 @@ def test_a_crash_after_any_write_is_finished_when_the_verdict_is_read_again() ->
     undisturbed = Table()
     for v in traffic:
         undisturbed.feed(v)
-    want = (undisturbed.counts(), latest(undisturbed),
-            {k: figures(r) for k, r in undisturbed.published.items()})
+    want = (
+        undisturbed.counts(),
+        latest(undisturbed),
+        {k: figures(r) for k, r in undisturbed.published.items()},
+    )
     crashes = 0
     before = Table()  # fed traffic[:i]
     for i, v in enumerate(traffic):
@@ -223,7 +248,7 @@ def test_a_crash_after_any_write_is_finished_when_the_verdict_is_read_again() ->
         for cut in range(writes):
             t = before.snapshot()
             t.feed(v, cut=cut)  # the changelog lost every write after `cut`
-            for again in traffic[max(0, i - 3):]:  # the uncommitted offsets, read again
+            for again in traffic[max(0, i - 3) :]:  # the uncommitted offsets, read again
                 t.feed(again)
             assert t.counts() == want[0], (i, cut)
             assert latest(t) == want[1], (i, cut)  # what the gauges show
@@ -245,8 +270,11 @@ def test_a_crash_across_several_verdicts_recovers_from_any_offset_faust_may_comm
     undisturbed = Table()
     for v in traffic:
         undisturbed.feed(v)
-    want = (undisturbed.counts(), latest(undisturbed),
-            {k: figures(r) for k, r in undisturbed.published.items()})
+    want = (
+        undisturbed.counts(),
+        latest(undisturbed),
+        {k: figures(r) for k, r in undisturbed.published.items()},
+    )
     log: list[tuple[int, str, dict[str, Any] | None]] = []  # (verdict, key, value)
     records: list[tuple[int, ScenarioReliability]] = []  # sent before that verdict's writes
     first = Table()
@@ -287,7 +315,9 @@ def test_the_most_recent_window_is_the_one_shown() -> None:
     t = Table()
     first = t.feed(verdict("a", at=T0 + 7200))
     assert sorted((b.window, b.window_start) for b in first.latest) == [
-        ("1d", int(T0) - int(T0) % 86400), ("1h", int(T0) + 7200)]
+        ("1d", int(T0) - int(T0) % 86400),
+        ("1h", int(T0) + 7200),
+    ]
     older = t.feed(verdict("b", at=T0))  # an earlier hour: a figure, but not the latest
     assert [b.window for b in older.latest] == ["1d"]
     assert t["l|s1|1h"]["window_start"] == int(T0) + 7200
@@ -337,10 +367,14 @@ def test_most_recent_reads_the_latest_windows_back() -> None:
     t = Table()
     t.feed(verdict("a", at=T0))
     t.feed(verdict("b", "failed", at=T0 + 3600))
-    shown = {(b.scenario_id, b.window): (b.window_start, b.passed, b.failed)
-             for b in domain.most_recent(list(t.items()), t.get, CONFIG, NOW)}
-    assert shown == {("s1", "1h"): (int(T0) + 3600, 0, 1),
-                     ("s1", "1d"): (int(T0) - int(T0) % 86400, 1, 1)}
+    shown = {
+        (b.scenario_id, b.window): (b.window_start, b.passed, b.failed)
+        for b in domain.most_recent(list(t.items()), t.get, CONFIG, NOW)
+    }
+    assert shown == {
+        ("s1", "1h"): (int(T0) + 3600, 0, 1),
+        ("s1", "1d"): (int(T0) - int(T0) % 86400, 1, 1),
+    }
 
 
 # ------------------------------------------------- event time bounded (issue 21, item 1)
@@ -383,10 +417,18 @@ def test_a_watermark_already_in_2099_heals_on_read() -> None:
     t.now = wall = T0 + 60
     hour, day = int(FUTURE) // 3600 * 3600, int(FUTURE) // 86400 * 86400
     bogus = {"scenario_id": "s1", "k": 3, "passed": 1, "seq": 1, "partition": 0}
-    t[f"b|s1|w|1h|{hour}"] = {**bogus, "window": "1h", "window_start": hour,
-                              "window_end": hour + 3600}
-    t[f"b|s1|w|1d|{day}"] = {**bogus, "window": "1d", "window_start": day,
-                             "window_end": day + 86400}
+    t[f"b|s1|w|1h|{hour}"] = {
+        **bogus,
+        "window": "1h",
+        "window_start": hour,
+        "window_end": hour + 3600,
+    }
+    t[f"b|s1|w|1d|{day}"] = {
+        **bogus,
+        "window": "1d",
+        "window_start": day,
+        "window_end": day + 86400,
+    }
     t["l|s1|1h"] = {"window_start": hour, "partition": 0}
     t["l|s1|1d"] = {"window_start": day, "partition": 0}
     t["p|0"] = {"watermark": FUTURE, "swept_at": FUTURE}
@@ -394,8 +436,7 @@ def test_a_watermark_already_in_2099_heals_on_read() -> None:
     assert domain.most_recent(list(t.items()), t.get, CONFIG, wall) == []
     step = t.feed(verdict("a", at=T0))
     assert step.note == "counted"  # not late against 2099
-    assert sorted(b.window_start for b in step.latest) == [
-        int(T0) - int(T0) % 86400, int(T0)]
+    assert sorted(b.window_start for b in step.latest) == [int(T0) - int(T0) % 86400, int(T0)]
     assert t["l|s1|1h"]["window_start"] == int(T0)
     assert t["p|0"]["watermark"] == wall + CONFIG.max_skew_s and step.sweep
     keys, gone = domain.expired(list(t.items()), 0, t["p|0"]["watermark"], CONFIG, wall)
@@ -403,7 +444,9 @@ def test_a_watermark_already_in_2099_heals_on_read() -> None:
     assert gone == []
     shown = domain.most_recent(list(t.items()), t.get, CONFIG, wall)
     assert sorted((b.window, b.window_start, b.passed) for b in shown) == [
-        ("1d", int(T0) - int(T0) % 86400, 1), ("1h", int(T0), 1)]
+        ("1d", int(T0) - int(T0) % 86400, 1),
+        ("1h", int(T0), 1),
+    ]
 
 
 def test_a_regrade_gaining_its_windows_is_finished_as_a_gain_after_a_crash() -> None:
@@ -483,9 +526,15 @@ def test_sampled_figures_count_only_the_trials_whose_every_check_ran() -> None:
     from services.grading.estimators import pass_hat_k_interval
 
     table = Table()
-    outcomes = [("a", "passed", True), ("b", "passed", True), ("c", "failed", True),
-                ("d", "passed", True), ("e", "passed", False), ("f", "failed", False),
-                ("g", "error", True)]
+    outcomes = [
+        ("a", "passed", True),
+        ("b", "passed", True),
+        ("c", "failed", True),
+        ("d", "passed", True),
+        ("e", "passed", False),
+        ("f", "failed", False),
+        ("g", "error", True),
+    ]
     for trial, outcome, sampled in outcomes:
         table.feed(verdict(trial, outcome).model_copy(update={"sampled": sampled}))
     for record in table.published.values():
@@ -497,7 +546,8 @@ def test_sampled_figures_count_only_the_trials_whose_every_check_ran() -> None:
         assert record.pass_hat_k_sampled == pytest.approx(comb(c, 3) / comb(n, 3))
         assert (record.pass_hat_k_sampled_lower, record.pass_hat_k_sampled_upper) == (
             pytest.approx(pass_hat_k_interval(n, c, 3)[0]),
-            pytest.approx(pass_hat_k_interval(n, c, 3)[1]))
+            pytest.approx(pass_hat_k_interval(n, c, 3)[1]),
+        )
     # a backfill re-grade of an unsampled trial, same outcome: it joins the sampled figures
     table.feed(verdict("e", "passed", attempt=2))
     run = next(r for r in table.published.values() if r.run_id == "run-1")
@@ -507,5 +557,6 @@ def test_sampled_figures_count_only_the_trials_whose_every_check_ran() -> None:
     other.feed(verdict("z", "passed"))
     rec = next(iter(other.published.values()))
     assert (rec.n_sampled, rec.passed_sampled) == (1, 1)
-    assert "n_sampled" not in {k for k, v in other.items() if k.startswith("b|")
-                               for k in v if v[k] is not None}
+    assert "n_sampled" not in {
+        k for k, v in other.items() if k.startswith("b|") for k in v if v[k] is not None
+    }

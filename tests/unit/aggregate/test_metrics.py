@@ -15,11 +15,28 @@ from tests.unit.factories import scenario
 HOUR = 1_764_496_800  # 2026-11-30T10:00:00Z
 
 
-def window(start: int, passed: int, failed: int = 0, errors: int = 0, *, scenario_id: str = "s1",
-           size: str = "1h", k: int = 3) -> Bucket:
-    return Bucket(scenario_id=scenario_id, k=k, passed=passed, failed=failed, errors=errors,
-                  seq=passed + failed + errors, partition=0, window=size, window_start=start,
-                  window_end=start + 3600)
+def window(
+    start: int,
+    passed: int,
+    failed: int = 0,
+    errors: int = 0,
+    *,
+    scenario_id: str = "s1",
+    size: str = "1h",
+    k: int = 3,
+) -> Bucket:
+    return Bucket(
+        scenario_id=scenario_id,
+        k=k,
+        passed=passed,
+        failed=failed,
+        errors=errors,
+        seq=passed + failed + errors,
+        partition=0,
+        window=size,
+        window_start=start,
+        window_end=start + 3600,
+    )
 
 
 @pytest.fixture
@@ -40,13 +57,17 @@ def test_the_most_recent_window_of_each_size_is_exported(registry: CollectorRegi
     n, c, k = 10, 8, 3
     assert value(registry, "passk_scenario_trials", **at) == n
     assert value(registry, "passk_scenario_pass_hat_k", **at) == pytest.approx(
-        comb(c, k) / comb(n, k))
+        comb(c, k) / comb(n, k)
+    )
     assert value(registry, "passk_scenario_pass_at_k", **at) == pytest.approx(
-        1 - comb(n - c, k) / comb(n, k))
+        1 - comb(n - c, k) / comb(n, k)
+    )
     assert value(registry, "passk_scenario_pass_hat_k_lower", **at) == pytest.approx(
-        beta.ppf(0.05, c + 1, n - c + 1) ** k)
+        beta.ppf(0.05, c + 1, n - c + 1) ** k
+    )
     assert value(registry, "passk_scenario_pass_hat_k_upper", **at) == pytest.approx(
-        beta.ppf(0.95, c + 1, n - c + 1) ** k)
+        beta.ppf(0.95, c + 1, n - c + 1) ** k
+    )
     assert value(registry, "passk_scenario_trials", scenario="s1", window="1d") == 5
 
 
@@ -84,9 +105,13 @@ def test_alert_targets_come_from_the_scenario_or_the_defaults(registry: Collecto
     half = scenario(id="half", alert={"min_trials": 5})
     plain = scenario(id="plain")
     gauges.set_targets([strict, half, plain], default_min_pass_hat_k=0.8, default_min_trials=10)
-    got = {s: (value(registry, "passk_scenario_alert_min_pass_hat_k", scenario=s),
-               value(registry, "passk_scenario_alert_min_trials", scenario=s))
-           for s in ("strict", "half", "plain")}
+    got = {
+        s: (
+            value(registry, "passk_scenario_alert_min_pass_hat_k", scenario=s),
+            value(registry, "passk_scenario_alert_min_trials", scenario=s),
+        )
+        for s in ("strict", "half", "plain")
+    }
     assert got == {"strict": (0.95, 20), "half": (0.8, 5), "plain": (0.8, 10)}
 
 
@@ -111,11 +136,13 @@ def test_errors_are_exported_apart_and_left_out_of_the_judged_pass_hat_k(
     assert value(registry, "passk_scenario_errors", **at) == 9
     # strict (what the deploy gate reads): 3 of 12 passed
     assert value(registry, "passk_scenario_pass_hat_k", **at) == pytest.approx(
-        comb(3, 3) / comb(12, 3))
+        comb(3, 3) / comb(12, 3)
+    )
     # judged: 3 of 3 passed
     assert value(registry, "passk_scenario_judged_pass_hat_k", **at) == 1.0
     assert value(registry, "passk_scenario_judged_pass_hat_k_upper", **at) == pytest.approx(
-        beta.ppf(0.95, 4, 1) ** 3)
+        beta.ppf(0.95, 4, 1) ** 3
+    )
 
 
 def test_fewer_than_k_judged_trials_export_no_judged_estimate(
@@ -133,14 +160,26 @@ def test_the_llm_judge_calls_the_sample_saved_per_window(registry: CollectorRegi
     # 40 trials in the hour, 12 of them in the sample: 28 left out, each saving the calls of
     # the scenario's two LLM judges (its third judge is a regex: it ran on every trial)
     gauges = ReliabilityGauges(registry)
-    bucket = window(HOUR, passed=36, failed=4).model_copy(update={
-        "n_sampled": 12, "passed_sampled": 10, "errors_sampled": 0})
+    bucket = window(HOUR, passed=36, failed=4).model_copy(
+        update={"n_sampled": 12, "passed_sampled": 10, "errors_sampled": 0}
+    )
     gauges.set_window(bucket)
     at = {"scenario": "s1", "window": "1h"}
     assert value(registry, "passk_scenario_llm_judge_calls_saved", **at) is None  # no catalog
-    gauges.set_targets([scenario(id="s1", judges=[
-        {"id": "a", "assertion": "A holds."}, {"id": "b", "assertion": "B holds."},
-        {"id": "c", "kind": "regex", "pattern": "refund", "must_match": True}])], 0.8, 10)
+    gauges.set_targets(
+        [
+            scenario(
+                id="s1",
+                judges=[
+                    {"id": "a", "assertion": "A holds."},
+                    {"id": "b", "assertion": "B holds."},
+                    {"id": "c", "kind": "regex", "pattern": "refund", "must_match": True},
+                ],
+            )
+        ],
+        0.8,
+        10,
+    )
     assert value(registry, "passk_scenario_llm_judge_calls_saved", **at) == (40 - 12) * 2
     assert value(registry, "passk_scenario_sampled_trials", **at) == 12
     # without sampling nothing was saved

@@ -25,11 +25,22 @@ def verdicts(n: int, seed: int = 3) -> list[tuple[TrialVerdict, float]]:
     out = []
     for i in range(n):
         at = NOW - rng.uniform(0, 6 * 3600)
-        out.append((TrialVerdict(
-            event_id=f"v{i}", trial_id=f"t{i}", run_id=f"r{i % 2}", scenario_id=rng.choice("ab"),
-            scenario_version="v1", session_id=f"s{i}", k=3,
-            outcome=rng.choice(["passed", "passed", "failed", "error"]),
-            finished_at=datetime.fromtimestamp(at, UTC)), at + 2))
+        out.append(
+            (
+                TrialVerdict(
+                    event_id=f"v{i}",
+                    trial_id=f"t{i}",
+                    run_id=f"r{i % 2}",
+                    scenario_id=rng.choice("ab"),
+                    scenario_version="v1",
+                    session_id=f"s{i}",
+                    k=3,
+                    outcome=rng.choice(["passed", "passed", "failed", "error"]),
+                    finished_at=datetime.fromtimestamp(at, UTC),
+                ),
+                at + 2,
+            )
+        )
     return sorted(out, key=lambda p: p[0].finished_at)  # type: ignore[arg-type,return-value]
 
 
@@ -39,8 +50,11 @@ def expected(pairs: list[tuple[TrialVerdict, float]]) -> Counter[tuple[str, str,
     for v, _ in pairs:
         at = v.finished_at.timestamp()  # type: ignore[union-attr]
         name = "errors" if v.outcome == "error" else v.outcome
-        for scope in (f"run:{v.run_id}", f"1h:{int(at // 3600) * 3600}",
-                      f"1d:{int(at // 86400) * 86400}"):
+        for scope in (
+            f"run:{v.run_id}",
+            f"1h:{int(at // 3600) * 3600}",
+            f"1d:{int(at // 86400) * 86400}",
+        ):
             out[(v.scenario_id, scope, name)] += 1
     return out
 
@@ -96,10 +110,13 @@ def test_corrections_of_one_scenario_leave_the_others_alone() -> None:
     pairs = verdicts(100)
     live = recount(pairs, CONFIG, part)
     other = {k: v for k, v in live.items() if k.startswith(("t|b|", "b|b|"))}
-    broken = {**live, **{k: {**v, "passed": v["passed"] + 1} for k, v in live.items()
-                         if k.startswith("b|b|")}}
-    writes = corrections(broken, recount([p for p in pairs if p[0].scenario_id == "a"],
-                                         CONFIG, part), {"a"}, part)
+    broken = {
+        **live,
+        **{k: {**v, "passed": v["passed"] + 1} for k, v in live.items() if k.startswith("b|b|")},
+    }
+    writes = corrections(
+        broken, recount([p for p in pairs if p[0].scenario_id == "a"], CONFIG, part), {"a"}, part
+    )
     assert all(c.key.split("|")[1] == "a" or c.key.startswith("p|") for c in writes)
     assert other  # scenario b had state, and none of it was touched
 
@@ -113,8 +130,10 @@ def test_the_table_copied_to_disk_reads_as_the_table(tmp_path) -> None:  # type:
     pairs = verdicts(80)
     table = recount(pairs, CONFIG, part)
     gone = next(k for k in table if k.startswith("t|"))
-    records = [SimpleNamespace(key=json.dumps(k).encode(), value=json.dumps(v).encode())
-               for k, v in table.items()]
+    records = [
+        SimpleNamespace(key=json.dumps(k).encode(), value=json.dumps(v).encode())
+        for k, v in table.items()
+    ]
     # a tombstone after its key was written, then the key again in a later batch
     records.append(SimpleNamespace(key=json.dumps(gone).encode(), value=None))
     disk = DiskTable(tmp_path / "t.db")
@@ -123,4 +142,5 @@ def test_the_table_copied_to_disk_reads_as_the_table(tmp_path) -> None:  # type:
     assert sorted(TableView(disk).scopes()) == sorted(TableView(table).scopes())
     for v, _ in pairs:
         assert TableView(disk).trial(v.scenario_id, v.trial_id) == TableView(table).trial(
-            v.scenario_id, v.trial_id)
+            v.scenario_id, v.trial_id
+        )

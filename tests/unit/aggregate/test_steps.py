@@ -76,10 +76,17 @@ class Harness:
         self.registry = CollectorRegistry()
         self.steps = Steps(
             settings=settings,
-            processor="aggregate", state=self.state, send=self.send, by_scenario=BY_SCENARIO,
-            reject=self.reject, catalog=Catalog(catalog),  # type: ignore[arg-type]
-            gauges=ReliabilityGauges(self.registry), metrics=AggregateMetrics(self.registry),
-            events=CommonMetrics(self.registry).events, clock=lambda: NOW)
+            processor="aggregate",
+            state=self.state,
+            send=self.send,
+            by_scenario=BY_SCENARIO,
+            reject=self.reject,
+            catalog=Catalog(catalog),  # type: ignore[arg-type]
+            gauges=ReliabilityGauges(self.registry),
+            metrics=AggregateMetrics(self.registry),
+            events=CommonMetrics(self.registry).events,
+            clock=lambda: NOW,
+        )
 
     async def send(self, topic: str, key: bytes, value: bytes) -> None:
         self.log.append(("sent", topic, key, value))
@@ -97,19 +104,31 @@ class Harness:
         return [e for e in self.log if e[0] in ("stored", "dropped")]
 
     def count(self, note: str) -> tuple[float | None, float | None]:
-        return (self.registry.get_sample_value("passk_aggregate_verdicts_total", {"note": note}),
-                self.registry.get_sample_value("passk_events_total",
-                                               {"processor": "aggregate", "note": note}))
+        return (
+            self.registry.get_sample_value("passk_aggregate_verdicts_total", {"note": note}),
+            self.registry.get_sample_value(
+                "passk_events_total", {"processor": "aggregate", "note": note}
+            ),
+        )
 
     def gauge(self, name: str, scenario_id: str, window: str) -> float | None:
-        return self.registry.get_sample_value(f"passk_scenario_{name}",
-                                              {"scenario": scenario_id, "window": window})
+        return self.registry.get_sample_value(
+            f"passk_scenario_{name}", {"scenario": scenario_id, "window": window}
+        )
 
 
-def event(trial: str, outcome: str = "passed", *, at: float = T0 + 10, scenario: str = "s1",
-          partition: int = 0) -> Event:
-    return Event(encode(verdict(trial, outcome, at=at, scenario=scenario)),  # type: ignore[arg-type]
-                 partition)
+def event(
+    trial: str,
+    outcome: str = "passed",
+    *,
+    at: float = T0 + 10,
+    scenario: str = "s1",
+    partition: int = 0,
+) -> Event:
+    return Event(
+        encode(verdict(trial, outcome, at=at, scenario=scenario)),  # type: ignore[arg-type]
+        partition,
+    )
 
 
 # ------------------------------------------------------------------------- rekey
@@ -139,7 +158,10 @@ async def test_a_batch_is_counted_once_per_bucket_and_published_after_its_writes
     published = h.published()
     # run-1, the hour and the day of T0: one figure each for the whole batch
     assert sorted(f"{r.run_id}/{r.window}" for r in published) == [
-        "None/1d", "None/1h", "run-1/None"]
+        "None/1d",
+        "None/1h",
+        "run-1/None",
+    ]
     for r in published:
         assert (r.passed, r.failed, r.errors, r.n) == (2, 1, 0, 3)
     kinds = [e[0] for e in h.log]
@@ -180,8 +202,11 @@ async def test_a_bad_record_in_a_batch_is_dead_lettered_and_the_rest_counted() -
 
 
 async def test_a_window_figure_carries_the_default_target_then_the_scenarios_own() -> None:
-    h = Harness(catalog=[scenario(id="s1", alert={"min_pass_hat_k": 0.5, "min_trials": 4})],
-                PASSK_ALERT_MIN_PASS_HAT_K=0.9, PASSK_ALERT_MIN_TRIALS=20)
+    h = Harness(
+        catalog=[scenario(id="s1", alert={"min_pass_hat_k": 0.5, "min_trials": 4})],
+        PASSK_ALERT_MIN_PASS_HAT_K=0.9,
+        PASSK_ALERT_MIN_TRIALS=20,
+    )
     await h.steps.count([event("a")])
     targets = {(r.alert_min_pass_hat_k, r.alert_min_trials) for r in h.published() if r.window}
     assert targets == {(0.9, 20)}
@@ -195,17 +220,20 @@ async def test_a_window_figure_carries_the_default_target_then_the_scenarios_own
 
 
 async def test_no_catalog_yet_leaves_the_targets_to_the_defaults(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     h = Harness(catalog=None)
     with caplog.at_level(logging.WARNING):
         await h.steps.alert_targets()
     assert "aggregate: no scenarios topic yet" in caplog.text
-    assert h.registry.get_sample_value("passk_scenario_alert_min_trials",
-                                       {"scenario": "s1"}) is None
+    assert (
+        h.registry.get_sample_value("passk_scenario_alert_min_trials", {"scenario": "s1"}) is None
+    )
 
 
 async def test_a_watermark_past_the_retention_drops_old_state_as_the_verdict_that_moved_it(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     h = Harness(PASSK_DEDUP_RETENTION_S=3600)
     await h.steps.count([event("a", at=T0 + 10)])
     h.log.clear()
@@ -222,8 +250,9 @@ async def test_a_watermark_past_the_retention_drops_old_state_as_the_verdict_tha
 
 async def test_recovered_gauges_show_only_the_assigned_partitions() -> None:
     h = Harness()
-    await h.steps.count([event("a", scenario="mine", partition=0),
-                         event("b", scenario="theirs", partition=1)])
+    await h.steps.count(
+        [event("a", scenario="mine", partition=0), event("b", scenario="theirs", partition=1)]
+    )
     assert h.gauge("trials", "theirs", "1h") == 1
     h.steps.restore_gauges({0})
     assert h.gauge("trials", "mine", "1h") == 1 and h.gauge("trials", "mine", "1d") == 1

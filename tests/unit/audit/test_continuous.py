@@ -23,12 +23,33 @@ def lost(*stages: str, scopes: int = 0, listed: int | None = None) -> AuditRepor
     for s in stages:
         by_stage[s] += 1
     return AuditReport(
-        clean=False, trials=10, stages={}, in_flight=2, unaccounted_by_stage=by_stage,
-        unaccounted=[Unaccounted(trial_id=f"t{i}" if s != "aggregate_window" else None,
-                                 run_id="r", scenario_id="s", stopped_at=s, detail="")
-                     for i, s in enumerate(stages[:listed])],  # type: ignore[arg-type]
-        scopes=[ScopeMismatch(scenario_id="s", scope="1h", run_id=None, window_start=0,
-                              counted=Counts(passed=1), expected=Counts(passed=2))] * scopes)
+        clean=False,
+        trials=10,
+        stages={},
+        in_flight=2,
+        unaccounted_by_stage=by_stage,
+        unaccounted=[
+            Unaccounted(
+                trial_id=f"t{i}" if s != "aggregate_window" else None,
+                run_id="r",
+                scenario_id="s",
+                stopped_at=s,
+                detail="",
+            )
+            for i, s in enumerate(stages[:listed])
+        ],  # type: ignore[arg-type]
+        scopes=[
+            ScopeMismatch(
+                scenario_id="s",
+                scope="1h",
+                run_id=None,
+                window_start=0,
+                counted=Counts(passed=1),
+                expected=Counts(passed=2),
+            )
+        ]
+        * scopes,
+    )
 
 
 class Fake:
@@ -54,8 +75,9 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 
 
 def auditor(fake: Fake, registry: CollectorRegistry, now: list[float]) -> Auditor:
-    made = Auditor(fake, AuditMetrics(registry), interval_s=60, period_s=21600,
-                   clock=lambda: now[0])
+    made = Auditor(
+        fake, AuditMetrics(registry), interval_s=60, period_s=21600, clock=lambda: now[0]
+    )
     fake.auditor = made
     return made
 
@@ -86,13 +108,22 @@ def test_a_clean_audit_sets_every_stage_to_zero_and_the_clean_time() -> None:
 
 def test_losses_are_counted_by_stage_and_the_clean_time_stays() -> None:
     registry, now = CollectorRegistry(), [1000.0]
-    a = auditor(Fake(clean(), lost("projection", "projection", "gate", "aggregate_window",
-                                   scopes=1)), registry, now)
+    a = auditor(
+        Fake(clean(), lost("projection", "projection", "gate", "aggregate_window", scopes=1)),
+        registry,
+        now,
+    )
     a.round()
     now[0] = 1060.0
     a.round()
-    assert unaccounted(registry) == {"gate": 1, "judge": 0, "verdict": 0, "projection": 2,
-                                     "aggregate_run": 0, "aggregate_window": 1}
+    assert unaccounted(registry) == {
+        "gate": 1,
+        "judge": 0,
+        "verdict": 0,
+        "projection": 2,
+        "aggregate_run": 0,
+        "aggregate_window": 1,
+    }
     assert sample(registry, "passk_audit_last_clean_timestamp_seconds") == 1000.0
     assert sample(registry, "passk_audit_last_run_timestamp_seconds") == 1060.0
     assert sample(registry, "passk_audit_miscounted_scopes") == 1
@@ -133,8 +164,13 @@ def test_a_long_audit_is_followed_at_once_a_short_one_an_interval_after_it_began
         clock[0] += 90.0 if fake.calls == 0 else 10.0
         return fake()
 
-    a = Auditor(audit_once, AuditMetrics(CollectorRegistry()), interval_s=60, period_s=60,
-                monotonic=lambda: clock[0])
+    a = Auditor(
+        audit_once,
+        AuditMetrics(CollectorRegistry()),
+        interval_s=60,
+        period_s=60,
+        monotonic=lambda: clock[0],
+    )
     fake.auditor = a
 
     class Stop(threading.Event):
@@ -157,9 +193,14 @@ def test_the_gauge_counts_every_lost_trial_not_only_those_the_report_lists() -> 
     assert sample(registry, "passk_audit_unaccounted_trials", stage="judge") == 12_000
 
 
-@pytest.mark.parametrize("name", ["passk_audit_unaccounted_trials",
-                                  "passk_audit_last_clean_timestamp_seconds",
-                                  "passk_audit_runs_total"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "passk_audit_unaccounted_trials",
+        "passk_audit_last_clean_timestamp_seconds",
+        "passk_audit_runs_total",
+    ],
+)
 def test_the_names_the_alerts_read_are_exported(name: str) -> None:
     registry = CollectorRegistry()
     auditor(Fake(clean()), registry, [1.0]).round()

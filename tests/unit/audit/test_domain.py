@@ -15,19 +15,40 @@ SIZES = parse_windows("1h,1d")
 
 
 def b(grace: float = 0.0) -> Bounds:
-    return bounds(SIZES, now=NOW, retention_s=7 * 86400, max_skew_s=300, grace_s=grace,
-                  newest_finished=NOW - 60)
+    return bounds(
+        SIZES,
+        now=NOW,
+        retention_s=7 * 86400,
+        max_skew_s=300,
+        grace_s=grace,
+        newest_finished=NOW - 60,
+    )
 
 
-def done(trial: str = "t1", outcome: str = "passed", run: str = "r", scenario: str = "s",
-         at: float = NOW - 600) -> TrialFacts:
+def done(
+    trial: str = "t1",
+    outcome: str = "passed",
+    run: str = "r",
+    scenario: str = "s",
+    at: float = NOW - 600,
+) -> TrialFacts:
     """A trial that reached every stage before the aggregate."""
-    return TrialFacts(trial_id=trial, run_id=run, scenario_id=scenario, finished_at=at,
-                      logged_at=at, gated=True, judges=frozenset({"j"}),
-                      expected_judges=frozenset({"j"}), verdict_attempt=1,
-                      verdict_outcome=outcome, verdict_event_id=f"v:{trial}:1",
-                      verdict_logged_at=at + 1, verdict_finished_at=at,
-                      projected_event_id=f"v:{trial}:1")
+    return TrialFacts(
+        trial_id=trial,
+        run_id=run,
+        scenario_id=scenario,
+        finished_at=at,
+        logged_at=at,
+        gated=True,
+        judges=frozenset({"j"}),
+        expected_judges=frozenset({"j"}),
+        verdict_attempt=1,
+        verdict_outcome=outcome,
+        verdict_event_id=f"v:{trial}:1",
+        verdict_logged_at=at + 1,
+        verdict_finished_at=at,
+        projected_event_id=f"v:{trial}:1",
+    )
 
 
 class Table:
@@ -41,8 +62,11 @@ class Table:
         hour, day = (int(f.finished_at // s) * s for s in (HOUR, 86400))  # type: ignore[operator]
         scopes = [f"run:{f.run_id}", f"1h:{hour}", f"1d:{day}"]
         landed = frozenset(s for s in scopes if s != skip)
-        self.trials[(f.scenario_id, f.trial_id)] = (f.verdict_attempt or 1,
-                                                   f.verdict_outcome or "", landed)
+        self.trials[(f.scenario_id, f.trial_id)] = (
+            f.verdict_attempt or 1,
+            f.verdict_outcome or "",
+            landed,
+        )
         for scope in landed:
             self.counts.setdefault((f.scenario_id, scope), Counts()).add(f.verdict_outcome or "")
 
@@ -54,14 +78,17 @@ class Table:
             yield scenario, scope, c.passed, c.failed, c.errors
 
 
-@pytest.mark.parametrize(("change", "stage"), [
-    ({"gated": False, "verdict_attempt": None}, "gate"),
-    ({"gated": False}, "gate"),  # graded `error` after the verdict's wait: still the gate's
-    ({"judges": frozenset()}, "judge"),
-    ({"verdict_attempt": None, "verdict_outcome": None, "verdict_event_id": None}, "verdict"),
-    ({"projected_event_id": None}, "projection"),
-    ({"projected_event_id": "v:t1:0"}, "projection"),  # the row holds an older attempt
-])
+@pytest.mark.parametrize(
+    ("change", "stage"),
+    [
+        ({"gated": False, "verdict_attempt": None}, "gate"),
+        ({"gated": False}, "gate"),  # graded `error` after the verdict's wait: still the gate's
+        ({"judges": frozenset()}, "judge"),
+        ({"verdict_attempt": None, "verdict_outcome": None, "verdict_event_id": None}, "verdict"),
+        ({"projected_event_id": None}, "projection"),
+        ({"projected_event_id": "v:t1:0"}, "projection"),  # the row holds an older attempt
+    ],
+)
 def test_the_first_stage_not_reached(change: dict, stage: str) -> None:
     facts = replace(done(), **change)
     found = stopped_at(facts, Table(), b())
@@ -117,8 +144,14 @@ def test_report_counts_stages_and_scopes() -> None:
     report = audit.report()
     assert not report.clean
     assert report.trials == 9
-    assert report.stages == {"finished": 9, "gated": 9, "judged": 9, "verdict": 9,
-                             "projected": 9, "aggregated": 8}
+    assert report.stages == {
+        "finished": 9,
+        "gated": 9,
+        "judged": 9,
+        "verdict": 9,
+        "projected": 9,
+        "aggregated": 8,
+    }
     assert [(u.trial_id, u.stopped_at) for u in report.unaccounted] == [("t8", "aggregate_run")]
     # t8 is missing from its run and both windows: three scopes, explained by t8 alone
     assert len(report.scopes) == 3
@@ -137,16 +170,24 @@ def test_a_count_wrong_with_no_trial_missing_is_reported_without_a_trial() -> No
     for f in trials:
         audit.add(f)
     report = audit.report()
-    assert [(u.trial_id, u.stopped_at) for u in report.unaccounted] == [
-        (None, "aggregate_window")]
+    assert [(u.trial_id, u.stopped_at) for u in report.unaccounted] == [(None, "aggregate_window")]
     (scope,) = report.scopes
     assert (scope.scope, scope.window_start, scope.counted.passed, scope.expected.passed) == (
-        "1h", hour, 7, 4)
+        "1h",
+        hour,
+        7,
+        4,
+    )
 
 
 def test_young_trials_are_in_flight_and_their_scopes_wait() -> None:
-    young = replace(done(at=NOW - 5), verdict_attempt=None, verdict_outcome=None,
-                    verdict_event_id=None, projected_event_id=None)
+    young = replace(
+        done(at=NOW - 5),
+        verdict_attempt=None,
+        verdict_outcome=None,
+        verdict_event_id=None,
+        projected_event_id=None,
+    )
     audit = Audit(b(grace=60), Table())
     audit.add(young)
     report = audit.report()
@@ -154,9 +195,16 @@ def test_young_trials_are_in_flight_and_their_scopes_wait() -> None:
 
 
 def test_a_dead_lettered_trial_is_accounted_for() -> None:
-    lost = replace(done(), gated=False, judges=frozenset(), verdict_attempt=None,
-                   verdict_outcome=None, verdict_event_id=None, projected_event_id=None,
-                   dead_letter="unknown_scenario")
+    lost = replace(
+        done(),
+        gated=False,
+        judges=frozenset(),
+        verdict_attempt=None,
+        verdict_outcome=None,
+        verdict_event_id=None,
+        projected_event_id=None,
+        dead_letter="unknown_scenario",
+    )
     audit = Audit(b(), Table())
     audit.add(lost)
     report = audit.report()

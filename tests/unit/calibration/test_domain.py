@@ -9,8 +9,9 @@ from tests.unit.factories import judge_verdict
 
 
 def label(trial: str, passed: bool, event_id: str | None = None) -> Label:
-    return Label(event_id=event_id or f"l-{trial}-{passed}", trial_id=trial, judge_id="j",
-                 passed=passed)
+    return Label(
+        event_id=event_id or f"l-{trial}-{passed}", trial_id=trial, judge_id="j", passed=passed
+    )
 
 
 def verdict(trial: str, result: str):  # type: ignore[no-untyped-def]
@@ -32,9 +33,18 @@ def test_a_label_waits_for_its_verdict_and_is_joined_once() -> None:
 
 def base(cells: tuple[int, int, int, int]) -> JudgeCalibration:
     m = Matrix(tp=cells[0], fp=cells[1], fn=cells[2], tn=cells[3])
-    return calibration_event(judge_id="j", version="v1", matrix=m, bar=Bar(), source="set",
-                             assertion="a", prompt_hash="p", model="m", dimension=None,
-                             event_id="set-1")
+    return calibration_event(
+        judge_id="j",
+        version="v1",
+        matrix=m,
+        bar=Bar(),
+        source="set",
+        assertion="a",
+        prompt_hash="p",
+        model="m",
+        dimension=None,
+        event_id="set-1",
+    )
 
 
 def fold(state, trial: str, result: str, human: str):  # type: ignore[no-untyped-def]
@@ -71,8 +81,10 @@ def test_a_new_set_calibration_rebases_the_running_matrix() -> None:
 
 
 def test_running_calibration_ids_are_deterministic() -> None:
-    a, c1 = fold(domain.on_set_calibration(None, base((5, 0, 0, 5)), Bar())[0], "t1", "failed",
-                 "pass")
-    b, c2 = fold(domain.on_set_calibration(None, base((5, 0, 0, 5)), Bar())[0], "t1", "failed",
-                 "pass")
+    a, c1 = fold(
+        domain.on_set_calibration(None, base((5, 0, 0, 5)), Bar())[0], "t1", "failed", "pass"
+    )
+    b, c2 = fold(
+        domain.on_set_calibration(None, base((5, 0, 0, 5)), Bar())[0], "t1", "failed", "pass"
+    )
     assert c1 is not None and c2 is not None and c1.event_id == c2.event_id

@@ -30,8 +30,12 @@ LABELLED = "t.labelled-verdicts.v1"
 
 
 def record(topic: str, value: bytes, key: bytes = b"k", offset: int = 7) -> Any:
-    return SimpleNamespace(value=value, message=SimpleNamespace(
-        topic=topic, partition=0, offset=offset, key=key, timestamp=0.0, value=value))
+    return SimpleNamespace(
+        value=value,
+        message=SimpleNamespace(
+            topic=topic, partition=0, offset=offset, key=key, timestamp=0.0, value=value
+        ),
+    )
 
 
 class Table(dict[str, Any]):
@@ -75,11 +79,17 @@ class Harness:
         self.store = Store(self.log)
         self.registry = CollectorRegistry()
         self.steps = Steps(
-            settings=SETTINGS, processor="calibration", joins=self.joins, matrices=self.matrices,
-            send_labelled=self.sender(LABELLED), send_calibration=self.sender(CALIBRATIONS),
-            reject=self.letters, store=self.store,  # type: ignore[arg-type]
+            settings=SETTINGS,
+            processor="calibration",
+            joins=self.joins,
+            matrices=self.matrices,
+            send_labelled=self.sender(LABELLED),
+            send_calibration=self.sender(CALIBRATIONS),
+            reject=self.letters,
+            store=self.store,  # type: ignore[arg-type]
             metrics=CalibrationMetrics(self.registry),
-            events=CommonMetrics(self.registry).events)
+            events=CommonMetrics(self.registry).events,
+        )
 
     def sender(self, topic: str):  # type: ignore[no-untyped-def]
         async def send(key: bytes, value: bytes) -> Any:
@@ -87,12 +97,18 @@ class Harness:
 
             async def delivered() -> None:
                 self.log.append(("delivered", topic, key))
+
             return delivered()
+
         return send
 
     def count(self, note: str) -> float:
-        return self.registry.get_sample_value(
-            "passk_events_total", {"processor": "calibration", "note": note}) or 0.0
+        return (
+            self.registry.get_sample_value(
+                "passk_events_total", {"processor": "calibration", "note": note}
+            )
+            or 0.0
+        )
 
 
 def label(trial: str = "t1", passed: bool = True, event_id: str = "l1") -> bytes:
@@ -106,16 +122,38 @@ def verdict(trial: str = "t1", result: str = "failed") -> bytes:
 
 def set_calibration(cells: tuple[int, int, int, int]) -> bytes:
     m = Matrix(tp=cells[0], fp=cells[1], fn=cells[2], tn=cells[3])
-    return encode(calibration_event(
-        judge_id="j", version="v1", matrix=m, bar=Bar(), source="set", assertion="a",
-        prompt_hash="p", model="m", dimension=None, event_id="set-1"))
+    return encode(
+        calibration_event(
+            judge_id="j",
+            version="v1",
+            matrix=m,
+            bar=Bar(),
+            source="set",
+            assertion="a",
+            prompt_hash="p",
+            model="m",
+            dimension=None,
+            event_id="set-1",
+        )
+    )
 
 
 def labelled(trial: str = "t1", result: str = "failed", human: str = "pass") -> bytes:
-    return encode(LabelledVerdict(
-        event_id=f"labelled:{trial}:j:l1", trial_id=trial, run_id="run-1",
-        scenario_id="s", judge_id="j", judge_version="v1", judge_result=result,
-        judge_reason="r", label=human, note="why", label_event_id="l1"))
+    return encode(
+        LabelledVerdict(
+            event_id=f"labelled:{trial}:j:l1",
+            trial_id=trial,
+            run_id="run-1",
+            scenario_id="s",
+            judge_id="j",
+            judge_version="v1",
+            judge_result=result,
+            judge_reason="r",
+            label=human,
+            note="why",
+            label_event_id="l1",
+        )
+    )
 
 
 # ------------------------------------------------------------------------- join
@@ -195,13 +233,15 @@ async def test_a_labelled_verdict_is_kept_then_recalibrates_before_the_matrix_is
     h.log.clear()
     await h.steps.fold(record(LABELLED, labelled(result="failed", human="pass")))
     (item,) = h.store.items
-    assert (item.item_id, item.trial_id, item.label, item.note) == ("trial:t1", "t1", "pass",
-                                                                   "why")
+    assert (item.item_id, item.trial_id, item.label, item.note) == ("trial:t1", "t1", "pass", "why")
     ((topic, key, running),) = h.sent
     assert (topic, key) == (CALIBRATIONS, b"j")
     assert (running["fp"], running["n"], running["source"]) == (1, 11, "labels")
-    assert h.log == [("store", "item", "trial:t1"), ("delivered", CALIBRATIONS, b"j"),
-                     ("stored", "matrices", "j")]
+    assert h.log == [
+        ("store", "item", "trial:t1"),
+        ("delivered", CALIBRATIONS, b"j"),
+        ("stored", "matrices", "j"),
+    ]
     assert h.count("recalibrated") == 1
 
 
@@ -225,7 +265,8 @@ async def test_an_unreadable_labelled_verdict_is_dead_lettered_and_nothing_store
 
 
 async def test_a_store_that_is_down_is_waited_for_with_growing_backoff(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     waits: list[float] = []
 
     async def no_wait(seconds: float) -> None:
@@ -245,7 +286,8 @@ async def test_a_store_that_is_down_is_waited_for_with_growing_backoff(
 
 
 async def test_tables_not_created_at_start_are_left_to_the_first_write(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     h = Harness()
     with caplog.at_level(logging.WARNING):
         await h.steps.start()  # does not raise

@@ -26,8 +26,9 @@ STACK: list[str] = []
 
 
 @contextmanager
-def recorded_stack(settings: object, *, say: object, meanwhile: Callable[[], None],
-                   **kwargs: object) -> Iterator[None]:
+def recorded_stack(
+    settings: object, *, say: object, meanwhile: Callable[[], None], **kwargs: object
+) -> Iterator[None]:
     """What the real stack_for does around its caller: start, run `meanwhile` while the
     broker boots, always stop; here it only says so (and never lets the run go on)."""
     STACK.append("started")
@@ -58,8 +59,12 @@ def _ci(*args: str):  # type: ignore[no-untyped-def]
 
 
 def test_invalid_scenarios_are_exit_2_before_anything_starts(quiet: Path) -> None:
-    done = _ci("--scenarios", str(ROOT / "examples" / "invalid"), "--target",
-               str(ROOT / "examples" / "agent" / "target-http.yaml"))
+    done = _ci(
+        "--scenarios",
+        str(ROOT / "examples" / "invalid"),
+        "--target",
+        str(ROOT / "examples" / "agent" / "target-http.yaml"),
+    )
     assert done.exit_code == 2, done.output
     assert "nothing was run" in str(done.exception or "") + done.output
     assert STACK == []  # refused before anything started
@@ -74,25 +79,39 @@ def test_a_bad_target_is_exit_2_naming_it(quiet: Path) -> None:
     assert STACK == []
 
 
-def test_an_unknown_baseline_is_exit_2_and_what_started_meanwhile_is_stopped(
-        quiet: Path) -> None:
-    done = _ci("--scenarios", str(ROOT / "examples" / "scenarios"), "--target",
-               str(ROOT / "examples" / "agent" / "target-http.yaml"), "--baseline", "nope")
+def test_an_unknown_baseline_is_exit_2_and_what_started_meanwhile_is_stopped(quiet: Path) -> None:
+    done = _ci(
+        "--scenarios",
+        str(ROOT / "examples" / "scenarios"),
+        "--target",
+        str(ROOT / "examples" / "agent" / "target-http.yaml"),
+        "--baseline",
+        "nope",
+    )
     assert done.exit_code == 2
     assert "--baseline 'nope'" in str(done.exception or "") + done.output
     # looked up while the broker boots, never past it: started, then stopped
     assert STACK == ["started", "stopped"]
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    (["--adaptive"], "--adaptive needs --budget"),
-    (["--budget", "10"], "go with --adaptive"),
-    (["--goal", "0.9"], "go with --adaptive"),
-])
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--adaptive"], "--adaptive needs --budget"),
+        (["--budget", "10"], "go with --adaptive"),
+        (["--goal", "0.9"], "go with --adaptive"),
+    ],
+)
 def test_adaptive_options_are_checked_before_anything_starts(
-        quiet: Path, args: list[str], said: str) -> None:
-    done = _ci("--scenarios", str(ROOT / "examples" / "scenarios"),
-               "--target", str(ROOT / "examples" / "agent" / "target-http.yaml"), *args)
+    quiet: Path, args: list[str], said: str
+) -> None:
+    done = _ci(
+        "--scenarios",
+        str(ROOT / "examples" / "scenarios"),
+        "--target",
+        str(ROOT / "examples" / "agent" / "target-http.yaml"),
+        *args,
+    )
     assert done.exit_code == 2, done.output
     assert said in done.output
     assert STACK == []  # nothing was started

@@ -16,12 +16,29 @@ from services.storage.records import trial_record
 from tests.unit.storage import factories as f
 
 
-def rows(run: str, scenario: str, passed: int, n: int, k: int = 3,
-         failed: list[tuple[str, str]] | None = None):  # type: ignore[no-untyped-def]
-    return [trial_record(f.verdict(
-        f"{run}:{scenario}:{i:03d}", "passed" if i < passed else "failed", run_id=run,
-        scenario_id=scenario, k=k, version=f"{scenario}-hash", when=i,
-        failed=None if i < passed else failed)) for i in range(n)]
+def rows(
+    run: str,
+    scenario: str,
+    passed: int,
+    n: int,
+    k: int = 3,
+    failed: list[tuple[str, str]] | None = None,
+):  # type: ignore[no-untyped-def]
+    return [
+        trial_record(
+            f.verdict(
+                f"{run}:{scenario}:{i:03d}",
+                "passed" if i < passed else "failed",
+                run_id=run,
+                scenario_id=scenario,
+                k=k,
+                version=f"{scenario}-hash",
+                when=i,
+                failed=None if i < passed else failed,
+            )
+        )
+        for i in range(n)
+    ]
 
 
 def result(run: str, *specs, base=None) -> CiResult:  # type: ignore[no-untyped-def]
@@ -29,11 +46,16 @@ def result(run: str, *specs, base=None) -> CiResult:  # type: ignore[no-untyped-
     decision = gate_decision(report)
     comparison = compare_runs(base, report) if base is not None else None
     return CiResult(
-        run_id=run, report=report, decision=decision, exit_code=decision.exit_code,
+        run_id=run,
+        report=report,
+        decision=decision,
+        exit_code=decision.exit_code,
         scenario_versions={s.scenario_id: f"{s.scenario_id}-hash" for s in report.scenarios},
         sources={s.scenario_id: f"scenarios/{s.scenario_id}.yaml" for s in report.scenarios},
-        published={}, comparison=comparison,
-        regressions=comparison.regressions if comparison else [])
+        published={},
+        comparison=comparison,
+        regressions=comparison.regressions if comparison else [],
+    )
 
 
 FAILS = [("gate:state", "billability: path not found"), ("judge:polite", "was rude")]
@@ -47,7 +69,10 @@ def test_junit_parses_one_testcase_per_scenario_and_its_attributes_add_up() -> N
     assert suite.get("name") == "passk"
     cases = suite.findall("testcase")
     assert [(c.get("classname"), c.get("name")) for c in cases] == [
-        ("passk.ci-1", "flaky"), ("passk.ci-1", "steady"), ("passk.ci-1", "thin")]
+        ("passk.ci-1", "flaky"),
+        ("passk.ci-1", "steady"),
+        ("passk.ci-1", "thin"),
+    ]
     failures = [c for c in cases if c.find("failure") is not None]
     errors = [c for c in cases if c.find("error") is not None]
     assert [c.get("name") for c in failures] == ["flaky"]
@@ -60,8 +85,9 @@ def test_junit_parses_one_testcase_per_scenario_and_its_attributes_add_up() -> N
     assert failure is not None and failure.text is not None
     assert "gate:state x2" in (failure.get("message") or "")
     # each failed check named, with how many trials it failed and its first reason
-    assert "gate:state: failed 2 trial(s); first reason: billability: path not found" \
-        in failure.text
+    assert (
+        "gate:state: failed 2 trial(s); first reason: billability: path not found" in failure.text
+    )
     assert "judge:polite: failed 2 trial(s); first reason: was rude" in failure.text
     assert "flaky-hash" in (failures[0].findtext("system-out") or "")
 

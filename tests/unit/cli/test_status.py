@@ -12,12 +12,17 @@ from services.cli.status import _raise_if_moving
 
 def described(code: int) -> dict:  # type: ignore[type-arg]
     # what kafka-python 3's describe_groups returns for a group with an error code
-    return {"group_id": "passk.gate", "group_state": "", "members": [],
-            "error": str(for_code(code)("")) if code else None}
+    return {
+        "group_id": "passk.gate",
+        "group_state": "",
+        "members": [],
+        "error": str(for_code(code)("")) if code else None,
+    }
 
 
-@pytest.mark.parametrize("code, error", [(16, NotCoordinatorError),
-                                         (14, CoordinatorLoadInProgressError)])
+@pytest.mark.parametrize(
+    "code, error", [(16, NotCoordinatorError), (14, CoordinatorLoadInProgressError)]
+)
 def test_a_moving_coordinator_is_raised_to_be_retried(code: int, error: type) -> None:
     with pytest.raises(error):
         _raise_if_moving(described(code))

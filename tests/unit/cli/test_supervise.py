@@ -64,8 +64,10 @@ def test_each_worker_runs_as_its_own_kafka_user(tmp_path: Path) -> None:
         assert env["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
         assert env["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
         assert env["KAFKA_SSL_CAFILE"] == str(secrets / "ca.pem")
-        others = [f"pw-of-{u}" for u in ("admin", "passk-cli",
-                                          *(f"passk-{w}" for w in WORKERS if w != worker))]
+        others = [
+            f"pw-of-{u}"
+            for u in ("admin", "passk-cli", *(f"passk-{w}" for w in WORKERS if w != worker))
+        ]
         assert not any(pw in env.values() for pw in others)
 
 
@@ -115,7 +117,8 @@ def _deep(tmp_path: Path) -> Path:
 
 
 def test_a_run_dir_too_deep_for_a_unix_socket_gets_a_short_one_that_binds(
-        tmp_path: Path, short_tmp: Path) -> None:
+    tmp_path: Path, short_tmp: Path
+) -> None:
     deep = _deep(tmp_path)
     sock = socket_in(deep)
     # in a directory of this user's that no one else may enter, not in the shared /tmp
@@ -134,21 +137,26 @@ def test_a_run_dir_too_deep_for_a_unix_socket_gets_a_short_one_that_binds(
 
 
 def test_the_login_sessions_runtime_dir_is_used_when_it_is_private(
-        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runtime = short_tmp / "run-user"
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     assert socket_in(_deep(tmp_path)).parent == runtime
 
 
-@pytest.mark.parametrize(("make", "problem"), [
-    (lambda p: p.mkdir(mode=0o777) or p.chmod(0o777), "is open to other users (mode 777)"),
-    (lambda p: p.mkdir(mode=0o750), "is open to other users (mode 750)"),
-    (lambda p: p.symlink_to(p.parent), "is a symbolic link"),
-    (lambda p: p.write_text("x"), "is not a directory"),
-])
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda p: p.mkdir(mode=0o777) or p.chmod(0o777), "is open to other users (mode 777)"),
+        (lambda p: p.mkdir(mode=0o750), "is open to other users (mode 750)"),
+        (lambda p: p.symlink_to(p.parent), "is a symbolic link"),
+        (lambda p: p.write_text("x"), "is not a directory"),
+    ],
+)
 def test_a_socket_directory_someone_could_have_made_first_is_refused(
-        tmp_path: Path, short_tmp: Path, make: Callable[[Path], object], problem: str) -> None:
+    tmp_path: Path, short_tmp: Path, make: Callable[[Path], object], problem: str
+) -> None:
     place = short_tmp / f"passk-{os.getuid()}"
     make(place)
     with pytest.raises(SocketPlaceError, match=re.escape(problem)) as refused:
@@ -157,7 +165,8 @@ def test_a_socket_directory_someone_could_have_made_first_is_refused(
 
 
 def test_a_socket_directory_of_another_user_is_refused(
-        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = os.getuid()
     (short_tmp / f"passk-{real + 1}").mkdir(mode=0o700)  # made by us: not theirs
     monkeypatch.setattr(os, "getuid", lambda: real + 1)
@@ -166,25 +175,29 @@ def test_a_socket_directory_of_another_user_is_refused(
 
 
 def test_an_open_runtime_dir_is_refused_not_used(
-        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runtime = short_tmp / "run-user"
     runtime.mkdir()
     runtime.chmod(0o755)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
-    with pytest.raises(SocketPlaceError,
-                       match=r"XDG_RUNTIME_DIR .* is open to other users") as refused:
+    with pytest.raises(
+        SocketPlaceError, match=r"XDG_RUNTIME_DIR .* is open to other users"
+    ) as refused:
         socket_in(_deep(tmp_path))
     assert "unset it" in str(refused.value) and "remove it" not in str(refused.value)
 
 
 def test_a_relative_runtime_dir_is_ignored(
-        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", "run-user")  # the XDG specification: invalid
     assert socket_in(_deep(tmp_path)).parent == short_tmp / f"passk-{os.getuid()}"
 
 
 def test_a_temporary_directory_that_cannot_hold_one_is_a_clear_error(
-        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gone = short_tmp / "gone"
     monkeypatch.setattr(tempfile, "tempdir", str(gone))
     with pytest.raises(SocketPlaceError, match="No such file or directory") as refused:
@@ -193,7 +206,8 @@ def test_a_temporary_directory_that_cannot_hold_one_is_a_clear_error(
 
 
 def test_a_fallback_still_too_long_is_refused_with_what_to_do(
-        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # pytest's: deep
     with pytest.raises(SocketPlaceError, match="at most 96 bytes.*set TMPDIR"):
         socket_in(_deep(tmp_path))
@@ -206,7 +220,8 @@ def test_a_fallback_still_too_long_is_refused_with_what_to_do(
 
 
 def test_status_asks_where_the_written_configuration_says_whatever_its_tmpdir(
-        tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / ("d" * 60) / ("e" * 60) / "var"
     run = data / "run"
     run.mkdir(parents=True)
@@ -227,7 +242,8 @@ def test_status_asks_where_the_written_configuration_says_whatever_its_tmpdir(
 
 
 def test_status_reads_past_a_configuration_that_is_not_text(
-        tmp_path: Path, short_tmp: Path) -> None:
+    tmp_path: Path, short_tmp: Path
+) -> None:
     data = tmp_path / ("d" * 60) / ("e" * 60) / "var"
     run = data / "run"
     run.mkdir(parents=True)
@@ -236,17 +252,21 @@ def test_status_reads_past_a_configuration_that_is_not_text(
 
 
 def test_supervise_config_with_no_private_place_is_a_usage_error(
-        tmp_path: Path, short_tmp: Path) -> None:
+    tmp_path: Path, short_tmp: Path
+) -> None:
     (short_tmp / f"passk-{os.getuid()}").symlink_to(short_tmp)
     out = tmp_path / ("d" * 60) / ("e" * 60) / "var" / "run" / "supervisord.conf"
-    result = CliRunner().invoke(cli, ["supervise", "config", "--out", str(out),
-                                      "--log-dir", str(tmp_path / "log")])
+    result = CliRunner().invoke(
+        cli, ["supervise", "config", "--out", str(out), "--log-dir", str(tmp_path / "log")]
+    )
     assert result.exit_code == 2, result.output
     assert "is a symbolic link" in result.output and "Traceback" not in result.output
     assert not out.exists()
 
+
 def test_supervise_socket_answers_only_while_the_socket_is_ours(
-        tmp_path: Path, short_tmp: Path) -> None:
+    tmp_path: Path, short_tmp: Path
+) -> None:
     """What `make up` and `make down` ask before they talk to the supervisord a written
     configuration names."""
     run = tmp_path / ("d" * 60) / ("e" * 60) / "var" / "run"
@@ -269,6 +289,7 @@ def test_supervise_socket_answers_only_while_the_socket_is_ours(
     near = tmp_path / "var" / "run"
     near.mkdir(parents=True)
     (near / "supervisord.conf").write_text(_conf([], near))
-    asked = CliRunner().invoke(cli, ["supervise", "socket", "--conf",
-                                     str(near / "supervisord.conf")])
+    asked = CliRunner().invoke(
+        cli, ["supervise", "socket", "--conf", str(near / "supervisord.conf")]
+    )
     assert asked.output.strip() == str(near.resolve() / "supervisor.sock")

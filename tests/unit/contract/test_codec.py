@@ -50,10 +50,20 @@ BAD_INPUT: list[tuple[str, bytes | None, type[BaseModel], str, str]] = [
     ("trial_id a number", as_bytes(sample(CF, trial_id=7)), CF, "invalid_field", "trial_id"),
     ("empty run_id", as_bytes(sample(CF, run_id="")), CF, "invalid_field", "run_id"),
     ("bad role", as_bytes(sample(CF, transcript=[{"role": "x"}])), CF, "invalid_field", "role"),
-    ("state a list", as_bytes(sample(SessionPersisted, state=[])), SessionPersisted,
-     "invalid_field", "state"),
-    ("naive time", as_bytes(sample(CF, occurred_at="2026-11-30T12:00:00")), CF,
-     "invalid_field", "occurred_at"),
+    (
+        "state a list",
+        as_bytes(sample(SessionPersisted, state=[])),
+        SessionPersisted,
+        "invalid_field",
+        "state",
+    ),
+    (
+        "naive time",
+        as_bytes(sample(CF, occurred_at="2026-11-30T12:00:00")),
+        CF,
+        "invalid_field",
+        "occurred_at",
+    ),
     ("passed 'maybe'", as_bytes(sample(Label, passed="maybe")), Label, "invalid_field", "passed"),
     (
         "missing and mistyped together",
@@ -69,8 +79,13 @@ BAD_INPUT: list[tuple[str, bytes | None, type[BaseModel], str, str]] = [
         "wrong_type",
         "type",
     ),
-    ("a label on the session topic", as_bytes(SAMPLES[Label]), SessionPersisted,
-     "wrong_type", "session_persisted"),
+    (
+        "a label on the session topic",
+        as_bytes(SAMPLES[Label]),
+        SessionPersisted,
+        "wrong_type",
+        "session_persisted",
+    ),
     (
         "another type without an event_id",
         as_bytes(sample(SessionPersisted, event_id=DROP)),
@@ -172,7 +187,8 @@ def test_nesting_depth_counts_lists_and_objects() -> None:
 
 @pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
 def test_what_the_fast_parser_reads_validates_as_the_standard_parser_reads_it(
-        model: type[BaseModel]) -> None:
+    model: type[BaseModel],
+) -> None:
     raw = as_bytes(sample(model))
     assert decode(raw, model) == model.model_validate(json.loads(raw))
 
@@ -184,13 +200,17 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
     assert isinstance(decoded, ConversationFinished) and decoded.run_id == "[{" * 100
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    (b'{"x": 1, "x": 2}', 2),
-    (b'{"x": 123456789012345678901234567890}', 123456789012345678901234567890),
-    (b'{"x": "\\ud83d\\ude00"}', "\U0001F600"),
-])
-def test_the_fast_parser_reads_json_edge_cases_as_the_standard_one(raw: bytes,
-                                                                    expected: Any) -> None:
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"x": 1, "x": 2}', 2),
+        (b'{"x": 123456789012345678901234567890}', 123456789012345678901234567890),
+        (b'{"x": "\\ud83d\\ude00"}', "\U0001f600"),
+    ],
+)
+def test_the_fast_parser_reads_json_edge_cases_as_the_standard_one(
+    raw: bytes, expected: Any
+) -> None:
     from services.contract.codec import _parsed
 
     got = _parsed(raw)
@@ -216,30 +236,41 @@ def _with_metrics(field: str, literal: str) -> bytes:
     return raw[:-1] + f', "metrics": {{"{field}": {literal}}}}}'.encode()
 
 
-@pytest.mark.parametrize(("field", "literal", "reason", "says"), [
-    ("duration_ms", "Infinity", "non_finite_number", "Infinity"),
-    ("duration_ms", "-Infinity", "non_finite_number", "-Infinity"),
-    ("latency_ms", "NaN", "non_finite_number", "NaN"),
-    ("duration_ms", "1e400", "non_finite_number", "metrics.duration_ms"),
-    ("a_field_of_its_own", "1E+400", "non_finite_number", "metrics.a_field_of_its_own"),
-    ("input_tokens", "1e30", "invalid_field", "metrics.input_tokens"),
-    ("output_tokens", "100000001", "invalid_field", "less than or equal to 100000000"),
-    ("turns", "-1", "invalid_field", "greater than or equal to 0"),
-    ("turns", "10001", "invalid_field", "less than or equal to 10000"),
-    ("duration_ms", str(7 * 24 * 3600 * 1000 + 1), "invalid_field", "metrics.duration_ms"),
-    ("latency_ms", "3600001", "invalid_field", "metrics.latency_ms"),
-])
+@pytest.mark.parametrize(
+    ("field", "literal", "reason", "says"),
+    [
+        ("duration_ms", "Infinity", "non_finite_number", "Infinity"),
+        ("duration_ms", "-Infinity", "non_finite_number", "-Infinity"),
+        ("latency_ms", "NaN", "non_finite_number", "NaN"),
+        ("duration_ms", "1e400", "non_finite_number", "metrics.duration_ms"),
+        ("a_field_of_its_own", "1E+400", "non_finite_number", "metrics.a_field_of_its_own"),
+        ("input_tokens", "1e30", "invalid_field", "metrics.input_tokens"),
+        ("output_tokens", "100000001", "invalid_field", "less than or equal to 100000000"),
+        ("turns", "-1", "invalid_field", "greater than or equal to 0"),
+        ("turns", "10001", "invalid_field", "less than or equal to 10000"),
+        ("duration_ms", str(7 * 24 * 3600 * 1000 + 1), "invalid_field", "metrics.duration_ms"),
+        ("latency_ms", "3600001", "invalid_field", "metrics.latency_ms"),
+    ],
+)
 def test_non_finite_and_absurd_metrics_are_refused_with_a_reason(
-        field: str, literal: str, reason: str, says: str) -> None:
+    field: str, literal: str, reason: str, says: str
+) -> None:
     refused = decode(_with_metrics(field, literal), CF)
     assert isinstance(refused, Rejection), refused
     assert refused.reason == reason and says in refused.detail, refused
 
 
-@pytest.mark.parametrize(("field", "literal"), [
-    ("duration_ms", "604800000"), ("latency_ms", "3600000"), ("input_tokens", "100000000"),
-    ("turns", "10000"), ("duration_ms", "1.5e3"), ("x", "1e300"),
-])
+@pytest.mark.parametrize(
+    ("field", "literal"),
+    [
+        ("duration_ms", "604800000"),
+        ("latency_ms", "3600000"),
+        ("input_tokens", "100000000"),
+        ("turns", "10000"),
+        ("duration_ms", "1.5e3"),
+        ("x", "1e300"),
+    ],
+)
 def test_metrics_at_their_bounds_are_accepted(field: str, literal: str) -> None:
     decoded = decode(_with_metrics(field, literal), CF)
     assert isinstance(decoded, ConversationFinished), decoded
@@ -256,8 +287,7 @@ def test_decode_or_reject_holds_to_the_settings_bounds() -> None:
     from services.contract.settings import Settings
 
     raw = json.dumps(sample(ConversationFinished)).encode()
-    assert isinstance(decode_or_reject(raw, ConversationFinished, Settings()),
-                      ConversationFinished)
+    assert isinstance(decode_or_reject(raw, ConversationFinished, Settings()), ConversationFinished)
     small = Settings(PASSK_MAX_EVENT_BYTES=len(raw) - 1)  # type: ignore[call-arg]
     refused = decode_or_reject(raw, ConversationFinished, small)
     assert isinstance(refused, Rejection) and refused.reason == "oversized"

@@ -35,7 +35,9 @@ def test_the_original_key_and_value_are_kept_byte_for_byte() -> None:
 def test_it_says_where_it_came_from_and_why() -> None:
     record = letter()
     assert (record.source_topic, record.partition, record.offset) == (
-        "passk.conversation-finished.v1", 3, 42,
+        "passk.conversation-finished.v1",
+        3,
+        42,
     )
     assert record.processor == "gate"
     assert record.reason == "invalid_utf8"

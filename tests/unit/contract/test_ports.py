@@ -16,14 +16,18 @@ def test_the_offset_moves_every_port() -> None:
 
 
 def test_a_port_of_its_own_wins_over_the_offset() -> None:
-    found = exports({"PASSK_PORT_OFFSET": "100", "PASSK_REVIEW_PORT": "0",
-                     "KAFKA_BOOTSTRAP_SERVERS": "10.0.0.5:9092"})
+    found = exports(
+        {
+            "PASSK_PORT_OFFSET": "100",
+            "PASSK_REVIEW_PORT": "0",
+            "KAFKA_BOOTSTRAP_SERVERS": "10.0.0.5:9092",
+        }
+    )
     assert found["PASSK_REVIEW_PORT"] == "0"  # not started
     assert found["PASSK_AGENT_PORT"] == "8700"
     assert "KAFKA_BOOTSTRAP_SERVERS" not in found  # given: left alone
     assert found["PASSK_KAFKA_PORT"] == "9192"  # a remote broker: make kafka-up's own
-    shared = exports({"PASSK_PORT_OFFSET": "100",
-                      "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092"})
+    shared = exports({"PASSK_PORT_OFFSET": "100", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092"})
     assert shared["PASSK_KAFKA_PORT"] == "9092"  # a local one given: the one reused
     assert found["PASSK_PROMETHEUS_URL"] == "http://127.0.0.1:9190"
 
@@ -50,17 +54,25 @@ def test_the_settings_default_to_the_same_ports() -> None:
 
 
 def test_the_settings_file_make_up_writes_reaches_the_stack_and_holds_no_secret(
-        tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     from services.contract import settings as settings_module
     from services.contract.runfiles import write_settings
 
     path = tmp_path / "passk.env"
-    write_settings(path, {
-        "PASSK_PORT_OFFSET": "100", "PASSK_TOPIC_PREFIX": "stack2.",
-        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9192",
-        "PASSK_DATABASE_URL": "postgresql://u:hunter2@db/passk",  # a password: left out
-        "KAFKA_SASL_PASSWORD": "s3cret", "PASSK_REVIEW_TOKENS": "ann:tok",
-        "OPENAI_API_KEY": "sk-x", "HOME": "/root"})
+    write_settings(
+        path,
+        {
+            "PASSK_PORT_OFFSET": "100",
+            "PASSK_TOPIC_PREFIX": "stack2.",
+            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9192",
+            "PASSK_DATABASE_URL": "postgresql://u:hunter2@db/passk",  # a password: left out
+            "KAFKA_SASL_PASSWORD": "s3cret",
+            "PASSK_REVIEW_TOKENS": "ann:tok",
+            "OPENAI_API_KEY": "sk-x",
+            "HOME": "/root",
+        },
+    )
     body = path.read_text()
     assert "hunter2" not in body and "s3cret" not in body and "tok" not in body
     assert "sk-x" not in body and "HOME" not in body
@@ -73,7 +85,10 @@ def test_the_settings_file_make_up_writes_reaches_the_stack_and_holds_no_secret(
     try:
         s = settings_module.get_settings()
         assert (s.topic_prefix, s.kafka_bootstrap_servers, s.review_port) == (
-            "stack2.", "127.0.0.1:9192", 8800)
+            "stack2.",
+            "127.0.0.1:9192",
+            8800,
+        )
         monkeypatch.setenv("PASSK_TOPIC_PREFIX", "mine.")  # the environment wins
         settings_module.get_settings.cache_clear()
         assert settings_module.get_settings().topic_prefix == "mine."

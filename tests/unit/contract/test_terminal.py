@@ -23,8 +23,9 @@ HOSTILE = [
 
 def rendered(markup: str, *, terminal: bool) -> str:
     out = io.StringIO()
-    Console(file=out, force_terminal=terminal, width=200, color_system="standard"
-            if terminal else None).print(markup, soft_wrap=True)
+    Console(
+        file=out, force_terminal=terminal, width=200, color_system="standard" if terminal else None
+    ).print(markup, soft_wrap=True)
     return out.getvalue()
 
 
@@ -40,8 +41,10 @@ def test_controls_are_written_out() -> None:
     assert printable("line one\nline\ttwo") == "line one\nline\ttwo"  # kept
 
 
-@pytest.mark.parametrize("text", ["[bold]not bold[/bold]", "[red]x", "a\\[b]",
-                                  "[link=http://x]y[/link]", "[/]", "plain [1, 2]"])
+@pytest.mark.parametrize(
+    "text",
+    ["[bold]not bold[/bold]", "[red]x", "a\\[b]", "[link=http://x]y[/link]", "[/]", "plain [1, 2]"],
+)
 def test_markup_is_printed_as_written(text: str) -> None:
     assert literal(text) == rich_escape(text)  # the same escaping as rich's own
     assert rendered(literal(text), terminal=False).rstrip("\n") == text

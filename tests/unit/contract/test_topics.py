@@ -92,8 +92,12 @@ def test_the_log_keeps_its_records_forever_by_default(spec: object, defaults: Se
 
 @pytest.mark.parametrize(
     "topic",
-    [Topic.CONVERSATION_FINISHED, Topic.SESSION_PERSISTED, Topic.GATE_RESULTS,
-     Topic.JUDGE_VERDICTS],
+    [
+        Topic.CONVERSATION_FINISHED,
+        Topic.SESSION_PERSISTED,
+        Topic.GATE_RESULTS,
+        Topic.JUDGE_VERDICTS,
+    ],
 )
 def test_deadline_inputs_carry_broker_arrival_time(topic: Topic, defaults: Settings) -> None:
     config = topic_configs(spec_for(topic), defaults)

@@ -23,18 +23,19 @@ def settings_models() -> list[type[BaseSettings]]:
     for path in sorted((ROOT / "services").rglob("*.py")):
         if "BaseSettings" not in path.read_text():
             continue
-        module = importlib.import_module(
-            ".".join(path.relative_to(ROOT).with_suffix("").parts))
+        module = importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
         for value in vars(module).values():
-            if (isinstance(value, type) and issubclass(value, BaseSettings)
-                    and value.__module__ == module.__name__):
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseSettings)
+                and value.__module__ == module.__name__
+            ):
                 found.append(value)
     return found
 
 
 def settings_aliases() -> set[str]:
-    return {f.alias for model in settings_models() for f in model.model_fields.values()
-            if f.alias}
+    return {f.alias for model in settings_models() for f in model.model_fields.values() if f.alias}
 
 
 def test_there_are_settings_models_to_check() -> None:
@@ -49,8 +50,11 @@ def test_every_setting_is_documented() -> None:
 
 
 def test_every_documented_variable_is_read_by_something() -> None:
-    scripts = "".join(p.read_text(errors="replace") for p in (ROOT / "infra").rglob("*")
-                      if p.is_file() and p.suffix in (".sh", ".py", ".yml", ".yaml"))
+    scripts = "".join(
+        p.read_text(errors="replace")
+        for p in (ROOT / "infra").rglob("*")
+        if p.is_file() and p.suffix in (".sh", ".py", ".yml", ".yaml")
+    )
     scripts += (ROOT / "Makefile").read_text()
     known = settings_aliases() | set(DEFAULT_PORTS)
     unread = {v for v in VARIABLE.findall(DOC) if v not in known and v not in scripts}

@@ -15,8 +15,14 @@ from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCUMENTS = sorted(
-    p for p in [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "bench" / "README.md",
-                *(ROOT / "docs").rglob("*.md")] if p.exists()
+    p
+    for p in [
+        ROOT / "README.md",
+        ROOT / "CHANGELOG.md",
+        ROOT / "bench" / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+    ]
+    if p.exists()
 )
 _md = MarkdownIt("commonmark").enable("table")
 
@@ -40,8 +46,9 @@ def anchors(text: str) -> set[str]:
         if token.type != "heading_open":
             continue
         inline = tokens[i + 1]
-        plain = "".join(c.content for c in inline.children or ()
-                        if c.type in ("text", "code_inline"))
+        plain = "".join(
+            c.content for c in inline.children or () if c.type in ("text", "code_inline")
+        )
         slug = github_anchor(plain)
         found.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
         seen[slug] += 1
@@ -49,10 +56,16 @@ def anchors(text: str) -> set[str]:
 
 
 def relative_links(text: str) -> list[str]:
-    hrefs = [t.attrs.get("href") or t.attrs.get("src") for t in _tokens(text)
-             if t.type in ("link_open", "image")]
-    return [str(h) for h in hrefs if h and not urlsplit(str(h)).scheme
-            and not str(h).startswith("mailto:")]
+    hrefs = [
+        t.attrs.get("href") or t.attrs.get("src")
+        for t in _tokens(text)
+        if t.type in ("link_open", "image")
+    ]
+    return [
+        str(h)
+        for h in hrefs
+        if h and not urlsplit(str(h)).scheme and not str(h).startswith("mailto:")
+    ]
 
 
 def broken_links(document: Path) -> list[str]:
@@ -63,8 +76,11 @@ def broken_links(document: Path) -> list[str]:
         target = (document.parent / unquote(parts.path)).resolve() if parts.path else document
         if not target.exists():
             problems.append(f"{href}: no such file {target}")
-        elif parts.fragment and target.suffix == ".md" and parts.fragment not in anchors(
-                target.read_text()):
+        elif (
+            parts.fragment
+            and target.suffix == ".md"
+            and parts.fragment not in anchors(target.read_text())
+        ):
             problems.append(f"{href}: no heading #{parts.fragment} in {target.name}")
     return problems
 
@@ -81,15 +97,19 @@ def test_every_document_under_docs_is_checked_and_reached_from_the_index() -> No
     assert under_docs == set((ROOT / "docs").rglob("*.md"))
     assert any(p.parent.name == "notes" for p in under_docs)
     index = ROOT / "docs" / "README.md"
-    reached = {(index.parent / urlsplit(h).path).resolve()
-               for h in relative_links(index.read_text()) if urlsplit(h).path}
+    reached = {
+        (index.parent / urlsplit(h).path).resolve()
+        for h in relative_links(index.read_text())
+        if urlsplit(h).path
+    }
     missing = sorted(str(p.relative_to(ROOT)) for p in under_docs - {index} - reached)
     assert missing == []
 
 
 def test_the_checker_sees_a_broken_file_and_a_broken_anchor(tmp_path: Path) -> None:
     (tmp_path / "there.md").write_text(
-        "# A `code` heading, with: punctuation\n\n## Twice\n## Twice\n")
+        "# A `code` heading, with: punctuation\n\n## Twice\n## Twice\n"
+    )
     doc = tmp_path / "here.md"
     doc.write_text(
         "[ok](there.md#a-code-heading-with-punctuation) [second](there.md#twice-1) "

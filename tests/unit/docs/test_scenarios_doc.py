@@ -32,9 +32,9 @@ def section(heading: str) -> str:
     """The text under a heading, up to the next heading (of any level)."""
     found = re.search(rf"^#+ {re.escape(heading)}\s*$", DOC, re.M)
     assert found, f"docs/scenarios.md has no heading {heading!r}"
-    rest = DOC[found.end():]
+    rest = DOC[found.end() :]
     end = re.search(r"^#+ ", rest, re.M)
-    return rest[:end.start()] if end else rest
+    return rest[: end.start()] if end else rest
 
 
 def rows(text: str) -> set[str]:
@@ -54,8 +54,7 @@ PARTS: list[tuple[str, type[BaseModel], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("heading", "model", "prefix"), PARTS,
-                         ids=[p[0] for p in PARTS])
+@pytest.mark.parametrize(("heading", "model", "prefix"), PARTS, ids=[p[0] for p in PARTS])
 def test_every_field_has_its_line(heading: str, model: type[BaseModel], prefix: str) -> None:
     documented = rows(section(heading))
     fields = {prefix + name for name in model.model_fields}
@@ -68,8 +67,7 @@ def test_every_model_a_scenario_holds_is_documented() -> None:
     nested = {m for _, m, _ in PARTS}
     for name, info in Scenario.model_fields.items():
         for candidate in re.findall(r"\b[A-Z]\w+", str(info.annotation)):
-            model = getattr(__import__("schemas.scenario", fromlist=[candidate]), candidate,
-                            None)
+            model = getattr(__import__("schemas.scenario", fromlist=[candidate]), candidate, None)
             if isinstance(model, type) and issubclass(model, BaseModel):
                 assert model in nested, f"Scenario.{name} holds {candidate}: add a section"
 

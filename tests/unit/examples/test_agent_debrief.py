@@ -33,7 +33,8 @@ def test_a_return_visit_is_handed_off() -> None:
     debrief, turns = talk("debrief-follow-up-required")
     assert turns[-1].exit_reason == "handed_off"
     assert debrief.to_state()["follow_up"]["parts_on_order"] == [
-        {"code": "PART-COMPRESSOR", "qty": 1}]
+        {"code": "PART-COMPRESSOR", "qty": 1}
+    ]
 
 
 def test_a_quick_question_is_answered_and_closed_with_nothing_filed() -> None:

@@ -88,8 +88,9 @@ def test_only_a_graded_trial_with_nothing_pending_is_a_marker() -> None:
 
 
 def test_a_second_trial_on_a_session_already_graded_is_a_conflict() -> None:
-    graded = domain.on_session(domain.on_conversation(None, conversation(), 0).state,
-                               session(), 1).state
+    graded = domain.on_session(
+        domain.on_conversation(None, conversation(), 0).state, session(), 1
+    ).state
     assert graded is not None and graded.graded_at is not None
     other = conversation(trial="t2", session_id="s-t1", event_id="cf-t2")
     d = domain.on_conversation(graded, other, now=2)
@@ -117,9 +118,13 @@ SP_B = dict(trial="B", session_id="S", event_id="sp-B", trial_id="B", state={})
 
 def _feed(order: list[str]) -> tuple[list[domain.Decision], list[str]]:
     """Feed the events named in `order` (CF:A, SP:B, ...) through the join, as the gate does."""
-    events = {"CF:A": conversation(**A), "CF:B": conversation(**B),
-              "SP:A": session(**SP_A), "SP:B": session(**SP_B),
-              "SP:-": session(trial="x", session_id="S", event_id="sp-none")}
+    events = {
+        "CF:A": conversation(**A),
+        "CF:B": conversation(**B),
+        "SP:A": session(**SP_A),
+        "SP:B": session(**SP_B),
+        "SP:-": session(trial="x", session_id="S", event_id="sp-none"),
+    }
     state, decisions, notes = None, [], []
     for now, name in enumerate(order):
         event = events[name]
@@ -134,20 +139,29 @@ def _feed(order: list[str]) -> tuple[list[domain.Decision], list[str]]:
     return decisions, notes
 
 
-@pytest.mark.parametrize("order, notes", [
-    # the red team's order: A is joined, B's session comes, B's conversation, then A's session
-    (["CF:A", "SP:B", "CF:B", "SP:A"],
-     ["waiting", "session_conflict", "session_conflict", "graded"]),
-    # B's session before any conversation: held, then dropped when A claims the session
-    (["SP:B", "CF:A", "CF:B", "SP:A"],
-     ["waiting", "waiting+refused", "session_conflict", "graded"]),
-    (["SP:B", "CF:A", "SP:A"], ["waiting", "waiting+refused", "graded"]),
-    # A's own session first: B's is refused, A graded on its own
-    (["SP:A", "SP:B", "CF:A"], ["waiting", "session_conflict", "graded"]),
-    (["CF:A", "SP:A", "SP:B"], ["waiting", "graded", "session_conflict"]),
-    (["CF:A", "SP:A", "CF:B", "SP:B"], ["waiting", "graded", "session_conflict",
-                                        "session_conflict"]),
-])
+@pytest.mark.parametrize(
+    "order, notes",
+    [
+        # the red team's order: A is joined, B's session comes, B's conversation, then A's session
+        (
+            ["CF:A", "SP:B", "CF:B", "SP:A"],
+            ["waiting", "session_conflict", "session_conflict", "graded"],
+        ),
+        # B's session before any conversation: held, then dropped when A claims the session
+        (
+            ["SP:B", "CF:A", "CF:B", "SP:A"],
+            ["waiting", "waiting+refused", "session_conflict", "graded"],
+        ),
+        (["SP:B", "CF:A", "SP:A"], ["waiting", "waiting+refused", "graded"]),
+        # A's own session first: B's is refused, A graded on its own
+        (["SP:A", "SP:B", "CF:A"], ["waiting", "session_conflict", "graded"]),
+        (["CF:A", "SP:A", "SP:B"], ["waiting", "graded", "session_conflict"]),
+        (
+            ["CF:A", "SP:A", "CF:B", "SP:B"],
+            ["waiting", "graded", "session_conflict", "session_conflict"],
+        ),
+    ],
+)
 def test_a_session_naming_another_trial_is_never_used_for_the_first(
     order: list[str], notes: list[str]
 ) -> None:

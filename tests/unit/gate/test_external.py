@@ -22,37 +22,44 @@ def reported(*checks: tuple[str, bool, str]) -> list[ExternalCheck]:
 CASES = {
     "none anywhere": ([], [], []),
     "named and passed": (
-        ["pii_scan"], [("pii_scan", True, "no PII found")],
+        ["pii_scan"],
+        [("pii_scan", True, "no PII found")],
         [("external:pii_scan", True, True, True, "no PII found")],
     ),
     "named and failed": (
-        ["pii_scan"], [("pii_scan", False, "card number in turn 3")],
+        ["pii_scan"],
+        [("pii_scan", False, "card number in turn 3")],
         [("external:pii_scan", False, True, True, "card number in turn 3")],
     ),
     "named, not reported": (
-        ["pii_scan"], [],
+        ["pii_scan"],
+        [],
         [("external:pii_scan", False, True, False, None)],
     ),
     "reported, not named: advisory": (
-        [], [("tone", False, "curt")],
+        [],
+        [("tone", False, "curt")],
         [("external:tone", False, False, True, "curt")],
     ),
     "named first in the scenario's order, then unnamed in the event's": (
-        ["b", "a"], [("z", True, ""), ("a", True, "ok"), ("y", False, "no"), ("b", False, "")],
-        [("external:b", False, True, True, "failed (no reason given)"),
-         ("external:a", True, True, True, "ok"),
-         ("external:z", True, False, True, "passed"),
-         ("external:y", False, False, True, "no")],
+        ["b", "a"],
+        [("z", True, ""), ("a", True, "ok"), ("y", False, "no"), ("b", False, "")],
+        [
+            ("external:b", False, True, True, "failed (no reason given)"),
+            ("external:a", True, True, True, "ok"),
+            ("external:z", True, False, True, "passed"),
+            ("external:y", False, False, True, "no"),
+        ],
     ),
 }
 
 
 @pytest.mark.parametrize(("named", "checks", "expected"), CASES.values(), ids=CASES.keys())
 def test_external_results(named, checks, expected) -> None:
-    results = external_results(conversation(checks=reported(*checks)),
-                               scenario(external_checks=named))
-    assert [(r.check, r.passed, r.gating, r.reported) for r in results] == [
-        e[:4] for e in expected]
+    results = external_results(
+        conversation(checks=reported(*checks)), scenario(external_checks=named)
+    )
+    assert [(r.check, r.passed, r.gating, r.reported) for r in results] == [e[:4] for e in expected]
     for r, e in zip(results, expected, strict=True):
         if e[4] is not None:
             assert r.reason == e[4]
@@ -82,9 +89,16 @@ def test_conversation_completion_keeps_its_external_checks() -> None:
 def test_a_regrade_reads_the_checks_against_the_scenario_it_is_graded_against() -> None:
     conv = conversation(checks=reported(("pii_scan", False, "leak")))
     request = RegradeRequest(
-        event_id="rg", trial_id=conv.trial_id, run_id=conv.run_id, scenario_id=conv.scenario_id,
-        scenario_version="v2", session_id=conv.session_id, attempt=2, conversation=conv,
-        session=session())
+        event_id="rg",
+        trial_id=conv.trial_id,
+        run_id=conv.run_id,
+        scenario_id=conv.scenario_id,
+        scenario_version="v2",
+        session_id=conv.session_id,
+        attempt=2,
+        conversation=conv,
+        session=session(),
+    )
     before = exit_gate(conv, scenario(), session()).external_checks
     after = regrade_gates(request, scenario(external_checks=["pii_scan"]), session_wait_s=1)
     assert [c.gating for c in before] == [False]
@@ -96,20 +110,30 @@ def test_metric_labels_are_bounded_by_the_scenario() -> None:
     metrics = GateMetrics(registry)
     sc = scenario(external_checks=["pii_scan", "tool_budget"])
     for i in range(50):  # fifty ids no scenario names: one label value between them
-        conv = conversation(f"t{i}", checks=reported(("pii_scan", i % 2 == 0, ""),
-                                                     (f"random-{i}", False, "")))
+        conv = conversation(
+            f"t{i}", checks=reported(("pii_scan", i % 2 == 0, ""), (f"random-{i}", False, ""))
+        )
         metrics.count(exit_gate(conv, sc, session(f"t{i}")))
-    samples = {(s.labels["check"], s.labels["result"]): s.value
-               for m in registry.collect() if m.name == "passk_external_checks"
-               for s in m.samples if s.name == "passk_external_checks_total"}
+    samples = {
+        (s.labels["check"], s.labels["result"]): s.value
+        for m in registry.collect()
+        if m.name == "passk_external_checks"
+        for s in m.samples
+        if s.name == "passk_external_checks_total"
+    }
     assert samples == {
         ("external:pii_scan", "passed"): 25,
         ("external:pii_scan", "failed"): 25,
         ("external:tool_budget", "missing"): 50,
         (UNNAMED_LABEL, "failed"): 50,
     }
-    gates = [s for m in registry.collect() if m.name == "passk_gate_results"
-             for s in m.samples if s.name == "passk_gate_results_total"]
+    gates = [
+        s
+        for m in registry.collect()
+        if m.name == "passk_gate_results"
+        for s in m.samples
+        if s.name == "passk_gate_results_total"
+    ]
     assert sum(s.value for s in gates) == 50
 
 

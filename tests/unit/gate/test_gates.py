@@ -40,9 +40,7 @@ def test_turns_count_user_and_assistant_only() -> None:
     assert count_turns(conversation().transcript) == 4
 
 
-@pytest.mark.parametrize(
-    ("reported_turns", "passed"), [(6, True), (7, False), (None, True)]
-)
+@pytest.mark.parametrize(("reported_turns", "passed"), [(6, True), (7, False), (None, True)])
 def test_turn_limit_uses_reported_turns_else_counts(reported_turns, passed) -> None:
     conv = conversation(metrics=TrialMetrics(turns=reported_turns, duration_ms=1000))
     result = exit_gate(conv, scenario())
@@ -53,8 +51,9 @@ def test_turn_limit_uses_reported_turns_else_counts(reported_turns, passed) -> N
 
 def test_counted_turns_over_limit_fail() -> None:
     many = [Message(role="user", content="hi"), Message(role="assistant", content="hello")] * 4
-    result = exit_gate(conversation(transcript=many, metrics=TrialMetrics(duration_ms=10)),
-                       scenario())
+    result = exit_gate(
+        conversation(transcript=many, metrics=TrialMetrics(duration_ms=10)), scenario()
+    )
     assert not result.passed
     assert "8 turns (counted from the transcript) exceed the limit of 6" in result.reasons
 
@@ -121,9 +120,16 @@ def test_a_regrade_grades_its_request_under_its_attempt_with_new_ids() -> None:
     sc = scenario()
     conv, sess = conversation("t9"), session("t9")
     request = RegradeRequest(
-        event_id="regrade:t9:2", trial_id="t9", run_id=conv.run_id, scenario_id=sc.id,
-        scenario_version=sc.version or "", session_id=conv.session_id, attempt=2,
-        conversation=conv, session=sess)
+        event_id="regrade:t9:2",
+        trial_id="t9",
+        run_id=conv.run_id,
+        scenario_id=sc.id,
+        scenario_version=sc.version or "",
+        session_id=conv.session_id,
+        attempt=2,
+        conversation=conv,
+        session=sess,
+    )
     first = gates_for(conv, sess, sc, waited_s=120)
     again = regrade_gates(request, sc, session_wait_s=120)
     assert [g.gate for g in again] == [g.gate for g in first]
@@ -131,8 +137,7 @@ def test_a_regrade_grades_its_request_under_its_attempt_with_new_ids() -> None:
     assert all(g.attempt == 2 for g in again)
     assert [g.event_id for g in again] == [f"{g.event_id}:attempt-2" for g in first]
     # no session in the log: the state gate fails as a missing session, with the wait
-    missing = regrade_gates(request.model_copy(update={"session": None}), sc,
-                            session_wait_s=120)
+    missing = regrade_gates(request.model_copy(update={"session": None}), sc, session_wait_s=120)
     state = next(g for g in missing if g.gate == "state")
     assert not state.passed and "no persisted session within 120 s" in state.reasons[0]
 

@@ -42,10 +42,17 @@ class Gate:
         self.reject = FakeDeadLetters(self.log, "gate", self.settings)
         catalog = FakeCatalog(*(scenarios or (scenario(),)))
         self.join = FakeJoin(self.log, catalog, self.reject)
-        self.steps = Steps(self.settings, TIMING, self.join, deliver=FakeDelivery(self.log),
-                           gate_results="gate-results", judge_requests="judge-requests",
-                           session_topic=SESS, metrics=GateMetrics(self.registry),
-                           common=CommonMetrics(self.registry))
+        self.steps = Steps(
+            self.settings,
+            TIMING,
+            self.join,
+            deliver=FakeDelivery(self.log),
+            gate_results="gate-results",
+            judge_requests="judge-requests",
+            session_topic=SESS,
+            metrics=GateMetrics(self.registry),
+            common=CommonMetrics(self.registry),
+        )
 
     def count(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
@@ -57,8 +64,9 @@ class Gate:
         return [json.loads(value) for t, _, value in self.log.of("send") if t == topic]
 
 
-async def test_a_conversation_waits_for_its_session_then_both_gates_are_sent_before_the_store(
-) -> None:
+async def test_a_conversation_waits_for_its_session_then_both_gates_are_sent_before_the_store() -> (
+    None
+):
     gate = Gate()
     await gate.steps.on_conversation(record(CONV, encode(conversation("t1"))))
     assert gate.log.kinds() == ["store"]  # waiting: stored, nothing sent
@@ -110,8 +118,7 @@ async def test_a_conversation_from_the_future_is_refused_and_not_joined() -> Non
 
 async def test_a_conversation_of_an_unpublished_scenario_is_refused() -> None:
     gate = Gate()
-    await gate.steps.on_conversation(record(CONV, encode(conversation("t1",
-                                                                     scenario_id="nope"))))
+    await gate.steps.on_conversation(record(CONV, encode(conversation("t1", scenario_id="nope"))))
     assert gate.log.reasons() == ["unknown_scenario"]
     assert gate.join.states == {}
 
@@ -146,7 +153,7 @@ async def test_a_held_session_of_another_trial_is_dead_lettered_as_itself() -> N
 async def test_a_tick_past_the_wait_grades_without_a_session_and_counts_it_missing() -> None:
     gate = Gate()
     await gate.steps.on_conversation(record(CONV, encode(conversation("t1"))))
-    (_, waiting), = gate.log.of("store")
+    ((_, waiting),) = gate.log.of("store")
     tick = record("p.gate-ticks", None, key=b"s-t1")
     await gate.steps.on_tick(tick, "s-t1", waiting, time.time() + TIMING.session_wait_s + 1)
     assert gate.log.kinds() == ["store", "send", "send", "store"]
@@ -159,9 +166,10 @@ async def test_a_tick_past_the_wait_grades_without_a_session_and_counts_it_missi
 async def test_an_expired_orphan_session_is_forgotten_and_counted() -> None:
     gate = Gate()
     await gate.steps.on_session(record(SESS, encode(session("t1"))))
-    (_, held), = gate.log.of("store")
-    await gate.steps.on_tick(record("p.gate-ticks", None), "s-t1", held,
-                             time.time() + TIMING.orphan_ttl_s + 1)
+    ((_, held),) = gate.log.of("store")
+    await gate.steps.on_tick(
+        record("p.gate-ticks", None), "s-t1", held, time.time() + TIMING.orphan_ttl_s + 1
+    )
     assert gate.log.of("store")[-1] == ("s-t1", None)
     assert gate.count("passk_gate_orphan_sessions_total") == 1
 
@@ -180,9 +188,16 @@ async def test_a_regrade_is_delivered_at_once_and_leaves_the_join_alone() -> Non
     gate = Gate(sc)
     conv: ConversationFinished = conversation("t1")
     request = RegradeRequest(
-        event_id="regrade:t1:2", trial_id="t1", run_id=conv.run_id, scenario_id=sc.id,
-        scenario_version=sc.version or "", session_id=conv.session_id, attempt=2,
-        conversation=conv, session=session("t1"))
+        event_id="regrade:t1:2",
+        trial_id="t1",
+        run_id=conv.run_id,
+        scenario_id=sc.id,
+        scenario_version=sc.version or "",
+        session_id=conv.session_id,
+        attempt=2,
+        conversation=conv,
+        session=session("t1"),
+    )
     await gate.steps.regrade(record(REGRADE, encode(request)))
     delivered = [GateResult.model_validate_json(v) for _, _, v in gate.log.of("deliver")]
     assert sorted(r.gate for r in delivered) == ["exit", "state"]
@@ -196,8 +211,15 @@ async def test_a_regrade_of_an_unpublished_version_is_a_dead_letter() -> None:
     gate = Gate()
     conv = conversation("t1")
     request = RegradeRequest(
-        event_id="regrade:t1:2", trial_id="t1", run_id=conv.run_id, scenario_id=conv.scenario_id,
-        scenario_version="never", session_id=conv.session_id, attempt=2, conversation=conv)
+        event_id="regrade:t1:2",
+        trial_id="t1",
+        run_id=conv.run_id,
+        scenario_id=conv.scenario_id,
+        scenario_version="never",
+        session_id=conv.session_id,
+        attempt=2,
+        conversation=conv,
+    )
     await gate.steps.regrade(record(REGRADE, encode(request)))
     assert gate.log.kinds() == ["reject"]
     assert gate.log.reasons() == ["unknown_scenario_version"]
@@ -217,8 +239,9 @@ async def test_a_pinned_conversation_is_graded_against_its_version_not_the_lates
 
 async def test_a_conversation_pinned_to_a_version_never_published_is_refused() -> None:
     gate = Gate()
-    await gate.steps.on_conversation(record(CONV, encode(
-        conversation("t1", scenario_version="0123456789abcdef"))))
+    await gate.steps.on_conversation(
+        record(CONV, encode(conversation("t1", scenario_version="0123456789abcdef")))
+    )
     assert gate.log.reasons() == ["unknown_scenario_version"]
     assert "'0123456789abcdef'" in gate.reject.sent[0][1].detail
     assert gate.join.states == {} and gate.sent() == []

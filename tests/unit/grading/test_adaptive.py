@@ -32,37 +32,59 @@ def width(n: int, c: int, k: int, mass: float = 0.9) -> float:
     return beta.ppf(1 - tail, c + 1, n - c + 1) ** k - beta.ppf(tail, c + 1, n - c + 1) ** k
 
 
-def obs(sid: str, trials: int, passed: int, failed: int, *, k: int = 1, goal: float = 0.5,
-        errors: int = 0, invalid: int = 0, initial: int = 0) -> Observed:
-    return Observed(sid, k=k, goal=goal, trials=trials, passed=passed, failed=failed,
-                    errors=errors, invalid=invalid, initial=initial)
+def obs(
+    sid: str,
+    trials: int,
+    passed: int,
+    failed: int,
+    *,
+    k: int = 1,
+    goal: float = 0.5,
+    errors: int = 0,
+    invalid: int = 0,
+    initial: int = 0,
+) -> Observed:
+    return Observed(
+        sid,
+        k=k,
+        goal=goal,
+        trials=trials,
+        passed=passed,
+        failed=failed,
+        errors=errors,
+        invalid=invalid,
+        initial=initial,
+    )
 
 
 # ------------------------------------------------------------------ decided or not
 
-LOW3 = all_passed_lower(3, 1)      # 0.4729: 3 of 3 passed, k = 1
-HIGH3 = none_passed_upper(3, 1)    # 0.5271: 0 of 3 passed, k = 1
+LOW3 = all_passed_lower(3, 1)  # 0.4729: 3 of 3 passed, k = 1
+HIGH3 = none_passed_upper(3, 1)  # 0.5271: 0 of 3 passed, k = 1
 
 
-@pytest.mark.parametrize(("n", "c", "k", "goal", "want"), [
-    # the lower bound must be strictly above the goal
-    (3, 3, 1, LOW3 - 1e-9, ABOVE),
-    (3, 3, 1, LOW3 + 1e-9, UNDECIDED),
-    # the upper bound strictly below it
-    (3, 0, 1, HIGH3 + 1e-9, BELOW),
-    (3, 0, 1, HIGH3 - 1e-9, UNDECIDED),
-    # k raises both bounds to the k-th power: 3 of 3 at k = 3 is not above 0.2 any more
-    (3, 3, 3, 0.2, UNDECIDED),
-    (3, 3, 3, LOW3 ** 3 - 1e-9, ABOVE),
-    # 40 passes in a row at k = 3 is above the default alert target 0.8; 38 is not
-    (40, 40, 3, 0.8, ABOVE),
-    (38, 38, 3, 0.8, UNDECIDED),
-    # fewer than k judged trials: undecided, however low the upper bound
-    (2, 0, 3, 0.99, UNDECIDED),
-    (3, 0, 3, 0.99, BELOW),
-    # no trial at all: the prior's interval holds every goal inside
-    (0, 0, 1, 0.5, UNDECIDED),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "k", "goal", "want"),
+    [
+        # the lower bound must be strictly above the goal
+        (3, 3, 1, LOW3 - 1e-9, ABOVE),
+        (3, 3, 1, LOW3 + 1e-9, UNDECIDED),
+        # the upper bound strictly below it
+        (3, 0, 1, HIGH3 + 1e-9, BELOW),
+        (3, 0, 1, HIGH3 - 1e-9, UNDECIDED),
+        # k raises both bounds to the k-th power: 3 of 3 at k = 3 is not above 0.2 any more
+        (3, 3, 3, 0.2, UNDECIDED),
+        (3, 3, 3, LOW3**3 - 1e-9, ABOVE),
+        # 40 passes in a row at k = 3 is above the default alert target 0.8; 38 is not
+        (40, 40, 3, 0.8, ABOVE),
+        (38, 38, 3, 0.8, UNDECIDED),
+        # fewer than k judged trials: undecided, however low the upper bound
+        (2, 0, 3, 0.99, UNDECIDED),
+        (3, 0, 3, 0.99, BELOW),
+        # no trial at all: the prior's interval holds every goal inside
+        (0, 0, 1, 0.5, UNDECIDED),
+    ],
+)
 def test_decision_at_the_boundary(n: int, c: int, k: int, goal: float, want: str) -> None:
     assert decide(n, c, k, goal)[2] == want
 
@@ -97,16 +119,21 @@ def test_initial_trials_include_trials_asked_for_and_only_the_missing_ones() -> 
 
 
 def test_a_budget_short_of_the_initial_trials_spreads_them_fewest_first() -> None:
-    got = next_round([obs("a", 0, 0, 0, k=3), obs("b", 1, 1, 0, k=3), obs("c", 0, 0, 0, k=3)],
-                     budget=5)
+    got = next_round(
+        [obs("a", 0, 0, 0, k=3), obs("b", 1, 1, 0, k=3), obs("c", 0, 0, 0, k=3)], budget=5
+    )
     # a and c lack 3, b lacks 2: one each to a, c (most missing first), then b, then a
     assert got == {"a": 2, "c": 1, "b": 1}
     assert sum(got.values()) == 5 - 1
 
 
 def test_decided_scenarios_get_nothing_and_undecided_one_each() -> None:
-    rows = [obs("high", 20, 20, 0), obs("low", 20, 0, 20), obs("mid1", 4, 2, 2),
-            obs("mid2", 6, 3, 3)]
+    rows = [
+        obs("high", 20, 20, 0),
+        obs("low", 20, 0, 20),
+        obs("mid1", 4, 2, 2),
+        obs("mid2", 6, 3, 3),
+    ]
     assert [standing(o).decision for o in rows] == [ABOVE, BELOW, UNDECIDED, UNDECIDED]
     assert next_round(rows, budget=1000) == {"mid1": 1, "mid2": 1}
 

@@ -18,9 +18,13 @@ from services.grading.calibration import (
 
 def matrix(tp: int, fp: int, fn: int, tn: int, errors: int = 0) -> Matrix:
     m = Matrix()
-    for result, label, count in (("failed", "fail", tp), ("failed", "pass", fp),
-                                 ("passed", "fail", fn), ("passed", "pass", tn),
-                                 ("error", "pass", errors)):
+    for result, label, count in (
+        ("failed", "fail", tp),
+        ("failed", "pass", fp),
+        ("passed", "fail", fn),
+        ("passed", "pass", tn),
+        ("error", "pass", errors),
+    ):
         for _ in range(count):
             m = m.add(result, label)  # type: ignore[arg-type]
     return m
@@ -36,8 +40,9 @@ def matrix(tp: int, fp: int, fn: int, tn: int, errors: int = 0) -> Matrix:
         ((6, 4, 0, 5), 0.6, 1.0),
     ],
 )
-def test_precision_and_recall(cells: tuple[int, int, int, int], precision: float | None,
-                              recall: float | None) -> None:
+def test_precision_and_recall(
+    cells: tuple[int, int, int, int], precision: float | None, recall: float | None
+) -> None:
     m = matrix(*cells)
     assert (m.tp, m.fp, m.fn, m.tn) == cells and m.n == sum(cells)
     assert m.precision == (pytest.approx(precision) if precision is not None else None)
@@ -68,17 +73,32 @@ def test_the_bar(cells: tuple[int, int, int, int], errors: int, gates: bool, why
 def test_a_judge_version_changes_with_each_of_its_four_parts() -> None:
     base = judge_version("j", "The agent was polite.", "p1", "m1")
     assert judge_version("j", "  The agent was polite.\n", "p1", "m1") == base
-    others = {judge_version("k", "The agent was polite.", "p1", "m1"),
-              judge_version("j", "The agent was rude.", "p1", "m1"),
-              judge_version("j", "The agent was polite.", "p2", "m1"),
-              judge_version("j", "The agent was polite.", "p1", "m2")}
+    others = {
+        judge_version("k", "The agent was polite.", "p1", "m1"),
+        judge_version("j", "The agent was rude.", "p1", "m1"),
+        judge_version("j", "The agent was polite.", "p2", "m1"),
+        judge_version("j", "The agent was polite.", "p1", "m2"),
+    }
     assert base not in others and len(others) == 4
 
 
 def calibrated(version: str, cells: tuple[int, int, int, int]) -> CalibrationBook:
-    return CalibrationBook([calibration_event(
-        judge_id="j", version=version, matrix=matrix(*cells), bar=Bar(), source="set",
-        assertion="a", prompt_hash="p", model="m", dimension=None, event_id=f"c-{cells}")])
+    return CalibrationBook(
+        [
+            calibration_event(
+                judge_id="j",
+                version=version,
+                matrix=matrix(*cells),
+                bar=Bar(),
+                source="set",
+                assertion="a",
+                prompt_hash="p",
+                model="m",
+                dimension=None,
+                event_id=f"c-{cells}",
+            )
+        ]
+    )
 
 
 LLM = JudgeSpec(id="j", assertion="a")
@@ -88,22 +108,58 @@ LLM = JudgeSpec(id="j", assertion="a")
     ("spec", "version", "book", "uncalibrated", "gates", "why"),
     [
         (LLM, "v1", CalibrationBook(), "advisory", False, "uncalibrated"),
-        (LLM, "v1", CalibrationBook(), "gating", True,
-         "uncalibrated (PASSK_UNCALIBRATED_JUDGES=gating)"),
-        (LLM, "v1", calibrated("v1", (11, 2, 1, 6)), "advisory", True,
-         "precision 0.85 >= 0.80 on 20 labels"),
-        (LLM, "v1", calibrated("v1", (6, 4, 0, 5)), "gating", False,
-         "below the bar: precision 0.60 < 0.80"),
+        (
+            LLM,
+            "v1",
+            CalibrationBook(),
+            "gating",
+            True,
+            "uncalibrated (PASSK_UNCALIBRATED_JUDGES=gating)",
+        ),
+        (
+            LLM,
+            "v1",
+            calibrated("v1", (11, 2, 1, 6)),
+            "advisory",
+            True,
+            "precision 0.85 >= 0.80 on 20 labels",
+        ),
+        (
+            LLM,
+            "v1",
+            calibrated("v1", (6, 4, 0, 5)),
+            "gating",
+            False,
+            "below the bar: precision 0.60 < 0.80",
+        ),
         # a new version (another assertion, prompt or model) starts uncalibrated
         (LLM, "v2", calibrated("v1", (11, 2, 1, 6)), "advisory", False, "uncalibrated"),
-        (JudgeSpec(id="j", assertion="a", gating=False), "v1", calibrated("v1", (11, 2, 1, 6)),
-         "gating", False, "gating: false in the scenario"),
-        (JudgeSpec(id="r", kind="regex", pattern="x"), None, CalibrationBook(), "advisory", True,
-         "deterministic (regex)"),
+        (
+            JudgeSpec(id="j", assertion="a", gating=False),
+            "v1",
+            calibrated("v1", (11, 2, 1, 6)),
+            "gating",
+            False,
+            "gating: false in the scenario",
+        ),
+        (
+            JudgeSpec(id="r", kind="regex", pattern="x"),
+            None,
+            CalibrationBook(),
+            "advisory",
+            True,
+            "deterministic (regex)",
+        ),
     ],
 )
-def test_who_may_fail_a_trial(spec: JudgeSpec, version: str | None, book: CalibrationBook,
-                              uncalibrated: str, gates: bool, why: str) -> None:
+def test_who_may_fail_a_trial(
+    spec: JudgeSpec,
+    version: str | None,
+    book: CalibrationBook,
+    uncalibrated: str,
+    gates: bool,
+    why: str,
+) -> None:
     policy = GatingPolicy(bar=Bar(), uncalibrated=uncalibrated)  # type: ignore[arg-type]
     assert policy.gates(spec, version, book.get(version)) == (gates, why)
 

@@ -58,9 +58,7 @@ def test_estimator_table(n: int, c: int, k: int, at: float | None, hat: float | 
         assert pass_hat_k(n, c, k) == pytest.approx(hat)
 
 
-@pytest.mark.parametrize(
-    ("n", "k"), [(n, k) for n in range(1, 9) for k in range(1, n + 1)]
-)
+@pytest.mark.parametrize(("n", "k"), [(n, k) for n in range(1, 9) for k in range(1, n + 1)])
 def test_matches_brute_force_over_every_k_subset(n: int, k: int) -> None:
     for c in range(n + 1):
         any_passed, all_passed = brute_force(trials(n, c), k)

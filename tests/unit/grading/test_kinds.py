@@ -98,11 +98,19 @@ def test_repeated_question_fails_on_a_question_asked_again() -> None:
     from services.grading.kinds import repeated_question
 
     spec = JudgeSpec(id="no_repeat", kind="repeated_question")
-    again = repeated_question(spec, _asked("What was the fault?", "Noted. Which parts?",
-                                           "Sorry, what was the fault again? And: tests?"))
+    again = repeated_question(
+        spec,
+        _asked(
+            "What was the fault?",
+            "Noted. Which parts?",
+            "Sorry, what was the fault again? And: tests?",
+        ),
+    )
     assert not again.passed and "already asked in assistant message 0" in again.reason
-    fine = repeated_question(spec, _asked("What was the fault?", "What did you do to fix it?",
-                                          "Which parts did you fit?"))
+    fine = repeated_question(
+        spec,
+        _asked("What was the fault?", "What did you do to fix it?", "Which parts did you fit?"),
+    )
     assert fine.passed
     # Short questions ("Anything else?") may come back; they are below min_words.
     assert repeated_question(spec, _asked("Anything else?", "Anything else?")).passed

@@ -45,16 +45,36 @@ def test_settings_refuse_a_bad_window_list() -> None:
 @pytest.mark.parametrize(
     ("at", "size", "start", "end"),
     [
-        ("2026-11-30T11:59:59", WindowSize("1h", 3600), "2026-11-30T11:00:00Z",
-         "2026-11-30T12:00:00Z"),
-        ("2026-11-30T12:00:00", WindowSize("1h", 3600), "2026-11-30T12:00:00Z",
-         "2026-11-30T13:00:00Z"),  # windows are [start, end)
-        ("2026-11-30T23:30:00", WindowSize("1d", 86400), "2026-11-30T00:00:00Z",
-         "2026-12-01T00:00:00Z"),
-        ("2026-11-30T11:07:30", WindowSize("15m", 900), "2026-11-30T11:00:00Z",
-         "2026-11-30T11:15:00Z"),
-        ("1969-12-31T23:30:00", WindowSize("1h", 3600), "1969-12-31T23:00:00Z",
-         "1970-01-01T00:00:00Z"),  # before the epoch: still aligned, not truncated to zero
+        (
+            "2026-11-30T11:59:59",
+            WindowSize("1h", 3600),
+            "2026-11-30T11:00:00Z",
+            "2026-11-30T12:00:00Z",
+        ),
+        (
+            "2026-11-30T12:00:00",
+            WindowSize("1h", 3600),
+            "2026-11-30T12:00:00Z",
+            "2026-11-30T13:00:00Z",
+        ),  # windows are [start, end)
+        (
+            "2026-11-30T23:30:00",
+            WindowSize("1d", 86400),
+            "2026-11-30T00:00:00Z",
+            "2026-12-01T00:00:00Z",
+        ),
+        (
+            "2026-11-30T11:07:30",
+            WindowSize("15m", 900),
+            "2026-11-30T11:00:00Z",
+            "2026-11-30T11:15:00Z",
+        ),
+        (
+            "1969-12-31T23:30:00",
+            WindowSize("1h", 3600),
+            "1969-12-31T23:00:00Z",
+            "1970-01-01T00:00:00Z",
+        ),  # before the epoch: still aligned, not truncated to zero
     ],
 )
 def test_window_holding_a_time(at: str, size: WindowSize, start: str, end: str) -> None:

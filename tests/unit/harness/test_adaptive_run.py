@@ -22,8 +22,7 @@ RUN = "r:1"  # a run id with a colon, as run ids may have
 
 
 def scenario(sid: str, k: int = 3, alert: float | None = None) -> Scenario:
-    body = {"id": sid, "trials": k, "expected_exit": "product_closed",
-            "user": {"script": ["hi"]}}
+    body = {"id": sid, "trials": k, "expected_exit": "product_closed", "user": {"script": ["hi"]}}
     if alert is not None:
         body["alert"] = {"min_pass_hat_k": alert}
     return Scenario.model_validate(body)
@@ -42,7 +41,8 @@ class FakePipeline:
             self.played.append(p.trial_id)
             self.pending[p.trial_id] = self.outcome(p.scenario.id, p.number)
         return RunSummary(planned=len(todo), run=len(todo), published=len(todo)), {
-            p.trial_id for p in todo}
+            p.trial_id for p in todo
+        }
 
     def verdicts(self) -> dict[str, str]:
         # what was pending at the last poll is now projected: verdicts lag one poll
@@ -61,13 +61,25 @@ def truth(sid: str, number: int) -> str:
     return "passed" if number % 3 else "failed"  # mid: two of three pass
 
 
-def run(pipeline: FakePipeline, scenarios: list[Scenario], budget: int, *,
-        in_log: set[str] | None = None, **options: object):  # type: ignore[no-untyped-def]
-    return asyncio.run(run_adaptive(
-        run_id=RUN, scenarios=scenarios,
-        options=AdaptiveOptions(budget=budget, poll_s=0.001, **options),  # type: ignore[arg-type]
-        default_goal=0.8, in_log=in_log if in_log is not None else set(pipeline.projection),
-        play=pipeline.play, verdicts=pipeline.verdicts))
+def run(
+    pipeline: FakePipeline,
+    scenarios: list[Scenario],
+    budget: int,
+    *,
+    in_log: set[str] | None = None,
+    **options: object,
+):  # type: ignore[no-untyped-def]
+    return asyncio.run(
+        run_adaptive(
+            run_id=RUN,
+            scenarios=scenarios,
+            options=AdaptiveOptions(budget=budget, poll_s=0.001, **options),  # type: ignore[arg-type]
+            default_goal=0.8,
+            in_log=in_log if in_log is not None else set(pipeline.projection),
+            play=pipeline.play,
+            verdicts=pipeline.verdicts,
+        )
+    )
 
 
 SCENARIOS = [scenario("good"), scenario("bad"), scenario("mid")]
@@ -85,11 +97,13 @@ def test_decides_far_scenarios_within_budget_and_waits_for_verdicts() -> None:
     assert result.trials_run == sum(s.n for s in result.standings)
     # every verdict waited for: the counts are the projection's, none missing
     assert all(s.passed + s.failed == s.trials for s in result.standings)
-    assert by["mid"].passed == sum(1 for t in pipeline.played
-                                   if ":mid:" in t and truth("mid", int(t[-3:])) == "passed")
+    assert by["mid"].passed == sum(
+        1 for t in pipeline.played if ":mid:" in t and truth("mid", int(t[-3:])) == "passed"
+    )
     # trial ids continue from 001 without gaps
     assert sorted(t for t in pipeline.played if ":good:" in t) == [
-        f"{RUN}:good:{n:03d}" for n in range(1, 13)]
+        f"{RUN}:good:{n:03d}" for n in range(1, 13)
+    ]
 
 
 def test_budget_is_never_exceeded_and_a_rerun_adds_nothing() -> None:
@@ -108,11 +122,18 @@ def test_budget_is_never_exceeded_and_a_rerun_adds_nothing() -> None:
 def test_batch_bounds_each_round() -> None:
     pipeline = FakePipeline(truth)
     rounds: list[dict[str, int]] = []
-    asyncio.run(run_adaptive(
-        run_id=RUN, scenarios=SCENARIOS, options=AdaptiveOptions(
-            budget=40, goal=0.5, batch=4, poll_s=0.001),
-        default_goal=0.8, in_log=set(), play=pipeline.play, verdicts=pipeline.verdicts,
-        on_round=lambda n, given: rounds.append(dict(given))))
+    asyncio.run(
+        run_adaptive(
+            run_id=RUN,
+            scenarios=SCENARIOS,
+            options=AdaptiveOptions(budget=40, goal=0.5, batch=4, poll_s=0.001),
+            default_goal=0.8,
+            in_log=set(),
+            play=pipeline.play,
+            verdicts=pipeline.verdicts,
+            on_round=lambda n, given: rounds.append(dict(given)),
+        )
+    )
     assert rounds[0] == {"good": 3, "bad": 3, "mid": 3}  # the initial k each
     assert all(sum(r.values()) <= 4 for r in rounds[1:])
     assert "bad" not in {sid for r in rounds[1:] for sid in r}
@@ -140,36 +161,49 @@ def test_a_verdict_that_never_comes_stops_the_run_with_exit_1() -> None:
     assert result.exit_code() == 1 and len(pipeline.played) == 3
 
 
-@pytest.mark.parametrize(("given", "alert", "want"), [
-    (0.6, 0.9, 0.6), (None, 0.9, 0.9), (None, None, 0.8)])
+@pytest.mark.parametrize(
+    ("given", "alert", "want"), [(0.6, 0.9, 0.6), (None, 0.9, 0.9), (None, None, 0.8)]
+)
 def test_goal_is_the_option_else_the_alert_target_else_the_default(
-        given: float | None, alert: float | None, want: float) -> None:
+    given: float | None, alert: float | None, want: float
+) -> None:
     assert goal_of(scenario("s", alert=alert), given, 0.8) == want
 
 
 def test_the_summary_table_says_each_decision_and_the_fixed_plan(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     pipeline = FakePipeline(truth)
     result = run(pipeline, SCENARIOS, budget=20, goal=0.5)
     out, err = io.StringIO(), io.StringIO()
     with pytest.raises(typer.Exit) as ended:
-        _adaptive_summary(result, Console(file=out, width=200), Console(file=err, width=200),
-                          False)
+        _adaptive_summary(result, Console(file=out, width=200), Console(file=err, width=200), False)
     assert ended.value.exit_code == 0
     text = out.getvalue()
-    rows = {line.split()[1]: line for line in text.splitlines() if "debrief" in line
-            or any(f" {sid} " in line for sid in ("good", "bad", "mid"))}
+    rows = {
+        line.split()[1]: line
+        for line in text.splitlines()
+        if "debrief" in line or any(f" {sid} " in line for sid in ("good", "bad", "mid"))
+    }
     assert "below" in rows["bad"] and "undecided" in rows["mid"] and "undecided" in rows["good"]
     assert f"trials run: 20 of a budget of 20 (20 now, in {result.rounds} round(s))" in text
     assert f"same interval widths: {result.fixed_plan_trials}" in text
     with pytest.raises(typer.Exit):
-        _adaptive_summary(result, Console(file=io.StringIO()), Console(file=io.StringIO()),
-                          True)
+        _adaptive_summary(result, Console(file=io.StringIO()), Console(file=io.StringIO()), True)
     data = json.loads(capsys.readouterr().out)
     assert list(data)[:4] == ["run_id", "trials_run", "budget", "scenarios"]
     assert list(data["scenarios"][0])[:10] == [
-        "scenario_id", "n", "passed", "failed", "errors", "invalid", "pass_hat_k", "lower",
-        "upper", "decision"]
+        "scenario_id",
+        "n",
+        "passed",
+        "failed",
+        "errors",
+        "invalid",
+        "pass_hat_k",
+        "lower",
+        "upper",
+        "decision",
+    ]
 
 
 def test_trials_of_the_run_for_other_scenarios_count_against_the_budget() -> None:

@@ -24,16 +24,31 @@ def c(check_id: str, passed: bool, reason: str = "") -> ExternalCheck:
 
 
 CASES = {
-    "new ids are appended in order": ([c("a", True)], [c("b", False, "x")],
-                                      [("a", True, ""), ("b", False, "x")]),
-    "a later failure replaces a pass": ([c("a", True, "ok")], [c("a", False, "leak")],
-                                        [("a", False, "leak")]),
-    "a later pass does not undo a failure": ([c("a", False, "leak")], [c("a", True, "ok")],
-                                             [("a", False, "leak")]),
-    "the first failure's reason is kept": ([c("a", False, "first")], [c("a", False, "second")],
-                                           [("a", False, "first")]),
-    "repeats within one reply fold too": ([], [c("a", True), c("a", False, "no"), c("a", True)],
-                                          [("a", False, "no")]),
+    "new ids are appended in order": (
+        [c("a", True)],
+        [c("b", False, "x")],
+        [("a", True, ""), ("b", False, "x")],
+    ),
+    "a later failure replaces a pass": (
+        [c("a", True, "ok")],
+        [c("a", False, "leak")],
+        [("a", False, "leak")],
+    ),
+    "a later pass does not undo a failure": (
+        [c("a", False, "leak")],
+        [c("a", True, "ok")],
+        [("a", False, "leak")],
+    ),
+    "the first failure's reason is kept": (
+        [c("a", False, "first")],
+        [c("a", False, "second")],
+        [("a", False, "first")],
+    ),
+    "repeats within one reply fold too": (
+        [],
+        [c("a", True), c("a", False, "no"), c("a", True)],
+        [("a", False, "no")],
+    ),
 }
 
 
@@ -52,11 +67,25 @@ def test_an_agent_repeating_a_check_every_turn_still_gives_a_valid_event() -> No
     conv = Conversation()
     for i, passed in enumerate([True, False, True]):
         conv.said_by_user(f"turn {i}")
-        conv.replied(parse_reply({"reply": "ok", "session_id": "S1", "checks": [
-            {"id": "pii_scan", "passed": passed, "reason": f"turn {i}"}]}), 1.0)
+        conv.replied(
+            parse_reply(
+                {
+                    "reply": "ok",
+                    "session_id": "S1",
+                    "checks": [{"id": "pii_scan", "passed": passed, "reason": f"turn {i}"}],
+                }
+            ),
+            1.0,
+        )
     finished = FinishedTrial(
-        planned=PlannedTrial(scenario(), 1, "run:s:001"), run_id="run", agent_version=None,
-        exit_reason="product_closed", conversation=conv, duration_ms=1.0,
-        finished_at=datetime(2026, 1, 1, tzinfo=UTC), harness_error=None)
+        planned=PlannedTrial(scenario(), 1, "run:s:001"),
+        run_id="run",
+        agent_version=None,
+        exit_reason="product_closed",
+        conversation=conv,
+        duration_ms=1.0,
+        finished_at=datetime(2026, 1, 1, tzinfo=UTC),
+        harness_error=None,
+    )
     event = conversation_event(finished)
     assert [(x.id, x.passed, x.reason) for x in event.checks] == [("pii_scan", False, "turn 1")]

@@ -13,8 +13,15 @@ from kafka.future import Future
 from schemas.events import ConversationFinished, SessionPersisted
 from services.harness.log import acknowledged, publisher
 
-CONV = ConversationFinished(event_id="cf", run_id="r", scenario_id="s", trial_id="r:s:001",
-                            session_id="x", exit_reason="product_closed", transcript=[])
+CONV = ConversationFinished(
+    event_id="cf",
+    run_id="r",
+    scenario_id="s",
+    trial_id="r:s:001",
+    session_id="x",
+    exit_reason="product_closed",
+    transcript=[],
+)
 SESS = SessionPersisted(event_id="sp", session_id="x", state={})
 
 

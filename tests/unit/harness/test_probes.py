@@ -23,8 +23,15 @@ def store(path: Path) -> sqlite3.Connection:
 
 async def test_sql_probe_reads_state_and_exit(tmp_path: Path) -> None:
     store(tmp_path / "p.db")
-    probe = SqlStateProbe(SqlProbe(kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}",
-                                   query=QUERY, exit_column="exit_reason", wait_s=0))
+    probe = SqlStateProbe(
+        SqlProbe(
+            kind="sql",
+            url=f"sqlite:///{tmp_path / 'p.db'}",
+            query=QUERY,
+            exit_column="exit_reason",
+            wait_s=0,
+        )
+    )
     found, why = await probe.find("s1")
     assert found is not None and (found.state, found.exit_reason) == ({"a": 1}, "handed_off")
     missing, why = await probe.find("nope")
@@ -45,8 +52,11 @@ def test_sql_probe_cannot_write(tmp_path: Path) -> None:
 
 async def test_sql_probe_polls_until_the_row_appears(tmp_path: Path) -> None:
     db = store(tmp_path / "p.db")
-    probe = SqlStateProbe(SqlProbe(kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}",
-                                   query=QUERY, wait_s=5, interval_s=0.05))
+    probe = SqlStateProbe(
+        SqlProbe(
+            kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}", query=QUERY, wait_s=5, interval_s=0.05
+        )
+    )
     import asyncio
 
     async def later() -> None:
@@ -69,8 +79,9 @@ async def test_http_probe_waits_through_404s() -> None:
         hits["n"] += 1
         if hits["n"] < 3:
             return web.json_response({}, status=404)
-        return web.json_response({"state": {"id": request.match_info["sid"]},
-                                  "exit_reason": "product_closed"})
+        return web.json_response(
+            {"state": {"id": request.match_info["sid"]}, "exit_reason": "product_closed"}
+        )
 
     app = web.Application()
     app.router.add_get("/sessions/{sid}", session)
@@ -79,22 +90,35 @@ async def test_http_probe_waits_through_404s() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    probe = HttpStateProbe(HttpProbe(kind="http", url=f"http://127.0.0.1:{port}/sessions/"
-                                     "{session_id}", wait_s=5, interval_s=0.05))
+    probe = HttpStateProbe(
+        HttpProbe(
+            kind="http",
+            url=f"http://127.0.0.1:{port}/sessions/{{session_id}}",
+            wait_s=5,
+            interval_s=0.05,
+        )
+    )
     found, _ = await probe.find("a/b")
     assert found is not None and found.state == {"id": "a/b"} and hits["n"] == 3
     hits["n"] = -1000
-    gone, why = await HttpStateProbe(HttpProbe(
-        kind="http", url=f"http://127.0.0.1:{port}/sessions/{{session_id}}", wait_s=0.1,
-        interval_s=0.05)).find("x")
+    gone, why = await HttpStateProbe(
+        HttpProbe(
+            kind="http",
+            url=f"http://127.0.0.1:{port}/sessions/{{session_id}}",
+            wait_s=0.1,
+            interval_s=0.05,
+        )
+    ).find("x")
     assert gone is None and "404" in (why or "")
     await probe.close()
     await runner.cleanup()
 
 
 # A read-only query that never returns: it counts an endless recursive sequence.
-ENDLESS = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
-           "SELECT count(*) AS n, '{}' AS state FROM c WHERE :session_id IS NOT NULL")
+ENDLESS = (
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+    "SELECT count(*) AS n, '{}' AS state FROM c WHERE :session_id IS NOT NULL"
+)
 
 
 def _probe_threads() -> int:
@@ -111,16 +135,24 @@ async def test_a_sql_query_that_never_returns_ends_at_the_wait_and_is_interrupte
     from tests.support import wait_for
 
     store(tmp_path / "p.db")
-    probe = SqlStateProbe(SqlProbe(kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}",
-                                   query=ENDLESS, wait_s=1.5, interval_s=0.05))
+    probe = SqlStateProbe(
+        SqlProbe(
+            kind="sql",
+            url=f"sqlite:///{tmp_path / 'p.db'}",
+            query=ENDLESS,
+            wait_s=1.5,
+            interval_s=0.05,
+        )
+    )
     started = time.monotonic()
     found, why = await asyncio.wait_for(probe.find("s1"), 30)
     took = time.monotonic() - started
     assert found is None and why == "the state probe did not answer within 1.5 s"
     assert 1.4 < took < 5, took  # today: for ever (the query runs in asyncio's executor)
     # the query itself was interrupted, not left running in the background
-    await asyncio.to_thread(wait_for, lambda: _probe_threads() == 0, timeout=10,
-                            what="the endless query interrupted")
+    await asyncio.to_thread(
+        wait_for, lambda: _probe_threads() == 0, timeout=10, what="the endless query interrupted"
+    )
     await probe.close()
 
 
@@ -128,8 +160,9 @@ async def test_cancelling_a_sql_probe_mid_query_returns_at_once(tmp_path: Path) 
     import asyncio
 
     store(tmp_path / "p.db")
-    probe = SqlStateProbe(SqlProbe(kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}",
-                                   query=ENDLESS, wait_s=600))
+    probe = SqlStateProbe(
+        SqlProbe(kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}", query=ENDLESS, wait_s=600)
+    )
     task = asyncio.create_task(probe.find("s1"))
     await asyncio.sleep(0.3)  # the query is running
     started = time.monotonic()
@@ -154,8 +187,9 @@ async def test_an_http_store_that_never_answers_ends_at_the_wait() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    probe = HttpStateProbe(HttpProbe(kind="http", url=f"http://127.0.0.1:{port}/sessions/"
-                                     "{session_id}", wait_s=1.5))
+    probe = HttpStateProbe(
+        HttpProbe(kind="http", url=f"http://127.0.0.1:{port}/sessions/{{session_id}}", wait_s=1.5)
+    )
     started = time.monotonic()
     found, why = await asyncio.wait_for(probe.find("s"), 30)
     assert found is None and why == "the state probe did not answer within 1.5 s"

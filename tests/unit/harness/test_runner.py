@@ -18,10 +18,18 @@ from tests.unit.harness import agents
 Sent = list[tuple[ConversationFinished, SessionPersisted | None]]
 
 
-def scenario(sid: str = "s", k: int = 3, script: tuple[str, ...] = ("a", "b", "c", "d"),
-             **extra: object) -> Scenario:
-    return Scenario.model_validate({"id": sid, "trials": k, "expected_exit": "product_closed",
-                                    "user": {"script": list(script)}, **extra}).versioned()
+def scenario(
+    sid: str = "s", k: int = 3, script: tuple[str, ...] = ("a", "b", "c", "d"), **extra: object
+) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "id": sid,
+            "trials": k,
+            "expected_exit": "product_closed",
+            "user": {"script": list(script)},
+            **extra,
+        }
+    ).versioned()
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +47,16 @@ class FoundProbe:
         pass
 
 
-def harness(fn: str, sent: Sent, *, timeout_s: float = 5.0, probe: object = None,
-            publishing: threading.Event | None = None, release: threading.Event | None = None,
-            concurrency: int = 4) -> Harness:
+def harness(
+    fn: str,
+    sent: Sent,
+    *,
+    timeout_s: float = 5.0,
+    probe: object = None,
+    publishing: threading.Event | None = None,
+    release: threading.Event | None = None,
+    concurrency: int = 4,
+) -> Harness:
     def publish(c: ConversationFinished, s: SessionPersisted | None) -> str | None:
         if publishing is not None and release is not None:
             publishing.set()
@@ -49,9 +64,15 @@ def harness(fn: str, sent: Sent, *, timeout_s: float = 5.0, probe: object = None
         sent.append((c, s))
         return None
 
-    return Harness(run_id="r", agent=PythonClient(PythonAgent(kind="python", callable=fn)),
-                   probe=probe or NoStateProbe(), users=UserFactory(), publish=publish,
-                   timeout_s=timeout_s, concurrency=concurrency)
+    return Harness(
+        run_id="r",
+        agent=PythonClient(PythonAgent(kind="python", callable=fn)),
+        probe=probe or NoStateProbe(),
+        users=UserFactory(),
+        publish=publish,
+        timeout_s=timeout_s,
+        concurrency=concurrency,
+    )
 
 
 async def test_the_product_closes_and_both_events_go_out() -> None:
@@ -90,16 +111,19 @@ async def test_max_duration_is_a_timeout_with_that_reason() -> None:
     sent: Sent = []
     h = harness("tests.unit.harness.agents:slow", sent, timeout_s=5)
     await h.run(plan_trials([scenario(k=1, limits={"max_duration_s": 0.2})], "r", 0))
-    assert sent[0][0].model_dump()["harness_error"] == \
-        "the conversation ran past max_duration_s=0.2"
+    assert (
+        sent[0][0].model_dump()["harness_error"] == "the conversation ran past max_duration_s=0.2"
+    )
 
 
 async def test_agent_failures_are_agent_errors_with_the_reason() -> None:
     sent: Sent = []
     await harness("tests.unit.harness.agents:raises", sent).run(
-        plan_trials([scenario(k=1)], "r", 0))
+        plan_trials([scenario(k=1)], "r", 0)
+    )
     await harness("tests.unit.harness.agents:garbage", sent).run(
-        plan_trials([scenario("g", k=1)], "r", 0))
+        plan_trials([scenario("g", k=1)], "r", 0)
+    )
     reasons = [c.model_dump()["harness_error"] for c, _ in sent]
     assert [c.exit_reason for c, _ in sent] == ["agent_error", "agent_error"]
     assert "RuntimeError: database is locked" in reasons[0]
@@ -110,8 +134,13 @@ async def test_stop_cancels_conversations_but_finishes_a_trial_being_published()
     sent: Sent = []
     publishing, release = threading.Event(), threading.Event()
     # Trial 1 answers at once and is held inside publish; trial 2 hangs in its reply.
-    h = harness("tests.unit.harness.agents:slow_for_trial_2", sent, publishing=publishing,
-                release=release, concurrency=2)
+    h = harness(
+        "tests.unit.harness.agents:slow_for_trial_2",
+        sent,
+        publishing=publishing,
+        release=release,
+        concurrency=2,
+    )
     task = asyncio.create_task(h.run(plan_trials([scenario(k=2)], "r", 0)))
     assert await asyncio.to_thread(publishing.wait, 5)
     h.stop()
@@ -164,8 +193,9 @@ async def test_a_stop_that_lands_as_a_reply_arrives_still_ends_the_conversation(
     turns: list[int] = []
 
     class StopsAsItReplies:
-        async def send(self, trial: object, run_id: str, session_id: str | None,
-                       message: str, history: object) -> object:
+        async def send(
+            self, trial: object, run_id: str, session_id: str | None, message: str, history: object
+        ) -> object:
             turns.append(len(turns) + 1)
             if len(turns) == 2:
                 h.stop()  # the cancel is queued; the reply is returned in the same step

@@ -28,24 +28,48 @@ def test_no_state_section_means_no_probe() -> None:
     assert isinstance(target.state, NoProbe)
 
 
-@pytest.mark.parametrize(("data", "field", "problem"), [
-    ({"agent": {"kind": "http"}}, "agent.url", "required"),
-    ({"agent": {"kind": "smtp", "url": "x"}}, "agent", "smtp"),
-    ({"agent": {"kind": "http", "url": "ftp://x"}}, "agent.url", "pattern"),
-    ({"agent": {"kind": "http", "url": "http://x", "timeout": 3}}, "agent.timeout", "unknown"),
-    ({"agent": {"kind": "python", "callable": "nocolon"}}, "agent.callable", "module:function"),
-    ({"agent": {"kind": "http", "url": "http://x"},
-      "state": {"kind": "http", "url": "http://x/sessions"}}, "state.url", "pattern"),
-    ({"agent": {"kind": "http", "url": "http://x"},
-      "state": {"kind": "sql", "url": "sqlite:///f", "query": "SELECT 1"}},
-     "state.query", ":session_id"),
-    ({"agent": {"kind": "http", "url": "http://x"},
-      "state": {"kind": "sql", "url": "sqlite:///f",
-                "query": "DELETE FROM s WHERE id = :session_id"}}, "state.query", "SELECT"),
-    ([1], "(file)", "mapping"),
-])
-def test_invalid_target_names_file_field_and_problem(data: object, field: str,
-                                                     problem: str) -> None:
+@pytest.mark.parametrize(
+    ("data", "field", "problem"),
+    [
+        ({"agent": {"kind": "http"}}, "agent.url", "required"),
+        ({"agent": {"kind": "smtp", "url": "x"}}, "agent", "smtp"),
+        ({"agent": {"kind": "http", "url": "ftp://x"}}, "agent.url", "pattern"),
+        ({"agent": {"kind": "http", "url": "http://x", "timeout": 3}}, "agent.timeout", "unknown"),
+        ({"agent": {"kind": "python", "callable": "nocolon"}}, "agent.callable", "module:function"),
+        (
+            {
+                "agent": {"kind": "http", "url": "http://x"},
+                "state": {"kind": "http", "url": "http://x/sessions"},
+            },
+            "state.url",
+            "pattern",
+        ),
+        (
+            {
+                "agent": {"kind": "http", "url": "http://x"},
+                "state": {"kind": "sql", "url": "sqlite:///f", "query": "SELECT 1"},
+            },
+            "state.query",
+            ":session_id",
+        ),
+        (
+            {
+                "agent": {"kind": "http", "url": "http://x"},
+                "state": {
+                    "kind": "sql",
+                    "url": "sqlite:///f",
+                    "query": "DELETE FROM s WHERE id = :session_id",
+                },
+            },
+            "state.query",
+            "SELECT",
+        ),
+        ([1], "(file)", "mapping"),
+    ],
+)
+def test_invalid_target_names_file_field_and_problem(
+    data: object, field: str, problem: str
+) -> None:
     with pytest.raises(InvalidTarget) as caught:
         parse_target(data, "t.yaml")
     assert caught.value.file == "t.yaml"

@@ -15,21 +15,30 @@ from services.judge import standin as standin_module
 from services.judge.standin import simulate_user
 from tests.unit.judge.conftest import StartStandin, standin_stats
 
-PERSONA = SimulatedUser(persona="Terse technician.",
-                        instructions="Job 4112. The pump had seized! Replaced it?")
+PERSONA = SimulatedUser(
+    persona="Terse technician.", instructions="Job 4112. The pump had seized! Replaced it?"
+)
 
 
 async def test_a_script_is_said_in_order_then_the_user_is_done() -> None:
     user = ScriptedUser(["one", "two"])
-    assert [await user.next_line([]), await user.next_line([]), await user.next_line([])] == \
-        ["one", "two", None]
+    assert [await user.next_line([]), await user.next_line([]), await user.next_line([])] == [
+        "one",
+        "two",
+        None,
+    ]
 
 
 def test_the_user_model_sees_the_conversation_from_the_user_side() -> None:
-    transcript = [Message(role="user", content="hi"), Message(role="assistant", content="job?"),
-                  Message(role="assistant", content=None)]
-    assert flipped(transcript) == [{"role": "assistant", "content": "hi"},
-                                   {"role": "user", "content": "job?"}]
+    transcript = [
+        Message(role="user", content="hi"),
+        Message(role="assistant", content="job?"),
+        Message(role="assistant", content=None),
+    ]
+    assert flipped(transcript) == [
+        {"role": "assistant", "content": "hi"},
+        {"role": "user", "content": "job?"},
+    ]
     assert user_prompt(PERSONA).startswith(USER_SIMULATOR_MARKER)
     assert USER_SIMULATOR_MARKER == standin_module.USER_SIMULATOR_MARKER  # the two sides agree
 
@@ -44,7 +53,8 @@ def test_the_stand_in_user_says_the_instructions_one_sentence_a_turn_then_done()
 
 
 async def test_a_model_user_through_the_openai_client_against_the_stand_in(
-        standin: StartStandin) -> None:
+    standin: StartStandin,
+) -> None:
     base_url = await standin()
     client = AsyncOpenAI(base_url=base_url, api_key="stand-in", max_retries=0)
     user = ModelUser(PERSONA, client, "passk-standin", stand_in=True)
@@ -52,8 +62,10 @@ async def test_a_model_user_through_the_openai_client_against_the_stand_in(
     lines = []
     while (line := await user.next_line(transcript)) is not None:
         lines.append(line)
-        transcript += [Message(role="user", content=line),
-                       Message(role="assistant", content="go on")]
+        transcript += [
+            Message(role="user", content=line),
+            Message(role="assistant", content="go on"),
+        ]
     await client.close()
     assert lines == ["Job 4112.", "The pump had seized!", "Replaced it?"]
     assert user.describe() == {"kind": "model", "model": "passk-standin", "stand_in": True}

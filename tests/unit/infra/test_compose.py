@@ -19,8 +19,14 @@ INFRA = ROOT / "infra"
 COMPOSE = INFRA / "docker-compose.yml"
 
 # Where `make up` and the compose file serve each processor's /metrics.
-METRICS_PORTS = {"gate": 9464, "verdict": 9465, "judge": 9466, "sink": 9467, "aggregate": 9468,
-                 "calibration": 9469}
+METRICS_PORTS = {
+    "gate": 9464,
+    "verdict": 9465,
+    "judge": 9466,
+    "sink": 9467,
+    "aggregate": 9468,
+    "calibration": 9469,
+}
 
 
 def load(path: Path) -> Any:
@@ -139,7 +145,10 @@ def test_kafka_is_configured_like_the_local_broker(services: dict[str, dict[str,
     env = env_of(kafka)
     # Addresses differ by network; everything else is the same broker.
     network = {
-        "listeners", "advertised.listeners", "controller.quorum.voters", "log.dirs",
+        "listeners",
+        "advertised.listeners",
+        "controller.quorum.voters",
+        "log.dirs",
         "listener.security.protocol.map",
     }
     for key, value in server_properties().items():
@@ -217,9 +226,20 @@ def test_grafana_datasource_and_dashboard_agree() -> None:
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == datasource["uid"]
     titles = " | ".join(p["title"] for p in dashboard["panels"]).lower()
-    for wanted in ("pass^k", "pass@k", "flakiness", "trials by outcome", "gate", "judge",
-                   "tokens", "turns", "duration", "verdict latency", "dead letters",
-                   "consumer lag"):
+    for wanted in (
+        "pass^k",
+        "pass@k",
+        "flakiness",
+        "trials by outcome",
+        "gate",
+        "judge",
+        "tokens",
+        "turns",
+        "duration",
+        "verdict latency",
+        "dead letters",
+        "consumer lag",
+    ):
         assert wanted in titles
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
@@ -242,7 +262,12 @@ def test_every_passk_variable_the_compose_file_sets_is_a_setting(
     from services.contract.settings import Settings
 
     known = {field.alias for field in Settings.model_fields.values() if field.alias}
-    set_here = {name for key, service in services.items() if key != "kafka"
-                for name in env_of(service) if name.startswith(("PASSK_", "KAFKA_"))}
+    set_here = {
+        name
+        for key, service in services.items()
+        if key != "kafka"
+        for name in env_of(service)
+        if name.startswith(("PASSK_", "KAFKA_"))
+    }
     assert set_here, "the compose file sets no passk variable at all"
     assert set_here <= known, f"not passk settings: {sorted(set_here - known)}"

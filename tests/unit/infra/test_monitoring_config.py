@@ -18,8 +18,10 @@ def settings(tmp_path: Path, **env: str) -> Settings:
 
 
 def test_each_worker_is_scraped_on_base_plus_its_registry_offset(tmp_path: Path) -> None:
-    render(settings(tmp_path, PASSK_METRICS_PORT_BASE="15464", PASSK_SCRAPE_INTERVAL="2s"),
-           ("gate", "verdict", "aggregate"))
+    render(
+        settings(tmp_path, PASSK_METRICS_PORT_BASE="15464", PASSK_SCRAPE_INTERVAL="2s"),
+        ("gate", "verdict", "aggregate"),
+    )
     config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j["static_configs"][0] for j in config["scrape_configs"]}
     assert jobs == {
@@ -31,7 +33,8 @@ def test_each_worker_is_scraped_on_base_plus_its_registry_offset(tmp_path: Path)
     assert config["global"] == {"scrape_interval": "2s", "evaluation_interval": "2s"}
     assert config["rule_files"] == ["alerts.yml"]
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
-        "127.0.0.1:9095"]
+        "127.0.0.1:9095"
+    ]
 
 
 def test_the_rules_are_copied_whole_unless_for_is_overridden(tmp_path: Path) -> None:
@@ -45,8 +48,14 @@ def test_the_rules_are_copied_whole_unless_for_is_overridden(tmp_path: Path) -> 
 
 
 def test_alertmanager_delivers_to_the_webhook_when_one_is_set(tmp_path: Path) -> None:
-    render(settings(tmp_path, PASSK_ALERT_WEBHOOK_URL="http://127.0.0.1:15401/hook",
-                    PASSK_ALERT_GROUP_WAIT="1s"), ("gate",))
+    render(
+        settings(
+            tmp_path,
+            PASSK_ALERT_WEBHOOK_URL="http://127.0.0.1:15401/hook",
+            PASSK_ALERT_GROUP_WAIT="1s",
+        ),
+        ("gate",),
+    )
     config = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
     assert config["route"]["receiver"] == "passk"
     assert config["route"]["group_wait"] == "1s"

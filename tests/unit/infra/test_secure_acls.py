@@ -11,12 +11,22 @@ from services.contract.processors import PROCESSORS, TOPIC_SPECS
 def test_the_gate_reads_and_writes_what_it_always_did() -> None:
     gate = principal_acls("p.")["passk-gate"]
     assert set(gate["read"]) == {
-        "p.conversation-finished.v1", "p.session-persisted.v1", "p.regrade-requests.v1",
-        "p.scenarios.v1", "p.gate-ticks.v1", "p.gate-gate-joins-changelog",
-        "p.gate-gate-graded-changelog"}
+        "p.conversation-finished.v1",
+        "p.session-persisted.v1",
+        "p.regrade-requests.v1",
+        "p.scenarios.v1",
+        "p.gate-ticks.v1",
+        "p.gate-gate-joins-changelog",
+        "p.gate-gate-graded-changelog",
+    }
     assert set(gate["write"]) == {
-        "p.gate-results.v1", "p.judge-requests.v1", "p.dead-letters.v1", "p.gate-ticks.v1",
-        "p.gate-gate-joins-changelog", "p.gate-gate-graded-changelog"}
+        "p.gate-results.v1",
+        "p.judge-requests.v1",
+        "p.dead-letters.v1",
+        "p.gate-ticks.v1",
+        "p.gate-gate-joins-changelog",
+        "p.gate-gate-graded-changelog",
+    }
     assert gate["groups"] == ["p.gate"] and gate["prefixes"] == ["p.gate-"]
 
 

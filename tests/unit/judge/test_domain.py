@@ -91,8 +91,9 @@ def test_llm_verdict(result: CallResult, expected: str) -> None:
 
 @pytest.mark.parametrize(("passed", "result"), [(True, "passed"), (False, "failed")])
 def test_an_answered_verdict_passes_or_fails_with_its_reason(passed: bool, result: str) -> None:
-    v = domain.answered_verdict(TRIAL, SCENARIO, judge("asked_parts"), passed=passed,
-                                reason="because", model="m")
+    v = domain.answered_verdict(
+        TRIAL, SCENARIO, judge("asked_parts"), passed=passed, reason="because", model="m"
+    )
     assert (v.result, v.reason, v.model, v.judge_id) == (result, "because", "m", "asked_parts")
 
 

@@ -28,10 +28,15 @@ SCENARIO = Scenario(
 
 
 def trial(trial_id: str, *text: str) -> ConversationFinished:
-    return conversation(trial_id, run_id="r", scenario_id="debrief", transcript=[
-        Message(role="user", content="Done."),
-        Message(role="assistant", content=" ".join(("Which parts?", *text))),
-    ])
+    return conversation(
+        trial_id,
+        run_id="r",
+        scenario_id="debrief",
+        transcript=[
+            Message(role="user", content="Done."),
+            Message(role="assistant", content=" ".join(("Which parts?", *text))),
+        ],
+    )
 
 
 def grader(
@@ -138,7 +143,10 @@ async def test_skip_when_gates_fail_asks_no_model_and_records_skipped(
     skipped = await g.grade_after_gates(trial("t1", "sorry"), SCENARIO, ["state"])
     # The regex judge costs nothing and still runs; the two LLM judges are not asked.
     assert [(v.judge_id, v.result) for v in skipped] == [
-        ("asked_parts", "skipped"), ("asked_tests", "skipped"), ("no_apology", "failed")]
+        ("asked_parts", "skipped"),
+        ("asked_tests", "skipped"),
+        ("no_apology", "failed"),
+    ]
     assert (await standin_stats(url)).get("requests", 0) == 0  # counters start at first use
     assert all(v.input_tokens is None and v.attempts == 0 for v in skipped)
     assert "gate:state already failed" in skipped[0].reason
@@ -152,8 +160,9 @@ async def test_skip_when_gates_fail_asks_no_model_and_records_skipped(
         assert v.model == "passk-standin" and v.latency_ms and v.latency_ms > 0
     count = registry.get_sample_value("passk_judge_call_seconds_count", {"judge": "asked_parts"})
     assert count == 1
-    tokens = registry.get_sample_value("passk_judge_tokens_total",
-                                       {"judge": "asked_parts", "kind": "input"})
+    tokens = registry.get_sample_value(
+        "passk_judge_tokens_total", {"judge": "asked_parts", "kind": "input"}
+    )
     assert tokens == asked[0].input_tokens
 
 
@@ -194,23 +203,32 @@ USER_SCENARIO = Scenario(
     judges=[JudgeSpec(id="no_apology", kind="regex", pattern="(?i)sorry", must_match=False)],
     user={"persona": "A field technician.", "instructions": "The pump seized."},
     user_checks=[
-        JudgeSpec(id="in_role", kind="regex", pattern="(?i)how can I help", must_match=False,
-                  role="user"),
+        JudgeSpec(
+            id="in_role", kind="regex", pattern="(?i)how can I help", must_match=False, role="user"
+        ),
         JudgeSpec(id="stayed_in_persona", assertion="The user stayed in the persona."),
     ],
 ).versioned()
 
 
 async def test_user_checks_judge_the_users_turns_against_its_persona(
-        standin: StartStandin, tmp_path: Path) -> None:
+    standin: StartStandin, tmp_path: Path
+) -> None:
     url = await standin()
     g = grader(url, tmp_path, CollectorRegistry())
-    spoiled = conversation("t9", run_id="r", scenario_id="debrief", transcript=[
-        Message(role="system", content="the product's own prompt"),
-        Message(role="user",
-                content="Hello! How can I help you today? [[fail:user:stayed_in_persona]]"),
-        Message(role="assistant", content="Which parts?"),
-    ])
+    spoiled = conversation(
+        "t9",
+        run_id="r",
+        scenario_id="debrief",
+        transcript=[
+            Message(role="system", content="the product's own prompt"),
+            Message(
+                role="user",
+                content="Hello! How can I help you today? [[fail:user:stayed_in_persona]]",
+            ),
+            Message(role="assistant", content="Which parts?"),
+        ],
+    )
     verdicts = {v.judge_id: v for v in await g.grade(spoiled, USER_SCENARIO)}
     assert set(verdicts) == {"no_apology", "user:in_role", "user:stayed_in_persona"}
     assert verdicts["no_apology"].result == "passed"  # the agent's judge sees the agent
@@ -220,29 +238,46 @@ async def test_user_checks_judge_the_users_turns_against_its_persona(
     # whose marker the transcript it was sent holds)
     assert verdicts["user:stayed_in_persona"].result == "failed"
     assert verdicts["user:in_role"].event_id != verdicts["no_apology"].event_id
-    fine = conversation("t10", run_id="r", scenario_id="debrief", transcript=[
-        Message(role="user", content="The pump seized."),
-        Message(role="assistant", content="How can I help you further?"),
-    ])
+    fine = conversation(
+        "t10",
+        run_id="r",
+        scenario_id="debrief",
+        transcript=[
+            Message(role="user", content="The pump seized."),
+            Message(role="assistant", content="How can I help you further?"),
+        ],
+    )
     results = {v.judge_id: v.result for v in await g.grade(fine, USER_SCENARIO)}
     # the assistant saying it is not the user breaking role
-    assert results == {"no_apology": "passed", "user:in_role": "passed",
-                       "user:stayed_in_persona": "passed"}
+    assert results == {
+        "no_apology": "passed",
+        "user:in_role": "passed",
+        "user:stayed_in_persona": "passed",
+    }
     # graded also when the gates failed (skip_when_gates_fail): a spoiled trial is invalid
-    after = {v.judge_id: v.result for v in await g.grade_after_gates(
-        spoiled, USER_SCENARIO, ["exit"])}
+    after = {
+        v.judge_id: v.result for v in await g.grade_after_gates(spoiled, USER_SCENARIO, ["exit"])
+    }
     assert after["user:in_role"] == "failed"
 
 
 def test_the_user_view_starts_with_the_persona_and_keeps_only_the_two_speakers() -> None:
     from services.judge.domain import user_view
 
-    seen = user_view(conversation("t1", run_id="r", scenario_id="debrief", transcript=[
-        Message(role="system", content="product prompt"),
-        Message(role="user", content="Hi."),
-        Message(role="tool", content="{}", tool_call_id="c1"),
-        Message(role="assistant", content="Hello."),
-    ]), USER_SCENARIO)
+    seen = user_view(
+        conversation(
+            "t1",
+            run_id="r",
+            scenario_id="debrief",
+            transcript=[
+                Message(role="system", content="product prompt"),
+                Message(role="user", content="Hi."),
+                Message(role="tool", content="{}", tool_call_id="c1"),
+                Message(role="assistant", content="Hello."),
+            ],
+        ),
+        USER_SCENARIO,
+    )
     assert [m.role for m in seen.transcript] == ["system", "user", "assistant"]
     head = seen.transcript[0].content or ""
     assert "A field technician." in head and "The pump seized." in head
@@ -250,27 +285,36 @@ def test_the_user_view_starts_with_the_persona_and_keeps_only_the_two_speakers()
 
 
 async def test_a_production_trial_outside_the_sample_asks_no_model(
-        standin: StartStandin, tmp_path: Path) -> None:
+    standin: StartStandin, tmp_path: Path
+) -> None:
     from services.grading.sampling import in_sample
 
     url = await standin()
     registry = CollectorRegistry()
     g = grader(url, tmp_path, registry)
-    sampled = type(SCENARIO).model_validate(
-        {**SCENARIO.model_dump(exclude={"version"}), "sampling": {"llm_judges": 0.5}}).versioned()
+    sampled = (
+        type(SCENARIO)
+        .model_validate(
+            {**SCENARIO.model_dump(exclude={"version"}), "sampling": {"llm_judges": 0.5}}
+        )
+        .versioned()
+    )
     ids = [f"{i:032x}" for i in range(40)]
     out_id = next(t for t in ids if not in_sample(t, 0.5))
     in_id = next(t for t in ids if in_sample(t, 0.5))
     before = (await standin_stats(url)).get("requests", 0)
     out = await g.grade(trial(out_id).model_copy(update={"production": True}), sampled)
     assert [(v.judge_id, v.result) for v in out] == [
-        ("asked_parts", "not_sampled"), ("asked_tests", "not_sampled"), ("no_apology", "passed")]
+        ("asked_parts", "not_sampled"),
+        ("asked_tests", "not_sampled"),
+        ("no_apology", "passed"),
+    ]
     assert (await standin_stats(url)).get("requests", 0) == before
-    assert registry.get_sample_value("passk_judge_not_sampled_total",
-                                     {"judge": "asked_parts"}) == 1
+    assert registry.get_sample_value("passk_judge_not_sampled_total", {"judge": "asked_parts"}) == 1
     # not a verdict of the model: a judge outage's error rate is not diluted by the sample
-    assert not registry.get_sample_value("passk_judge_verdicts_total",
-                                         {"judge": "asked_parts", "result": "not_sampled"})
+    assert not registry.get_sample_value(
+        "passk_judge_verdicts_total", {"judge": "asked_parts", "result": "not_sampled"}
+    )
     inside = await g.grade(trial(in_id).model_copy(update={"production": True}), sampled)
     assert {v.result for v in inside} == {"passed"}
     # a backfill (--sample 1.0) judges the one left out

@@ -35,12 +35,20 @@ def test_known_judges_have_every_result_series_at_zero_before_any_verdict() -> N
     metrics.known_judges(["polite", "grounded"])
     for judge in ("polite", "grounded"):
         for result in ("passed", "failed", "error"):
-            assert registry.get_sample_value(
-                "passk_judge_verdicts_total", {"judge": judge, "result": result}) == 0.0
+            assert (
+                registry.get_sample_value(
+                    "passk_judge_verdicts_total", {"judge": judge, "result": result}
+                )
+                == 0.0
+            )
     metrics.verdict("polite", "error")
     metrics.known_judges(["polite"])  # again: nothing is reset
-    assert registry.get_sample_value(
-        "passk_judge_verdicts_total", {"judge": "polite", "result": "error"}) == 1.0
+    assert (
+        registry.get_sample_value(
+            "passk_judge_verdicts_total", {"judge": "polite", "result": "error"}
+        )
+        == 1.0
+    )
 
 
 def test_known_judges_have_their_cost_series_and_prices_are_nan_until_set() -> None:
@@ -52,13 +60,17 @@ def test_known_judges_have_their_cost_series_and_prices_are_nan_until_set() -> N
 
     registry = CollectorRegistry()
     metrics = JudgeMetrics(registry)
-    price = {k: registry.get_sample_value("passk_judge_price_per_mtok", {"kind": k})
-             for k in ("input", "output")}
+    price = {
+        k: registry.get_sample_value("passk_judge_price_per_mtok", {"kind": k})
+        for k in ("input", "output")
+    }
     assert all(v is not None and math.isnan(v) for v in price.values())  # unknown, not 0
     metrics.known_judges(["polite"])
     for kind in ("input", "output"):
-        assert registry.get_sample_value(
-            "passk_judge_tokens_total", {"judge": "polite", "kind": kind}) == 0.0
+        assert (
+            registry.get_sample_value("passk_judge_tokens_total", {"judge": "polite", "kind": kind})
+            == 0.0
+        )
     assert registry.get_sample_value("passk_judge_call_seconds_count", {"judge": "polite"}) == 0
     assert registry.get_sample_value("passk_judge_skipped_total", {"judge": "polite"}) == 0.0
     metrics.set_prices(0.15, 0.6)

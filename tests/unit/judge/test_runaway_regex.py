@@ -34,11 +34,14 @@ def test_a_catastrophic_pattern_in_a_matches_expectation_answers() -> None:
     assert check_expectation(exp, {"note": "a" * 5000}).passed is True
 
 
-@pytest.mark.parametrize(("pattern", "says"), [
-    (r"(a)\1", "invalid escape sequence"),  # backreference
-    (r"foo(?=bar)", "invalid perl operator"),  # lookahead
-    (r"(unclosed", "missing )"),
-])
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        (r"(a)\1", "invalid escape sequence"),  # backreference
+        (r"foo(?=bar)", "invalid perl operator"),  # lookahead
+        (r"(unclosed", "missing )"),
+    ],
+)
 def test_what_the_engine_cannot_run_is_refused_at_validation(pattern: str, says: str) -> None:
     with pytest.raises(PatternError, match="RE2"):
         compile_pattern(pattern)

@@ -55,13 +55,16 @@ async def test_server_wide_fault_rates(standin: StartStandin) -> None:
 
 
 async def test_the_user_breaks_role_in_every_nth_conversation_it_starts(
-        standin: StartStandin) -> None:
+    standin: StartStandin,
+) -> None:
     from services.harness.user import USER_SIMULATOR_MARKER
 
     url = await standin(user_breaks_role_every=3)
-    system = {"role": "system",
-              "content": f"{USER_SIMULATOR_MARKER}\n<instructions>\nJob 4112. It seized.\n"
-                         "</instructions>"}
+    system = {
+        "role": "system",
+        "content": f"{USER_SIMULATOR_MARKER}\n<instructions>\nJob 4112. It seized.\n"
+        "</instructions>",
+    }
     wait = {"role": "user", "content": "(waiting)"}
 
     async def say(*history: dict) -> str:
@@ -76,10 +79,19 @@ async def test_the_user_breaks_role_in_every_nth_conversation_it_starts(
     assert [o == broken for o in openings] == [True, False, False, True, False, False, True]
     assert set(openings) - {broken} == {"Job 4112."}
     # a broken conversation goes on as the assistant, then ends; a good one by the script
-    went_on = await say(wait, {"role": "assistant", "content": broken},
-                        {"role": "user", "content": "What was the fault?"})
+    went_on = await say(
+        wait,
+        {"role": "assistant", "content": broken},
+        {"role": "user", "content": "What was the fault?"},
+    )
     assert "help" in went_on and went_on != broken
-    assert await say(wait, {"role": "assistant", "content": "Job 4112."},
-                     {"role": "user", "content": "What was the fault?"}) == "It seized."
+    assert (
+        await say(
+            wait,
+            {"role": "assistant", "content": "Job 4112."},
+            {"role": "user", "content": "What was the fault?"},
+        )
+        == "It seized."
+    )
     stats = await standin_stats(url)
     assert (stats["user_conversations"], stats["user_broke_role"]) == (7, 3)

@@ -25,9 +25,17 @@ AWAITS_GATES = scenario(judging={"skip_when_gates_fail": True})
 
 
 def record(value: bytes | None, *, timestamp: float | None = None) -> Any:
-    return SimpleNamespace(value=value, message=SimpleNamespace(
-        topic="conversation-finished", partition=0, offset=7, key=b"t1", value=value,
-        timestamp=timestamp))
+    return SimpleNamespace(
+        value=value,
+        message=SimpleNamespace(
+            topic="conversation-finished",
+            partition=0,
+            offset=7,
+            key=b"t1",
+            value=value,
+            timestamp=timestamp,
+        ),
+    )
 
 
 class Catalog:
@@ -36,8 +44,9 @@ class Catalog:
         self.is_ready = ready
         self.asked: list[tuple[str, str | None]] = []
 
-    async def published(self, scenario_id: str, version: str | None = None,
-                        *, timeout: float = 0.0) -> Any:
+    async def published(
+        self, scenario_id: str, version: str | None = None, *, timeout: float = 0.0
+    ) -> Any:
         self.asked.append((scenario_id, version))
         found = self.scenarios.get(scenario_id)
         if found is None or (version is not None and version != found.version):
@@ -58,8 +67,9 @@ class Grader:
         self.graded.append((trial.trial_id, scenario.id))
         return self.verdicts
 
-    async def grade_after_gates(self, trial: Any, scenario: Any,
-                                failed: list[str]) -> list[JudgeVerdict]:
+    async def grade_after_gates(
+        self, trial: Any, scenario: Any, failed: list[str]
+    ) -> list[JudgeVerdict]:
         self.after_gates.append((trial.trial_id, failed))
         return self.verdicts
 
@@ -67,22 +77,28 @@ class Grader:
 class Judge:
     """Steps with every port faked, and what went through each."""
 
-    def __init__(self, *scenarios: Any, settings: Settings | None = None,
-                 catalog_ready: bool = True) -> None:
+    def __init__(
+        self, *scenarios: Any, settings: Settings | None = None, catalog_ready: bool = True
+    ) -> None:
         settings = settings or default_settings()
         self.letters = RecordedDeadLetters("judge", settings)  # the app gives both the same
         self.rejected = self.letters.sent
         self.sent: list[tuple[str, bytes, JudgeVerdict]] = []
         self.known: list[set[str]] = []
         self.made = 0
-        self.grader = Grader([judge_verdict("covered_expected_topics"),
-                              judge_verdict("polite", result="failed", gating=False)])
+        self.grader = Grader(
+            [
+                judge_verdict("covered_expected_topics"),
+                judge_verdict("polite", result="failed", gating=False),
+            ]
+        )
         self.catalog = Catalog(*(scenarios or (SCENARIO,)), ready=catalog_ready)
         self.common = CommonMetrics(CollectorRegistry())
 
         def way_out(name: str) -> Any:
             async def send(key: bytes, value: bytes) -> None:
                 self.sent.append((name, key, JudgeVerdict.model_validate_json(value)))
+
             return send
 
         def make_grader() -> Grader:
@@ -90,12 +106,18 @@ class Judge:
             return self.grader
 
         self.steps = Steps(
-            settings, catalog=self.catalog, reject=self.letters,  # type: ignore[arg-type]
-            send_verdict=way_out("batch"), send_verdict_after_gates=way_out("after_gates"),
-            deliver_regraded=way_out("regrade"), make_grader=make_grader,  # type: ignore[arg-type]
+            settings,
+            catalog=self.catalog,
+            reject=self.letters,  # type: ignore[arg-type]
+            send_verdict=way_out("batch"),
+            send_verdict_after_gates=way_out("after_gates"),
+            deliver_regraded=way_out("regrade"),
+            make_grader=make_grader,  # type: ignore[arg-type]
             store=Dependency(STORE, "test", metrics=OutageMetrics(CollectorRegistry())),
             metrics=SimpleNamespace(known_judges=self.known.append),  # type: ignore[arg-type]
-            processor="judge", common=self.common)
+            processor="judge",
+            common=self.common,
+        )
 
     def counted(self, note: str) -> float:
         return self.common.events.labels("judge", note)._value.get()
@@ -162,17 +184,24 @@ async def test_a_trial_whose_judges_wait_for_the_gates_sends_nothing_yet() -> No
 
 async def test_the_grader_is_made_once_for_trials_graded_at_once() -> None:
     judge = Judge()
-    await asyncio.gather(*(judge.steps.judge_trial(record(encode(conversation(f"t{i}"))))
-                           for i in range(5)))
+    await asyncio.gather(
+        *(judge.steps.judge_trial(record(encode(conversation(f"t{i}")))) for i in range(5))
+    )
     assert judge.made == 1
     assert len(judge.grader.graded) == 5
 
 
 def judge_request(passed: bool, failed: list[str]) -> JudgeRequest:
     trial = conversation("t3")
-    return JudgeRequest(event_id="jr-t3", trial_id="t3", scenario_id=AWAITS_GATES.id,
-                        scenario_version="v1", gates_passed=passed, failed_gates=failed,
-                        conversation=trial)
+    return JudgeRequest(
+        event_id="jr-t3",
+        trial_id="t3",
+        scenario_id=AWAITS_GATES.id,
+        scenario_version="v1",
+        gates_passed=passed,
+        failed_gates=failed,
+        conversation=trial,
+    )
 
 
 async def test_gates_that_passed_have_every_judge_graded_through_the_request_outbox() -> None:
@@ -221,9 +250,18 @@ async def test_a_judge_request_for_an_unpublished_scenario_is_refused() -> None:
 
 def regrade_request(version: str, attempt: int = 3) -> bytes:
     trial = conversation("t5")
-    return encode(RegradeRequest(
-        event_id="rg-t5", trial_id="t5", run_id="run-1", scenario_id=SCENARIO.id,
-        scenario_version=version, session_id="s-t5", attempt=attempt, conversation=trial))
+    return encode(
+        RegradeRequest(
+            event_id="rg-t5",
+            trial_id="t5",
+            run_id="run-1",
+            scenario_id=SCENARIO.id,
+            scenario_version=version,
+            session_id="s-t5",
+            attempt=attempt,
+            conversation=trial,
+        )
+    )
 
 
 async def test_a_regrade_sends_its_verdicts_under_the_attempt_with_new_event_ids() -> None:
@@ -267,16 +305,18 @@ async def test_no_judge_is_noted_before_the_catalog_is_read() -> None:
 
 async def test_a_pinned_trial_is_graded_against_the_version_it_names() -> None:
     judge = Judge()
-    await judge.steps.judge_trial(record(encode(conversation(
-        "t9", scenario_version=SCENARIO.version))))
+    await judge.steps.judge_trial(
+        record(encode(conversation("t9", scenario_version=SCENARIO.version)))
+    )
     assert judge.catalog.asked == [(SCENARIO.id, SCENARIO.version)]
     assert judge.grader.graded == [("t9", SCENARIO.id)] and judge.rejected == []
 
 
 async def test_a_trial_pinned_to_a_version_never_published_is_refused_unjudged() -> None:
     judge = Judge()
-    await judge.steps.judge_trial(record(encode(conversation(
-        "t9", scenario_version="0123456789abcdef"))))
+    await judge.steps.judge_trial(
+        record(encode(conversation("t9", scenario_version="0123456789abcdef")))
+    )
     assert judge.reasons() == ["unknown_scenario_version"]
     assert "'0123456789abcdef'" in judge.rejected[0][1].detail
     assert judge.sent == [] and judge.grader.graded == [] and judge.made == 0

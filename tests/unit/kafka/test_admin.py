@@ -7,8 +7,10 @@ import pytest
 from services.kafka.admin import min_insync_for, replication_for
 
 
-@pytest.mark.parametrize(("brokers", "configured", "replicas", "min_isr"), [
-    (1, 0, 1, 1), (2, 0, 2, 1), (3, 0, 3, 2), (5, 0, 3, 2), (3, 1, 1, 1), (1, 2, 2, 1)])
+@pytest.mark.parametrize(
+    ("brokers", "configured", "replicas", "min_isr"),
+    [(1, 0, 1, 1), (2, 0, 2, 1), (3, 0, 3, 2), (5, 0, 3, 2), (3, 1, 1, 1), (1, 2, 2, 1)],
+)
 def test_replication_follows_the_cluster_unless_configured(
     brokers: int, configured: int, replicas: int, min_isr: int
 ) -> None:

@@ -50,7 +50,8 @@ def test_given_up_sends_stay_undelivered_whatever_the_client_says_later() -> Non
     ledger.failed(number, "IllegalStateError: Producer is closed forcefully.")
     ledger.acknowledged(number)
     assert ledger.report("-").undelivered == (
-        Undelivered("trial 1", "t", "not acknowledged within 0 s"),)
+        Undelivered("trial 1", "t", "not acknowledged within 0 s"),
+    )
     assert ledger.wait_settled(0) is True
 
 
@@ -120,8 +121,7 @@ def test_close_gives_up_on_a_broker_that_never_answers(stuck: type[StuckClient])
     assert client.forced.is_set() and client.closed_with
     report = producer.report()
     assert [u.ref for u in report.undelivered] == ["line 1", "line 2"]
-    assert {u.why for u in report.undelivered} == {
-        "not acknowledged by the broker within 0.2 s"}
+    assert {u.why for u in report.undelivered} == {"not acknowledged by the broker within 0.2 s"}
 
 
 def test_a_sigint_while_closing_still_closes_and_reports(stuck: type[StuckClient]) -> None:

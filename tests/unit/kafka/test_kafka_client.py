@@ -13,8 +13,11 @@ from services.kafka.kafka_client import KafkaConfigError, kafka_client_kwargs
 from services.runtime.credentials import faust_broker_credentials
 from services.storage.db import redacted
 
-SECURE = {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "passk-gate",
-          "KAFKA_SASL_PASSWORD": "s3cret-pw"}
+SECURE = {
+    "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+    "KAFKA_SASL_USERNAME": "passk-gate",
+    "KAFKA_SASL_PASSWORD": "s3cret-pw",
+}
 
 
 def settings(**env: str) -> Settings:
@@ -48,11 +51,14 @@ def test_the_password_is_not_in_the_settings_repr() -> None:
     assert "s3cret-pw" not in repr(settings(**SECURE))
 
 
-@pytest.mark.parametrize(("env", "problem"), [
-    ({"KAFKA_SECURITY_PROTOCOL": "SASL_TLS"}, "is not one of"),
-    ({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "u"}, "needs KAFKA_SASL"),
-    ({**SECURE, "KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"}, "is not a readable file"),
-])
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"KAFKA_SECURITY_PROTOCOL": "SASL_TLS"}, "is not one of"),
+        ({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "u"}, "needs KAFKA_SASL"),
+        ({**SECURE, "KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"}, "is not a readable file"),
+    ],
+)
 def test_settings_that_cannot_work_are_a_clear_error(env: dict[str, str], problem: str) -> None:
     with pytest.raises(KafkaConfigError, match=problem):
         kafka_client_kwargs(settings(**env))
@@ -66,11 +72,14 @@ def test_a_ca_file_is_loaded(tmp_path: Path) -> None:
     assert kw["ssl_context"].cert_store_stats()["x509_ca"] > 0
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    ("postgresql://passk:hunter2@db:5432/passk", "postgresql://passk:***@db:5432/passk"),
-    ("sqlite:///var/passk.db", "sqlite:///var/passk.db"),
-    ("not a url", "(unparseable database URL)"),
-])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://passk:hunter2@db:5432/passk", "postgresql://passk:***@db:5432/passk"),
+        ("sqlite:///var/passk.db", "sqlite:///var/passk.db"),
+        ("not a url", "(unparseable database URL)"),
+    ],
+)
 def test_database_urls_are_printed_without_password(url: str, shown: str) -> None:
     assert redacted(url) == shown
 
@@ -113,8 +122,11 @@ def test_retrying_gives_up_at_once_on_a_timeout_or_a_non_retriable_error(error: 
 
     from services.kafka.kafka_client import retrying
 
-    exc = KafkaTimeoutError("Unable to bootstrap") if error == "timeout" else (
-        GroupAuthorizationFailedError())
+    exc = (
+        KafkaTimeoutError("Unable to bootstrap")
+        if error == "timeout"
+        else (GroupAuthorizationFailedError())
+    )
     call = _Flaky(exc)
     with pytest.raises(type(exc)):
         retrying(call, deadline_s=10)

@@ -57,8 +57,8 @@ def original(cls: type) -> Any:
 
 def read_until_closed(cls: type, recv: Any) -> Protocol:
     """Run the transport's own read loop on a socket whose peer wrote RESPONSE then
-    closed, both before the first read (a client that reads late). The TLS transport reads
-the plain socket here: its `_sock_recv` differs only in the TLS errors it waits out."""
+        closed, both before the first read (a client that reads late). The TLS transport reads
+    the plain socket here: its `_sock_recv` differs only in the TLS errors it waits out."""
     ours, peer = socket.socketpair()
     peer.sendall(RESPONSE)
     peer.close()
@@ -91,8 +91,9 @@ def test_patched_the_response_is_handed_on_then_the_close(cls: type) -> None:
 
 def test_written_for_the_locked_release() -> None:
     assert __version__ == kafka_python_compat.WRITTEN_FOR
-    locked = re.search(r"^kafka-python==(\S+)$", (ROOT / "requirements.lock").read_text(),
-                       re.MULTILINE)
+    locked = re.search(
+        r"^kafka-python==(\S+)$", (ROOT / "requirements.lock").read_text(), re.MULTILINE
+    )
     assert locked is not None and locked.group(1) == kafka_python_compat.WRITTEN_FOR
 
 
@@ -104,5 +105,6 @@ def test_every_kafka_python_client_gets_it_once() -> None:
         assert getattr(recv, "__wrapped_by_passk__", False)
         assert not getattr(recv.__wrapped__, "__wrapped_by_passk__", False)  # not twice
     kafka_client_kwargs(default_settings())
-    assert not getattr(vars(transport.KafkaSSLTransport)["_sock_recv"].__wrapped__,
-                       "__wrapped_by_passk__", False)
+    assert not getattr(
+        vars(transport.KafkaSSLTransport)["_sock_recv"].__wrapped__, "__wrapped_by_passk__", False
+    )

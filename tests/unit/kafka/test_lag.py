@@ -34,8 +34,11 @@ def test_the_lag_clients_carry_the_workers_credentials(monkeypatch: pytest.Monke
     monkeypatch.setattr(lag, "KafkaAdminClient", Admin)
     monkeypatch.setattr(lag, "KafkaConsumer", consumer)
     settings = Settings(  # type: ignore[call-arg]
-        KAFKA_BOOTSTRAP_SERVERS="b1:9092", KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
-        KAFKA_SASL_USERNAME="passk-gate", KAFKA_SASL_PASSWORD="s3cret-pw")
+        KAFKA_BOOTSTRAP_SERVERS="b1:9092",
+        KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+        KAFKA_SASL_USERNAME="passk-gate",
+        KAFKA_SASL_PASSWORD="s3cret-pw",
+    )
     LagMonitor("gate", settings, LagMetrics(CollectorRegistry())).poll()  # logs, never raises
 
     assert [name for name, _ in seen] == ["admin", "consumer"]
@@ -43,4 +46,6 @@ def test_the_lag_clients_carry_the_workers_credentials(monkeypatch: pytest.Monke
         assert kwargs["bootstrap_servers"] == "b1:9092"
         assert kwargs["security_protocol"] == "SASL_PLAINTEXT"
         assert (kwargs["sasl_plain_username"], kwargs["sasl_plain_password"]) == (
-            "passk-gate", "s3cret-pw")
+            "passk-gate",
+            "s3cret-pw",
+        )

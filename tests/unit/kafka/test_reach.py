@@ -38,16 +38,20 @@ def test_without_sasl_no_client_is_made(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_sasl_broker_that_does_not_answer_is_not_called_a_refusal() -> None:
     # Nothing refused the credentials: the command's own client says what it is (exit 4).
-    sasl = settings(KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT", KAFKA_SASL_USERNAME="u",
-                    KAFKA_SASL_PASSWORD="p")
+    sasl = settings(
+        KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT", KAFKA_SASL_USERNAME="u", KAFKA_SASL_PASSWORD="p"
+    )
     started = time.monotonic()
     reach.refuse_wrong_credentials(sasl, within_s=1.0)
     assert time.monotonic() - started < 10
 
 
 def test_a_refusal_exits_5_and_names_the_user_not_the_password() -> None:
-    sasl = settings(KAFKA_SECURITY_PROTOCOL="SASL_SSL", KAFKA_SASL_USERNAME="passk-cli",
-                    KAFKA_SASL_PASSWORD="hunter2")
+    sasl = settings(
+        KAFKA_SECURITY_PROTOCOL="SASL_SSL",
+        KAFKA_SASL_USERNAME="passk-cli",
+        KAFKA_SASL_PASSWORD="hunter2",
+    )
     refused = KafkaRefused(reach.authentication_failed(sasl))
     assert refused.code == ExitCode.KAFKA_REFUSED == 5
     assert "authentication failed for user 'passk-cli'" in refused.message

@@ -36,14 +36,25 @@ def kv(key: str, value: Any) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=str(value)))
 
 
-def span(trace: int, span_id: int, parent: int | None, name: str, attrs: dict[str, Any],
-         start_ms: int = 0, end_ms: int = 10, events: list[tuple[str, dict[str, Any]]] = ()
-         ) -> PbSpan:
-    s = PbSpan(trace_id=trace.to_bytes(16, "big"), span_id=span_id.to_bytes(8, "big"),
-               parent_span_id=parent.to_bytes(8, "big") if parent else b"", name=name,
-               start_time_unix_nano=T0 + start_ms * 1_000_000,
-               end_time_unix_nano=T0 + end_ms * 1_000_000,
-               attributes=[kv(k, v) for k, v in attrs.items()])
+def span(
+    trace: int,
+    span_id: int,
+    parent: int | None,
+    name: str,
+    attrs: dict[str, Any],
+    start_ms: int = 0,
+    end_ms: int = 10,
+    events: list[tuple[str, dict[str, Any]]] = (),
+) -> PbSpan:
+    s = PbSpan(
+        trace_id=trace.to_bytes(16, "big"),
+        span_id=span_id.to_bytes(8, "big"),
+        parent_span_id=parent.to_bytes(8, "big") if parent else b"",
+        name=name,
+        start_time_unix_nano=T0 + start_ms * 1_000_000,
+        end_time_unix_nano=T0 + end_ms * 1_000_000,
+        attributes=[kv(k, v) for k, v in attrs.items()],
+    )
     for i, (event, eattrs) in enumerate(events):
         e = s.events.add(name=event, time_unix_nano=T0 + i)
         e.attributes.extend(kv(k, v) for k, v in eattrs.items())
@@ -58,33 +69,63 @@ def request(*spans: PbSpan, resource: dict[str, Any] | None = None) -> ExportTra
     return req
 
 
-PASSK = {"passk.run_id": "run-1", "passk.scenario_id": "debrief", "passk.trial_id": "t-1",
-         "session.id": "sess-1", "passk.exit_reason": "product_closed"}
+PASSK = {
+    "passk.run_id": "run-1",
+    "passk.scenario_id": "debrief",
+    "passk.trial_id": "t-1",
+    "session.id": "sess-1",
+    "passk.exit_reason": "product_closed",
+}
 
 
-def chat_attrs(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]], tokens=(10, 5)
-               ) -> dict[str, Any]:
-    return {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(inputs),
-            "gen_ai.output.messages": json.dumps(outputs),
-            "gen_ai.usage.input_tokens": tokens[0], "gen_ai.usage.output_tokens": tokens[1]}
+def chat_attrs(
+    inputs: list[dict[str, Any]], outputs: list[dict[str, Any]], tokens=(10, 5)
+) -> dict[str, Any]:
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.input.messages": json.dumps(inputs),
+        "gen_ai.output.messages": json.dumps(outputs),
+        "gen_ai.usage.input_tokens": tokens[0],
+        "gen_ai.usage.output_tokens": tokens[1],
+    }
 
 
 def agent_trace(trace: int = 1, root_attrs: dict[str, Any] | None = None) -> list[PbSpan]:
     """A root invoke_agent span, two chat spans and a tool span."""
     user = {"role": "user", "parts": [{"type": "text", "content": "Job 4112."}]}
-    call = {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "lookup",
-                                            "arguments": {"job": "4112"}}]}
-    result = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1",
-                                         "response": "washer"}]}
-    final = {"role": "assistant", "parts": [{"type": "text", "content": "Done."}],
-             "finish_reason": "stop"}
+    call = {
+        "role": "assistant",
+        "parts": [
+            {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"job": "4112"}}
+        ],
+    }
+    result = {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": "c1", "response": "washer"}],
+    }
+    final = {
+        "role": "assistant",
+        "parts": [{"type": "text", "content": "Done."}],
+        "finish_reason": "stop",
+    }
     root = {"gen_ai.operation.name": "invoke_agent", **PASSK, **(root_attrs or {})}
     return [
         span(trace, 2, 1, "chat", chat_attrs([user], [call]), 1, 3),
-        span(trace, 3, 1, "execute_tool lookup", {
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
-            "gen_ai.tool.call.id": "c1", "gen_ai.tool.call.arguments": '{"job": "4112"}',
-            "gen_ai.tool.call.result": "washer"}, 3, 4),
+        span(
+            trace,
+            3,
+            1,
+            "execute_tool lookup",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "lookup",
+                "gen_ai.tool.call.id": "c1",
+                "gen_ai.tool.call.arguments": '{"job": "4112"}',
+                "gen_ai.tool.call.result": "washer",
+            },
+            3,
+            4,
+        ),
         span(trace, 4, 1, "chat", chat_attrs([user, call, result], [final], (30, 2)), 4, 8),
         span(trace, 1, None, "invoke_agent debrief", root, 0, 1500),
     ]
@@ -95,6 +136,7 @@ def plain_trace(trace: int = 1, root_attrs: dict[str, Any] | None = None) -> lis
     spans = agent_trace(trace)
     root = spans[-1]
     del root.attributes[:]
-    root.attributes.extend(kv(k, v) for k, v in {
-        "gen_ai.operation.name": "invoke_agent", **(root_attrs or {})}.items())
+    root.attributes.extend(
+        kv(k, v) for k, v in {"gen_ai.operation.name": "invoke_agent", **(root_attrs or {})}.items()
+    )
     return spans

@@ -20,13 +20,18 @@ def test_protobuf_and_json_decode_to_the_same_spans() -> None:
     assert {s.trace_id for s in from_js} == {f"{1:032x}"}
 
 
-@pytest.mark.parametrize(("body", "kind"), [
-    (b"\x0a\xff\xff\xff\xff\x0f", "application/x-protobuf"),
-    (b"{not json", "application/json"),
-    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}',
-     "application/json"),
-    (b'{"resourceSpans": 3}', "application/json"),
-])
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b"\x0a\xff\xff\xff\xff\x0f", "application/x-protobuf"),
+        (b"{not json", "application/json"),
+        (
+            b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}',
+            "application/json",
+        ),
+        (b'{"resourceSpans": 3}', "application/json"),
+    ],
+)
 def test_malformed_payloads_are_refused(body: bytes, kind: str) -> None:
     with pytest.raises(PayloadError):
         from_body(body, kind)

@@ -8,26 +8,46 @@ from schemas.events import FailedCheck, GateResult, JudgeVerdict, TrialVerdict
 from services.otlp.evaluations import TraceRef, evaluation_of
 from services.otlp.export import to_log_records
 
-REF = {"trial_id": "t-1", "run_id": "r", "scenario_id": "s", "scenario_version": "v1",
-       "session_id": "x"}
+REF = {
+    "trial_id": "t-1",
+    "run_id": "r",
+    "scenario_id": "s",
+    "scenario_version": "v1",
+    "session_id": "x",
+}
 
 
 def test_each_result_is_one_evaluation_event_carrying_the_trace() -> None:
     trace = TraceRef("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
     events = [
-        JudgeVerdict(event_id="j", judge_id="covered", judge_kind="llm", result="failed",
-                     reason="missed parts", **REF),
+        JudgeVerdict(
+            event_id="j",
+            judge_id="covered",
+            judge_kind="llm",
+            result="failed",
+            reason="missed parts",
+            **REF,
+        ),
         GateResult(event_id="g", gate="state", passed=True, **REF),
-        TrialVerdict(event_id="v", k=3, outcome="failed", **REF,
-                     failed_checks=[FailedCheck(check="judge:covered", reason="missed parts")]),
+        TrialVerdict(
+            event_id="v",
+            k=3,
+            outcome="failed",
+            **REF,
+            failed_checks=[FailedCheck(check="judge:covered", reason="missed parts")],
+        ),
     ]
     evaluations = [evaluation_of(e, trace) for e in events]
     names = [e.attributes["gen_ai.evaluation.name"] for e in evaluations]
     assert names == ["judge:covered", "gate:state", "passk.trial"]
     assert [e.attributes["gen_ai.evaluation.score.label"] for e in evaluations] == [
-        "fail", "pass", "fail"]
+        "fail",
+        "pass",
+        "fail",
+    ]
     assert evaluations[2].attributes["gen_ai.evaluation.explanation"] == (
-        "judge:covered: missed parts")
+        "judge:covered: missed parts"
+    )
     request = encode_logs(to_log_records(evaluations))
     logs = request.resource_logs[0].scope_logs[0].log_records
     assert len(logs) == 3
@@ -37,8 +57,10 @@ def test_each_result_is_one_evaluation_event_carrying_the_trace() -> None:
 
 
 def test_a_trial_not_from_a_trace_has_no_trace_ids() -> None:
-    e = evaluation_of(GateResult(event_id="g", gate="exit", passed=False,
-                                 reasons=["exit was max_turns"], **REF), None)
+    e = evaluation_of(
+        GateResult(event_id="g", gate="exit", passed=False, reasons=["exit was max_turns"], **REF),
+        None,
+    )
     [record] = encode_logs(to_log_records([e])).resource_logs[0].scope_logs[0].log_records
     assert record.trace_id == b"" or set(record.trace_id) == {0}
     assert e.attributes["gen_ai.evaluation.explanation"] == "exit was max_turns"

@@ -13,8 +13,14 @@ from services.otlp.mapping import Taken
 def taken(n: int, session: bool = True) -> Taken:
     sid = f"s{n}"
     conversation = ConversationFinished(
-        event_id=f"otel:{n}:conversation", run_id="r", scenario_id="sc", trial_id=f"t{n}",
-        session_id=sid, exit_reason="product_closed", transcript=[])
+        event_id=f"otel:{n}:conversation",
+        run_id="r",
+        scenario_id="sc",
+        trial_id=f"t{n}",
+        session_id=sid,
+        exit_reason="product_closed",
+        transcript=[],
+    )
     persisted = SessionPersisted(event_id=f"otel:{n}:session", session_id=sid, state={})
     return Taken(f"{n:032x}", conversation, persisted if session else None)
 
@@ -58,6 +64,10 @@ def test_sigint_stops_sending_and_reports_what_was_sent() -> None:
     sender = Sender(silent={"t2"}, interrupt_at="t3")
     out = publish_plan(plan, sender, stop_grace_s=1.5)
     assert out.interrupted and sender.settled == [1.5]
-    assert sender.sent == ["otel:1:conversation", "otel:1:session",
-                           "otel:2:conversation", "otel:2:session"]
+    assert sender.sent == [
+        "otel:1:conversation",
+        "otel:1:session",
+        "otel:2:conversation",
+        "otel:2:session",
+    ]
     assert out.acknowledged == 2 and out.undelivered == ["t2"]

@@ -24,9 +24,16 @@ def _run(capture: str) -> tuple[Taken | Skipped, list[dict]]:  # type: ignore[ty
         with chat_server(free_ports(1)) as url:
             agent = Agent(url, [memory])
             try:
-                kept = agent.run(Trial(
-                    "r", "s", "r:s:001", "sess-1", ["Hi, job 4112.", "Pump replaced."],
-                    state={"report": {"fault": "pump"}}))
+                kept = agent.run(
+                    Trial(
+                        "r",
+                        "s",
+                        "r:s:001",
+                        "sess-1",
+                        ["Hi, job 4112.", "Pump replaced."],
+                        state={"report": {"fault": "pump"}},
+                    )
+                )
             finally:
                 agent.shutdown()
     finally:

@@ -10,14 +10,24 @@ from tests.unit.otlp.spans import PASSK, T0, agent_trace, plain_trace, request
 
 
 def _scenario(sid: str, match: dict, **extra) -> Scenario:  # type: ignore[no-untyped-def]
-    return Scenario.model_validate({"id": sid, "expected_exit": "resolved", "match": match,
-                                    "completion": "conversation", **extra}).versioned()
+    return Scenario.model_validate(
+        {
+            "id": sid,
+            "expected_exit": "resolved",
+            "match": match,
+            "completion": "conversation",
+            **extra,
+        }
+    ).versioned()
 
 
 SUPPORT = _scenario("support", {"service.name": "support-agent"})
-REFUNDS = _scenario("refunds",
-                    {"service.name": "support-agent", "app.intent": ["refund", "return"]},
-                    exit_attribute="app.exit_reason", sampling={"llm_judges": 0.1})
+REFUNDS = _scenario(
+    "refunds",
+    {"service.name": "support-agent", "app.intent": ["refund", "return"]},
+    exit_attribute="app.exit_reason",
+    sampling={"llm_judges": 0.1},
+)
 OTHER = _scenario("other", {"service.name": "billing"}, production_run="prod-{date}-billing")
 ALL = [SUPPORT, REFUNDS, OTHER]
 
@@ -33,20 +43,28 @@ def test_a_plain_trace_is_a_trial_of_the_matching_scenario() -> None:
     cf = taken.conversation
     day = datetime.fromtimestamp(T0 / 1e9, UTC).date().isoformat()
     assert (cf.scenario_id, cf.trial_id, cf.session_id, cf.run_id) == (
-        "support", f"{7:032x}", "s-9", f"production-{day}")
+        "support",
+        f"{7:032x}",
+        "s-9",
+        f"production-{day}",
+    )
     assert cf.production is True
     assert cf.exit_reason == "unknown"  # never skipped for lacking passk's attributes
 
 
 def test_most_keys_win_and_the_span_attribute_beats_the_resource() -> None:
-    taken = _one(plain_trace(8, {"app.intent": "refund", "app.exit_reason": "resolved"}),
-                 resource={"service.name": "support-agent", "app.intent": "other"})
+    taken = _one(
+        plain_trace(8, {"app.intent": "refund", "app.exit_reason": "resolved"}),
+        resource={"service.name": "support-agent", "app.intent": "other"},
+    )
     assert isinstance(taken, Taken)
     assert taken.conversation.scenario_id == "refunds"
     assert taken.conversation.exit_reason == "resolved"  # from exit_attribute
     assert taken.conversation.session_id == f"{8:032x}"  # no session attribute: the trace id
-    taken = _one(plain_trace(8, {"app.intent": "other"}),
-                 resource={"service.name": "support-agent", "app.intent": "refund"})
+    taken = _one(
+        plain_trace(8, {"app.intent": "other"}),
+        resource={"service.name": "support-agent", "app.intent": "refund"},
+    )
     assert isinstance(taken, Taken) and taken.conversation.scenario_id == "support"
 
 
@@ -72,5 +90,8 @@ def test_a_trace_with_passk_ids_is_unchanged_by_rules() -> None:
     assert isinstance(taken, Taken)
     cf = taken.conversation
     assert (cf.run_id, cf.scenario_id, cf.trial_id) == (
-        PASSK["passk.run_id"], PASSK["passk.scenario_id"], PASSK["passk.trial_id"])
+        PASSK["passk.run_id"],
+        PASSK["passk.scenario_id"],
+        PASSK["passk.trial_id"],
+    )
     assert cf.production is False

@@ -47,8 +47,13 @@ class Clock:
 async def _client(scenarios=None, **settings):  # type: ignore[no-untyped-def]
     registry = CollectorRegistry()
     recorder, clock = Recorder(), Clock()
-    receiver = Receiver(OtlpSettings(**settings), recorder, OtlpMetrics(registry), clock,
-                        scenarios=None if scenarios is None else (lambda: scenarios))
+    receiver = Receiver(
+        OtlpSettings(**settings),
+        recorder,
+        OtlpMetrics(registry),
+        clock,
+        scenarios=None if scenarios is None else (lambda: scenarios),
+    )
     client = TestClient(TestServer(make_app(receiver)))
     await client.start_server()
     return client, recorder, registry, clock
@@ -67,8 +72,7 @@ async def test_a_trace_split_over_requests_is_published_once_its_root_arrives() 
             assert r.status == 200
         assert rec.taken == []
         zipped = gzip.compress(request(spans[-1]).SerializeToString())
-        r = await client.post("/v1/traces", data=zipped,
-                              headers={**PB, "Content-Encoding": "gzip"})
+        r = await client.post("/v1/traces", data=zipped, headers={**PB, "Content-Encoding": "gzip"})
         assert r.status == 200
         answer = ExportTraceServiceResponse.FromString(await r.read())
         assert answer.partial_success.rejected_spans == 0
@@ -87,8 +91,9 @@ async def test_partial_success_names_traces_that_are_not_trials() -> None:
     client, rec, reg, _ = await _client()
     try:
         good, bad = agent_trace(1), agent_trace(2, {"passk.trial_id": ""})
-        r = await client.post("/v1/traces", data=request(*good, *bad).SerializeToString(),
-                              headers=PB)
+        r = await client.post(
+            "/v1/traces", data=request(*good, *bad).SerializeToString(), headers=PB
+        )
         answer = ExportTraceServiceResponse.FromString(await r.read())
         assert answer.partial_success.rejected_spans == 4
         assert "no_passk_ids" in answer.partial_success.error_message
@@ -99,8 +104,9 @@ async def test_partial_success_names_traces_that_are_not_trials() -> None:
 
 
 async def test_hostile_requests_are_refused_and_counted_and_the_next_trace_is_taken() -> None:
-    client, rec, reg, _ = await _client(PASSK_OTLP_TOKEN="s3cret",
-                                        PASSK_OTLP_MAX_BODY_BYTES=100_000)
+    client, rec, reg, _ = await _client(
+        PASSK_OTLP_TOKEN="s3cret", PASSK_OTLP_MAX_BODY_BYTES=100_000
+    )
     auth = {**PB, "Authorization": "Bearer s3cret"}
     try:
         body = request(*agent_trace()).SerializeToString()
@@ -134,8 +140,7 @@ async def test_hostile_requests_are_refused_and_counted_and_the_next_trace_is_ta
 
 
 async def test_open_traces_are_bounded_in_number_and_time() -> None:
-    client, rec, reg, clock = await _client(PASSK_OTLP_MAX_PENDING_TRACES=10,
-                                            PASSK_OTLP_IDLE_S=60)
+    client, rec, reg, clock = await _client(PASSK_OTLP_MAX_PENDING_TRACES=10, PASSK_OTLP_IDLE_S=60)
     receiver = client.app[STATE]
     try:
         # 1,000 traces that never end, in 10 requests: a hundred times the bound
@@ -153,8 +158,9 @@ async def test_open_traces_are_bounded_in_number_and_time() -> None:
         receiver.expire()
         assert len(receiver.pending) == 0
         assert _v(reg, "passk_otlp_traces_dropped_total", reason="idle") == 10
-        r = await client.post("/v1/traces", data=request(*agent_trace()).SerializeToString(),
-                              headers=PB)
+        r = await client.post(
+            "/v1/traces", data=request(*agent_trace()).SerializeToString(), headers=PB
+        )
         assert r.status == 200 and len(rec.taken) == 1
     finally:
         await client.close()
@@ -166,12 +172,14 @@ async def test_a_publishing_outage_is_503_and_the_retry_publishes() -> None:
     try:
         await client.post("/v1/traces", data=request(*spans[:2]).SerializeToString(), headers=PB)
         rec.fail = True
-        r = await client.post("/v1/traces", data=request(*spans[2:]).SerializeToString(),
-                              headers=PB)
+        r = await client.post(
+            "/v1/traces", data=request(*spans[2:]).SerializeToString(), headers=PB
+        )
         assert r.status == 503 and "Retry-After" in r.headers
         rec.fail = False
-        r = await client.post("/v1/traces", data=request(*spans[2:]).SerializeToString(),
-                              headers=PB)
+        r = await client.post(
+            "/v1/traces", data=request(*spans[2:]).SerializeToString(), headers=PB
+        )
         assert r.status == 200
         [taken] = rec.taken
         # the spans of the first request were kept through the outage
@@ -185,6 +193,7 @@ async def test_json_in_json_out() -> None:
     from google.protobuf import json_format
 
     from tests.unit.otlp.spans import otlp_json
+
     try:
         r = await client.post("/v1/traces", json=otlp_json(request(*agent_trace())))
         assert r.status == 200 and r.content_type == "application/json"
@@ -202,20 +211,36 @@ async def test_plain_traces_become_trials_by_rule_and_the_rest_dead_letters() ->
     from schemas.scenario import Scenario
     from tests.unit.otlp.spans import plain_trace
 
-    rules = [Scenario.model_validate({"id": "support", "expected_exit": "resolved",
-                                      "match": {"service.name": "support-agent"}}).versioned()]
+    rules = [
+        Scenario.model_validate(
+            {
+                "id": "support",
+                "expected_exit": "resolved",
+                "match": {"service.name": "support-agent"},
+            }
+        ).versioned()
+    ]
     client, rec, reg, _ = await _client(scenarios=rules)
     try:
-        r = await client.post("/v1/traces", headers=PB, data=request(
-            *plain_trace(21), resource={"service.name": "support-agent"}).SerializeToString())
+        r = await client.post(
+            "/v1/traces",
+            headers=PB,
+            data=request(
+                *plain_trace(21), resource={"service.name": "support-agent"}
+            ).SerializeToString(),
+        )
         assert r.status == 200
-        r = await client.post("/v1/traces", headers=PB, data=request(
-            *plain_trace(22), resource={"service.name": "nobody"}).SerializeToString())
+        r = await client.post(
+            "/v1/traces",
+            headers=PB,
+            data=request(*plain_trace(22), resource={"service.name": "nobody"}).SerializeToString(),
+        )
         assert r.status == 200
         answer = ExportTraceServiceResponse.FromString(await r.read())
         assert "no_matching_scenario" in answer.partial_success.error_message
         assert [(t.conversation.scenario_id, t.conversation.trial_id) for t in rec.taken] == [
-            ("support", f"{21:032x}")]
+            ("support", f"{21:032x}")
+        ]
         async with asyncio.timeout(5):
             while not rec.letters:
                 await asyncio.sleep(0.01)
@@ -250,8 +275,9 @@ async def test_the_state_probe_supplies_the_session_of_a_trace_without_one() -> 
     client = TestClient(TestServer(make_app(receiver)))
     await client.start_server()
     try:
-        r = await client.post("/v1/traces", data=request(*agent_trace(31)).SerializeToString(),
-                              headers=PB)
+        r = await client.post(
+            "/v1/traces", data=request(*agent_trace(31)).SerializeToString(), headers=PB
+        )
         assert r.status == 200
         (taken,) = recorder.taken
         assert probe.asked == ["sess-1"]
@@ -262,8 +288,9 @@ async def test_the_state_probe_supplies_the_session_of_a_trace_without_one() -> 
 
 
 async def test_held_spans_are_bounded_in_bytes_and_malformed_bodies_are_400() -> None:
-    client, rec, reg, _ = await _client(PASSK_OTLP_MAX_PENDING_BYTES=3_000_000,
-                                        PASSK_OTLP_OFFLOAD_BYTES=100_000)
+    client, rec, reg, _ = await _client(
+        PASSK_OTLP_MAX_PENDING_BYTES=3_000_000, PASSK_OTLP_OFFLOAD_BYTES=100_000
+    )
     receiver = client.app[STATE]
     try:
         for i in range(10):  # 1 MB spans whose root never comes
@@ -275,8 +302,9 @@ async def test_held_spans_are_bounded_in_bytes_and_malformed_bodies_are_400() ->
         assert _v(reg, "passk_otlp_pending_bytes") <= 3_000_000
         # a span alone larger than the bound: dropped at once, its later spans too
         body = request(span(1 << 71, 2, 1, "chat", {"big": "y" * 3_500_000}))
-        assert (await client.post("/v1/traces", data=body.SerializeToString(),
-                                  headers=PB)).status == 200
+        assert (
+            await client.post("/v1/traces", data=body.SerializeToString(), headers=PB)
+        ).status == 200
         assert receiver.pending.bytes <= 3_000_000
         js = {"Content-Type": "application/json"}
         # (a gzip header followed by garbage: tests/e2e/test_otlp_attacks.py, real worker)
@@ -288,8 +316,9 @@ async def test_held_spans_are_bounded_in_bytes_and_malformed_bodies_are_400() ->
             r = await client.post("/v1/traces", data=data, headers=headers)
             assert r.status == 400, (r.status, data[:40])
         # and a good trace is still taken
-        r = await client.post("/v1/traces", data=request(*agent_trace(77)).SerializeToString(),
-                              headers=PB)
+        r = await client.post(
+            "/v1/traces", data=request(*agent_trace(77)).SerializeToString(), headers=PB
+        )
         assert r.status == 200 and rec.taken[-1].trace_id == f"{77:032x}"
     finally:
         await client.close()

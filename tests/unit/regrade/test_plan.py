@@ -14,27 +14,54 @@ WHEN = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def trial(trial_id: str, outcome: str) -> TrialRecord:
-    return TrialRecord(trial_id=trial_id, run_id="r", scenario_id="sc", scenario_version="v1",
-                       session_id=f"s-{trial_id}", k=3, outcome=outcome, verdict_at=WHEN,
-                       event_id=f"verdict:{trial_id}")
+    return TrialRecord(
+        trial_id=trial_id,
+        run_id="r",
+        scenario_id="sc",
+        scenario_version="v1",
+        session_id=f"s-{trial_id}",
+        k=3,
+        outcome=outcome,
+        verdict_at=WHEN,
+        event_id=f"verdict:{trial_id}",
+    )
 
 
 def attempt(trial_id: str, n: int, outcome: str) -> TrialAttemptRecord:
-    return TrialAttemptRecord(trial_id=trial_id, attempt=n, run_id="r", scenario_id="sc",
-                              scenario_version="v1", outcome=outcome, verdict_at=WHEN,
-                              event_id=f"verdict:{trial_id}:{n}")
+    return TrialAttemptRecord(
+        trial_id=trial_id,
+        attempt=n,
+        run_id="r",
+        scenario_id="sc",
+        scenario_version="v1",
+        outcome=outcome,
+        verdict_at=WHEN,
+        event_id=f"verdict:{trial_id}:{n}",
+    )
 
 
 def errored(trial_id: str, *, version: str = "v1", attempt: int = 1) -> Target:
     """A target of an errored trial of run r, scenario sc, session s-<trial_id>."""
-    return Target(TrialIdentity(trial_id=trial_id, run_id="r", scenario_id="sc",
-                                scenario_version=version, session_id=f"s-{trial_id}"),
-                  "error", attempt)
+    return Target(
+        TrialIdentity(
+            trial_id=trial_id,
+            run_id="r",
+            scenario_id="sc",
+            scenario_version=version,
+            session_id=f"s-{trial_id}",
+        ),
+        "error",
+        attempt,
+    )
 
 
 TRIALS = [trial("t3", "error"), trial("t1", "passed"), trial("t2", "error")]
-HISTORY = [attempt("t1", 1, "passed"), attempt("t2", 1, "error"), attempt("t3", 1, "error"),
-           attempt("t3", 2, "error")]
+HISTORY = [
+    attempt("t1", 1, "passed"),
+    attempt("t2", 1, "error"),
+    attempt("t3", 1, "error"),
+    attempt("t3", 2, "error"),
+]
 
 
 def test_errors_only_picks_the_errored_trials_with_their_newest_attempt() -> None:
@@ -118,8 +145,10 @@ def test_sample_backfills_only_the_trials_the_sample_left_out() -> None:
     from tests.unit.storage import factories as f
 
     ids = [f"{i:032x}" for i in range(60)]
-    rows = [judge_record(f.judge(t, "polite", "not_sampled" if not in_sample(t, 0.1)
-                                 else "passed")) for t in ids]
+    rows = [
+        judge_record(f.judge(t, "polite", "not_sampled" if not in_sample(t, 0.1) else "passed"))
+        for t in ids
+    ]
     assert left_out(rows, 1.0) == {t for t in ids if not in_sample(t, 0.1)}
     half = left_out(rows, 0.5)
     assert half == {t for t in ids if in_sample(t, 0.5) and not in_sample(t, 0.1)}

@@ -30,8 +30,18 @@ def scenario_dir(tmp_path: Path) -> Path:
 def run_generate(scenario_dir: Path, out: Path, *extra: str):
     return CliRunner(env={"COLUMNS": "200"}).invoke(
         app,
-        ["generate", "--scenarios", str(scenario_dir), "--run-id", "r1",
-         "--out", str(out / "t.jsonl"), "--expected", str(out / "e.json"), *extra],
+        [
+            "generate",
+            "--scenarios",
+            str(scenario_dir),
+            "--run-id",
+            "r1",
+            "--out",
+            str(out / "t.jsonl"),
+            "--expected",
+            str(out / "e.json"),
+            *extra,
+        ],
     )
 
 
@@ -40,15 +50,28 @@ def test_generate_is_byte_identical_for_the_same_seed_and_start(
 ) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     for folder in (a, b):
-        result = run_generate(scenario_dir, folder, "--seed", "5", "--start",
-                              "2026-11-30T12:00:00Z", "--trials", "6", "--every-mode")
+        result = run_generate(
+            scenario_dir,
+            folder,
+            "--seed",
+            "5",
+            "--start",
+            "2026-11-30T12:00:00Z",
+            "--trials",
+            "6",
+            "--every-mode",
+        )
         assert result.exit_code == 0, result.output
     assert (a / "t.jsonl").read_bytes() == (b / "t.jsonl").read_bytes()
     assert (a / "e.json").read_bytes() == (b / "e.json").read_bytes()
     expected = json.loads((a / "e.json").read_text())
     assert expected["scenarios"] == [
-        {"scenario_id": "warranty-no-charge", "k": 3, "n": 6,
-         "passed": sum(t["expected_outcome"] == "passed" for t in expected["trials"])}
+        {
+            "scenario_id": "warranty-no-charge",
+            "k": 3,
+            "n": 6,
+            "passed": sum(t["expected_outcome"] == "passed" for t in expected["trials"]),
+        }
     ]
     assert "warranty-no-charge" in result.output and "seed 5" in result.output
 
@@ -85,8 +108,9 @@ def test_generate_refuses_an_invalid_scenario_file(tmp_path: Path) -> None:
 
 def test_replay_dry_run_lists_skipped_lines(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    path.write_text('{"type": "session_persisted", "event_id": "a", "session_id": "s", '
-                    '"state": {}}\nnope\n')
+    path.write_text(
+        '{"type": "session_persisted", "event_id": "a", "session_id": "s", "state": {}}\nnope\n'
+    )
     result = CliRunner().invoke(app, ["replay", "--dry-run", str(path)])
     assert result.exit_code == 0, result.output
     assert "line 2: invalid_json" in result.output

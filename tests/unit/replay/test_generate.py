@@ -33,28 +33,30 @@ MARKER = re.compile(r"\[\[fail:([^\]]+)\]\]")
 def rich_scenario(**overrides: Any) -> Scenario:
     """The factories' scenario with an expectation of every kind the generator must meet
     (an indexed path, a number, an anchored pattern) and one gating judge fewer."""
-    return scenario(**{
-        "limits": {"max_turns": 12, "max_duration_s": 900},
-        "outcome": [
-            {"path": "report.fault", "present": True},
-            {"path": "report.parts", "present": True},
-            {"path": "report.lines[1].code", "present": True},
-            {
-                "path": "billability",
-                "equals": [{"code": "LAB-2H", "qty": 1}, {"code": "PART-PUMP", "qty": 1}],
-                "unordered": True,
-            },
-            {"path": "invoice.total", "equals": 180.0},
-            {"path": "follow_up", "present": False},
-            {"path": "report.summary", "matches": "(?i)replaced"},
-            {"path": "report.ref", "matches": r"^WO-\d{6}$"},
-        ],
-        "judges": [
-            {"id": "covered_expected_topics", "assertion": "Asked about fault and parts."},
-            {"id": "polite", "assertion": "Was polite.", "gating": False},
-        ],
-        **overrides,
-    })
+    return scenario(
+        **{
+            "limits": {"max_turns": 12, "max_duration_s": 900},
+            "outcome": [
+                {"path": "report.fault", "present": True},
+                {"path": "report.parts", "present": True},
+                {"path": "report.lines[1].code", "present": True},
+                {
+                    "path": "billability",
+                    "equals": [{"code": "LAB-2H", "qty": 1}, {"code": "PART-PUMP", "qty": 1}],
+                    "unordered": True,
+                },
+                {"path": "invoice.total", "equals": 180.0},
+                {"path": "follow_up", "present": False},
+                {"path": "report.summary", "matches": "(?i)replaced"},
+                {"path": "report.ref", "matches": r"^WO-\d{6}$"},
+            ],
+            "judges": [
+                {"id": "covered_expected_topics", "assertion": "Asked about fault and parts."},
+                {"id": "polite", "assertion": "Was polite.", "gating": False},
+            ],
+            **overrides,
+        }
+    )
 
 
 def plain_scenario(**overrides: Any) -> Scenario:
@@ -125,8 +127,10 @@ def test_ids_depend_on_the_run_so_two_runs_never_collide() -> None:
 
 def test_every_mode_shows_every_failure_mode_and_quirk() -> None:
     scenarios = [rich_scenario(), plain_scenario()]
-    traffic = generate(scenarios, config(every_mode=True, default_pass_prob=1.0,
-                                         pass_prob={"debrief-billable-repair": 0.5}))
+    traffic = generate(
+        scenarios,
+        config(every_mode=True, default_pass_prob=1.0, pass_prob={"debrief-billable-repair": 0.5}),
+    )
     modes = {t.failure_mode for t in traffic.expected.trials}
     quirks = {q for t in traffic.expected.trials for q in t.quirks}
     assert set(FAILURE_MODES) <= modes
@@ -187,7 +191,8 @@ def test_failing_trials_violate_exactly_their_target_and_nothing_else() -> None:
         if trial.failure_mode in ("missing_field", "unexpected_follow_up"):
             state = sessions[trial.session_id].state
             failing = [
-                e.path for e in by_id[trial.scenario_id].outcome
+                e.path
+                for e in by_id[trial.scenario_id].outcome
                 if not check_expectation(e, state).passed
             ]
             assert failing == [trial.detail.removeprefix("state:")]
@@ -207,7 +212,9 @@ def test_failure_modes_look_like_what_they_claim() -> None:
             assert conv.exit_reason == "product_closed"  # the harness saw a clean close
             if "session_missing" not in trial.quirks:
                 assert sessions[trial.session_id].exit_reason in (
-                    "persona_exhausted", "max_turns", "error"
+                    "persona_exhausted",
+                    "max_turns",
+                    "error",
                 )
         elif trial.failure_mode == "over_turn_limit":
             assert count_turns(conv.transcript) > 12
@@ -270,8 +277,10 @@ def test_quirks_do_not_change_which_trials_fail_or_why() -> None:
     a = generate(scenarios, config(trials=15, default_pass_prob=0.6, quirk_rates=calm))
     b = generate(scenarios, config(trials=15, default_pass_prob=0.6, quirk_rates=busy))
     assert any(t.quirks for t in b.expected.trials)
-    assert [(t.trial_id, t.failure_mode, t.expected_outcome, t.expected_failed_checks)
-            for t in a.expected.trials] == [
+    assert [
+        (t.trial_id, t.failure_mode, t.expected_outcome, t.expected_failed_checks)
+        for t in a.expected.trials
+    ] == [
         (t.trial_id, t.failure_mode, t.expected_outcome, t.expected_failed_checks)
         for t in b.expected.trials
     ]
@@ -336,7 +345,8 @@ def test_every_line_is_a_valid_input_event_with_unique_ids() -> None:
     session_ids = [t.session_id for t in traffic.expected.trials]
     assert len(set(trial_ids)) == len(trial_ids) and len(set(session_ids)) == len(session_ids)
     conv_trials = {
-        json.loads(line)["trial_id"] for line in traffic.jsonl().splitlines()
+        json.loads(line)["trial_id"]
+        for line in traffic.jsonl().splitlines()
         if '"conversation_finished"' in line
     }
     assert conv_trials == set(trial_ids)
@@ -346,8 +356,15 @@ def test_expected_json_has_the_documented_shape() -> None:
     traffic = generate([plain_scenario()], config())
     body = json.loads(traffic.expected_json())
     assert set(body) == {"run_id", "trials", "scenarios"}
-    assert {"trial_id", "scenario_id", "session_id", "expected_outcome", "failure_mode", "quirks",
-            "expected_failed_checks"} <= set(body["trials"][0])
+    assert {
+        "trial_id",
+        "scenario_id",
+        "session_id",
+        "expected_outcome",
+        "failure_mode",
+        "quirks",
+        "expected_failed_checks",
+    } <= set(body["trials"][0])
     assert set(body["scenarios"][0]) == {"scenario_id", "k", "n", "passed"}
 
 
@@ -399,19 +416,31 @@ def test_every_mode_puts_forced_failures_on_the_flakiest_scenario() -> None:
     calm = {q: 0.0 for q in QUIRKS}
     traffic = generate(
         [steady, flaky],
-        config(every_mode=True, trials=8, quirk_rates=calm,
-               pass_prob={"debrief-billable-repair": 0.99, "steady-twin": 1.0}),
+        config(
+            every_mode=True,
+            trials=8,
+            quirk_rates=calm,
+            pass_prob={"debrief-billable-repair": 0.99, "steady-twin": 1.0},
+        ),
     )
     steady_trials = [t for t in traffic.expected.trials if t.scenario_id == "steady-twin"]
     assert all(t.expected_outcome == "passed" for t in steady_trials)
     traffic = generate(
         [steady, flaky],
-        config(every_mode=True, trials=8, quirk_rates=calm,
-               pass_prob={"debrief-billable-repair": 0.3, "steady-twin": 0.999}, seed=3),
+        config(
+            every_mode=True,
+            trials=8,
+            quirk_rates=calm,
+            pass_prob={"debrief-billable-repair": 0.3, "steady-twin": 0.999},
+            seed=3,
+        ),
     )
     by_scenario = Counter(t.scenario_id for t in traffic.expected.trials if t.failure_mode)
-    modes_on_flaky = {t.failure_mode for t in traffic.expected.trials
-                      if t.scenario_id == "debrief-billable-repair"}
+    modes_on_flaky = {
+        t.failure_mode
+        for t in traffic.expected.trials
+        if t.scenario_id == "debrief-billable-repair"
+    }
     assert set(FAILURE_MODES) <= modes_on_flaky
     assert by_scenario["steady-twin"] <= 1  # only what its own 0.1% draw gives
 
@@ -425,16 +454,23 @@ def test_some_products_record_their_exit_and_some_leave_it_to_the_harness() -> N
 
 
 def test_a_conversation_completion_scenario_gets_no_session_and_no_state_failure() -> None:
-    chat = Scenario.model_validate({
-        "id": "chat-only", "trials": 3, "expected_exit": "product_closed",
-        "completion": "conversation",
-        "judges": [{"id": "polite", "assertion": "Was polite."}],
-    }).versioned()
+    chat = Scenario.model_validate(
+        {
+            "id": "chat-only",
+            "trials": 3,
+            "expected_exit": "product_closed",
+            "completion": "conversation",
+            "judges": [{"id": "polite", "assertion": "Was polite."}],
+        }
+    ).versioned()
     scenarios = [chat, rich_scenario()]
     traffic = generate(scenarios, config(every_mode=True, default_pass_prob=0.3, trials=8))
     chat_sessions = {t.session_id for t in traffic.expected.trials if t.scenario_id == "chat-only"}
-    assert not [e for e in traffic.events
-                if isinstance(e, SessionPersisted) and e.session_id in chat_sessions]
+    assert not [
+        e
+        for e in traffic.events
+        if isinstance(e, SessionPersisted) and e.session_id in chat_sessions
+    ]
     chat_trials = [t for t in traffic.expected.trials if t.scenario_id == "chat-only"]
     assert chat_trials and all("gate:state" not in t.expected_failed_checks for t in chat_trials)
     assert all(not set(t.quirks) - {"duplicated"} for t in chat_trials)
@@ -477,10 +513,19 @@ def test_the_generator_reads_its_own_states_without_the_gate(spec, state, held) 
     from services.replay.generate import holds
 
     assert holds(Expectation(**spec), state) is held
+
+
 def test_advisory_judges_are_flagged_but_never_a_failure_mode() -> None:
     scenarios = [rich_scenario()]
-    traffic = generate(scenarios, config(trials=40, every_mode=True, default_pass_prob=0.5,
-                                         advisory_flags={"covered_expected_topics": 0.5}))
+    traffic = generate(
+        scenarios,
+        config(
+            trials=40,
+            every_mode=True,
+            default_pass_prob=0.5,
+            advisory_flags={"covered_expected_topics": 0.5},
+        ),
+    )
     conversations = {e.trial_id: e for e in traffic.events if isinstance(e, ConversationFinished)}
     flagged = 0
     for t in traffic.expected.trials:
@@ -508,10 +553,15 @@ def test_a_scenario_naming_external_checks_gets_them_reported_passing() -> None:
     for conv in conversations:
         results = external_results(conv, named)
         assert [(r.check, r.passed, r.reported) for r in results] == [
-            ("external:pii_scan", True, True), ("external:tool_budget", True, True)]
+            ("external:pii_scan", True, True),
+            ("external:tool_budget", True, True),
+        ]
     # a scenario naming none is generated exactly as before: no checks at all
-    assert all(not e.checks for e in generate([plain_scenario()], config()).events
-               if isinstance(e, ConversationFinished))
+    assert all(
+        not e.checks
+        for e in generate([plain_scenario()], config()).events
+        if isinstance(e, ConversationFinished)
+    )
 
 
 def test_a_run_generated_to_end_by_now_dates_no_event_after_now() -> None:
@@ -530,6 +580,7 @@ def test_a_run_generated_to_end_by_now_dates_no_event_after_now() -> None:
     # the same run, every event moved back by the same amount
     assert [e.occurred_at for e in ahead.events] == [t + shift for t in times]
     assert [(t.trial_id, t.expected_outcome) for t in moved.expected.trials] == [
-        (t.trial_id, t.expected_outcome) for t in ahead.expected.trials]
+        (t.trial_id, t.expected_outcome) for t in ahead.expected.trials
+    ]
     # a run that already ends in the past is left as it is
     assert generate_ending_by(scenarios, cfg, now=START + timedelta(days=1)).events == ahead.events

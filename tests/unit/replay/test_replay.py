@@ -147,8 +147,9 @@ def test_replay_sends_valid_lines_in_file_order_and_reports_the_rest(traffic_fil
     summary = replay_file(traffic_file, sender=recorder, settings=settings, on_line=seen.append)
     assert seen == [1, 2, 3, 4, 5, 6, 7] and count_lines(traffic_file) == 7
     assert [ref for *_, ref in recorder.sent] == ["line 1", "line 2", "line 5", "line 7"]
-    conv, sess = topic_name(Topic.CONVERSATION_FINISHED, settings), topic_name(
-        Topic.SESSION_PERSISTED, settings
+    conv, sess = (
+        topic_name(Topic.CONVERSATION_FINISHED, settings),
+        topic_name(Topic.SESSION_PERSISTED, settings),
     )
     assert [t for t, *_ in recorder.sent] == [sess, conv, conv, sess]
     assert summary.lines == 7 and summary.blank == 1
@@ -169,8 +170,7 @@ def test_a_failed_send_makes_the_exit_code_4_naming_the_line(traffic_file: Path)
 
 def test_unacknowledged_sends_count_as_not_delivered_first_line_first(traffic_file: Path) -> None:
     recorder = Recorder(fail_refs={"line 7"}, silent_refs={"line 2", "line 5"})
-    summary = replay_file(traffic_file, sender=recorder, settings=Settings(),
-                          settle_timeout_s=3.0)
+    summary = replay_file(traffic_file, sender=recorder, settings=Settings(), settle_timeout_s=3.0)
     assert recorder.settled == [3.0]  # waited once, bounded
     assert [u.ref for u in summary.undelivered] == ["line 2", "line 5", "line 7"]
     assert summary.undelivered[0].why == "not acknowledged by the broker"

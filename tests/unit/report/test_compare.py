@@ -21,12 +21,18 @@ from tests.unit.storage import factories as f
 
 def run_rows(run: str, scenario: str, passed: int, n: int, *, turns: int = 6, start: int = 0):
     return [
-        trial_record(f.verdict(
-            f"{run}:{scenario}:{i}", "passed" if i < passed else "failed", run_id=run,
-            scenario_id=scenario, when=start + i,
-            metrics=TrialMetrics(turns=turns, input_tokens=100, output_tokens=20,
-                                 duration_ms=60_000),
-        ))
+        trial_record(
+            f.verdict(
+                f"{run}:{scenario}:{i}",
+                "passed" if i < passed else "failed",
+                run_id=run,
+                scenario_id=scenario,
+                when=start + i,
+                metrics=TrialMetrics(
+                    turns=turns, input_tokens=100, output_tokens=20, duration_ms=60_000
+                ),
+            )
+        )
         for i in range(n)
     ]
 
@@ -69,8 +75,10 @@ def test_overlapping_intervals_are_not_a_regression(base, new) -> None:
 
 def test_new_and_dropped_scenarios_are_listed_without_a_flag() -> None:
     comparison = compare_runs(report("b", ("old", 3, 3)), report("r", ("new", 0, 3)))
-    rows = {s.scenario_id: (s.base is None, s.run is None, s.regression, s.change)
-            for s in comparison.scenarios}
+    rows = {
+        s.scenario_id: (s.base is None, s.run is None, s.regression, s.change)
+        for s in comparison.scenarios
+    }
     assert rows == {"new": (True, False, False, None), "old": (False, True, False, None)}
 
 
@@ -89,14 +97,21 @@ def projection(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'projection.db'}"
     store = Store(url)
     rows = [
-        *run_rows("build-41", "steady", 10, 10), *run_rows("build-41", "falls", 10, 10),
+        *run_rows("build-41", "steady", 10, 10),
+        *run_rows("build-41", "falls", 10, 10),
         *run_rows("build-42", "steady", 10, 10, start=100),
         *run_rows("build-42", "falls", 1, 10, start=100),
     ]
     for row in rows:
-        store.apply(f.verdict(row.trial_id, row.outcome, run_id=row.run_id,
-                              scenario_id=row.scenario_id,
-                              when=row.verdict_at.timestamp() - f.at(0).timestamp()))
+        store.apply(
+            f.verdict(
+                row.trial_id,
+                row.outcome,
+                run_id=row.run_id,
+                scenario_id=row.scenario_id,
+                when=row.verdict_at.timestamp() - f.at(0).timestamp(),
+            )
+        )
     store.close()
     return url
 

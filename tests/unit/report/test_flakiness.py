@@ -65,15 +65,20 @@ def test_ranked_by_failures_then_name_and_a_repeat_counts_once() -> None:
     found = explain_scenario("s", trials)
     assert found is not None
     assert [c.summary for c in found.checks] == [
-        "judge:b fails 2 of 4", "judge:a fails 1 of 4", "judge:c fails 1 of 4"
+        "judge:b fails 2 of 4",
+        "judge:a fails 1 of 4",
+        "judge:c fails 1 of 4",
     ]
     assert found.checks[0].example_reason == "judge:b broke"
 
 
 def test_every_flaky_scenario_in_order_and_none_else() -> None:
     trials = [
-        trial("b", "passed"), trial("b", "failed", "gate:exit"),
-        trial("a", "passed"), trial("a", "passed"),
-        trial("c", "error", "judge:x"), trial("c", "passed"),
+        trial("b", "passed"),
+        trial("b", "failed", "gate:exit"),
+        trial("a", "passed"),
+        trial("a", "passed"),
+        trial("c", "error", "judge:x"),
+        trial("c", "passed"),
     ]
     assert [f.scenario_id for f in explain_flakiness(trials)] == ["b", "c"]

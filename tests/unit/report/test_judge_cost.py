@@ -53,8 +53,9 @@ def test_the_run_summary_says_what_skipping_saved() -> None:
     assert s.cost_saved_estimate == pytest.approx(0.0033)
     lines = cost_lines(s)
     assert "3 model calls (1.00 per trial" in lines[0] and "estimated cost" in lines[0]
-    assert lines[1] == ("skipped judge a: 1 trials whose gates had failed, 1 calls saved, "
-                        "~1050 tokens saved")
+    assert lines[1] == (
+        "skipped judge a: 1 trials whose gates had failed, 1 calls saved, ~1050 tokens saved"
+    )
 
 
 def test_a_skipped_judge_never_answered_in_the_run_has_unknown_savings() -> None:
@@ -66,8 +67,12 @@ def test_a_skipped_judge_never_answered_in_the_run_has_unknown_savings() -> None
 
 
 def test_the_run_summary_says_what_sampling_saved() -> None:
-    rows = [*ROWS, row("t4", "a", "not_sampled", attempts=0),
-            row("t5", "a", "not_sampled", attempts=0), row("t5", "b", "not_sampled", attempts=0)]
+    rows = [
+        *ROWS,
+        row("t4", "a", "not_sampled", attempts=0),
+        row("t5", "a", "not_sampled", attempts=0),
+        row("t5", "b", "not_sampled", attempts=0),
+    ]
     s = summarize_costs(["t1", "t2", "t4", "t5"], rows, Prices(per_mtok_in=1.0, per_mtok_out=2.0))
     assert s.calls == 3 and s.not_sampled == 3  # not_sampled is never a call
     assert trial_costs(rows, Prices())["t5"].not_sampled == ["a", "b"]
@@ -75,6 +80,7 @@ def test_the_run_summary_says_what_sampling_saved() -> None:
     assert saved == {"a": (2, 2100), "b": (1, 2100)}
     # in: a 2 * 1000 + b 2000; out: a 2 * 50 + b 100 -> 4000 / 1e6 + 200 * 2 / 1e6
     assert s.sampling_saved_estimate == pytest.approx(0.0044)
-    assert any(line.startswith("not_sampled judge a: 2 production trials") for line in
-               cost_lines(s))
+    assert any(
+        line.startswith("not_sampled judge a: 2 production trials") for line in cost_lines(s)
+    )
     assert cost_lines(s)[-1] == "sampling saved an estimated 0.0044"

@@ -15,8 +15,10 @@ def rendered(fn, value) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_the_report_shows_figures_to_three_decimals_and_each_verdict() -> None:
-    rows = [trial_record(f.verdict(f"s{i}", o, scenario_id="s", when=i))
-            for i, o in enumerate(["passed"] * 4 + ["failed"])]
+    rows = [
+        trial_record(f.verdict(f"s{i}", o, scenario_id="s", when=i))
+        for i, o in enumerate(["passed"] * 4 + ["failed"])
+    ]
     rows.append(trial_record(f.verdict("t0", "passed", scenario_id="thin")))
     text = rendered(print_report, build_report("run-1", rows))
     assert "0.400" in text and "1.000" in text
@@ -55,10 +57,26 @@ def test_reasons_quoting_brackets_are_printed_as_written() -> None:
 def test_the_report_explains_flakiness_exits_and_the_previous_run() -> None:
     rows = [
         trial_record(f.verdict("s0", "passed", scenario_id="s", when=0, exit_source="session")),
-        trial_record(f.verdict("s1", "failed", scenario_id="s", when=1, exit_source="session",
-                               failed=[("gate:exit", "exit 'persona_exhausted'")])),
-        trial_record(f.verdict("c0", "passed", scenario_id="chat", when=2,
-                               completion="conversation", exit_source="harness")),
+        trial_record(
+            f.verdict(
+                "s1",
+                "failed",
+                scenario_id="s",
+                when=1,
+                exit_source="session",
+                failed=[("gate:exit", "exit 'persona_exhausted'")],
+            )
+        ),
+        trial_record(
+            f.verdict(
+                "c0",
+                "passed",
+                scenario_id="chat",
+                when=2,
+                completion="conversation",
+                exit_source="harness",
+            )
+        ),
     ]
     report = build_report("run-1", rows, previous_run="run-0")
     text = rendered(print_report, report)

@@ -21,19 +21,22 @@ from tests.unit.storage import factories as f
 HOUR = f.T0  # 12:00 UTC, a window start
 
 
-@pytest.mark.parametrize(("pattern", "run_id", "shown"), [
-    (None, "production-2026-11-30", True),
-    (None, "build-43", True),
-    (None, "demo-20261130T120000Z", False),
-    (None, "ci-20261130T120000Z", False),
-    ("production-*", "production-2026-11-30", True),
-    ("production-*", "build-43", False),
-    ("build-4", "build-43", True),           # no glob character: a prefix
-    ("build-4", "xbuild-43", False),
-    ("demo-*,ci-*", "ci-1", True),
-    ("*", "demo-1", True),
-    ("prod?ction-*", "production-1", True),
-])
+@pytest.mark.parametrize(
+    ("pattern", "run_id", "shown"),
+    [
+        (None, "production-2026-11-30", True),
+        (None, "build-43", True),
+        (None, "demo-20261130T120000Z", False),
+        (None, "ci-20261130T120000Z", False),
+        ("production-*", "production-2026-11-30", True),
+        ("production-*", "build-43", False),
+        ("build-4", "build-43", True),  # no glob character: a prefix
+        ("build-4", "xbuild-43", False),
+        ("demo-*,ci-*", "ci-1", True),
+        ("*", "demo-1", True),
+        ("prod?ction-*", "production-1", True),
+    ],
+)
 def test_which_runs_a_view_shows(pattern: str | None, run_id: str, shown: bool) -> None:
     assert run_filter(pattern)(run_id) is shown
 
@@ -51,8 +54,11 @@ def _store(tmp_path: Path) -> Store:
     events: list = []
 
     def trial(tid: str, run: str, outcome: str, minute: int) -> None:
-        events.append(f.verdict(tid, outcome, run_id=run, scenario_id="s1").model_copy(
-            update={"finished_at": HOUR + timedelta(minutes=minute)}))
+        events.append(
+            f.verdict(tid, outcome, run_id=run, scenario_id="s1").model_copy(
+                update={"finished_at": HOUR + timedelta(minutes=minute)}
+            )
+        )
 
     for i, outcome in enumerate(["passed", "passed", "passed", "passed", "failed", "error"]):
         trial(f"p{i}", "production-2026-11-30", outcome, 5 + i)
@@ -61,13 +67,16 @@ def _store(tmp_path: Path) -> Store:
     for i in range(3):
         trial(f"c{i}", "ci-20261130T120000Z", "passed", 30 + i)
     for tid in ("p0", "p1", "p4"):  # outside the sample
-        events.append(f.judge(tid, "polite", "not_sampled", run_id="production-2026-11-30",
-                              scenario_id="s1"))
+        events.append(
+            f.judge(tid, "polite", "not_sampled", run_id="production-2026-11-30", scenario_id="s1")
+        )
     for tid in ("p2", "p3", "p5"):
-        events.append(f.judge(tid, "polite", "passed", run_id="production-2026-11-30",
-                              scenario_id="s1"))
-    events.append(f.window(1, passed=7, failed=6, errors=1, scenario="s1", start=HOUR,
-                           target=(0.7, 2)))
+        events.append(
+            f.judge(tid, "polite", "passed", run_id="production-2026-11-30", scenario_id="s1")
+        )
+    events.append(
+        f.window(1, passed=7, failed=6, errors=1, scenario="s1", start=HOUR, target=(0.7, 2))
+    )
     store.apply_many(events)
     return store
 
@@ -116,9 +125,18 @@ def test_a_single_window_spans_its_own_length_on_the_time_axis(tmp_path: Path) -
     start, end = (str(x) for x in fig.layout.xaxis.range)
     assert (start, end) == (HOUR.isoformat(), (HOUR + timedelta(hours=1)).isoformat())
     # three windows: from the first start to the last end
-    later = [w.model_copy(update={"window_start": w.window_start + timedelta(hours=h),
-                                  "window_end": w.window_end + timedelta(hours=h)})
-             for w in items for h in (0, 1, 2)]
+    later = [
+        w.model_copy(
+            update={
+                "window_start": w.window_start + timedelta(hours=h),
+                "window_end": w.window_end + timedelta(hours=h),
+            }
+        )
+        for w in items
+        for h in (0, 1, 2)
+    ]
     fig = over_time_figure(later)
     assert [str(x) for x in fig.layout.xaxis.range] == [
-        HOUR.isoformat(), (HOUR + timedelta(hours=3)).isoformat()]
+        HOUR.isoformat(),
+        (HOUR + timedelta(hours=3)).isoformat(),
+    ]

@@ -25,8 +25,18 @@ PRICES = Prices(per_mtok_in=2.0, per_mtok_out=8.0)
 # refunds: 10 trials. In the sample (their LLM judge ran): r0..r5, of which r0..r3 passed,
 # r4 failed its judge, r5 errored. Outside it (judge `not_sampled`): r6..r9, r9 failed its
 # exit gate, the others passed on gates alone.
-OUTCOMES = {"r0": "passed", "r1": "passed", "r2": "passed", "r3": "passed", "r4": "failed",
-            "r5": "error", "r6": "passed", "r7": "passed", "r8": "passed", "r9": "failed"}
+OUTCOMES = {
+    "r0": "passed",
+    "r1": "passed",
+    "r2": "passed",
+    "r3": "passed",
+    "r4": "failed",
+    "r5": "error",
+    "r6": "passed",
+    "r7": "passed",
+    "r8": "passed",
+    "r9": "failed",
+}
 UNSAMPLED = {"r6", "r7", "r8", "r9"}
 
 
@@ -34,19 +44,30 @@ def _rows() -> tuple[list, list]:
     trials, judges = [], []
     for tid, outcome in OUTCOMES.items():
         trials.append(trial_record(f.verdict(tid, outcome, run_id=RUN, scenario_id=SAMPLED)))
-        result = "not_sampled" if tid in UNSAMPLED else (
-            {"passed": "passed", "failed": "failed", "error": "error"}[outcome])
+        result = (
+            "not_sampled"
+            if tid in UNSAMPLED
+            else ({"passed": "passed", "failed": "failed", "error": "error"}[outcome])
+        )
         v = f.judge(tid, "polite", result, run_id=RUN, scenario_id=SAMPLED)
         tokens = {"input_tokens": 900 + 100 * int(tid[1:]), "output_tokens": 40}
-        judges.append(judge_record(v.model_copy(update={} if tid in UNSAMPLED else tokens)
-                                   if result != "not_sampled" else v.model_copy(
-                                       update={"attempts": 0})))
+        judges.append(
+            judge_record(
+                v.model_copy(update={} if tid in UNSAMPLED else tokens)
+                if result != "not_sampled"
+                else v.model_copy(update={"attempts": 0})
+            )
+        )
     for i in range(3):  # a scenario without sampling: every trial judged
         tid = f"g{i}"
         trials.append(trial_record(f.verdict(tid, "passed", run_id=RUN, scenario_id=FULL)))
-        judges.append(judge_record(f.judge(tid, "polite", "passed", run_id=RUN,
-                                           scenario_id=FULL).model_copy(
-            update={"input_tokens": 1000, "output_tokens": 40})))
+        judges.append(
+            judge_record(
+                f.judge(tid, "polite", "passed", run_id=RUN, scenario_id=FULL).model_copy(
+                    update={"input_tokens": 1000, "output_tokens": 40}
+                )
+            )
+        )
     return trials, judges
 
 
@@ -59,8 +80,9 @@ def test_each_scenario_carries_its_sampled_figures_and_what_the_sample_saved() -
     # the sampled trials, counted here: r0..r5, 4 passed, 1 error
     assert (refunds.n_sampled, refunds.passed_sampled, refunds.errors_sampled) == (6, 4, 1)
     assert refunds.pass_hat_k_sampled == pytest.approx(comb(4, 3) / comb(6, 3))
-    assert (refunds.pass_hat_k_sampled_lower, refunds.pass_hat_k_sampled_upper) == \
-        pytest.approx(pass_hat_k_interval(6, 4, 3))
+    assert (refunds.pass_hat_k_sampled_lower, refunds.pass_hat_k_sampled_upper) == pytest.approx(
+        pass_hat_k_interval(6, 4, 3)
+    )
     assert refunds.sampled
     # saved: 4 calls of `polite`, each estimated from its answered calls in the run:
     # r0..r5 (900..1400 in, 40 out) and g0..g2 (1000 in, 40 out); r5's error was a call too
@@ -69,7 +91,8 @@ def test_each_scenario_carries_its_sampled_figures_and_what_the_sample_saved() -
     assert refunds.judge_calls_saved == 4
     assert refunds.judge_tokens_saved_estimate == round((mean_in + mean_out) * 4)
     assert refunds.judge_cost_saved_estimate == pytest.approx(
-        (round(mean_in * 4) * 2.0 + round(mean_out * 4) * 8.0) / 1e6)
+        (round(mean_in * 4) * 2.0 + round(mean_out * 4) * 8.0) / 1e6
+    )
 
     general = next(s for s in report.scenarios if s.scenario_id == FULL)
     assert (general.n_sampled, general.passed_sampled, general.judge_calls_saved) == (3, 3, 0)
@@ -104,8 +127,9 @@ def test_the_table_and_the_page_show_the_sampled_figures() -> None:
     print_report(report, Console(file=out, width=200, color_system=None))
     text = out.getvalue()
     assert "pass^k sampled" in text and "sampled" in text
-    assert (f"sampled {SAMPLED}: 6 of 10 trials in the LLM-judge sample, 4 passed: "
-            "pass^k sampled 0.200") in text
+    assert (
+        f"sampled {SAMPLED}: 6 of 10 trials in the LLM-judge sample, 4 passed: pass^k sampled 0.200"
+    ) in text
     assert "the sample saved 4 LLM judge calls" in text
     assert f"sampled {FULL}:" not in text  # nothing left out there
     page = render_html(report, generated_at=datetime(2026, 12, 6, tzinfo=UTC))

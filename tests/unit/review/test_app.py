@@ -24,18 +24,39 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def view(trial_id: str) -> TrialView:
     return TrialView(
-        trial_id=trial_id, run_id="r1", scenario_id="s1", scenario_version="v",
-        session_id="x", outcome="passed", exit_reason="product_closed", exit_source="session",
+        trial_id=trial_id,
+        run_id="r1",
+        scenario_id="s1",
+        scenario_version="v",
+        session_id="x",
+        outcome="passed",
+        exit_reason="product_closed",
+        exit_source="session",
         agent_version=None,
         checks=[ShownCheck(check="gate:exit", verdict="passed", reason="")],
-        expectations=[ShownExpectation(gate="state", check="state:a present", path="a",
-                                       passed=False, expected=True, actual=HOSTILE,
-                                       reason=f"a: {HOSTILE}")],
-        judges=[ShownJudge(judge_id="polite", kind="llm", result="failed",
-                           reason=f"rude {HOSTILE}", gating=False),
-                ShownJudge(judge_id="rx", kind="regex", result="passed", reason="ok",
-                           gating=True)],
-        transcript=[{"role": "user", "content": f"hi {HOSTILE}"}])
+        expectations=[
+            ShownExpectation(
+                gate="state",
+                check="state:a present",
+                path="a",
+                passed=False,
+                expected=True,
+                actual=HOSTILE,
+                reason=f"a: {HOSTILE}",
+            )
+        ],
+        judges=[
+            ShownJudge(
+                judge_id="polite",
+                kind="llm",
+                result="failed",
+                reason=f"rude {HOSTILE}",
+                gating=False,
+            ),
+            ShownJudge(judge_id="rx", kind="regex", result="passed", reason="ok", gating=True),
+        ],
+        transcript=[{"role": "user", "content": f"hi {HOSTILE}"}],
+    )
 
 
 class World:
@@ -43,9 +64,19 @@ class World:
         self.published: list[Label] = []
         self.labels: list[Label] = []
         ids = ["t1", "t2"]
-        self.candidates = [d.candidate(t, "r1", "s1", "passed", T0, ["gate:exit", "gate:state"],
-                                       [], [d.JudgeSeen("polite", "llm", "failed")])
-                           for t in ids]
+        self.candidates = [
+            d.candidate(
+                t,
+                "r1",
+                "s1",
+                "passed",
+                T0,
+                ["gate:exit", "gate:state"],
+                [],
+                [d.JudgeSeen("polite", "llm", "failed")],
+            )
+            for t in ids
+        ]
 
     def publish(self, labels: list[Label]) -> None:
         self.published.extend(labels)
@@ -58,13 +89,22 @@ def world() -> World:
 
 @pytest.fixture
 def client(world: World) -> TestClient:
-    source = ReviewSource(candidates=lambda: world.candidates,
-                          trial_view=lambda t: view(t) if t in ("t1", "t2") else None,
-                          windows=lambda: [], labels=lambda: world.labels,
-                          calibrations=lambda: [])
-    config = ReviewConfig(reviewers=Reviewers("ann:s3cret-ann,bob:s3cret-bob"), bar=Bar(),
-                          overlap=0.0, sample_rate=0.0, production_runs="production-*",
-                          min_pass_hat_k=0.8, min_trials=10)
+    source = ReviewSource(
+        candidates=lambda: world.candidates,
+        trial_view=lambda t: view(t) if t in ("t1", "t2") else None,
+        windows=lambda: [],
+        labels=lambda: world.labels,
+        calibrations=lambda: [],
+    )
+    config = ReviewConfig(
+        reviewers=Reviewers("ann:s3cret-ann,bob:s3cret-bob"),
+        bar=Bar(),
+        overlap=0.0,
+        sample_rate=0.0,
+        production_runs="production-*",
+        min_pass_hat_k=0.8,
+        min_trials=10,
+    )
     return TestClient(create_app(source, world.publish, config), base_url="http://127.0.0.1")
 
 
@@ -76,8 +116,11 @@ def csrf_of(html: str) -> str:
 
 def sign_in(client: TestClient, name: str = "ann", token: str = "s3cret-ann") -> str:
     page = client.get("/login")
-    answer = client.post("/login", data={"csrf": csrf_of(page.text), "name": name,
-                                         "token": token}, follow_redirects=False)
+    answer = client.post(
+        "/login",
+        data={"csrf": csrf_of(page.text), "name": name, "token": token},
+        follow_redirects=False,
+    )
     assert answer.status_code == 303 and answer.headers["location"] == "/"
     return csrf_of(client.get("/").text)
 
@@ -90,12 +133,16 @@ def test_nothing_is_served_unsigned(client: TestClient) -> None:
 
 
 def test_a_wrong_token_cannot_sign_in_and_nothing_logs_it(
-        client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     page = client.get("/login")
     for name, token in (("ann", "s3cret-bob"), ("eve", "s3cret-ann"), ("ann", "")):
-        answer = client.post("/login", data={"csrf": csrf_of(page.text), "name": name,
-                                             "token": token}, follow_redirects=False)
+        answer = client.post(
+            "/login",
+            data={"csrf": csrf_of(page.text), "name": name, "token": token},
+            follow_redirects=False,
+        )
         assert answer.status_code == 401
         page = answer
         assert client.get("/", follow_redirects=False).status_code == 303
@@ -104,14 +151,16 @@ def test_a_wrong_token_cannot_sign_in_and_nothing_logs_it(
 
 def test_a_login_without_its_csrf_token_is_refused(client: TestClient) -> None:
     client.get("/login")
-    answer = client.post("/login", data={"name": "ann", "token": "s3cret-ann"},
-                         follow_redirects=False)
+    answer = client.post(
+        "/login", data={"name": "ann", "token": "s3cret-ann"}, follow_redirects=False
+    )
     assert answer.status_code == 403
     assert client.get("/", follow_redirects=False).status_code == 303
 
 
 def test_posts_without_a_session_or_with_a_wrong_csrf_token_publish_nothing(
-        client: TestClient, world: World) -> None:
+    client: TestClient, world: World
+) -> None:
     form = {"label-polite": "fail", "queue": "uncalibrated"}
     assert client.post("/item/t1", data={**form, "csrf": "x"}).status_code == 403
     csrf = sign_in(client)
@@ -123,7 +172,11 @@ def test_posts_without_a_session_or_with_a_wrong_csrf_token_publish_nothing(
     assert answer.headers["location"] == "/item/t2?queue=uncalibrated"
     [sent] = world.published
     assert (sent.trial_id, sent.judge_id, sent.passed, sent.labeller) == (
-        "t1", "polite", False, "ann")
+        "t1",
+        "polite",
+        False,
+        "ann",
+    )
     # the item left ann's queue at once, before the labels topic is read back
     assert "t1" not in client.get("/queue/uncalibrated").text.split("queue-items")[-1]
 
@@ -137,8 +190,16 @@ def test_every_string_from_a_producer_or_a_model_is_escaped(client: TestClient) 
     assert page.text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4
     assert "script-src" not in page.headers["content-security-policy"]
     assert page.headers["content-security-policy"].startswith("default-src 'none'")
-    for testid in ("transcript", "state", "judge-polite", "label-polite-pass",
-                   "label-polite-fail", "note-polite", "submit-labels", "next-item"):
+    for testid in (
+        "transcript",
+        "state",
+        "judge-polite",
+        "label-polite-pass",
+        "label-polite-fail",
+        "note-polite",
+        "submit-labels",
+        "next-item",
+    ):
         assert f'data-testid="{testid}"' in page.text
     assert 'data-testid="judge-rx"' not in page.text  # a regex judge is not labelled
 

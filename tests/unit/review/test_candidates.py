@@ -16,9 +16,11 @@ def test_recent_trials_newest_first_with_their_judges_and_gates(tmp_path: Path) 
     both = ["gate:exit", "gate:state"]
     store.apply(f.verdict("old", "passed", when=1).model_copy(update={"checks_passed": both}))
     store.apply(f.verdict("new", "failed", when=3))  # its state gate failed
-    store.apply(f.verdict("mid", "failed", run_id="run-2", when=2,
-                          failed=[("judge:polite", "rude")]).model_copy(
-        update={"checks_passed": both}))
+    store.apply(
+        f.verdict(
+            "mid", "failed", run_id="run-2", when=2, failed=[("judge:polite", "rude")]
+        ).model_copy(update={"checks_passed": both})
+    )
     store.apply(f.judge("mid", "polite", "failed", run_id="run-2"))
     store.apply(f.judge("new", "polite", "passed"))
     store.apply(f.judge("new", "aaa", "error"))
@@ -26,11 +28,17 @@ def test_recent_trials_newest_first_with_their_judges_and_gates(tmp_path: Path) 
     assert [t.trial_id for t in store.recent_trials(10)] == ["new", "mid", "old"]
     assert [t.trial_id for t in store.recent_trials(2)] == ["new", "mid"]
     assert [(j.trial_id, j.judge_id) for j in store.judges_of(["new", "mid"])] == [
-        ("mid", "polite"), ("new", "aaa"), ("new", "polite")]
+        ("mid", "polite"),
+        ("new", "aaa"),
+        ("new", "polite"),
+    ]
 
     found = {c.trial_id: c for c in candidates_from(store)}
     assert (found["old"].gates_passed, found["old"].state_failed, found["old"].judges) == (
-        True, False, ())
+        True,
+        False,
+        (),
+    )
     assert (found["mid"].gates_passed, found["mid"].state_failed) == (True, False)
     assert (found["new"].gates_passed, found["new"].state_failed) == (False, True)
     assert [j.judge_id for j in found["new"].llm_judges] == ["polite"]  # the error is not

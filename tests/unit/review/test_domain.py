@@ -17,37 +17,79 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BAR = Bar(0.8, 10)
 
 
-def cand(trial_id: str, *, gates: bool = True, state_failed: bool = False,
-         judges: tuple[tuple[str, str], ...] = (("j", "failed"),), run_id: str = "r",
-         scenario_id: str = "s", at: int = 0, kind: str = "llm") -> d.Candidate:
+def cand(
+    trial_id: str,
+    *,
+    gates: bool = True,
+    state_failed: bool = False,
+    judges: tuple[tuple[str, str], ...] = (("j", "failed"),),
+    run_id: str = "r",
+    scenario_id: str = "s",
+    at: int = 0,
+    kind: str = "llm",
+) -> d.Candidate:
     passed = ["gate:exit"] + ([] if state_failed else ["gate:state"])
     failed = ([] if gates else ["gate:exit"]) + (["gate:state"] if state_failed else [])
     if not gates:
         passed.remove("gate:exit")
-    return d.candidate(trial_id, run_id, scenario_id, "failed", T0 + timedelta(seconds=at),
-                       passed, failed, [d.JudgeSeen(j, kind, r) for j, r in judges])
+    return d.candidate(
+        trial_id,
+        run_id,
+        scenario_id,
+        "failed",
+        T0 + timedelta(seconds=at),
+        passed,
+        failed,
+        [d.JudgeSeen(j, kind, r) for j, r in judges],
+    )
 
 
-def calibration(judge_id: str, tp: int, fp: int, fn: int, tn: int, at: int = 0,
-                version: str = "v1") -> JudgeCalibration:
+def calibration(
+    judge_id: str, tp: int, fp: int, fn: int, tn: int, at: int = 0, version: str = "v1"
+) -> JudgeCalibration:
     n = tp + fp + fn + tn
     return JudgeCalibration(
-        event_id=f"c-{judge_id}-{at}-{version}", occurred_at=T0 + timedelta(seconds=at),
-        judge_id=judge_id, judge_version=version, tp=tp, fp=fp, fn=fn, tn=tn, errors=0, n=n,
+        event_id=f"c-{judge_id}-{at}-{version}",
+        occurred_at=T0 + timedelta(seconds=at),
+        judge_id=judge_id,
+        judge_version=version,
+        tp=tp,
+        fp=fp,
+        fn=fn,
+        tn=tn,
+        errors=0,
+        n=n,
         precision=tp / (tp + fp) if tp + fp else None,
-        recall=tp / (tp + fn) if tp + fn else None, bar=0.8, min_labelled=10,
-        gating=False, reason="")
+        recall=tp / (tp + fn) if tp + fn else None,
+        bar=0.8,
+        min_labelled=10,
+        gating=False,
+        reason="",
+    )
 
 
-def rules(calibrations: dict[str, JudgeCalibration] | None = None, rate: float = 1.0,
-          alerting: frozenset[str] = frozenset()) -> d.QueueRules:
-    return d.QueueRules(bar=BAR, calibrations=calibrations or {}, sample_rate=rate,
-                        production_runs="production-*", alerting=alerting)
+def rules(
+    calibrations: dict[str, JudgeCalibration] | None = None,
+    rate: float = 1.0,
+    alerting: frozenset[str] = frozenset(),
+) -> d.QueueRules:
+    return d.QueueRules(
+        bar=BAR,
+        calibrations=calibrations or {},
+        sample_rate=rate,
+        production_runs="production-*",
+        alerting=alerting,
+    )
 
 
 def label(trial: str, judge: str, who: str, passed: bool) -> Label:
-    return Label(event_id=f"l-{trial}-{judge}-{who}-{passed}", trial_id=trial, judge_id=judge,
-                 passed=passed, labeller=who)
+    return Label(
+        event_id=f"l-{trial}-{judge}-{who}-{passed}",
+        trial_id=trial,
+        judge_id=judge,
+        passed=passed,
+        labeller=who,
+    )
 
 
 # ------------------------------------------------------------------ sampling
@@ -73,15 +115,18 @@ def test_samples_are_nested_and_near_their_rate() -> None:
 # ------------------------------------------------------------------ queue rules
 
 
-@pytest.mark.parametrize("c, held", [
-    (cand("a", gates=True, judges=(("j", "failed"),)), True),     # failed, gates passed
-    (cand("b", gates=True, judges=(("j", "passed"),)), False),    # agrees with the gates
-    (cand("c", gates=False, judges=(("j", "failed"),)), False),   # exit gate failed too
-    (cand("d", state_failed=True, judges=(("j", "passed"),)), True),  # passed a bad state
-    (cand("e", state_failed=True, judges=(("j", "failed"),)), False),
-    (cand("f", judges=(("j", "error"),)), False),                 # nothing to label
-    (cand("g", judges=(("j", "failed"),), kind="regex"), False),  # not an LLM judge
-])
+@pytest.mark.parametrize(
+    "c, held",
+    [
+        (cand("a", gates=True, judges=(("j", "failed"),)), True),  # failed, gates passed
+        (cand("b", gates=True, judges=(("j", "passed"),)), False),  # agrees with the gates
+        (cand("c", gates=False, judges=(("j", "failed"),)), False),  # exit gate failed too
+        (cand("d", state_failed=True, judges=(("j", "passed"),)), True),  # passed a bad state
+        (cand("e", state_failed=True, judges=(("j", "failed"),)), False),
+        (cand("f", judges=(("j", "error"),)), False),  # nothing to label
+        (cand("g", judges=(("j", "failed"),), kind="regex"), False),  # not an LLM judge
+    ],
+)
 def test_disagreements(c: d.Candidate, held: bool) -> None:
     assert d.holds("disagreements", c, rules()) is held
 
@@ -98,8 +143,7 @@ def test_uncalibrated_is_too_few_labels_below_the_bar_or_none() -> None:
 
 
 def test_latest_calibration_of_a_judge_wins_whatever_its_version() -> None:
-    old, new = calibration("j", 1, 1, 0, 0, at=1), calibration("j", 9, 0, 0, 3, at=2,
-                                                                 version="v2")
+    old, new = calibration("j", 1, 1, 0, 0, at=1), calibration("j", 9, 0, 0, 3, at=2, version="v2")
     assert d.latest_by_judge([new, old])["j"] == new
 
 
@@ -112,17 +156,22 @@ def test_sampled_takes_production_runs_by_the_hash() -> None:
 
 
 def test_alerting_takes_the_scenarios_whose_drop_alert_holds() -> None:
-    def w(s: str, start: int, n: int, errors: int, upper: float, **kw: object
-          ) -> d.WindowFigures:
+    def w(s: str, start: int, n: int, errors: int, upper: float, **kw: object) -> d.WindowFigures:
         return d.WindowFigures(s, "1h", T0 + timedelta(hours=start), n, errors, upper, **kw)
 
-    found = d.alerting_scenarios([
-        w("drop", 0, 20, 0, 0.9), w("drop", 1, 20, 0, 0.5),  # newest window below
-        w("recovered", 0, 20, 0, 0.5), w("recovered", 1, 20, 0, 0.95),
-        w("few", 1, 5, 0, 0.1),                               # too few trials
-        w("errors", 1, 20, 11, 0.1),                          # mostly errors
-        w("own-target", 1, 20, 0, 0.85, alert_min_pass_hat_k=0.9),
-    ], default_min_pass_hat_k=0.8, default_min_trials=10)
+    found = d.alerting_scenarios(
+        [
+            w("drop", 0, 20, 0, 0.9),
+            w("drop", 1, 20, 0, 0.5),  # newest window below
+            w("recovered", 0, 20, 0, 0.5),
+            w("recovered", 1, 20, 0, 0.95),
+            w("few", 1, 5, 0, 0.1),  # too few trials
+            w("errors", 1, 20, 11, 0.1),  # mostly errors
+            w("own-target", 1, 20, 0, 0.85, alert_min_pass_hat_k=0.9),
+        ],
+        default_min_pass_hat_k=0.8,
+        default_min_trials=10,
+    )
     assert found == {"drop", "own-target"}
     c = cand("a", scenario_id="drop")
     assert d.holds("alerting", c, rules(alerting=frozenset(found)))
@@ -133,16 +182,17 @@ def test_an_item_leaves_once_enough_reviewers_labelled_it_newest_first() -> None
     items = [cand(f"t{i}", at=i) for i in range(6)]
     overlap = 0.5
     twice = {c.trial_id for c in items if d.reviewers_needed(c.trial_id, overlap) == 2}
-    assert twice == {c.trial_id for c in items if sampled(f"review-overlap\x1f{c.trial_id}",
-                                                          overlap)}
+    assert twice == {
+        c.trial_id for c in items if sampled(f"review-overlap\x1f{c.trial_id}", overlap)
+    }
     book = d.LabelBook.of([label(c.trial_id, "j", "ann", True) for c in items])
     for_bob = d.queue_items("uncalibrated", items, rules(), book, overlap, "bob")
-    assert [c.trial_id for c in for_bob] == [f"t{i}" for i in range(5, -1, -1) if
-                                             f"t{i}" in twice]
+    assert [c.trial_id for c in for_bob] == [f"t{i}" for i in range(5, -1, -1) if f"t{i}" in twice]
     assert d.queue_items("uncalibrated", items, rules(), book, overlap, "ann") == []
-    assert [c.trial_id for c in d.queue_items("uncalibrated", items, rules(), d.LabelBook(),
-                                              overlap, "ann")] == [f"t{i}" for i in
-                                                                   range(5, -1, -1)]
+    assert [
+        c.trial_id
+        for c in d.queue_items("uncalibrated", items, rules(), d.LabelBook(), overlap, "ann")
+    ] == [f"t{i}" for i in range(5, -1, -1)]
 
 
 def test_an_unknown_queue_is_refused() -> None:
@@ -153,33 +203,42 @@ def test_an_unknown_queue_is_refused() -> None:
 # ------------------------------------------------------------------ kappa
 
 
-@pytest.mark.parametrize("pairs, kappa", [
-    ([], None),
-    ([(True, True), (False, False)], 1.0),
-    ([(True, False), (False, True)], -1.0),
-    ([(True, True)] * 3, None),  # no variation: 0/0
-    # 20 items: 10 agree pass, 5 agree fail, 3 A pass B fail, 2 A fail B pass:
-    # p_o = .75, p_A = .65, p_B = .6, p_e = .39 + .14 = .53, kappa = .22 / .47
-    ([(True, True)] * 10 + [(False, False)] * 5 + [(True, False)] * 3 + [(False, True)] * 2,
-     0.22 / 0.47),
-])
+@pytest.mark.parametrize(
+    "pairs, kappa",
+    [
+        ([], None),
+        ([(True, True), (False, False)], 1.0),
+        ([(True, False), (False, True)], -1.0),
+        ([(True, True)] * 3, None),  # no variation: 0/0
+        # 20 items: 10 agree pass, 5 agree fail, 3 A pass B fail, 2 A fail B pass:
+        # p_o = .75, p_A = .65, p_B = .6, p_e = .39 + .14 = .53, kappa = .22 / .47
+        (
+            [(True, True)] * 10 + [(False, False)] * 5 + [(True, False)] * 3 + [(False, True)] * 2,
+            0.22 / 0.47,
+        ),
+    ],
+)
 def test_cohen_kappa(pairs: list[tuple[bool, bool]], kappa: float | None) -> None:
     got = d.cohen_kappa(pairs)
     assert got == kappa if kappa is None else got == pytest.approx(kappa)
 
 
 def test_agreement_pairs_the_first_two_reviewers_and_takes_each_ones_latest_label() -> None:
-    book = d.LabelBook.of([
-        label("t1", "j", "ann", True), label("t1", "j", "bob", False),
-        label("t1", "j", "ann", False),  # ann changed her mind: her latest counts
-        label("t2", "j", "ann", True), label("t2", "j", "bob", True),
-        label("t2", "j", "cy", False),   # a third reviewer: not in the pair
-        label("t3", "j", "ann", True),   # one reviewer only
-        label("t1", "k", "ann", True), label("t1", "k", "bob", True),
-    ])
+    book = d.LabelBook.of(
+        [
+            label("t1", "j", "ann", True),
+            label("t1", "j", "bob", False),
+            label("t1", "j", "ann", False),  # ann changed her mind: her latest counts
+            label("t2", "j", "ann", True),
+            label("t2", "j", "bob", True),
+            label("t2", "j", "cy", False),  # a third reviewer: not in the pair
+            label("t3", "j", "ann", True),  # one reviewer only
+            label("t1", "k", "ann", True),
+            label("t1", "k", "bob", True),
+        ]
+    )
     assert d.reviewer_pairs(book, "j") == [(False, False), (True, True)]
     rows = d.agreement(["j", "k"], {"j": calibration("j", 9, 1, 0, 5)}, book, BAR)
     j, k = rows
     assert (j.judge_id, j.gating, j.kappa, j.pairs) == ("j", True, 1.0, 2)
-    assert (k.judge_id, k.gating, k.why, k.kappa, k.pairs) == ("k", False, "uncalibrated",
-                                                               None, 1)
+    assert (k.judge_id, k.gating, k.why, k.kappa, k.pairs) == ("k", False, "uncalibrated", None, 1)

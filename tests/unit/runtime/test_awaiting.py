@@ -99,6 +99,9 @@ def test_the_chain_goes_through_await_and_async_for_wrappers() -> None:
         return chain
 
     names = [line.rsplit(" ", 1)[-1] for line in asyncio.run(scenario())]
-    assert names[:4] == ["test_the_chain_goes_through_await_and_async_for_wrappers.<locals>"
-                         ".scenario.<locals>.actor", "Wrapped.consume", "Wrapped.records",
-                         "innermost"]
+    assert names[:4] == [
+        "test_the_chain_goes_through_await_and_async_for_wrappers.<locals>.scenario.<locals>.actor",
+        "Wrapped.consume",
+        "Wrapped.records",
+        "innermost",
+    ]

@@ -34,8 +34,9 @@ class Sent(list[tuple[str, bytes | None, bytes]]):
 
 
 def dead_letters(tmp_path: Path, **settings: Any) -> tuple[DeadLetters, Sent]:
-    given = default_settings(PASSK_TOPIC_PREFIX="dl.", PASSK_DATA_DIR=str(tmp_path),
-                             PASSK_METRICS_PORT=0, **settings)
+    given = default_settings(
+        PASSK_TOPIC_PREFIX="dl.", PASSK_DATA_DIR=str(tmp_path), PASSK_METRICS_PORT=0, **settings
+    )
     letters = DeadLetters(make_app("gate", given), "gate", given)
     letters.deliver = sent = Sent()  # type: ignore[assignment]
     return letters, sent
@@ -47,19 +48,22 @@ def decoded(letters: DeadLetters, value: bytes | None) -> ConversationFinished |
 
 
 def counted(reason: str) -> float:
-    return REGISTRY.get_sample_value("passk_dead_letters_total",
-                                     {"topic": SOURCE, "reason": reason}) or 0.0
+    return (
+        REGISTRY.get_sample_value("passk_dead_letters_total", {"topic": SOURCE, "reason": reason})
+        or 0.0
+    )
 
 
-@pytest.mark.parametrize("bounds", [{}, {"PASSK_MAX_EVENT_BYTES": len(RAW)}],
-                         ids=["defaults", "exactly-its-size"])
-def test_a_good_record_is_its_model_and_nothing_is_sent(tmp_path: Path,
-                                                        bounds: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "bounds", [{}, {"PASSK_MAX_EVENT_BYTES": len(RAW)}], ids=["defaults", "exactly-its-size"]
+)
+def test_a_good_record_is_its_model_and_nothing_is_sent(
+    tmp_path: Path, bounds: dict[str, Any]
+) -> None:
     letters, sent = dead_letters(tmp_path, **bounds)
     found = decoded(letters, RAW)
     assert isinstance(found, ConversationFinished)
-    assert (found.trial_id, found.session_id, found.exit_reason) == (
-        "t1", "s-t1", "product_closed")
+    assert (found.trial_id, found.session_id, found.exit_reason) == ("t1", "s-t1", "product_closed")
     assert [m.content for m in found.transcript][-1] == "Recorded. Goodbye."
     assert sent == []
 
@@ -67,20 +71,33 @@ def test_a_good_record_is_its_model_and_nothing_is_sent(tmp_path: Path,
 WRONG_VERSION = json.dumps({**json.loads(RAW), "schema_version": 99}).encode()
 
 
-@pytest.mark.parametrize(("bounds", "value", "reason"), [
-    # the conversation itself, refused only by a bound the settings set lower
-    ({"PASSK_MAX_EVENT_BYTES": len(RAW) - 1}, RAW, "oversized"),
-    ({"PASSK_MAX_JSON_DEPTH": 2}, RAW, "too_deep"),  # transcript: a list of objects
-    ({}, b'{"trial_id": "t1", ', "invalid_json"),
-    ({}, b"\xff\xfe", "invalid_utf8"),
-    ({}, encode(gate_result("state")), "wrong_type"),  # another event on this topic
-    ({}, WRONG_VERSION, "unknown_schema_version"),
-    ({}, b"[1, 2]", "not_an_object"),
-    ({}, None, "empty"),  # a tombstone
-], ids=["too-large", "too-deep", "not-json", "not-utf8", "wrong-event", "wrong-schema-version",
-        "not-an-object", "tombstone"])
+@pytest.mark.parametrize(
+    ("bounds", "value", "reason"),
+    [
+        # the conversation itself, refused only by a bound the settings set lower
+        ({"PASSK_MAX_EVENT_BYTES": len(RAW) - 1}, RAW, "oversized"),
+        ({"PASSK_MAX_JSON_DEPTH": 2}, RAW, "too_deep"),  # transcript: a list of objects
+        ({}, b'{"trial_id": "t1", ', "invalid_json"),
+        ({}, b"\xff\xfe", "invalid_utf8"),
+        ({}, encode(gate_result("state")), "wrong_type"),  # another event on this topic
+        ({}, WRONG_VERSION, "unknown_schema_version"),
+        ({}, b"[1, 2]", "not_an_object"),
+        ({}, None, "empty"),  # a tombstone
+    ],
+    ids=[
+        "too-large",
+        "too-deep",
+        "not-json",
+        "not-utf8",
+        "wrong-event",
+        "wrong-schema-version",
+        "not-an-object",
+        "tombstone",
+    ],
+)
 def test_a_bad_record_is_none_and_sent_whole_to_the_dead_letters_with_its_reason(
-        tmp_path: Path, bounds: dict[str, Any], value: bytes | None, reason: str) -> None:
+    tmp_path: Path, bounds: dict[str, Any], value: bytes | None, reason: str
+) -> None:
     letters, sent = dead_letters(tmp_path, **bounds)
     before = counted(reason)
     assert decoded(letters, value) is None

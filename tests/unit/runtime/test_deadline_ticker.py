@@ -91,8 +91,11 @@ def test_the_cost_of_a_tick_is_what_is_due_not_what_is_held() -> None:
 
 
 def test_after_a_rebalance_the_restored_table_is_scheduled_once() -> None:
-    table = {"a": {"state": {}, "due_at": 5.0}, "b": {"state": {}, "due_at": 50.0},
-             "c": {"state": {}, "due_at": None}}
+    table = {
+        "a": {"state": {}, "due_at": 5.0},
+        "b": {"state": {}, "due_at": 50.0},
+        "c": {"state": {}, "due_at": None},
+    }
     t, _ = ticker(table)
     assert t.due(10.0) == ["a"]  # the first tick seeds from the table
     schedule(t, "a", None)  # handled
@@ -105,8 +108,9 @@ def test_after_a_rebalance_the_restored_table_is_scheduled_once() -> None:
     assert t.due(1000.0) == ["d"]
 
 
-def test_a_key_whose_partition_is_behind_is_not_ticked_until_the_stream_reaches_its_due_time(
-) -> None:
+def test_a_key_whose_partition_is_behind_is_not_ticked_until_the_stream_reaches_its_due_time() -> (
+    None
+):
     from services.runtime.outbox import handling
 
     class Event:
@@ -114,8 +118,12 @@ def test_a_key_whose_partition_is_behind_is_not_ticked_until_the_stream_reaches_
             self.message = type("Message", (), {"partition": partition})()
 
     stream_time = {0: 50.0, 1: 1000.0}  # partition 0 is far behind (a backlog), 1 caught up
-    t = DeadlineTicker(Table(), Ticks(), again_after_s=10.0,  # type: ignore[arg-type]
-                       stream_now=lambda p: stream_time[p])
+    t = DeadlineTicker(
+        Table(),
+        Ticks(),
+        again_after_s=10.0,  # type: ignore[arg-type]
+        stream_now=lambda p: stream_time[p],
+    )
     for key, partition in (("behind", 0), ("caught-up", 1)):
         with handling(Event(partition)):  # type: ignore[arg-type]
             schedule(t, key, 100.0)

@@ -64,8 +64,9 @@ def test_the_pinned_version_passes() -> None:
     faust_compat.check_version("0.15.3")
 
 
-def test_make_app_refuses_another_installed_faust(monkeypatch: pytest.MonkeyPatch,
-                                                  tmp_path: Path) -> None:
+def test_make_app_refuses_another_installed_faust(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from services.contract.settings import Settings
     from services.runtime.app import make_app
 
@@ -83,13 +84,15 @@ def patched_methods() -> dict[str, Any]:
         "Consumer.__init__": faust_consumer.Consumer.__init__,
         "Consumer._add_gap": faust_consumer.Consumer._add_gap,
         "Consumer.seek": faust_consumer.Consumer.seek,
-        "ThreadDelegateConsumer.seek_to_committed":
-            faust_consumer.ThreadDelegateConsumer.seek_to_committed,
+        "ThreadDelegateConsumer.seek_to_committed": (
+            faust_consumer.ThreadDelegateConsumer.seek_to_committed
+        ),
         "ProducerBuffer.flush": ProducerBuffer.flush,
         "ProducerBuffer.put": ProducerBuffer.put,
         "ProducerBuffer._send_pending": ProducerBuffer._send_pending,
-        "AIOKafkaConsumerThread._create_worker_consumer":
-            AIOKafkaConsumerThread._create_worker_consumer,
+        "AIOKafkaConsumerThread._create_worker_consumer": (
+            AIOKafkaConsumerThread._create_worker_consumer
+        ),
         "Transport._get_controller_node": faust_aiokafka.Transport._get_controller_node,
         "Worker._setup_spinner_handler": Worker._setup_spinner_handler,
         "Producer._settings_extra": faust_aiokafka.Producer._settings_extra,
@@ -166,7 +169,8 @@ def test_perform_seek_awaits_nothing_after_seek_to_committed() -> None:
 
 
 async def test_the_flush_falls_back_to_fausts_own_when_threaded(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     flushed: list[Any] = []
 
     async def flush_atmost(self: Any, max_messages: int | None) -> int:
@@ -255,8 +259,10 @@ def test_a_stopping_owner_ends_the_lookup_as_faust_does() -> None:
 
 def test_fausts_spinner_handler_lowers_the_root_logger_and_the_patch_does_not() -> None:
     worker = SimpleNamespace(spinner=object())  # a worker with its terminal spinner
-    for setup, expected in ((worker_log._ORIGINAL["setup"], logging.DEBUG),
-                            (Worker._setup_spinner_handler, logging.WARNING)):
+    for setup, expected in (
+        (worker_log._ORIGINAL["setup"], logging.DEBUG),
+        (Worker._setup_spinner_handler, logging.WARNING),
+    ):
         logger = logging.Logger("passk-compat-root", logging.WARNING)
         logger.addHandler(logging.StreamHandler())
         setup(worker, logger, logging.WARNING)
@@ -310,10 +316,10 @@ def test_the_seek_guard_replaces_fausts_read_offsets_on_every_consumer() -> None
     assert not faust_compat.awaiting_seek(c, T)
 
 
-def test_a_table_asked_for_rocksdb_is_in_memory_and_on_disk_table_is_not(
-        tmp_path: Path) -> None:
-    app = faust.App("passk-compat-store", broker="kafka://127.0.0.1:1", store="memory://",
-                    datadir=str(tmp_path))
+def test_a_table_asked_for_rocksdb_is_in_memory_and_on_disk_table_is_not(tmp_path: Path) -> None:
+    app = faust.App(
+        "passk-compat-store", broker="kafka://127.0.0.1:1", store="memory://", datadir=str(tmp_path)
+    )
     asked = app.Table("asked", store="rocksdb://")
     assert isinstance(new_store(asked), MemoryStore)  # the yarl URL is falsy: app's store
     on_disk = faust_compat.on_disk_table(app, name="on-disk", default=None)
@@ -321,7 +327,8 @@ def test_a_table_asked_for_rocksdb_is_in_memory_and_on_disk_table_is_not(
 
 
 async def test_recovery_steps_run_after_the_stores_recovery_in_the_declared_order(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     app = faust.App("passk-compat-recovery", broker="kafka://127.0.0.1:1")
     table = app.Table("joins", default=None)
     ran: list[str] = []
@@ -354,15 +361,28 @@ def test_an_undeclared_or_repeated_recovery_step_is_refused() -> None:
 
 def test_no_code_outside_the_layer_names_a_private_faust_attribute() -> None:
     """The names the layer wraps appear nowhere else in services/."""
-    private = ("_paused_partitions", "_buffered_partitions", "_current_event", "_new_store",
-               "_read_offset", "_get_controller_node", "_setup_spinner_handler",
-               "_create_worker_consumer", "_send_pending", "_add_gap")
+    private = (
+        "_paused_partitions",
+        "_buffered_partitions",
+        "_current_event",
+        "_new_store",
+        "_read_offset",
+        "_get_controller_node",
+        "_setup_spinner_handler",
+        "_create_worker_consumer",
+        "_send_pending",
+        "_add_gap",
+    )
     layer = ROOT / "services" / "runtime" / "faust_compat"
     offenders = [
         f"{path.relative_to(ROOT)}: {name}"
-        for path in (ROOT / "services").rglob("*.py") if layer not in path.parents
-        for name in private if re.search(rf"(?<!\w){name}\b", path.read_text())
+        for path in (ROOT / "services").rglob("*.py")
+        if layer not in path.parents
+        for name in private
+        if re.search(rf"(?<!\w){name}\b", path.read_text())
     ]
     assert offenders == []
-    assert not any(re.search(r"\.on_recovery_completed\s*=", p.read_text())
-                   for p in (ROOT / "services").rglob("*.py"))
+    assert not any(
+        re.search(r"\.on_recovery_completed\s*=", p.read_text())
+        for p in (ROOT / "services").rglob("*.py")
+    )

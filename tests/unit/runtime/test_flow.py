@@ -43,8 +43,9 @@ def test_never_both_inputs_of_a_partition() -> None:
     assert got == {(A, 0)}
 
 
-def simulate(a_log: list[str], b_log: list[str], bound: int, chunk: int,
-             seed: int = 0) -> tuple[set[str], int]:
+def simulate(
+    a_log: list[str], b_log: list[str], bound: int, chunk: int, seed: int = 0
+) -> tuple[set[str], int]:
     """A join reading two logs of one partition `chunk` records at a time from whichever
     input is not paused (either, at random, when both may be read), the policy applied
     after every chunk. Returns the keys joined and the largest pending set seen."""
@@ -60,17 +61,22 @@ def simulate(a_log: list[str], b_log: list[str], bound: int, chunk: int,
         if not readable:
             break
         topic = rng.choice(readable)
-        for key in logs[topic][pos[topic]:pos[topic] + chunk]:
+        for key in logs[topic][pos[topic] : pos[topic] + chunk]:
             seen.setdefault(key, set()).add(topic)
             if seen[key] == {A, B}:
                 joined.add(key)
                 del seen[key]
         pos[topic] = min(pos[topic] + chunk, len(logs[topic]))
         most = max(most, len(seen))
-        waiting = {0: {B: sum(1 for s in seen.values() if s == {A}),
-                       A: sum(1 for s in seen.values() if s == {B})}}
-        paused = paused_inputs(waiting, paused, lambda t, p: pos[t] < len(logs[t]),
-                               (A, B), [0], bound)
+        waiting = {
+            0: {
+                B: sum(1 for s in seen.values() if s == {A}),
+                A: sum(1 for s in seen.values() if s == {B}),
+            }
+        }
+        paused = paused_inputs(
+            waiting, paused, lambda t, p: pos[t] < len(logs[t]), (A, B), [0], bound
+        )
     assert pos == {A: len(a_log), B: len(b_log)}, "a paused input was never read to the end"
     return joined, most
 
@@ -112,8 +118,9 @@ def as_current(event: Event) -> Any:
 
 
 def test_pending_trials_are_counted_by_partition_and_the_input_they_wait_for() -> None:
-    flow = JoinFlow(SimpleNamespace(), (A, B), 10, waits_on=lambda state: state,
-                    unread=lambda t, p: True)
+    flow = JoinFlow(
+        SimpleNamespace(), (A, B), 10, waits_on=lambda state: state, unread=lambda t, p: True
+    )
     event = Event(2)
     token = as_current(event)
     try:

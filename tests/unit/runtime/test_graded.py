@@ -21,8 +21,11 @@ def test_a_marker_is_fresh_only_within_the_retention() -> None:
 def test_graded_changelogs_are_compacted_and_expire_with_the_retention() -> None:
     settings = Settings(PASSK_DEDUP_RETENTION_S=3600)
     for processor in ("gate", "verdict"):
-        (spec,) = (s for s in PROCESSORS[processor].changelog_specs()
-                   if s.topic.value == f"{processor}-{processor}-graded-changelog")
+        (spec,) = (
+            s
+            for s in PROCESSORS[processor].changelog_specs()
+            if s.topic.value == f"{processor}-{processor}-graded-changelog"
+        )
         cfg = topic_configs(spec, settings)
         assert cfg["cleanup.policy"] == "compact,delete"
         assert cfg["retention.ms"] == str(3600 * 1000)
@@ -32,8 +35,9 @@ def test_the_tables_use_rocksdb_with_the_retention_as_ttl(tmp_path: Path) -> Non
     import services.gate.app as gate
     import services.verdict.app as verdict
 
-    settings = Settings(PASSK_DATA_DIR=str(tmp_path), PASSK_DEDUP_RETENTION_S=3 * 86400,
-                        PASSK_METRICS_PORT=0)  # type: ignore[call-arg]
+    settings = Settings(
+        PASSK_DATA_DIR=str(tmp_path), PASSK_DEDUP_RETENTION_S=3 * 86400, PASSK_METRICS_PORT=0
+    )  # type: ignore[call-arg]
     for module in (gate, verdict):
         app = module.build(settings, registry=CollectorRegistry())
         _, graded = PROCESSORS[module.PROCESSOR].tables

@@ -39,11 +39,14 @@ def test_a_handled_record_sends_nothing() -> None:
     assert run(fine).sent == []
 
 
-@pytest.mark.parametrize("exc", [
-    KafkaTimeoutError("broker down"),
-    OperationalError("select 1", {}, Exception("database is locked")),
-    ConnectionRefusedError("refused"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        KafkaTimeoutError("broker down"),
+        OperationalError("select 1", {}, Exception("database is locked")),
+        ConnectionRefusedError("refused"),
+    ],
+)
 def test_an_outage_is_not_the_records_fault_and_propagates(exc: Exception) -> None:
     async def outage(event: object) -> None:
         raise exc

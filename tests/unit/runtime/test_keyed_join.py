@@ -20,10 +20,10 @@ ROLES = {"conversation": "p.conversation-finished", "session": "p.session-persis
 
 def test_a_pending_state_waits_for_the_input_its_domain_names() -> None:
     waits_on = input_waited_for(ROLES, gate_domain.awaiting)
-    only_conversation = gate_domain.JoinState(session_id="s1", conversation=conversation(),
-                                              conversation_seen_at=1.0)
-    only_session = gate_domain.JoinState(session_id="s1", session=session(),
-                                         session_seen_at=1.0)
+    only_conversation = gate_domain.JoinState(
+        session_id="s1", conversation=conversation(), conversation_seen_at=1.0
+    )
+    only_session = gate_domain.JoinState(session_id="s1", session=session(), session_seen_at=1.0)
     assert waits_on(only_conversation) == "p.session-persisted"
     assert waits_on(only_session) == "p.conversation-finished"
 
@@ -48,6 +48,14 @@ def test_the_verdicts_roles_map_its_two_inputs() -> None:
 def test_a_processor_that_is_no_two_input_join_is_refused(name: str) -> None:
     app: Any = object()  # refused before the app is touched
     with pytest.raises(ValueError, match="a keyed join needs"):
-        KeyedJoin(app, PROCESSORS[name], Settings(), state=gate_domain.JoinState,
-                  roles=("a", "b"), marked_at="graded_at", awaiting=gate_domain.awaiting,
-                  due_at=lambda s: None, is_marker=gate_domain.is_marker)
+        KeyedJoin(
+            app,
+            PROCESSORS[name],
+            Settings(),
+            state=gate_domain.JoinState,
+            roles=("a", "b"),
+            marked_at="graded_at",
+            awaiting=gate_domain.awaiting,
+            due_at=lambda s: None,
+            is_marker=gate_domain.is_marker,
+        )

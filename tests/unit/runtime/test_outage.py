@@ -34,8 +34,14 @@ def health_file(tmp_path: Path) -> Iterator[Path]:
 
 def test_backoff_grows_to_a_cap_and_a_success_resets_it(registry: CollectorRegistry) -> None:
     clock = Clock()
-    dep = Dependency(BROKER, "test", first_backoff_s=0.5, max_backoff_s=4.0, clock=clock,
-                     metrics=OutageMetrics(registry))
+    dep = Dependency(
+        BROKER,
+        "test",
+        first_backoff_s=0.5,
+        max_backoff_s=4.0,
+        clock=clock,
+        metrics=OutageMetrics(registry),
+    )
     delays = [dep.failed("op", OSError("down")) for _ in range(6)]
     assert delays == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert not dep.due()
@@ -46,7 +52,8 @@ def test_backoff_grows_to_a_cap_and_a_success_resets_it(registry: CollectorRegis
 
 
 def test_one_warning_per_outage_every_failure_counted(
-        registry: CollectorRegistry, caplog: pytest.LogCaptureFixture) -> None:
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
     metrics = OutageMetrics(registry)
     dep = Dependency(BROKER, "gate: reading offsets", metrics=metrics)
     with caplog.at_level(logging.WARNING):
@@ -59,12 +66,14 @@ def test_one_warning_per_outage_every_failure_counted(
     messages = [r.getMessage() for r in caplog.records]
     assert sum("unreachable" in m for m in messages) == 2  # two outages
     assert sum("reachable again" in m for m in messages) == 1
-    assert registry.get_sample_value(
-        "passk_broker_errors_total", {"operation": "read_offsets"}) == 6
+    assert (
+        registry.get_sample_value("passk_broker_errors_total", {"operation": "read_offsets"}) == 6
+    )
 
 
-def test_degraded_until_every_caller_finds_it_back(registry: CollectorRegistry,
-                                                   health_file: Path) -> None:
+def test_degraded_until_every_caller_finds_it_back(
+    registry: CollectorRegistry, health_file: Path
+) -> None:
     metrics = OutageMetrics(registry)
     health().started("gate")
     a = Dependency(BROKER, "a", metrics=metrics)
@@ -81,8 +90,7 @@ def test_degraded_until_every_caller_finds_it_back(registry: CollectorRegistry,
     assert read_health(health_file)["starts"] == 2  # type: ignore[index]
 
 
-async def test_call_retries_an_agent_s_write_until_it_succeeds(
-        registry: CollectorRegistry) -> None:
+async def test_call_retries_an_agent_s_write_until_it_succeeds(registry: CollectorRegistry) -> None:
     dep = Dependency("store", "sink", first_backoff_s=0.001, metrics=OutageMetrics(registry))
     attempts = []
 
@@ -99,7 +107,7 @@ async def test_call_retries_an_agent_s_write_until_it_succeeds(
 
 # Issue 21, item 6: a store that holds a write (a lock) is degraded while it does.
 async def test_a_call_that_does_not_return_is_degraded_until_it_does(
-        registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, health_file: Path
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, health_file: Path
 ) -> None:
     import asyncio
 
@@ -137,8 +145,9 @@ async def test_a_call_that_does_not_return_is_degraded_until_it_does(
     assert quick.up
 
 
-def test_the_heartbeat_is_in_the_file_and_on_metrics(registry: CollectorRegistry,
-                                                     health_file: Path) -> None:
+def test_the_heartbeat_is_in_the_file_and_on_metrics(
+    registry: CollectorRegistry, health_file: Path
+) -> None:
     metrics = OutageMetrics(registry)
     health().started("judge")
     assert "beat_at" not in read_health(health_file)  # type: ignore[operator]

@@ -101,8 +101,13 @@ def test_graded_trials_leave_ram_for_the_markers_and_expire_with_the_retention()
     pending: dict[str, Any] = {}
     graded: dict[str, Any] = {}
     scheduled: dict[str, float | None] = {}
-    states = KeyedStates(pending, graded, scheduled.__setitem__,  # type: ignore[arg-type]
-                         marked_at=lambda s: s["graded_at"], retention_s=60.0)
+    states = KeyedStates(
+        pending,
+        graded,
+        scheduled.__setitem__,  # type: ignore[arg-type]
+        marked_at=lambda s: s["graded_at"],
+        retention_s=60.0,
+    )
     now = time.time()
     states.apply("s1", table_value({"graded_at": None}, now + 30))
     assert "s1" in pending and scheduled["s1"] == now + 30 and not graded

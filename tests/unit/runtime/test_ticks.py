@@ -33,8 +33,9 @@ def test_nothing_read_since_start_is_behind_until_the_commit_shows_all_was_done(
 
 
 def test_unknown_highwater_is_not_caught_up() -> None:
-    c = StreamClock(lambda t, p: (_ for _ in ()).throw(RuntimeError("not assigned")),
-                    wall=lambda: WALL)
+    c = StreamClock(
+        lambda t, p: (_ for _ in ()).throw(RuntimeError("not assigned")), wall=lambda: WALL
+    )
     c.observe("s", 0, offset=3, timestamp=123.0)
     assert c.now("s", 0) == 123.0
 
@@ -59,8 +60,9 @@ def test_while_the_broker_does_not_answer_time_stands_still() -> None:
 
 def test_records_of_a_partition_awaiting_its_seek_are_not_observed() -> None:
     waiting = {("s", 0)}
-    c = StreamClock(lambda t, p: 511, wall=lambda: WALL,
-                    awaiting_seek=lambda t, p: (t, p) in waiting)
+    c = StreamClock(
+        lambda t, p: 511, wall=lambda: WALL, awaiting_seek=lambda t, p: (t, p) in waiting
+    )
     c.observe("s", 0, offset=510, timestamp=999.0)  # fetched before the seek back to 494
     assert c.now("s", 0) == 0.0  # 494..509 are still unread: not caught up
     waiting.clear()

@@ -23,10 +23,13 @@ TOP = """\
 id: hostile
 expected_exit: product_closed
 """
-HEAD = TOP + """\
+HEAD = (
+    TOP
+    + """\
 outcome:
   - {path: report.fault, present: true}
 """
+)
 
 
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
@@ -41,15 +44,21 @@ def problems(path: Path) -> list[tuple[str, str, int | None]]:
     return [(e.field, e.problem, e.line) for e in result.errors]
 
 
-@pytest.mark.parametrize(("judge", "field", "says"), [
-    ("{id: j, kind: nosuchkind}", "judges[0].kind", "unknown judge kind 'nosuchkind'"),
-    ("{id: j, kind: regex}", "judges[0].pattern", "Field required"),
-    ("{id: j, kind: regex, pattern: x, must_match: 'yes'}", "judges[0].must_match",
-     "valid boolean"),
-    ("{id: j, kind: regex, pattern: '(a)\\1'}", "judges[0].pattern", "RE2"),
-    ("{id: j, kind: regex, pattern: x, role: robot}", "judges[0].role", "assistant"),
-    ("{id: j, kind: regex, pattern: x, colour: red}", "judges[0].colour", "Extra inputs"),
-])
+@pytest.mark.parametrize(
+    ("judge", "field", "says"),
+    [
+        ("{id: j, kind: nosuchkind}", "judges[0].kind", "unknown judge kind 'nosuchkind'"),
+        ("{id: j, kind: regex}", "judges[0].pattern", "Field required"),
+        (
+            "{id: j, kind: regex, pattern: x, must_match: 'yes'}",
+            "judges[0].must_match",
+            "valid boolean",
+        ),
+        ("{id: j, kind: regex, pattern: '(a)\\1'}", "judges[0].pattern", "RE2"),
+        ("{id: j, kind: regex, pattern: x, role: robot}", "judges[0].role", "assistant"),
+        ("{id: j, kind: regex, pattern: x, colour: red}", "judges[0].colour", "Extra inputs"),
+    ],
+)
 def test_a_judge_whose_kind_or_arguments_do_not_fit_is_refused(
     tmp_path: Path, judge: str, field: str, says: str
 ) -> None:
@@ -59,13 +68,17 @@ def test_a_judge_whose_kind_or_arguments_do_not_fit_is_refused(
 
 
 def test_a_good_deterministic_judge_is_accepted(tmp_path: Path) -> None:
-    path = write(tmp_path, HEAD + "judges:\n  - {id: j, kind: regex, pattern: x, "
-                 "must_match: false, role: any}\n")
+    path = write(
+        tmp_path,
+        HEAD + "judges:\n  - {id: j, kind: regex, pattern: x, must_match: false, role: any}\n",
+    )
     scenario, result = validate_file(path)
     assert scenario is not None and not result.errors
 
 
-BILLION_LAUGHS = TOP + """\
+BILLION_LAUGHS = (
+    TOP
+    + """\
 laughs:
   a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
   b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
@@ -79,6 +92,7 @@ laughs:
 outcome:
   - {path: report.fault, equals: *i}
 """
+)
 
 
 def test_a_billion_laughs_under_equals_is_refused_fast_in_bounded_memory(
@@ -95,12 +109,16 @@ def test_a_billion_laughs_under_equals_is_refused_fast_in_bounded_memory(
 
 
 def test_modest_sharing_with_anchors_and_merge_keys_is_fine(tmp_path: Path) -> None:
-    path = write(tmp_path, HEAD + """\
+    path = write(
+        tmp_path,
+        HEAD
+        + """\
         limits: &lim {max_turns: 30}
         judges:
           - &j {id: a, kind: regex, pattern: x}
           - {<<: *j, id: b}
-        """.replace("        ", ""))
+        """.replace("        ", ""),
+    )
     scenario, result = validate_file(path)
     assert scenario is not None, result.errors
     assert [j.id for j in scenario.judges] == ["a", "b"]
@@ -109,37 +127,46 @@ def test_modest_sharing_with_anchors_and_merge_keys_is_fine(tmp_path: Path) -> N
 
 def test_a_file_above_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
     path = write(tmp_path, HEAD + "description: " + "x" * MAX_FILE_BYTES + "\n")
-    (field, problem, _), = problems(path)
+    ((field, problem, _),) = problems(path)
     assert "above the limit" in problem and str(MAX_FILE_BYTES) in problem
 
 
 def test_a_scenario_that_encodes_past_the_record_limit_is_refused(tmp_path: Path) -> None:
     # 100 KB of YAML that aliases a long string 20 times: 2 MB once encoded
-    body = TOP + f"""\
-description: &long "{'y' * 100_000}"
+    body = (
+        TOP
+        + f"""\
+description: &long "{"y" * 100_000}"
 outcome:
-  - {{path: notes, equals: [{', '.join(['*long'] * 20)}]}}
+  - {{path: notes, equals: [{", ".join(["*long"] * 20)}]}}
 """
+    )
     path = write(tmp_path, body)
-    (_, problem, _), = problems(path)
+    ((_, problem, _),) = problems(path)
     assert "encodes to" in problem and "scenarios topic" in problem
 
 
 def test_one_bad_file_among_good_ones_fails_the_whole_set(tmp_path: Path) -> None:
     write(tmp_path, HEAD, "good.yaml")
-    write(tmp_path, HEAD.replace("hostile", "other") + "judges:\n  - {id: j, kind: nope}\n",
-          "bad.yaml")
+    write(
+        tmp_path,
+        HEAD.replace("hostile", "other") + "judges:\n  - {id: j, kind: nope}\n",
+        "bad.yaml",
+    )
     result = validate_paths([tmp_path])
     assert not result.ok and len(result.errors) == 1
 
 
 # Issue 21, item 3: the red team's 1.6 KB file, 800 nested `[` in a flow sequence.
-@pytest.mark.parametrize("text", [
-    TOP + "outcome: " + "[" * 800 + "]" * 800 + "\n",
-    TOP + "outcome: " + "[" * 100_000 + "\n",  # unclosed too: refused before the scanner ends
-    TOP + "outcome: " + "{a: " * 800 + "}" * 800 + "\n",
-    TOP + "outcome:\n" + "".join("  " * i + "-\n" for i in range(1, 300)),  # block style
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        TOP + "outcome: " + "[" * 800 + "]" * 800 + "\n",
+        TOP + "outcome: " + "[" * 100_000 + "\n",  # unclosed too: refused before the scanner ends
+        TOP + "outcome: " + "{a: " * 800 + "}" * 800 + "\n",
+        TOP + "outcome:\n" + "".join("  " * i + "-\n" for i in range(1, 300)),  # block style
+    ],
+)
 def test_yaml_nested_past_the_bound_is_refused_with_its_line_not_a_recursion_error(
     tmp_path: Path, text: str
 ) -> None:
@@ -163,8 +190,9 @@ def test_yaml_at_the_bound_is_read(tmp_path: Path) -> None:
     assert all("nests deeper" not in e.problem for e in result.errors), result.errors
 
 
-@pytest.mark.parametrize(("trials", "refused"), [
-    (MAX_TRIALS, False), (MAX_TRIALS + 1, True), (1_000_000, True)])
+@pytest.mark.parametrize(
+    ("trials", "refused"), [(MAX_TRIALS, False), (MAX_TRIALS + 1, True), (1_000_000, True)]
+)
 def test_trials_above_the_maximum_are_refused_on_their_line(
     tmp_path: Path, trials: int, refused: bool
 ) -> None:
@@ -179,9 +207,16 @@ def test_trials_above_the_maximum_are_refused_on_their_line(
     assert f"above the maximum of {MAX_TRIALS}" in error.problem
 
 
-@pytest.mark.parametrize("limits", [
-    "{max_duration_s: .inf}", "{max_duration_s: .nan}", "{max_duration_s: 1e400}",
-    "{max_turns: 10001}", "{max_duration_s: 604801}"])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        "{max_duration_s: .inf}",
+        "{max_duration_s: .nan}",
+        "{max_duration_s: 1e400}",
+        "{max_turns: 10001}",
+        "{max_duration_s: 604801}",
+    ],
+)
 def test_limits_that_are_no_limits_are_refused(tmp_path: Path, limits: str) -> None:
     found = problems(write(tmp_path, HEAD + f"limits: {limits}\n"))
     assert [line for field, _, line in found if field.startswith("limits.")] == [5], found

@@ -52,7 +52,7 @@ SAMPLES: dict[type[BaseModel], dict[str, Any]] = {
                     {
                         "id": "call_1",
                         "type": "function",
-                        "function": {"name": "save", "arguments": "{\"fault\": \"pump\"}"},
+                        "function": {"name": "save", "arguments": '{"fault": "pump"}'},
                     }
                 ],
             },

@@ -123,7 +123,13 @@ def test_derived_events_drop_unknown_fields(model: type[BaseModel]) -> None:
 # field silently becoming optional in the model is caught here.
 CONTRACT_REQUIRED = {
     ConversationFinished: {
-        "event_id", "run_id", "scenario_id", "trial_id", "session_id", "exit_reason", "transcript",
+        "event_id",
+        "run_id",
+        "scenario_id",
+        "trial_id",
+        "session_id",
+        "exit_reason",
+        "transcript",
     },
     SessionPersisted: {"event_id", "session_id", "state"},
     Label: {"event_id", "trial_id", "judge_id", "passed"},
@@ -196,8 +202,9 @@ def test_other_times_are_written_in_utc_too() -> None:
     assert json.loads(verdict.model_dump_json())["finished_at"] == "2026-11-30T11:59:58Z"
 
 
-@pytest.mark.parametrize("field", ["input_tokens", "output_tokens", "turns", "duration_ms",
-                                   "latency_ms"])
+@pytest.mark.parametrize(
+    "field", ["input_tokens", "output_tokens", "turns", "duration_ms", "latency_ms"]
+)
 def test_a_boolean_is_not_a_trial_metric(field: str) -> None:
     from schemas.events import TrialMetrics
 

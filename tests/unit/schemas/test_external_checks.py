@@ -27,10 +27,14 @@ REFUSED = {
     "passed missing": ([{"id": "x"}], "checks.0.passed"),
     "passed not a boolean": ([{"id": "x", "passed": "yes"}], "checks.0.passed"),
     "passed as a number": ([{"id": "x", "passed": 1}], "checks.0.passed"),
-    "the same id twice": ([{"id": "x", "passed": True}, {"id": "y", "passed": True},
-                           {"id": "x", "passed": False}], "repeated: x"),
-    "too many checks": ([{"id": f"c{i}", "passed": True}
-                         for i in range(MAX_EXTERNAL_CHECKS + 1)], "checks"),
+    "the same id twice": (
+        [{"id": "x", "passed": True}, {"id": "y", "passed": True}, {"id": "x", "passed": False}],
+        "repeated: x",
+    ),
+    "too many checks": (
+        [{"id": f"c{i}", "passed": True} for i in range(MAX_EXTERNAL_CHECKS + 1)],
+        "checks",
+    ),
 }
 
 
@@ -43,12 +47,20 @@ def test_bad_checks_refuse_the_event_naming_the_field(checks, named) -> None:
 
 
 def test_good_checks_decode_and_keep_their_extra_fields() -> None:
-    found = decode(with_checks([{"id": "pii_scan", "passed": False, "reason": "card no.",
-                                 "score": 0.2}, {"id": "b.c-d_1", "passed": True}]),
-                   ConversationFinished)
+    found = decode(
+        with_checks(
+            [
+                {"id": "pii_scan", "passed": False, "reason": "card no.", "score": 0.2},
+                {"id": "b.c-d_1", "passed": True},
+            ]
+        ),
+        ConversationFinished,
+    )
     assert isinstance(found, ConversationFinished)
     assert [(c.id, c.passed, c.reason) for c in found.checks] == [
-        ("pii_scan", False, "card no."), ("b.c-d_1", True, "")]
+        ("pii_scan", False, "card no."),
+        ("b.c-d_1", True, ""),
+    ]
     assert found.checks[0].model_extra == {"score": 0.2}
 
 
@@ -63,11 +75,14 @@ external_checks: {ids}
 """
 
 
-@pytest.mark.parametrize(("ids", "problem"), [
-    ('["pii scan"]', "String should match pattern"),
-    ('["a", "b", "a"]', "external check ids must be unique: a"),
-    ('"pii_scan"', "valid list"),
-])
+@pytest.mark.parametrize(
+    ("ids", "problem"),
+    [
+        ('["pii scan"]', "String should match pattern"),
+        ('["a", "b", "a"]', "external check ids must be unique: a"),
+        ('"pii_scan"', "valid list"),
+    ],
+)
 def test_a_scenario_naming_bad_ids_is_refused_with_file_and_field(
     tmp_path: Path, ids: str, problem: str
 ) -> None:

@@ -56,7 +56,6 @@ def test_resolve(path: str, found: bool, value: Any) -> None:
     assert (lookup.found, lookup.value) == (found, value)
 
 
-
 @pytest.mark.parametrize("path", ["a..b", "a[0", "[0]"])
 def test_the_scenario_model_refuses_an_unreadable_path(path: str) -> None:
     with pytest.raises(ValidationError) as caught:

@@ -53,7 +53,11 @@ def test_the_design_example_is_valid() -> None:
     assert scenario.limits.max_turns == 30
     assert scenario.limits.max_duration_s == 900
     assert [e.operator for e in scenario.outcome] == [
-        "present", "present", "equals", "present", "matches",
+        "present",
+        "present",
+        "equals",
+        "present",
+        "matches",
     ]
     assert scenario.outcome[2].unordered
     gating = [j.id for j in scenario.gating_judges]
@@ -140,10 +144,12 @@ def test_judge_arguments_other_than_the_known_ones_are_its_params() -> None:
 
 def test_non_gating_judges_are_kept_apart() -> None:
     scenario = Scenario.model_validate(
-        example(judges=[
-            {"id": "a", "assertion": "x"},
-            {"id": "b", "assertion": "y", "gating": False},
-        ])
+        example(
+            judges=[
+                {"id": "a", "assertion": "x"},
+                {"id": "b", "assertion": "y", "gating": False},
+            ]
+        )
     )
     assert [j.id for j in scenario.gating_judges] == ["a"]
 
@@ -209,8 +215,11 @@ def test_a_user_section_that_cannot_be_played_is_refused(user: dict, problem: st
 
 
 def test_judging_skip_when_gates_fail_is_optional_and_keeps_old_versions() -> None:
-    body = {"id": "s", "expected_exit": "product_closed",
-            "judges": [{"id": "j", "assertion": "holds"}]}
+    body = {
+        "id": "s",
+        "expected_exit": "product_closed",
+        "judges": [{"id": "j", "assertion": "holds"}],
+    }
     plain = Scenario.model_validate(body)
     assert plain.skips_judges_when_gates_fail(False) is False
     assert plain.skips_judges_when_gates_fail(True) is True  # the global setting
@@ -220,7 +229,8 @@ def test_judging_skip_when_gates_fail_is_optional_and_keeps_old_versions() -> No
     # A scenario without the section keeps the version it had before the section existed.
     assert Scenario.model_validate({**body, "judging": None}).content_hash() == plain.content_hash()
     no_llm = Scenario.model_validate(
-        {**body, "judges": [], "judging": {"skip_when_gates_fail": True}})
+        {**body, "judges": [], "judging": {"skip_when_gates_fail": True}}
+    )
     assert no_llm.skips_judges_when_gates_fail(True) is False  # nothing to skip
     with pytest.raises(ValidationError, match="skip_when_gates_fial"):
         Scenario.model_validate({**body, "judging": {"skip_when_gates_fial": True}})

@@ -16,8 +16,13 @@ SETTINGS = default_settings(PASSK_MAX_EVENT_BYTES=4096)
 
 
 def test_every_projected_topic_has_its_model() -> None:
-    assert set(MODELS) == {Topic.TRIAL_VERDICTS, Topic.GATE_RESULTS, Topic.JUDGE_VERDICTS,
-                           Topic.CONVERSATION_FINISHED, Topic.SCENARIO_RELIABILITY}
+    assert set(MODELS) == {
+        Topic.TRIAL_VERDICTS,
+        Topic.GATE_RESULTS,
+        Topic.JUDGE_VERDICTS,
+        Topic.CONVERSATION_FINISHED,
+        Topic.SCENARIO_RELIABILITY,
+    }
 
 
 def test_a_valid_verdict_is_kept_as_its_event() -> None:
@@ -25,12 +30,14 @@ def test_a_valid_verdict_is_kept_as_its_event() -> None:
     assert isinstance(kept, TrialVerdict) and kept.trial_id == "t1"
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    (b"{not json", "invalid_json"),
-    (b"x" * 5000, "oversized"),
-])
-def test_an_unreadable_record_is_refused_with_the_codecs_reason(value: bytes,
-                                                                reason: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"{not json", "invalid_json"),
+        (b"x" * 5000, "oversized"),
+    ],
+)
+def test_an_unreadable_record_is_refused_with_the_codecs_reason(value: bytes, reason: str) -> None:
     refused = storable(value, TrialVerdict, SETTINGS)
     assert getattr(refused, "reason", None) == reason
 

@@ -23,17 +23,29 @@ SETTINGS = default_settings()
 
 
 def record(topic: Topic, value: bytes | None, offset: int = 0) -> Any:
-    return SimpleNamespace(value=value, message=SimpleNamespace(
-        topic=topic_name(topic, SETTINGS), partition=0, offset=offset, key=b"t1", value=value,
-        timestamp=None))
+    return SimpleNamespace(
+        value=value,
+        message=SimpleNamespace(
+            topic=topic_name(topic, SETTINGS),
+            partition=0,
+            offset=offset,
+            key=b"t1",
+            value=value,
+            timestamp=None,
+        ),
+    )
 
 
 class FakeStore:
     """Each call's events, by event id; a batch holding a `refused` id fails like a row the
     database refuses; `down` calls fail like a database that is not there."""
 
-    def __init__(self, refused: set[str] = frozenset(), down: int = 0,  # type: ignore[assignment]
-                 error: Exception | None = None) -> None:
+    def __init__(
+        self,
+        refused: set[str] = frozenset(),
+        down: int = 0,  # type: ignore[assignment]
+        error: Exception | None = None,
+    ) -> None:
         self.refused, self.down, self.error = refused, down, error
         self.calls: list[list[str]] = []
         self.schema_created = False
@@ -61,10 +73,17 @@ class Sink:
         self.store = store or FakeStore()
         self.letters = RecordedDeadLetters("sink")
         self.common = CommonMetrics(CollectorRegistry())
-        database = Dependency(STORE, "test", first_backoff_s=0.001,
-                              metrics=OutageMetrics(CollectorRegistry()))
-        self.steps = Steps(SETTINGS, store=self.store, database=database,  # type: ignore[arg-type]
-                           reject=self.letters, processor="sink", common=self.common)
+        database = Dependency(
+            STORE, "test", first_backoff_s=0.001, metrics=OutageMetrics(CollectorRegistry())
+        )
+        self.steps = Steps(
+            SETTINGS,
+            store=self.store,
+            database=database,  # type: ignore[arg-type]
+            reject=self.letters,
+            processor="sink",
+            common=self.common,
+        )
 
     def stored(self) -> float:
         return self.common.events.labels("sink", "stored")._value.get()

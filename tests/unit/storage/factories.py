@@ -36,8 +36,14 @@ def ref(trial_id: str, run_id: str, scenario_id: str, version: str = "v1") -> di
 
 
 def gate(
-    trial_id: str, gate_name: str, passed: bool, *, run_id: str = "run-1",
-    scenario_id: str = "billing", version: str = "v1", when: float = 0.0,
+    trial_id: str,
+    gate_name: str,
+    passed: bool,
+    *,
+    run_id: str = "run-1",
+    scenario_id: str = "billing",
+    version: str = "v1",
+    when: float = 0.0,
 ) -> GateResult:
     return GateResult(
         event_id=f"gate:{trial_id}:{gate_name}:{version}",
@@ -50,8 +56,15 @@ def gate(
 
 
 def judge(
-    trial_id: str, judge_id: str, result: str, *, run_id: str = "run-1",
-    scenario_id: str = "billing", version: str = "v1", when: float = 0.0, gating: bool = True,
+    trial_id: str,
+    judge_id: str,
+    result: str,
+    *,
+    run_id: str = "run-1",
+    scenario_id: str = "billing",
+    version: str = "v1",
+    when: float = 0.0,
+    gating: bool = True,
 ) -> JudgeVerdict:
     return JudgeVerdict(
         event_id=f"judge:{trial_id}:{judge_id}:{version}",
@@ -69,9 +82,16 @@ def judge(
 
 
 def verdict(
-    trial_id: str, outcome: str, *, k: int = 3, run_id: str = "run-1",
-    scenario_id: str = "billing", version: str = "v1", when: float = 1.0,
-    failed: list[tuple[str, str]] | None = None, **facts: Any,
+    trial_id: str,
+    outcome: str,
+    *,
+    k: int = 3,
+    run_id: str = "run-1",
+    scenario_id: str = "billing",
+    version: str = "v1",
+    when: float = 1.0,
+    failed: list[tuple[str, str]] | None = None,
+    **facts: Any,
 ) -> TrialVerdict:
     if failed is None:
         failed = [] if outcome == "passed" else [("gate:state", f"state wrong in {trial_id}")]
@@ -85,8 +105,9 @@ def verdict(
         agent_version="agent-7",
         **{
             "exit_reason": "product_closed",
-            "metrics": TrialMetrics(turns=6, input_tokens=120, output_tokens=80,
-                                    duration_ms=5300.0),
+            "metrics": TrialMetrics(
+                turns=6, input_tokens=120, output_tokens=80, duration_ms=5300.0
+            ),
             **facts,
         },
         finished_at=at(0),
@@ -97,9 +118,17 @@ def verdict(
 # What the report tests show of a trial's conversation.
 TRANSCRIPT = [
     Message(role="user", content="The pump was broken, I replaced it."),
-    Message(role="assistant", content=None, tool_calls=[{
-        "id": "call-1", "type": "function",
-        "function": {"name": "save_report", "arguments": '{"fault": "pump"}'}}]),
+    Message(
+        role="assistant",
+        content=None,
+        tool_calls=[
+            {
+                "id": "call-1",
+                "type": "function",
+                "function": {"name": "save_report", "arguments": '{"fault": "pump"}'},
+            }
+        ],
+    ),
     Message(role="tool", tool_call_id="call-1", content='{"ok": true}'),
     Message(role="assistant", content="Saved. Anything else?"),
 ]
@@ -109,9 +138,16 @@ def conversation(
     trial_id: str, *, run_id: str = "run-1", scenario_id: str = "billing", when: float = 0.0
 ) -> ConversationFinished:
     return factories.conversation(
-        trial_id, event_id=f"cf:{trial_id}", occurred_at=at(when), run_id=run_id,
-        scenario_id=scenario_id, session_id=f"session-{trial_id}", agent_version="agent-7",
-        transcript=TRANSCRIPT, metrics=TrialMetrics(turns=3, duration_ms=4200.0))
+        trial_id,
+        event_id=f"cf:{trial_id}",
+        occurred_at=at(when),
+        run_id=run_id,
+        scenario_id=scenario_id,
+        session_id=f"session-{trial_id}",
+        agent_version="agent-7",
+        transcript=TRANSCRIPT,
+        metrics=TrialMetrics(turns=3, duration_ms=4200.0),
+    )
 
 
 def run_events(run_id: str = "run-1") -> list:
@@ -119,8 +155,12 @@ def run_events(run_id: str = "run-1") -> list:
     its state gate), `triage` (1 of k=3 trials: insufficient), each trial fully graded."""
     events: list = []
     plan = [
-        ("billing", "b1", "passed"), ("billing", "b2", "passed"), ("billing", "b3", "passed"),
-        ("followup", "f1", "passed"), ("followup", "f2", "failed"), ("followup", "f3", "passed"),
+        ("billing", "b1", "passed"),
+        ("billing", "b2", "passed"),
+        ("billing", "b3", "passed"),
+        ("followup", "f1", "passed"),
+        ("followup", "f2", "failed"),
+        ("followup", "f3", "passed"),
         ("triage", "t1", "passed"),
     ]
     for scenario_id, trial, outcome in plan:
@@ -134,9 +174,19 @@ def run_events(run_id: str = "run-1") -> list:
     return events
 
 
-def window(seq: int, passed: int, failed: int = 0, errors: int = 0, *, start: datetime = T0,
-           scenario: str = "s1", k: int = 3, size: str = "1h", seconds: int = 3600,
-           target: tuple[float, int] = (0.8, 10)) -> ScenarioReliability:
+def window(
+    seq: int,
+    passed: int,
+    failed: int = 0,
+    errors: int = 0,
+    *,
+    start: datetime = T0,
+    scenario: str = "s1",
+    k: int = 3,
+    size: str = "1h",
+    seconds: int = 3600,
+    target: tuple[float, int] = (0.8, 10),
+) -> ScenarioReliability:
     """A window record as the aggregate publishes it (figures from scipy, not passk)."""
     from math import comb
 
@@ -145,12 +195,21 @@ def window(seq: int, passed: int, failed: int = 0, errors: int = 0, *, start: da
     n, c = passed + failed + errors, passed
     return ScenarioReliability(
         event_id=f"reliability:{scenario}:{size}:{start.isoformat()}:{seq}",
-        occurred_at=start + timedelta(seconds=seq), scenario_id=scenario, k=k, n=n,
-        passed=passed, failed=failed, errors=errors,
+        occurred_at=start + timedelta(seconds=seq),
+        scenario_id=scenario,
+        k=k,
+        n=n,
+        passed=passed,
+        failed=failed,
+        errors=errors,
         pass_at_k=None if n < k else 1 - comb(n - c, k) / comb(n, k),
         pass_hat_k=None if n < k else comb(c, k) / comb(n, k),
         pass_hat_k_lower=float(beta.ppf(0.05, c + 1, n - c + 1)) ** k,
         pass_hat_k_upper=float(beta.ppf(0.95, c + 1, n - c + 1)) ** k,
-        scenario_passed=n >= k and c == n, window=size, window_start=start,
-        window_end=start + timedelta(seconds=seconds), alert_min_pass_hat_k=target[0],
-        alert_min_trials=target[1])
+        scenario_passed=n >= k and c == n,
+        window=size,
+        window_start=start,
+        window_end=start + timedelta(seconds=seconds),
+        alert_min_pass_hat_k=target[0],
+        alert_min_trials=target[1],
+    )

@@ -31,7 +31,8 @@ class StoreContract:
         assert store.has_schema()
 
     def test_a_projection_older_than_a_table_says_which_table_it_lacks(
-            self, store: Store, caplog: pytest.LogCaptureFixture) -> None:
+        self, store: Store, caplog: pytest.LogCaptureFixture
+    ) -> None:
         store.create_schema()
         WINDOWS.drop(store.engine)  # as a projection made before the windows existed
         fresh = Store(store.url)
@@ -59,7 +60,9 @@ class StoreContract:
         assert len(dump["judge_verdicts"]) == 7
         assert len(dump["transcripts"]) == 7
         assert [s["scenario_id"] for s in dump["scenario_summaries"]] == [
-            "billing", "followup", "triage"
+            "billing",
+            "followup",
+            "triage",
         ]
         assert store.runs() == ["run-1"]
 
@@ -90,11 +93,19 @@ class StoreContract:
         store.apply_many(kept)
         first = store.dump()
         other = dict(run_id="run-2", scenario_id="followup", when=30)
-        store.apply_many([f.conversation("t", **other), f.gate("t", "state", False, **other),
-                          f.judge("t", "polite", "failed", **other)])
-        store.apply_many([f.conversation("t", when=40).model_copy(update={"session_id": "s2"}),
-                          f.gate("t", "state", False, when=40).model_copy(
-                              update={"session_id": "s2"})])
+        store.apply_many(
+            [
+                f.conversation("t", **other),
+                f.gate("t", "state", False, **other),
+                f.judge("t", "polite", "failed", **other),
+            ]
+        )
+        store.apply_many(
+            [
+                f.conversation("t", when=40).model_copy(update={"session_id": "s2"}),
+                f.gate("t", "state", False, when=40).model_copy(update={"session_id": "s2"}),
+            ]
+        )
         assert store.dump() == first
         store.apply(f.gate("t", "state", False, version="v2", when=50))
         assert [g.scenario_version for g in store.trial_gates("t")] == ["v2"]
@@ -122,22 +133,27 @@ class StoreContract:
         assert trial.failed_checks == []
 
     def test_a_regrade_supersedes_the_trial_and_the_history_keeps_every_attempt(
-            self, store: Store) -> None:
+        self, store: Store
+    ) -> None:
         first = f.verdict("t-1", "error", when=10, failed=[("judge:polite", "error: none")])
-        second = f.verdict("t-1", "passed", when=20, attempt=2,
-                           ids={"event_id": "verdict:t-1:attempt-2"})
+        second = f.verdict(
+            "t-1", "passed", when=20, attempt=2, ids={"event_id": "verdict:t-1:attempt-2"}
+        )
         store.apply_many([f.verdict("t-2", "passed", when=5), first])
         store.apply(second)
         store.apply(first)  # a late redelivery of the superseded attempt
         assert {t.trial_id: t.outcome for t in store.trials("run-1")} == {
-            "t-1": "passed", "t-2": "passed"}
+            "t-1": "passed",
+            "t-2": "passed",
+        }
         (summary,) = store.summaries("run-1")
         assert (summary.n, summary.passed, summary.errors) == (2, 2, 0)  # moved, not added
-        history = [(h.trial_id, h.attempt, h.outcome, h.event_id)
-                   for h in store.history("run-1")]
-        assert history == [("t-1", 1, "error", "verdict:t-1"),
-                           ("t-1", 2, "passed", "verdict:t-1:attempt-2"),
-                           ("t-2", 1, "passed", "verdict:t-2")]
+        history = [(h.trial_id, h.attempt, h.outcome, h.event_id) for h in store.history("run-1")]
+        assert history == [
+            ("t-1", 1, "error", "verdict:t-1"),
+            ("t-1", 2, "passed", "verdict:t-1:attempt-2"),
+            ("t-2", 1, "passed", "verdict:t-2"),
+        ]
 
     def test_a_trial_moved_to_another_scenario_leaves_its_old_summary(self, store: Store) -> None:
         store.apply(f.verdict("t-1", "failed", scenario_id="typo", when=1))
@@ -172,8 +188,15 @@ class StoreContract:
         for i, outcome in enumerate(outcomes):
             store.apply(f.verdict(f"t{i}", outcome, k=k, when=i))
         (s,) = store.summaries("run-1")
-        assert (s.n, s.passed, s.failed, s.errors, s.pass_at_k, s.pass_hat_k,
-                s.scenario_passed) == pytest.approx(expected)
+        assert (
+            s.n,
+            s.passed,
+            s.failed,
+            s.errors,
+            s.pass_at_k,
+            s.pass_hat_k,
+            s.scenario_passed,
+        ) == pytest.approx(expected)
         assert s.k == k
 
     def test_concurrent_writers_never_lose_a_trial_from_the_summary(self, store: Store) -> None:
@@ -211,7 +234,8 @@ class StoreContract:
         assert previous_run("r3", rows) is None
 
     def test_a_projection_older_than_a_column_gets_it_and_keeps_its_rows(
-            self, store: Store) -> None:
+        self, store: Store
+    ) -> None:
         store.apply(f.verdict("t-old", "failed", failed=[("judge:polite", "was rude")]))
         with store.engine.begin() as conn:  # as a projection made before these columns
             for name in ("advisory_checks", "exit_source", "completion"):
@@ -222,16 +246,23 @@ class StoreContract:
             assert (old.outcome, old.exit_source, old.completion) == ("failed", None, "product")
             fresh.create_schema()  # what a sink does when it starts
             assert {"advisory_checks", "exit_source", "completion"} <= {
-                c["name"] for c in inspect(fresh.engine).get_columns("trials")}
-            fresh.apply(f.verdict("t-new", "passed", exit_source="session",
-                                  completion="conversation"))
+                c["name"] for c in inspect(fresh.engine).get_columns("trials")
+            }
+            fresh.apply(
+                f.verdict("t-new", "passed", exit_source="session", completion="conversation")
+            )
             rows = {t.trial_id: t for t in fresh.trials("run-1")}
             # the old row as it was, with what every trial then was; the new one as sent
-            assert (rows["t-old"].failed_checks, rows["t-old"].exit_source,
-                    rows["t-old"].completion, rows["t-old"].advisory_checks) == (
-                [{"check": "judge:polite", "reason": "was rude"}], None, "product", [])
+            assert (
+                rows["t-old"].failed_checks,
+                rows["t-old"].exit_source,
+                rows["t-old"].completion,
+                rows["t-old"].advisory_checks,
+            ) == ([{"check": "judge:polite", "reason": "was rude"}], None, "product", [])
             assert (rows["t-new"].exit_source, rows["t-new"].completion) == (
-                "session", "conversation")
+                "session",
+                "conversation",
+            )
             fresh.create_schema()
             Store(store.url).create_schema()  # again, by another process: nothing to add
         finally:
@@ -249,8 +280,13 @@ class StoreContract:
         roles = [m["role"] for m in transcript.messages]
         assert roles == ["user", "assistant", "tool", "assistant"]
         assert transcript.tool_calls == [
-            {"message_index": 1, "id": "call-1", "name": "save_report",
-             "arguments": '{"fault": "pump"}', "result": '{"ok": true}'}
+            {
+                "message_index": 1,
+                "id": "call-1",
+                "name": "save_report",
+                "arguments": '{"fault": "pump"}',
+                "result": '{"ok": true}',
+            }
         ]
         assert store.transcript("nope") is None
 
@@ -294,14 +330,20 @@ class StoreContract:
         assert (s.pass_at_k, s.pass_hat_k, s.scenario_passed) == (None, None, False)  # n < k
 
     def test_a_trial_moving_away_takes_its_count_and_its_k_with_it(self, store: Store) -> None:
-        store.apply_many([f.verdict("a", "passed", k=2, when=1),
-                          f.verdict("b", "failed", k=4, scenario_id="typo", when=2)])
+        store.apply_many(
+            [
+                f.verdict("a", "passed", k=2, when=1),
+                f.verdict("b", "failed", k=4, scenario_id="typo", when=2),
+            ]
+        )
         store.apply(f.verdict("c", "error", k=3, when=3))  # newest of billing: k 3
         store.apply(f.verdict("c", "passed", k=3, scenario_id="typo", when=4))  # c moves out
         live, rebuilt = self._summaries_incremental_and_rebuilt(store)
         assert live == rebuilt
-        by_scenario = {s.scenario_id: (s.n, s.passed, s.failed, s.errors, s.k)
-                       for s in store.summaries("run-1")}
+        by_scenario = {
+            s.scenario_id: (s.n, s.passed, s.failed, s.errors, s.k)
+            for s in store.summaries("run-1")
+        }
         assert by_scenario == {"billing": (1, 1, 0, 0, 2), "typo": (2, 1, 1, 0, 3)}
         store.apply(f.verdict("a", "passed", k=2, scenario_id="typo", when=5))  # billing empties
         assert [s.scenario_id for s in store.summaries("run-1")] == ["typo"]
@@ -313,26 +355,36 @@ class StoreContract:
         events = []
         for i in range(60):
             trial = f"t{rng.randrange(15)}"
-            events.append(f.verdict(
-                trial, rng.choice(["passed", "failed", "error"]), k=rng.choice([1, 3]),
-                scenario_id=rng.choice(["billing", "triage"]), run_id=rng.choice(["r1", "r2"]),
-                version=f"v{i}", when=rng.randrange(20)))
+            events.append(
+                f.verdict(
+                    trial,
+                    rng.choice(["passed", "failed", "error"]),
+                    k=rng.choice([1, 3]),
+                    scenario_id=rng.choice(["billing", "triage"]),
+                    run_id=rng.choice(["r1", "r2"]),
+                    version=f"v{i}",
+                    when=rng.randrange(20),
+                )
+            )
         events += events[:10]  # redelivered
         rng.shuffle(events)
         at = 0
         while at < len(events):
             size = rng.randrange(1, 9)
-            store.apply_many(events[at:at + size])
+            store.apply_many(events[at : at + size])
             at += size
         live, rebuilt = self._summaries_incremental_and_rebuilt(store)
         assert live == rebuilt
         # And both equal the pure recomputation over the stored trial rows.
         for run in ("r1", "r2"):
             rows = store.trials(run)
-            expected = {sid: summarize(run, sid, rows).model_dump(mode="json")
-                        for sid in {r.scenario_id for r in rows}}
-            assert {s.scenario_id: s.model_dump(mode="json") for s in store.summaries(run)} \
-                == expected
+            expected = {
+                sid: summarize(run, sid, rows).model_dump(mode="json")
+                for sid in {r.scenario_id for r in rows}
+            }
+            assert {
+                s.scenario_id: s.model_dump(mode="json") for s in store.summaries(run)
+            } == expected
 
     def test_a_projection_made_before_advisory_checks_is_read_then_given_the_column(
         self, store: Store
@@ -346,13 +398,15 @@ class StoreContract:
         try:
             [old] = reader.trials("run-1")
             assert old.advisory_checks == [] and old.failed_checks[0]["check"] == (
-                "external:pii_scan")
+                "external:pii_scan"
+            )
         finally:
             reader.close()
         writer = Store(store.url)
         try:
-            tone = ExternalCheckResult(check="external:tone", passed=False, gating=False,
-                                       reason="curt")
+            tone = ExternalCheckResult(
+                check="external:tone", passed=False, gating=False, reason="curt"
+            )
             writer.apply(f.verdict("t-new", "passed", advisory_checks=[tone]))
             writer.apply(f.verdict("t-new", "passed", advisory_checks=[tone]))  # idempotent
             rows = {t.trial_id: t for t in writer.trials("run-1")}

@@ -50,7 +50,11 @@ def test_a_verdict_row_keeps_what_the_report_and_debugging_need() -> None:
     row = trial_record(f.verdict("t1", "failed", failed=[("judge:polite", "rude")], when=5))
     assert row.failed_checks == [{"check": "judge:polite", "reason": "rude"}]
     assert (row.k, row.outcome, row.agent_version, row.exit_reason) == (
-        3, "failed", "agent-7", "product_closed")
+        3,
+        "failed",
+        "agent-7",
+        "product_closed",
+    )
     assert row.metrics is not None and row.metrics["turns"] == 6
     assert row.verdict_at == f.at(5) and row.finished_at == f.at(0)
 
@@ -58,8 +62,15 @@ def test_a_verdict_row_keeps_what_the_report_and_debugging_need() -> None:
 def test_the_transcript_pairs_each_tool_call_with_its_answer() -> None:
     row = record_for(f.conversation("t1"))
     assert isinstance(row, TranscriptRecord)
-    assert row.tool_calls == [{"message_index": 1, "id": "call-1", "name": "save_report",
-                               "arguments": '{"fault": "pump"}', "result": '{"ok": true}'}]
+    assert row.tool_calls == [
+        {
+            "message_index": 1,
+            "id": "call-1",
+            "name": "save_report",
+            "arguments": '{"fault": "pump"}',
+            "result": '{"ok": true}',
+        }
+    ]
     assert row.messages[2] == {"role": "tool", "content": '{"ok": true}', "tool_call_id": "call-1"}
 
 
@@ -104,13 +115,22 @@ def test_summary_of_one_scenario(outcomes: list[str], expected: tuple) -> None:
     rows = [trial_record(f.verdict(f"t{i}", o, when=i)) for i, o in enumerate(outcomes)]
     rows.append(trial_record(f.verdict("other", "failed", scenario_id="elsewhere")))
     s = summarize("run-1", "billing", rows)
-    assert (s.n, s.passed, s.failed, s.errors, s.pass_at_k, s.pass_hat_k,
-            s.scenario_passed) == pytest.approx(expected)
+    assert (
+        s.n,
+        s.passed,
+        s.failed,
+        s.errors,
+        s.pass_at_k,
+        s.pass_hat_k,
+        s.scenario_passed,
+    ) == pytest.approx(expected)
 
 
 def test_the_latest_verdict_sets_k() -> None:
-    rows = [trial_record(f.verdict("t1", "passed", k=5, when=1)),
-            trial_record(f.verdict("t2", "passed", k=2, version="v2", when=9))]
+    rows = [
+        trial_record(f.verdict("t1", "passed", k=5, when=1)),
+        trial_record(f.verdict("t2", "passed", k=2, version="v2", when=9)),
+    ]
     s = summarize("run-1", "billing", rows)
     assert (s.k, s.scenario_passed, s.last_verdict_at) == (2, True, f.at(9))
 
@@ -131,8 +151,9 @@ def test_a_new_trial_adds_one_count_and_a_duplicate_adds_none() -> None:
     deltas = SummaryDeltas()
     assert deltas.apply(_row("t1", "passed", 1))
     assert deltas.apply(_row("t1", "passed", 1))  # redelivered: same version, replaces itself
-    assert deltas.counts == {("run-1", "billing"): {"passed": 1, "failed": 0, "error": 0,
-                                                  "invalid": 0}}
+    assert deltas.counts == {
+        ("run-1", "billing"): {"passed": 1, "failed": 0, "error": 0, "invalid": 0}
+    }
 
 
 def test_a_regrade_moves_one_count_and_a_stale_copy_moves_none() -> None:
@@ -140,8 +161,9 @@ def test_a_regrade_moves_one_count_and_a_stale_copy_moves_none() -> None:
     deltas = SummaryDeltas(known={"t1": stored})
     assert deltas.apply(_row("t1", "passed", 2))
     assert not deltas.apply(_row("t1", "error", 1.5))  # older than what replaced it
-    assert deltas.counts == {("run-1", "billing"): {"passed": 1, "failed": -1, "error": 0,
-                                                  "invalid": 0}}
+    assert deltas.counts == {
+        ("run-1", "billing"): {"passed": 1, "failed": -1, "error": 0, "invalid": 0}
+    }
 
 
 def test_a_regrade_into_another_scenario_moves_the_count_across() -> None:
@@ -170,8 +192,15 @@ def test_a_row_is_the_trials_only_with_its_run_scenario_and_session() -> None:
 
 # ------------------------------------------------- each row a declared subset of its event
 
-PROJECTIONS = [TrialRecord, TrialAttemptRecord, GateRecord, JudgeRecord, TranscriptRecord,
-               WindowRecord, CalibrationRow]
+PROJECTIONS = [
+    TrialRecord,
+    TrialAttemptRecord,
+    GateRecord,
+    JudgeRecord,
+    TranscriptRecord,
+    WindowRecord,
+    CalibrationRow,
+]
 
 
 def stored_as(annotation: Any) -> tuple[str, bool]:
@@ -218,12 +247,18 @@ def test_a_row_is_made_only_of_its_event_and_exactly_its_computed_columns() -> N
 
 
 def test_an_invalid_trial_is_counted_apart() -> None:
-    rows = [trial_record(f.verdict(f"t{i}", o, when=i))
-            for i, o in enumerate(["passed", "invalid", "invalid", "failed"])]
+    rows = [
+        trial_record(f.verdict(f"t{i}", o, when=i))
+        for i, o in enumerate(["passed", "invalid", "invalid", "failed"])
+    ]
     s = summarize("run-1", "billing", rows)
     assert (s.n, s.passed, s.failed, s.errors, s.invalid) == (2, 1, 1, 0, 2)
     deltas = SummaryDeltas()
     for row in rows:
         deltas.apply(row)
-    assert deltas.counts[("run-1", "billing")] == {"passed": 1, "failed": 1, "error": 0,
-                                                   "invalid": 2}
+    assert deltas.counts[("run-1", "billing")] == {
+        "passed": 1,
+        "failed": 1,
+        "error": 0,
+        "invalid": 2,
+    }

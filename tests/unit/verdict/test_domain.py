@@ -54,10 +54,25 @@ def test_non_gating_judges_are_not_awaited() -> None:
         (True, True, ("failed", "passed"), "failed", ["judge:covered_expected_topics"]),
         (True, True, ("error", "passed"), "error", ["judge:covered_expected_topics"]),
         # a definite failure outranks an error; the errored check is still listed
-        (False, True, ("error", "passed"), "failed",
-         ["gate:exit", "judge:covered_expected_topics"]),
-        (False, False, ("failed", "failed"), "failed",
-         ["gate:exit", "gate:state", "judge:covered_expected_topics", "judge:avoided_repetition"]),
+        (
+            False,
+            True,
+            ("error", "passed"),
+            "failed",
+            ["gate:exit", "judge:covered_expected_topics"],
+        ),
+        (
+            False,
+            False,
+            ("failed", "failed"),
+            "failed",
+            [
+                "gate:exit",
+                "gate:state",
+                "judge:covered_expected_topics",
+                "judge:avoided_repetition",
+            ],
+        ),
     ],
 )
 def test_and_never_or(exit_ok, state_ok, judges, outcome, failed) -> None:
@@ -85,8 +100,10 @@ def test_judge_verdict_of_another_scenario_version_does_not_count() -> None:
 
 def test_scenario_without_judges_needs_only_the_gates() -> None:
     bare = scenario(judges=[])
-    state = collect(gate_result("exit", version=bare.version or ""),
-                    gate_result("state", version=bare.version or ""))
+    state = collect(
+        gate_result("exit", version=bare.version or ""),
+        gate_result("state", version=bare.version or ""),
+    )
     assert domain.missing_checks(state, bare) == []
     verdict = domain.assemble(state, bare, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     assert verdict.outcome == "passed"
@@ -120,8 +137,9 @@ def test_a_conversation_completion_trial_needs_no_state_gate() -> None:
     version = sc.version or ""
     exit_only = domain.on_gate_result(
         None,
-        gate_result("exit", True, version=version, completion="conversation",
-                    exit_source="harness"),
+        gate_result(
+            "exit", True, version=version, completion="conversation", exit_source="harness"
+        ),
         now=0,
     )
     state = exit_only
@@ -140,33 +158,52 @@ def test_a_product_completion_trial_still_waits_for_the_state_gate() -> None:
 
 def test_the_verdict_carries_whose_exit_was_checked() -> None:
     events = [
-        gate_result("exit", False, version=V, exit_reason="persona_exhausted",
-                    exit_source="session"),
+        gate_result(
+            "exit", False, version=V, exit_reason="persona_exhausted", exit_source="session"
+        ),
         gate_result("state", True, version=V),
         *[judge_verdict(j, version=V) for j in GATING],
     ]
     verdict = domain.assemble(collect(*events), SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     assert verdict.outcome == "failed"
     assert (verdict.exit_reason, verdict.exit_source) == ("persona_exhausted", "session")
+
+
 def test_advisory_judges_are_recorded_and_never_fail_nor_error_a_trial() -> None:
     from services.grading.calibration import Bar, calibration_event, judge_version
     from services.grading.calibration import Matrix as M
 
     good = judge_version("covered_expected_topics", "a", "p", "m")
-    book = CalibrationBook([calibration_event(
-        judge_id="covered_expected_topics", version=good, matrix=M(tp=11, fp=2, fn=1, tn=6),
-        bar=Bar(), source="set", assertion="a", prompt_hash="p", model="m", dimension=None,
-        event_id="c1")])
+    book = CalibrationBook(
+        [
+            calibration_event(
+                judge_id="covered_expected_topics",
+                version=good,
+                matrix=M(tp=11, fp=2, fn=1, tn=6),
+                bar=Bar(),
+                source="set",
+                assertion="a",
+                prompt_hash="p",
+                model="m",
+                dimension=None,
+                event_id="c1",
+            )
+        ]
+    )
     events = [
-        gate_result("exit", version=V), gate_result("state", version=V),
+        gate_result("exit", version=V),
+        gate_result("state", version=V),
         judge_verdict("covered_expected_topics", "failed", version=V).model_copy(
-            update={"judge_version": good}),
+            update={"judge_version": good}
+        ),
         judge_verdict("avoided_repetition", "error", version=V).model_copy(
-            update={"judge_version": "never-calibrated"}),
+            update={"judge_version": "never-calibrated"}
+        ),
         judge_verdict("polite", "failed", version=V, gating=False),
     ]
-    verdict = domain.assemble(collect(*events), SC, missing=[], waited_s=0,
-                              policy=GatingPolicy(), book=book)
+    verdict = domain.assemble(
+        collect(*events), SC, missing=[], waited_s=0, policy=GatingPolicy(), book=book
+    )
     assert verdict.outcome == "failed"
     assert [c.check for c in verdict.failed_checks] == ["judge:covered_expected_topics"]
     assert verdict.gating_judges == ["covered_expected_topics"]
@@ -175,8 +212,9 @@ def test_advisory_judges_are_recorded_and_never_fail_nor_error_a_trial() -> None
         ("polite", "gating: false in the scenario", "failed"),
     ]
     # the same trial with no calibration at all: nothing may fail it
-    alone = domain.assemble(collect(*events), SC, missing=[], waited_s=0,
-                            policy=GatingPolicy(), book=CalibrationBook())
+    alone = domain.assemble(
+        collect(*events), SC, missing=[], waited_s=0, policy=GatingPolicy(), book=CalibrationBook()
+    )
     assert alone.outcome == "passed" and alone.gating_judges == []
 
 
@@ -191,11 +229,17 @@ def test_a_tick_before_the_deadline_waits() -> None:
 
 
 def test_a_tick_at_the_judge_deadline_emits_with_the_missing_judges_as_errors() -> None:
-    state = collect(gate_result("exit", True, version=V), gate_result("state", True, version=V),
-                    judge_verdict(GATING[0], "passed", version=V))
+    state = collect(
+        gate_result("exit", True, version=V),
+        gate_result("state", True, version=V),
+        judge_verdict(GATING[0], "passed", version=V),
+    )
     decision = domain.on_tick(state, 300.0, TIMING, SC)
     assert (decision.action, decision.missing, decision.waited_s) == (
-        "emit", [f"judge:{GATING[1]}"], 300.0)
+        "emit",
+        [f"judge:{GATING[1]}"],
+        300.0,
+    )
 
 
 def test_without_both_gates_the_wait_is_for_the_gates_and_then_the_judges() -> None:
@@ -216,7 +260,8 @@ def test_an_emitted_trial_is_remembered_for_the_retention_then_forgotten() -> No
 
 def test_a_skipped_judge_is_awaited_no_longer_and_counts_as_neither_fail_nor_error() -> None:
     events = [
-        gate_result("exit", version=V), gate_result("state", False, version=V),
+        gate_result("exit", version=V),
+        gate_result("state", False, version=V),
         *[judge_verdict(j, "skipped", version=V) for j in GATING],
     ]
     state = collect(*events)
@@ -225,6 +270,8 @@ def test_a_skipped_judge_is_awaited_no_longer_and_counts_as_neither_fail_nor_err
     assert verdict.outcome == "failed"
     assert [fc.check for fc in verdict.failed_checks] == ["gate:state"]
     assert verdict.skipped_judges == GATING and verdict.gating_judges == []
+
+
 # ------------------------------------------- trial identity conflicts (issue 21, item 2)
 def test_a_trial_id_reused_by_another_run_scenario_or_session_is_a_conflict() -> None:
     first = collect(gate_result("exit", version=V))
@@ -242,9 +289,10 @@ def test_a_trial_id_reused_by_another_run_scenario_or_session_is_a_conflict() ->
 def test_the_first_trial_is_graded_as_if_the_second_never_came() -> None:
     """The processor drops every result with a conflict before it touches the state: the
     verdict assembled from what is left is the first trial's own."""
-    run_b = [e.model_copy(update={"run_id": "run-B", "session_id": "s-B",
-                                  "event_id": e.event_id + ":B"})
-             for e in all_checks(judges=("failed", "failed"))]
+    run_b = [
+        e.model_copy(update={"run_id": "run-B", "session_id": "s-B", "event_id": e.event_id + ":B"})
+        for e in all_checks(judges=("failed", "failed"))
+    ]
     mixed: list = []
     state = None
     for ours, theirs in zip(all_checks(), run_b, strict=True):
@@ -252,15 +300,16 @@ def test_the_first_trial_is_graded_as_if_the_second_never_came() -> None:
             mixed.append(ev)
             if domain.identity_conflict(state, ev):
                 continue
-            state = (domain.on_gate_result(state, ev, now=0) if ev.type == "gate_result"
-                     else domain.on_judge_verdict(state, ev, now=0))
+            state = (
+                domain.on_gate_result(state, ev, now=0)
+                if ev.type == "gate_result"
+                else domain.on_judge_verdict(state, ev, now=0)
+            )
     assert state is not None and state.run_id == "run-1"
     assert domain.missing_checks(state, SC) == []
     verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
-    alone = domain.assemble(collect(*all_checks()), SC, missing=[], waited_s=0,
-                            **EVERY_JUDGE_GATES)
-    assert verdict.model_dump(exclude={"occurred_at"}) == alone.model_dump(
-        exclude={"occurred_at"})
+    alone = domain.assemble(collect(*all_checks()), SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
+    assert verdict.model_dump(exclude={"occurred_at"}) == alone.model_dump(exclude={"occurred_at"})
     assert verdict.outcome == "passed"
     emitted = domain.emitted(state, verdict, now=5)  # remembered as emitted: still known
     assert domain.identity_conflict(emitted, run_b[0]) is not None
@@ -269,23 +318,36 @@ def test_the_first_trial_is_graded_as_if_the_second_never_came() -> None:
 def test_timing_from_the_settings_waits_for_the_gates_as_long_as_for_a_session() -> None:
     from services.contract.settings import Settings
 
-    timing = domain.Timing.of(Settings(PASSK_JUDGE_WAIT_S=45, PASSK_SESSION_WAIT_S=20,
-                                       PASSK_DEDUP_RETENTION_S=700))
+    timing = domain.Timing.of(
+        Settings(PASSK_JUDGE_WAIT_S=45, PASSK_SESSION_WAIT_S=20, PASSK_DEDUP_RETENTION_S=700)
+    )
     assert (timing.judge_wait_s, timing.gate_wait_s, timing.retention_s) == (45, 20, 700)
 
 
 # ------------------------------------------------------------------ user checks
 
-USER_SC = scenario(user={"persona": "A technician.", "instructions": "Job 4112."},
-                   user_checks=[{"id": "in_role", "kind": "regex", "pattern": "help you",
-                                 "must_match": False, "role": "user"},
-                                {"id": "no_answer", "assertion": "Did not give it away."}])
+USER_SC = scenario(
+    user={"persona": "A technician.", "instructions": "Job 4112."},
+    user_checks=[
+        {
+            "id": "in_role",
+            "kind": "regex",
+            "pattern": "help you",
+            "must_match": False,
+            "role": "user",
+        },
+        {"id": "no_answer", "assertion": "Did not give it away."},
+    ],
+)
 UV = USER_SC.version or ""
 
 
 def user_checks(in_role: str = "passed", no_answer: str = "passed") -> list:
-    checks = [gate_result("exit", True, version=UV), gate_result("state", True, version=UV),
-              *[judge_verdict(j, "passed", version=UV) for j in GATING]]
+    checks = [
+        gate_result("exit", True, version=UV),
+        gate_result("state", True, version=UV),
+        *[judge_verdict(j, "passed", version=UV) for j in GATING],
+    ]
     det = judge_verdict("user:in_role", in_role, version=UV)
     det = det.model_copy(update={"judge_kind": "regex"})
     return [*checks, det, judge_verdict("user:no_answer", no_answer, version=UV)]
@@ -309,13 +371,15 @@ def test_every_user_check_is_awaited() -> None:
         ("error", "passed", True, "error", ["user:in_role"]),
     ],
 )
-def test_a_failed_user_check_makes_the_trial_invalid(in_role, no_answer, agent_ok, outcome,
-                                                     failed) -> None:
+def test_a_failed_user_check_makes_the_trial_invalid(
+    in_role, no_answer, agent_ok, outcome, failed
+) -> None:
     events = user_checks(in_role, no_answer)
     if not agent_ok:
         events[0] = gate_result("exit", False, version=UV)
-    verdict = domain.assemble(collect(*events), USER_SC, missing=[], waited_s=0,
-                              **EVERY_JUDGE_GATES)
+    verdict = domain.assemble(
+        collect(*events), USER_SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES
+    )
     assert verdict.outcome == outcome
     assert [c.check for c in verdict.failed_checks] == failed
     if outcome == "passed":
@@ -323,19 +387,28 @@ def test_a_failed_user_check_makes_the_trial_invalid(in_role, no_answer, agent_o
 
 
 def test_an_uncalibrated_llm_user_check_is_advisory_and_spoils_nothing() -> None:
-    verdict = domain.assemble(collect(*user_checks("passed", "failed")), USER_SC, missing=[],
-                              waited_s=0, policy=GatingPolicy(), book=CalibrationBook())
+    verdict = domain.assemble(
+        collect(*user_checks("passed", "failed")),
+        USER_SC,
+        missing=[],
+        waited_s=0,
+        policy=GatingPolicy(),
+        book=CalibrationBook(),
+    )
     # the deterministic check gates; the LLM one is recorded as advisory (and so are the
     # scenario's uncalibrated LLM judges)
     assert verdict.outcome == "passed"
     assert "user:in_role" in verdict.checks_passed
-    assert [(a.judge_id, a.result) for a in verdict.advisory_judges
-            if a.judge_id.startswith("user:")] == [("user:no_answer", "failed")]
+    assert [
+        (a.judge_id, a.result) for a in verdict.advisory_judges if a.judge_id.startswith("user:")
+    ] == [("user:no_answer", "failed")]
 
 
 def test_an_unsampled_production_trial_waits_for_no_llm_judge() -> None:
-    gates = [gate_result("exit", True, version=V, sampled=False),
-             gate_result("state", True, version=V, sampled=False)]
+    gates = [
+        gate_result("exit", True, version=V, sampled=False),
+        gate_result("state", True, version=V, sampled=False),
+    ]
     state = collect(*gates)
     assert domain.missing_checks(state, SC) == []  # never waited for
     verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
@@ -345,9 +418,9 @@ def test_an_unsampled_production_trial_waits_for_no_llm_judge() -> None:
     state = collect(*gates, *[judge_verdict(j, "not_sampled", version=V) for j in GATING])
     verdict = domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES)
     assert verdict.outcome == "passed" and not any(
-        c.startswith("judge:") for c in verdict.checks_passed)
+        c.startswith("judge:") for c in verdict.checks_passed
+    )
     # a sampled trial still waits for every gating judge
     state = collect(gate_result("exit", True, version=V), gate_result("state", True, version=V))
     assert domain.missing_checks(state, SC) == [f"judge:{j}" for j in GATING]
-    assert domain.assemble(state, SC, missing=[], waited_s=0,
-                           **EVERY_JUDGE_GATES).sampled is True
+    assert domain.assemble(state, SC, missing=[], waited_s=0, **EVERY_JUDGE_GATES).sampled is True

@@ -15,8 +15,12 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 def test_a_trials_figures_land_in_its_scenarios_histograms_in_base_units() -> None:
     registry = CollectorRegistry()
     metrics = VerdictMetrics(registry)
-    metrics.observe_trial("checkout", TrialMetrics(
-        input_tokens=1200, output_tokens=90, turns=6, duration_ms=42_000, latency_ms=850))
+    metrics.observe_trial(
+        "checkout",
+        TrialMetrics(
+            input_tokens=1200, output_tokens=90, turns=6, duration_ms=42_000, latency_ms=850
+        ),
+    )
     metrics.observe_trial("checkout", TrialMetrics(turns=10))
     assert sample(registry, "passk_trial_tokens_sum", scenario="checkout", kind="input") == 1200
     assert sample(registry, "passk_trial_tokens_sum", scenario="checkout", kind="output") == 90
@@ -42,15 +46,24 @@ def test_a_trial_is_counted_once_and_its_regrade_apart() -> None:
 
     registry = CollectorRegistry()
     metrics = VerdictMetrics(registry)
-    first = TrialVerdict(event_id="verdict:t", trial_id="t", run_id="r", scenario_id="checkout",
-                         scenario_version="v", session_id="s", k=3, outcome="error",
-                         metrics=TrialMetrics(turns=6))
+    first = TrialVerdict(
+        event_id="verdict:t",
+        trial_id="t",
+        run_id="r",
+        scenario_id="checkout",
+        scenario_version="v",
+        session_id="s",
+        k=3,
+        outcome="error",
+        metrics=TrialMetrics(turns=6),
+    )
     metrics.count(first)
     metrics.count(first.model_copy(update={"attempt": 2, "outcome": "passed"}))
     assert sample(registry, "passk_trials_total", scenario="checkout", outcome="error") == 1
     assert sample(registry, "passk_trials_total", scenario="checkout", outcome="passed") is None
-    assert sample(registry, "passk_trial_regrades_total", scenario="checkout",
-                  outcome="passed") == 1
+    assert (
+        sample(registry, "passk_trial_regrades_total", scenario="checkout", outcome="passed") == 1
+    )
     assert sample(registry, "passk_trial_turns_count", scenario="checkout") == 1
 
 
@@ -62,5 +75,7 @@ def test_known_scenarios_have_every_outcome_series_at_zero() -> None:
     registry = CollectorRegistry()
     VerdictMetrics(registry).known_scenarios(["s1"])
     for outcome in ("passed", "failed", "error"):
-        assert registry.get_sample_value(
-            "passk_trials_total", {"scenario": "s1", "outcome": outcome}) == 0.0
+        assert (
+            registry.get_sample_value("passk_trials_total", {"scenario": "s1", "outcome": outcome})
+            == 0.0
+        )

@@ -16,9 +16,10 @@ def checks(attempt: int, judges: tuple[str, str] = ("passed", "passed")) -> list
     return [
         gate_result("exit", True, version=V).model_copy(update={"attempt": attempt}),
         gate_result("state", True, version=V).model_copy(update={"attempt": attempt}),
-        *[judge_verdict(j, r, version=V).model_copy(update={"attempt": attempt})
-          for j, r in zip(("covered_expected_topics", "avoided_repetition"), judges,
-                          strict=True)],
+        *[
+            judge_verdict(j, r, version=V).model_copy(update={"attempt": attempt})
+            for j, r in zip(("covered_expected_topics", "avoided_repetition"), judges, strict=True)
+        ],
     ]
 
 
@@ -34,8 +35,9 @@ def feed(state, events, now=0.0):
 
 
 def emit(state):
-    verdict = domain.assemble(state, SC, missing=domain.missing_checks(state, SC), waited_s=300,
-                              **EVERY_JUDGE_GATES)
+    verdict = domain.assemble(
+        state, SC, missing=domain.missing_checks(state, SC), waited_s=300, **EVERY_JUDGE_GATES
+    )
     return verdict, domain.emitted(state, verdict, now=1.0)
 
 

@@ -56,10 +56,15 @@ class Verdict:
         self.catalog = FakeCatalog(*(scenarios or (SCENARIO,)))
         self.join = FakeJoin(self.log, self.catalog, self.reject)
         self.calibrations = FakeCalibrations()
-        self.steps = Steps(settings, TIMING, self.join, calibrations=self.calibrations,
-                           trial_verdicts="trial-verdicts",
-                           metrics=VerdictMetrics(self.registry),
-                           common=CommonMetrics(self.registry))
+        self.steps = Steps(
+            settings,
+            TIMING,
+            self.join,
+            calibrations=self.calibrations,
+            trial_verdicts="trial-verdicts",
+            metrics=VerdictMetrics(self.registry),
+            common=CommonMetrics(self.registry),
+        )
 
     def count(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
@@ -68,8 +73,11 @@ class Verdict:
         return self.count("passk_events_total", processor="verdict", note=note)
 
     def verdicts(self) -> list[Any]:
-        return [json.loads(value) for topic, _, value in self.log.of("send")
-                if topic == "trial-verdicts"]
+        return [
+            json.loads(value)
+            for topic, _, value in self.log.of("send")
+            if topic == "trial-verdicts"
+        ]
 
     async def feed(self, *records: Any) -> None:
         for event in records:
@@ -80,17 +88,19 @@ class Verdict:
 
 
 def gates(passed: bool = True, trial: str = "t1") -> list[Any]:
-    return [record(GATES, encode(gate_result(g, passed=passed, trial=trial, version=V)))
-            for g in ("exit", "state")]
+    return [
+        record(GATES, encode(gate_result(g, passed=passed, trial=trial, version=V)))
+        for g in ("exit", "state")
+    ]
 
 
 def judges(trial: str = "t1", result: str = "passed") -> list[Any]:
-    return [record(JUDGES, encode(judge_verdict(j, result, trial=trial, version=V)))
-            for j in GATING]
+    return [
+        record(JUDGES, encode(judge_verdict(j, result, trial=trial, version=V))) for j in GATING
+    ]
 
 
-async def test_the_last_awaited_result_publishes_the_verdict_before_the_trial_is_stored(
-) -> None:
+async def test_the_last_awaited_result_publishes_the_verdict_before_the_trial_is_stored() -> None:
     verdict = Verdict()
     *first, last = [*gates(), *judges()]
     await verdict.feed(*first)
@@ -179,22 +189,25 @@ async def test_an_emitted_trial_past_the_retention_is_forgotten() -> None:
     verdict = Verdict()
     await verdict.feed(*gates(), *judges())
     key, emitted = verdict.log.of("store")[-1]
-    await verdict.steps.on_tick(record("p.verdict-ticks", None), key, emitted,
-                                emitted.emitted_at + TIMING.retention_s + 1)
+    await verdict.steps.on_tick(
+        record("p.verdict-ticks", None), key, emitted, emitted.emitted_at + TIMING.retention_s + 1
+    )
     assert verdict.log.of("store")[-1] == ("t1", None)
     assert len(verdict.verdicts()) == 1
 
 
 async def test_a_trial_whose_scenario_left_the_catalog_is_held_and_said(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     verdict = Verdict()
     await verdict.feed(*gates())
     key, waiting = verdict.log.of("store")[-1]
     verdict.catalog.by.clear()
     before = list(verdict.log.entries)
     with caplog.at_level(logging.ERROR):
-        await verdict.steps.on_tick(record("p.verdict-ticks", None), key, waiting,
-                                    time.time() + TIMING.judge_wait_s + 1)
+        await verdict.steps.on_tick(
+            record("p.verdict-ticks", None), key, waiting, time.time() + TIMING.judge_wait_s + 1
+        )
     assert verdict.log.entries == before  # nothing published, the state kept for a next tick
     assert verdict.events("scenario_missing") == 1
     assert "left the catalog; verdict held" in caplog.text
@@ -204,26 +217,40 @@ async def test_before_the_first_record_the_calibrations_are_read_and_series_made
     verdict = Verdict()
     await verdict.steps.before()
     assert verdict.calibrations.readied == 1
-    assert verdict.registry.get_sample_value(
-        "passk_trials_total", {"scenario": SCENARIO.id, "outcome": "error"}) == 0.0
+    assert (
+        verdict.registry.get_sample_value(
+            "passk_trials_total", {"scenario": SCENARIO.id, "outcome": "error"}
+        )
+        == 0.0
+    )
 
 
 async def test_the_scenario_series_wait_for_the_catalog() -> None:
     verdict = Verdict()
     verdict.catalog.is_ready = False
     await verdict.steps.known_scenarios()
-    assert verdict.registry.get_sample_value(
-        "passk_trials_total", {"scenario": SCENARIO.id, "outcome": "passed"}) is None
+    assert (
+        verdict.registry.get_sample_value(
+            "passk_trials_total", {"scenario": SCENARIO.id, "outcome": "passed"}
+        )
+        is None
+    )
     verdict.catalog.is_ready = True
     await verdict.steps.known_scenarios()
-    assert verdict.registry.get_sample_value(
-        "passk_trials_total", {"scenario": SCENARIO.id, "outcome": "passed"}) == 0.0
+    assert (
+        verdict.registry.get_sample_value(
+            "passk_trials_total", {"scenario": SCENARIO.id, "outcome": "passed"}
+        )
+        == 0.0
+    )
 
 
-@pytest.mark.parametrize(("uncalibrated", "outcome"), [("gating", "failed"),
-                                                       ("advisory", "passed")])
-async def test_an_uncalibrated_judge_gates_as_the_settings_say(uncalibrated: str,
-                                                               outcome: str) -> None:
+@pytest.mark.parametrize(
+    ("uncalibrated", "outcome"), [("gating", "failed"), ("advisory", "passed")]
+)
+async def test_an_uncalibrated_judge_gates_as_the_settings_say(
+    uncalibrated: str, outcome: str
+) -> None:
     verdict = Verdict(PASSK_UNCALIBRATED_JUDGES=uncalibrated)
     await verdict.feed(*gates(), *judges(result="failed"))
     (published,) = verdict.verdicts()

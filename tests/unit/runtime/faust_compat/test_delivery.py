@@ -92,18 +92,25 @@ async def test_unpatched_faust_builds_it_idempotent_only_in_its_exactly_once_mod
 
 def expired_batch(ttl: float) -> Any:
     accumulator = MessageAccumulator(
-        cluster=None, batch_size=16384, compression_type=0, batch_ttl=ttl, txn_manager=None,
-        loop=asyncio.get_running_loop())
+        cluster=None,
+        batch_size=16384,
+        compression_type=0,
+        batch_ttl=ttl,
+        txn_manager=None,
+        loop=asyncio.get_running_loop(),
+    )
     tp = TopicPartition("t", 0)
     batch = accumulator._append_batch(accumulator.create_builder(), tp)
     batch._ctime -= 10 * ttl  # long past the producer's timeout
     return batch
 
 
-@pytest.mark.parametrize("error", [KafkaConnectionError(), RequestTimedOutError(),
-                                   NotLeaderForPartitionError()])
+@pytest.mark.parametrize(
+    "error", [KafkaConnectionError(), RequestTimedOutError(), NotLeaderForPartitionError()]
+)
 async def test_aiokafka_retries_an_idempotent_batch_past_the_timeout_and_expires_others(
-        error: Exception) -> None:
+    error: Exception,
+) -> None:
     """A broker gone past the timeout: an idempotent producer's batch is retried (under
     the same sequence number, so the broker keeps it once and in order); a plain
     producer's is failed, and the batches after it still go."""
@@ -111,8 +118,15 @@ async def test_aiokafka_retries_an_idempotent_batch_past_the_timeout_and_expires
     assert batch.expired()
 
     def can_retry(idempotent: bool) -> bool:
-        sender: Any = type("Sender", (), {"_retry_backoff": 0.1, "client": None,
-                                          "_txn_manager": object() if idempotent else None})()
+        sender: Any = type(
+            "Sender",
+            (),
+            {
+                "_retry_backoff": 0.1,
+                "client": None,
+                "_txn_manager": object() if idempotent else None,
+            },
+        )()
         handler = SendProduceReqHandler(sender, {batch.tp: batch})
         return bool(handler._can_retry(error, batch))
 

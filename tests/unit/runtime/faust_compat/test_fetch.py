@@ -27,7 +27,8 @@ def built_fetch(app: faust.App) -> tuple[int, int]:
 
 
 def test_a_processor_asking_for_fuller_fetches_gets_them_and_the_others_keep_fausts(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     settings = Settings(PASSK_TOPIC_PREFIX="fetch.", PASSK_DATA_DIR=str(tmp_path))  # type: ignore[call-arg]
     patient = make_app("patient", settings, fetch_min_bytes=100_000, fetch_max_wait_ms=500)
     plain = make_app("plain", settings)

@@ -19,9 +19,19 @@ def test_the_snapshot_names_each_part_and_groups_partitions_by_topic(tmp_path: P
     consumer.pause_partitions({TP("snap.a", 1), TP("snap.a", 0), TP("snap.b", 3)})
     state = consumer_state(app)
     lines = dict(line.strip().split(": ", 1) for line in state.splitlines())
-    assert list(lines) == ["flow_active", "in_recovery", "recovery_in_progress", "assigned",
-                           "active", "paused", "buffered", "read_offset", "committed",
-                           "client", "client_buffered"]
+    assert list(lines) == [
+        "flow_active",
+        "in_recovery",
+        "recovery_in_progress",
+        "assigned",
+        "active",
+        "paused",
+        "buffered",
+        "read_offset",
+        "committed",
+        "client",
+        "client_buffered",
+    ]
     assert lines["paused"] == "{'snap.a': [0, 1], 'snap.b': [3]}"
     assert lines["in_recovery"] == "False"
     # an app not started has no assignment to read: said, not raised

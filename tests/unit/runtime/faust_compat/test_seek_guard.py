@@ -108,9 +108,9 @@ def _consumer(client: _Client, reset: str) -> Any:
         return await fn()
 
     thread = SimpleNamespace(_ensure_consumer=lambda: client, call_thread=call_thread)
-    return SimpleNamespace(_thread=thread,
-                           app=SimpleNamespace(conf=SimpleNamespace(
-                               consumer_auto_offset_reset=reset)))
+    return SimpleNamespace(
+        _thread=thread, app=SimpleNamespace(conf=SimpleNamespace(consumer_auto_offset_reset=reset))
+    )
 
 
 NEVER = TP("passk.trial-verdicts.v1", 0)

@@ -34,8 +34,9 @@ def network_edges(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     EDGES.update(seek=lambda tp, offset: None)
     monkeypatch.setattr(seek_guard, "read_committed", read_committed)
-    monkeypatch.setattr(seek_guard, "seek_in_memory",
-                        lambda c, tp, offset: EDGES["seek"](tp, offset))
+    monkeypatch.setattr(
+        seek_guard, "seek_in_memory", lambda c, tp, offset: EDGES["seek"](tp, offset)
+    )
     yield
     EDGES.clear()
 
@@ -60,6 +61,7 @@ def consumer(batches: list[list[int]], committed: int) -> tuple[Any, list[int]]:
                 return
             for offset in pending.pop(0):
                 yield T, SimpleNamespace(offset=offset, key=b"k", value=b"v", topic=T.topic)
+
         return batch()
 
     async def committed_offsets() -> dict[TP, int | None]:
@@ -205,4 +207,3 @@ async def test_a_seek_and_its_bookkeeping_in_one_step_drain_to_the_end() -> None
     assert delivered[-50:] == list(range(30, 80))  # re-read in order from the seek point
     assert not c._read_offset.pending(T)
     assert c._new_offset(T) == 80  # everything read can be committed
-
