@@ -160,8 +160,8 @@ class OpenAIChatClient:
             response = await self._client.chat.completions.create(
                 model=self.target.model,
                 messages=messages,  # type: ignore[arg-type]
-                tools=self._tools,
-                user=session,  # type: ignore[arg-type]
+                tools=self._tools,  # type: ignore[arg-type]
+                user=session,
                 extra_headers={"X-Session-Id": session, **trial_headers(trial, run_id)},
             )
         except openai.APIStatusError as exc:
