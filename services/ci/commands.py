@@ -20,62 +20,77 @@ if TYPE_CHECKING:
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 
+SCENARIOS = typer.Option(..., "--scenarios", exists=True, help="scenario YAML files or a directory")
+TARGET = typer.Option(
+    ..., "--target", exists=True, dir_okay=False, help="the target file (agent and state)"
+)
+RUN_ID = typer.Option(None, "--run-id", help="default: ci-<UTC yyyymmddThhmmssZ>")
+TRIALS = typer.Option(0, "--trials", min=0, help="trials per scenario (at least k)")
+CONCURRENCY = typer.Option(
+    4, "--concurrency", min=1, max=256, help="trials talking to the agent at once"
+)
+AGENT_VERSION = typer.Option(None, "--agent-version")
+USER_MODEL = typer.Option(
+    None, "--user-model", envvar="PASSK_USER_MODEL", help="model playing users without a script"
+)
+BASELINE = typer.Option(
+    None,
+    "--baseline",
+    help="an earlier run: the delta per scenario, marked when "
+    "confidently worse (as `passk compare` decides)",
+)
+FAIL_ON_REGRESSION = typer.Option(
+    False,
+    "--fail-on-regression",
+    help="exit 1 when a scenario is confidently worse than --baseline",
+)
+JUNIT = typer.Option(
+    None, "--junit", dir_okay=False, help="write JUnit XML here (one testcase per scenario)"
+)
+MARKDOWN = typer.Option(
+    None, "--markdown", dir_okay=False, help="write the pull-request comment (Markdown) here"
+)
+HTML = typer.Option(None, "--html", dir_okay=False, help="write the report page here")
+AS_JSON = typer.Option(False, "--json", help="print one JSON object on stdout")
+TIMEOUT = typer.Option(600, "--timeout", min=1, help="seconds to wait for the last verdict")
+ADAPTIVE = typer.Option(
+    False,
+    "--adaptive",
+    help="as `passk run --adaptive`: after k trials each, more "
+    "only for the scenarios whose pass^k interval still holds the goal, widest first",
+)
+BUDGET = typer.Option(
+    None, "--budget", min=1, help="with --adaptive: trials of the run in all, at most"
+)
+GOAL = typer.Option(
+    None, "--goal", min=0.0, max=1.0, help="with --adaptive: the pass^k to decide against"
+)
+CREDIBILITY = typer.Option(
+    0.9, "--credibility", min=0.5, max=0.999, help="with --adaptive: the interval's mass"
+)
+BATCH = typer.Option(None, "--batch", min=1, help="with --adaptive: trials per round at most")
+
+
 def ci(
-    scenarios: Path = typer.Option(
-        ..., "--scenarios", exists=True, help="scenario YAML files or a directory"
-    ),
-    target: Path = typer.Option(
-        ..., "--target", exists=True, dir_okay=False, help="the target file (agent and state)"
-    ),
-    run_id: str = typer.Option(None, "--run-id", help="default: ci-<UTC yyyymmddThhmmssZ>"),
-    trials: int = typer.Option(0, "--trials", min=0, help="trials per scenario (at least k)"),
-    concurrency: int = typer.Option(
-        4, "--concurrency", min=1, max=256, help="trials talking to the agent at once"
-    ),
-    agent_version: str = typer.Option(None, "--agent-version"),
-    user_model: str = typer.Option(
-        None, "--user-model", envvar="PASSK_USER_MODEL", help="model playing users without a script"
-    ),
-    baseline: str = typer.Option(
-        None,
-        "--baseline",
-        help="an earlier run: the delta per scenario, marked when "
-        "confidently worse (as `passk compare` decides)",
-    ),
-    fail_on_regression: bool = typer.Option(
-        False,
-        "--fail-on-regression",
-        help="exit 1 when a scenario is confidently worse than --baseline",
-    ),
-    junit: Path = typer.Option(
-        None, "--junit", dir_okay=False, help="write JUnit XML here (one testcase per scenario)"
-    ),
-    markdown: Path = typer.Option(
-        None, "--markdown", dir_okay=False, help="write the pull-request comment (Markdown) here"
-    ),
-    html: Path = typer.Option(None, "--html", dir_okay=False, help="write the report page here"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    timeout: float = typer.Option(
-        600, "--timeout", min=1, help="seconds to wait for the last verdict"
-    ),
-    adaptive: bool = typer.Option(
-        False,
-        "--adaptive",
-        help="as `passk run --adaptive`: after k trials each, more "
-        "only for the scenarios whose pass^k interval still holds the goal, widest first",
-    ),
-    budget: int = typer.Option(
-        None, "--budget", min=1, help="with --adaptive: trials of the run in all, at most"
-    ),
-    goal: float = typer.Option(
-        None, "--goal", min=0.0, max=1.0, help="with --adaptive: the pass^k to decide against"
-    ),
-    credibility: float = typer.Option(
-        0.9, "--credibility", min=0.5, max=0.999, help="with --adaptive: the interval's mass"
-    ),
-    batch: int = typer.Option(
-        None, "--batch", min=1, help="with --adaptive: trials per round at most"
-    ),
+    scenarios: Path = SCENARIOS,
+    target: Path = TARGET,
+    run_id: str = RUN_ID,
+    trials: int = TRIALS,
+    concurrency: int = CONCURRENCY,
+    agent_version: str = AGENT_VERSION,
+    user_model: str = USER_MODEL,
+    baseline: str = BASELINE,
+    fail_on_regression: bool = FAIL_ON_REGRESSION,
+    junit: Path = JUNIT,
+    markdown: Path = MARKDOWN,
+    html: Path = HTML,
+    as_json: bool = AS_JSON,
+    timeout: float = TIMEOUT,
+    adaptive: bool = ADAPTIVE,
+    budget: int = BUDGET,
+    goal: float = GOAL,
+    credibility: float = CREDIBILITY,
+    batch: int = BATCH,
 ) -> None:
     """Gate a pull request: use the broker that answers at KAFKA_BOOTSTRAP_SERVERS, or
     start one of its own (and the processors that are not running, and the judge

@@ -18,6 +18,7 @@ characters (GitHub's comment limit): the longest cells are cut first, then rows.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -148,8 +149,9 @@ def _checks_cell(checks: list[CheckFailures]) -> str:
     return "; ".join(f"`{c.check}` ×{c.failures}: {c.example_reason}" for c in checks)
 
 
-def markdown(result: CiResult, limit: int = COMMENT_LIMIT) -> str:
-    changes = {c.scenario_id: c for c in result.comparison.scenarios} if result.comparison else {}
+def _comment_head(result: CiResult) -> list[str]:
+    """The marker, the verdict heading, the gate's message, the baseline line and the
+    table's header."""
     passed = result.exit_code == 0
     head = [
         MARKER,
@@ -170,8 +172,15 @@ def markdown(result: CiResult, limit: int = COMMENT_LIMIT) -> str:
             )
         )
     head += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    fixed: list[list[str]] = []  # per row: every cell but the last two free-text ones
-    free: list[list[str]] = []  # per row: [scenario-with-version, failing checks]
+    return head
+
+
+def _scenario_rows(result: CiResult) -> tuple[list[list[str]], list[list[str]]]:
+    """Per scenario: every cell but the last two free-text ones (fixed), and
+    [scenario-with-version, failing checks] (free, cut to fit later)."""
+    changes = {c.scenario_id: c for c in result.comparison.scenarios} if result.comparison else {}
+    fixed: list[list[str]] = []
+    free: list[list[str]] = []
     for s in result.report.scenarios:
         version = result.scenario_versions.get(s.scenario_id) or ",".join(s.scenario_versions)
         name = f"`{s.scenario_id}` @{version[:12]}" if version else f"`{s.scenario_id}`"
@@ -186,6 +195,11 @@ def markdown(result: CiResult, limit: int = COMMENT_LIMIT) -> str:
             ]
         )
         free.append([name, _checks_cell(failing_checks(result, s.scenario_id))])
+    return fixed, free
+
+
+def _comment_foot(result: CiResult) -> list[str]:
+    """What pass^k and the interval are, then the advisory notes folded away."""
     foot = [
         "",
         "pass^k: the unbiased estimate the gate reads; the interval: 90% credible "
@@ -196,42 +210,64 @@ def markdown(result: CiResult, limit: int = COMMENT_LIMIT) -> str:
     if notes:
         foot += ["", "<details><summary>advisory (not counted)</summary>", ""]
         foot += [f"- {n}" for n in notes] + ["", "</details>"]
+    return foot
 
-    def build(cap: int, rows: int) -> str:
-        lines = list(head)
-        for fixed_cells, (name, checks) in list(zip(fixed, free, strict=True))[:rows]:
+
+@dataclass(frozen=True)
+class _Comment:
+    """The parts of the comment; `build` cuts free text to `cap` and keeps `rows` rows."""
+
+    head: list[str]
+    fixed: list[list[str]]
+    free: list[list[str]]
+    foot: list[str]
+
+    def build(self, cap: int, rows: int) -> str:
+        lines = list(self.head)
+        for fixed_cells, (name, checks) in list(zip(self.fixed, self.free, strict=True))[:rows]:
             cells = [
                 _cell(_cut(name, max(cap, 40))),
                 *[_cell(c) for c in fixed_cells],
                 _cell(_cut(checks, cap)),
             ]
             lines.append("| " + " | ".join(cells) + " |")
-        if rows < len(fixed):
+        if rows < len(self.fixed):
             lines.append(
-                f"\n… and {len(fixed) - rows} more scenario(s): see the JUnit file "
+                f"\n… and {len(self.fixed) - rows} more scenario(s): see the JUnit file "
                 "and the report page"
             )
-        tail = [_cut(line, cap) for line in foot]
+        tail = [_cut(line, cap) for line in self.foot]
         return "\n".join(lines + tail) + "\n"
 
+
+def _fit(comment: _Comment, limit: int) -> str:
+    """The comment whole when it fits in `limit`; else the longest parts cut first, then
+    fewer rows, then the text cut."""
+    free, foot = comment.free, comment.foot
     longest = max([len(c) for row in free for c in row] + [len(line) for line in foot] + [1])
-    rows = len(fixed)
-    text = build(longest, rows)
+    rows = len(comment.fixed)
+    text = comment.build(longest, rows)
     if len(text) <= limit:
         return text
     # The longest parts first: the largest cap every cell can keep within the limit.
     low, high = 40, longest
     while low < high:
         mid = (low + high + 1) // 2
-        if len(build(mid, rows)) <= limit:
+        if len(comment.build(mid, rows)) <= limit:
             low = mid
         else:
             high = mid - 1
-    text = build(low, rows)
+    text = comment.build(low, rows)
     while len(text) > limit and rows > 0:  # even short cells do not fit: fewer rows
         rows -= 1
-        text = build(low, rows)
+        text = comment.build(low, rows)
     return text if len(text) <= limit else _cut(text, limit)
+
+
+def markdown(result: CiResult, limit: int = COMMENT_LIMIT) -> str:
+    fixed, free = _scenario_rows(result)
+    comment = _Comment(_comment_head(result), fixed, free, _comment_foot(result))
+    return _fit(comment, limit)
 
 
 # ------------------------------------------------------------------------------ JSON

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,37 +315,41 @@ def _lint(data: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
     return found
 
 
-def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None, LoadResult]:
-    """Validate one file. Returns the versioned scenario (None if invalid) and its problems."""
-    name = label or str(path)
-    result = LoadResult()
+Problem = Callable[[Sequence[str | int], str, int | None], None]
+"""Records a problem in one file: its location, its text, its line (when known)."""
 
-    def problem(loc: Sequence[str | int], text: str, line: int | None) -> None:
-        result.errors.append(ScenarioError(name, dotted(loc), text, line))
 
+def _read_mapping(path: Path, problem: Problem) -> tuple[dict[str, Any], yaml.Node | None] | None:
+    """The file's YAML mapping and its node tree; None (after a problem) when the file is
+    too large, unreadable, not YAML, empty or not a mapping."""
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             problem((), f"the file is {size} bytes, above the limit of {MAX_FILE_BYTES}", None)
-            return None, result
+            return None
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problem((), f"cannot read the file: {exc}", None)
-        return None, result
+        return None
     try:
         data, node = _parse_yaml(text)
     except yaml.YAMLError as exc:
         message, line = _yaml_problem(exc)
         problem((), message, line)
-        return None, result
+        return None
     if data is None:
         problem((), "the file is empty", None)
-        return None, result
+        return None
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
         problem((), f"expected a mapping of scenario fields, found {kind}", _line_of(node, ()))
-        return None, result
+        return None
+    return data, node
 
+
+def _scenario_of(data: dict[str, Any], node: yaml.Node | None, problem: Problem) -> Scenario | None:
+    """The scenario the mapping describes (None when the model rejects it), after the
+    lint checks; with a problem for each lint finding, model error and bad judge spec."""
     for loc, text_ in _lint(data):
         problem(loc, text_, _line_of(node, loc))
     body = {k: v for k, v in data.items() if k != "version"}
@@ -362,13 +366,16 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
                 for loc, text_ in spec_problems(judge):
                     where = (section, i, *loc)
                     problem(where, text_, _line_of(node, where))
-    if result.errors or scenario is None:
-        return None, result
-    versioned = scenario.versioned()
+    return scenario
+
+
+def _record_fits(versioned: Scenario, problem: Problem) -> bool:
+    """Whether the scenario's record on the scenarios topic is shallow and small enough
+    (a problem when not)."""
     _, record = encode_scenario(versioned)
     if nesting_depth(json.loads(record), MAX_SCENARIO_DEPTH) > MAX_SCENARIO_DEPTH:
         problem((), f"the scenario nests deeper than {MAX_SCENARIO_DEPTH} levels", None)
-        return None, result
+        return False
     if len(record) > MAX_SCENARIO_RECORD_BYTES:
         problem(
             (),
@@ -376,6 +383,27 @@ def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None
             f"{MAX_SCENARIO_RECORD_BYTES} a record on the scenarios topic may carry",
             None,
         )
+        return False
+    return True
+
+
+def validate_file(path: Path, label: str | None = None) -> tuple[Scenario | None, LoadResult]:
+    """Validate one file. Returns the versioned scenario (None if invalid) and its problems."""
+    name = label or str(path)
+    result = LoadResult()
+
+    def problem(loc: Sequence[str | int], text: str, line: int | None) -> None:
+        result.errors.append(ScenarioError(name, dotted(loc), text, line))
+
+    read = _read_mapping(path, problem)
+    if read is None:
+        return None, result
+    data, node = read
+    scenario = _scenario_of(data, node, problem)
+    if result.errors or scenario is None:
+        return None, result
+    versioned = scenario.versioned()
+    if not _record_fits(versioned, problem):
         return None, result
 
     if scenario.trials > MAX_TRIALS:

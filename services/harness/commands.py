@@ -22,76 +22,92 @@ if TYPE_CHECKING:
 # Imports inside functions here are deferred: every command module loads on each `passk` run.
 
 
-def register(
-    app: typer.Typer, *, publish: Callable[[Sequence[Any], Any], list[tuple[str, str]]]
-) -> None:
+Publisher = Callable[[Sequence[Any], Any], list[tuple[str, str]]]
+"""`publish(scenarios, settings)`: `passk scenarios publish`'s; (id, status) pairs."""
+
+SCENARIOS = typer.Option(..., "--scenarios", exists=True, help="scenario YAML files or a directory")
+TARGET = typer.Option(..., "--target", help="the target file (agent and state)")
+RUN_ID = typer.Option(..., "--run-id", help="the run; trial ids derive from it")
+TRIALS = typer.Option(0, "--trials", min=0, help="trials per scenario (at least k)")
+CONCURRENCY = typer.Option(
+    4, "--concurrency", min=1, max=256, help="trials talking to the agent at once"
+)
+AGENT_VERSION = typer.Option(None, "--agent-version")
+USER_MODEL = typer.Option(
+    None,
+    "--user-model",
+    envvar="PASSK_USER_MODEL",
+    help="model playing users without a script (default: the judge model, or the "
+    "offline stand-in when no model is configured)",
+)
+PUBLISH_FIRST = typer.Option(
+    False,
+    "--publish",
+    help="publish the scenarios first (new or changed ones); "
+    "without it, an unpublished or changed scenario is exit 2",
+)
+AS_JSON = typer.Option(False, "--json", help="print the summary as one JSON object")
+ADAPTIVE = typer.Option(
+    False,
+    "--adaptive",
+    help="after k trials each, give further trials in rounds to "
+    "the scenarios whose credible interval of pass^k still holds the goal, widest "
+    "first, until none does or --budget trials in all have run",
+)
+BUDGET = typer.Option(
+    None, "--budget", min=1, help="with --adaptive: trials of the run in all, at most"
+)
+GOAL = typer.Option(
+    None,
+    "--goal",
+    min=0.0,
+    max=1.0,
+    help="with --adaptive: the pass^k to decide against (default: each scenario's "
+    "alert target, else PASSK_ALERT_MIN_PASS_HAT_K)",
+)
+CREDIBILITY = typer.Option(
+    0.9,
+    "--credibility",
+    min=0.5,
+    max=0.999,
+    help="with --adaptive: the credible interval's mass",
+)
+BATCH = typer.Option(
+    None,
+    "--batch",
+    min=1,
+    help="with --adaptive: trials per round at most (default: one per undecided scenario)",
+)
+VERDICT_TIMEOUT = typer.Option(
+    600.0,
+    "--verdict-timeout",
+    min=1.0,
+    help="with --adaptive: how long to wait for a round's verdicts",
+)
+
+
+def register(app: typer.Typer, *, publish: Publisher) -> None:
     """`publish(scenarios, settings)`: `passk scenarios publish`'s, handed by the CLI
     (services/cli/wiring.py), for `passk run --publish`; it returns (id, status) pairs."""
 
     @app.command()
     def run(
-        scenarios: Path = typer.Option(
-            ..., "--scenarios", exists=True, help="scenario YAML files or a directory"
-        ),
-        target: Path = typer.Option(..., "--target", help="the target file (agent and state)"),
-        run_id: str = typer.Option(..., "--run-id", help="the run; trial ids derive from it"),
-        trials: int = typer.Option(0, "--trials", min=0, help="trials per scenario (at least k)"),
-        concurrency: int = typer.Option(
-            4, "--concurrency", min=1, max=256, help="trials talking to the agent at once"
-        ),
-        agent_version: str = typer.Option(None, "--agent-version"),
-        user_model: str = typer.Option(
-            None,
-            "--user-model",
-            envvar="PASSK_USER_MODEL",
-            help="model playing users without a script (default: the judge model, or the "
-            "offline stand-in when no model is configured)",
-        ),
-        publish_first: bool = typer.Option(
-            False,
-            "--publish",
-            help="publish the scenarios first (new or changed ones); "
-            "without it, an unpublished or changed scenario is exit 2",
-        ),
+        scenarios: Path = SCENARIOS,
+        target: Path = TARGET,
+        run_id: str = RUN_ID,
+        trials: int = TRIALS,
+        concurrency: int = CONCURRENCY,
+        agent_version: str = AGENT_VERSION,
+        user_model: str = USER_MODEL,
+        publish_first: bool = PUBLISH_FIRST,
         wait: float | None = BROKER_WAIT,
-        as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
-        adaptive: bool = typer.Option(
-            False,
-            "--adaptive",
-            help="after k trials each, give further trials in rounds to "
-            "the scenarios whose credible interval of pass^k still holds the goal, widest "
-            "first, until none does or --budget trials in all have run",
-        ),
-        budget: int = typer.Option(
-            None, "--budget", min=1, help="with --adaptive: trials of the run in all, at most"
-        ),
-        goal: float = typer.Option(
-            None,
-            "--goal",
-            min=0.0,
-            max=1.0,
-            help="with --adaptive: the pass^k to decide against (default: each scenario's "
-            "alert target, else PASSK_ALERT_MIN_PASS_HAT_K)",
-        ),
-        credibility: float = typer.Option(
-            0.9,
-            "--credibility",
-            min=0.5,
-            max=0.999,
-            help="with --adaptive: the credible interval's mass",
-        ),
-        batch: int = typer.Option(
-            None,
-            "--batch",
-            min=1,
-            help="with --adaptive: trials per round at most (default: one per undecided scenario)",
-        ),
-        verdict_timeout: float = typer.Option(
-            600.0,
-            "--verdict-timeout",
-            min=1.0,
-            help="with --adaptive: how long to wait for a round's verdicts",
-        ),
+        as_json: bool = AS_JSON,
+        adaptive: bool = ADAPTIVE,
+        budget: int = BUDGET,
+        goal: float = GOAL,
+        credibility: float = CREDIBILITY,
+        batch: int = BATCH,
+        verdict_timeout: float = VERDICT_TIMEOUT,
     ) -> None:
         """Run each scenario max(--trials, k) times against the agent with its simulated
         user, read the product's persisted session with the target's state probe, and
@@ -106,24 +122,24 @@ def register(
         when stopped (SIGINT: finished trials are published, with a summary)."""
         from services.contract.settings import get_settings
         from services.harness.adaptive_run import AdaptiveOptions
-        from services.harness.drive import check_adaptive, prepare_run, run_trials
-        from services.harness.render import print_run, sayer, trial_progress
+        from services.harness.drive import check_adaptive
 
         settings = get_settings()
-        out, err = console(), console(stderr=True)
         check_adaptive(adaptive, budget, goal, batch)
-        prepared = prepare_run(
+        _play_run(
+            publish,
             scenarios,
             target,
+            run_id,
             settings,
-            wait=wait,
-            publish_first=publish_first,
-            publish=publish,
+            trials=trials,
+            concurrency=concurrency,
+            agent_version=agent_version,
             user_model=user_model,
-            say=sayer(err),
-        )
-        if adaptive:
-            options = AdaptiveOptions(
+            publish_first=publish_first,
+            wait=wait,
+            as_json=as_json,
+            adaptive=AdaptiveOptions(
                 budget=budget,
                 goal=goal,
                 credibility=credibility,
@@ -131,29 +147,68 @@ def register(
                 initial=trials,
                 verdict_timeout_s=verdict_timeout,
             )
-            _adaptive(
-                prepared,
-                run_id,
-                settings,
-                options,
-                concurrency=concurrency,
-                agent_version=agent_version,
-                out=out,
-                err=err,
-                as_json=as_json,
-            )
-        with trial_progress(err, f"run {run_id}", None) as progress:
-            summary = run_trials(
-                prepared,
-                run_id,
-                settings,
-                trials=trials,
-                concurrency=concurrency,
-                agent_version=agent_version,
-                progress=progress,
-            )
-        print_run(summary, run_id, out, err, as_json)
-        raise typer.Exit(summary.exit_code())
+            if adaptive
+            else None,
+        )
+
+
+def _play_run(
+    publish: Publisher,
+    scenarios: Path,
+    target: Path,
+    run_id: str,
+    settings: Settings,
+    *,
+    trials: int,
+    concurrency: int,
+    agent_version: str | None,
+    user_model: str | None,
+    publish_first: bool,
+    wait: float | None,
+    as_json: bool,
+    adaptive: AdaptiveOptions | None,
+) -> NoReturn:
+    """`passk run` after its options: the scenarios and target made ready (published
+    first with `publish_first`), the trials played (adaptively with `adaptive`), the
+    summary printed; exits with the run's code."""
+    from services.harness.drive import prepare_run, run_trials
+    from services.harness.render import print_run, sayer, trial_progress
+
+    out, err = console(), console(stderr=True)
+    prepared = prepare_run(
+        scenarios,
+        target,
+        settings,
+        wait=wait,
+        publish_first=publish_first,
+        publish=publish,
+        user_model=user_model,
+        say=sayer(err),
+    )
+    if adaptive is not None:
+        _adaptive(
+            prepared,
+            run_id,
+            settings,
+            adaptive,
+            concurrency=concurrency,
+            agent_version=agent_version,
+            out=out,
+            err=err,
+            as_json=as_json,
+        )
+    with trial_progress(err, f"run {run_id}", None) as progress:
+        summary = run_trials(
+            prepared,
+            run_id,
+            settings,
+            trials=trials,
+            concurrency=concurrency,
+            agent_version=agent_version,
+            progress=progress,
+        )
+    print_run(summary, run_id, out, err, as_json)
+    raise typer.Exit(summary.exit_code())
 
 
 def _adaptive(

@@ -305,20 +305,21 @@ def root_attributes(root: Span) -> dict[str, Any]:
     return {**root.resource, **root.attributes}
 
 
-def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None) -> Taken | Skipped:
-    """One trace's spans to one trial's input events, or why not. `scenarios`: the
-    published ones whose `match` rules make a trace with no passk ids a production trial
-    (None: such a trace is skipped as `no_passk_ids`, as before production traffic)."""
-    trace_id = spans[0].trace_id if spans else ""
-    root = root_of(spans)
-    if root is None:
-        return Skipped(trace_id, "incomplete", "the root span never arrived")
-    if root.operation != sc.INVOKE_AGENT:
-        return Skipped(
-            trace_id,
-            "no_invoke_agent_root",
-            f"root span {root.name!r} has {sc.OPERATION}={root.operation!r}",
-        )
+@dataclass(frozen=True)
+class _Identity:
+    """Whose trial a trace is: passk's ids (run, scenario, trial), the session, and the
+    production scenario whose `match` made it a trial (None for passk's own traces)."""
+
+    ids: dict[str, str | None]
+    session_id: str | None
+    production: Scenario | None
+
+
+def _identify(
+    spans: list[Span], root: Span, trace_id: str, scenarios: Iterable[Scenario] | None
+) -> _Identity | Skipped:
+    """The trace's passk ids and session: from its attributes, else (with `scenarios`) from
+    the production scenario whose `match` holds; Skipped when there are none."""
     everywhere = [root.attributes, root.resource, *(s.attributes for s in spans)]
     ids = {
         key: _str(_attr(key, root.attributes, root.resource))
@@ -346,6 +347,11 @@ def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None) -> 
     )
     if missing:
         return Skipped(trace_id, "no_passk_ids", "missing " + ", ".join(missing))
+    return _Identity(ids, session_id, production)
+
+
+def _transcript(spans: list[Span], trace_id: str) -> list[Message] | Skipped:
+    """The messages of the trace's last chat span; Skipped when no chat span has any."""
     chats = [s for s in spans if s.operation in sc.CHAT_OPERATIONS]
     transcript = (
         transcript_of(max(chats, key=lambda s: (s.end_unix_nano, s.start_unix_nano)))
@@ -359,6 +365,12 @@ def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None) -> 
             f"{len(chats)} chat span(s), none with {sc.INPUT_MESSAGES} or message "
             "events (is message content capture on?)",
         )
+    return transcript
+
+
+def _exit_reason(root: Span, production: Scenario | None) -> str | None:
+    """passk's exit reason attribute; else the production scenario's exit attribute; else
+    "error" for a failed root; else, for production traffic, UNKNOWN_EXIT."""
     exit_reason = _str(_attr(sc.EXIT_REASON, root.attributes, root.resource))
     if exit_reason is None and production is not None and production.exit_attribute:
         exit_reason = _str(_attr(production.exit_attribute, root.attributes))
@@ -366,36 +378,51 @@ def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None) -> 
         exit_reason = "error"
     if exit_reason is None and production is not None:
         exit_reason = UNKNOWN_EXIT  # never skipped for lacking passk's own attributes
-    if exit_reason is None:
-        return Skipped(trace_id, "no_exit_reason", f"root span has no {sc.EXIT_REASON}")
+    return exit_reason
+
+
+def _conversation(
+    spans: list[Span],
+    root: Span,
+    trace_id: str,
+    who: _Identity,
+    transcript: list[Message],
+    exit_reason: str,
+) -> ConversationFinished:
+    """The trial's ConversationFinished (ValidationError when the trace's values do not
+    make one)."""
     common: dict[str, Any] = {"otel_trace_id": trace_id, "otel_span_id": root.span_id}
-    if production is not None:
+    if who.production is not None:
         common["production"] = True
-    try:
-        conversation = ConversationFinished(
-            event_id=event_id_for(trace_id, "conversation"),
-            occurred_at=_time(root.end_unix_nano or root.start_unix_nano),
-            run_id=ids[sc.RUN_ID],
-            scenario_id=ids[sc.SCENARIO_ID],
-            trial_id=ids[sc.TRIAL_ID],
-            session_id=session_id,
-            agent_version=_str(
-                _attr(sc.PASSK_AGENT_VERSION, root.attributes, root.resource)
-                or _attr(sc.AGENT_VERSION, root.attributes)
-                or _attr(sc.SERVICE_VERSION, root.resource)
-            ),
-            exit_reason=exit_reason,
-            transcript=transcript,
-            metrics=TrialMetrics(
-                input_tokens=_tokens(spans, root, sc.INPUT_TOKENS),
-                output_tokens=_tokens(spans, root, sc.OUTPUT_TOKENS),
-                duration_ms=max(root.end_unix_nano - root.start_unix_nano, 0) / 1e6,
-            ),
-            otel_tool_calls=tool_calls_of(spans),
-            **common,
-        )
-    except ValidationError as exc:
-        return Skipped(trace_id, "invalid_event", str(exc).splitlines()[0])
+    return ConversationFinished(
+        event_id=event_id_for(trace_id, "conversation"),
+        occurred_at=_time(root.end_unix_nano or root.start_unix_nano),
+        run_id=who.ids[sc.RUN_ID],
+        scenario_id=who.ids[sc.SCENARIO_ID],
+        trial_id=who.ids[sc.TRIAL_ID],
+        session_id=who.session_id,
+        agent_version=_str(
+            _attr(sc.PASSK_AGENT_VERSION, root.attributes, root.resource)
+            or _attr(sc.AGENT_VERSION, root.attributes)
+            or _attr(sc.SERVICE_VERSION, root.resource)
+        ),
+        exit_reason=exit_reason,
+        transcript=transcript,
+        metrics=TrialMetrics(
+            input_tokens=_tokens(spans, root, sc.INPUT_TOKENS),
+            output_tokens=_tokens(spans, root, sc.OUTPUT_TOKENS),
+            duration_ms=max(root.end_unix_nano - root.start_unix_nano, 0) / 1e6,
+        ),
+        otel_tool_calls=tool_calls_of(spans),
+        **common,
+    )
+
+
+def _with_session(
+    root: Span, trace_id: str, conversation: ConversationFinished, who: _Identity, exit_reason: str
+) -> Taken | Skipped:
+    """The trial taken, with its SessionPersisted when the root carries the session state
+    (Skipped when that state is not a JSON object)."""
     raw_state = _attr(sc.SESSION_STATE, root.attributes, root.resource)
     if raw_state is None:
         return Taken(trace_id, conversation)
@@ -405,7 +432,7 @@ def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None) -> 
     session = SessionPersisted(
         event_id=event_id_for(trace_id, "session"),
         occurred_at=conversation.occurred_at,
-        session_id=session_id,
+        session_id=who.session_id,
         state=state,
         exit_reason=exit_reason,
         trial_id=conversation.trial_id,
@@ -415,6 +442,36 @@ def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None) -> 
         otel_span_id=root.span_id,
     )
     return Taken(trace_id, conversation, session)
+
+
+def assemble(spans: list[Span], scenarios: Iterable[Scenario] | None = None) -> Taken | Skipped:
+    """One trace's spans to one trial's input events, or why not. `scenarios`: the
+    published ones whose `match` rules make a trace with no passk ids a production trial
+    (None: such a trace is skipped as `no_passk_ids`, as before production traffic)."""
+    trace_id = spans[0].trace_id if spans else ""
+    root = root_of(spans)
+    if root is None:
+        return Skipped(trace_id, "incomplete", "the root span never arrived")
+    if root.operation != sc.INVOKE_AGENT:
+        return Skipped(
+            trace_id,
+            "no_invoke_agent_root",
+            f"root span {root.name!r} has {sc.OPERATION}={root.operation!r}",
+        )
+    who = _identify(spans, root, trace_id, scenarios)
+    if isinstance(who, Skipped):
+        return who
+    transcript = _transcript(spans, trace_id)
+    if isinstance(transcript, Skipped):
+        return transcript
+    exit_reason = _exit_reason(root, who.production)
+    if exit_reason is None:
+        return Skipped(trace_id, "no_exit_reason", f"root span has no {sc.EXIT_REASON}")
+    try:
+        conversation = _conversation(spans, root, trace_id, who, transcript, exit_reason)
+    except ValidationError as exc:
+        return Skipped(trace_id, "invalid_event", str(exc).splitlines()[0])
+    return _with_session(root, trace_id, conversation, who, exit_reason)
 
 
 def with_probed_session(taken: Taken, state: dict[str, Any], exit_reason: str | None) -> Taken:

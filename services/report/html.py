@@ -307,17 +307,9 @@ def _advisory_checks(report: RunReport) -> str:
     )
 
 
-def render_html(
-    report: RunReport,
-    *,
-    generated_at: datetime,
-    over_time: str | None = None,
-    opened: Sequence[TrialView] = (),
-    not_opened: int = 0,
-) -> str:
-    """The whole page as one string; `over_time`, the run's scenarios over time
-    (services/report/over_time.py), when the projection holds their windows; `opened`, the
-    trials expanded (services/report/trial_view.py)."""
+def _page_head(report: RunReport, generated_at: datetime) -> str:
+    """The document's head and the run's heading: when, the deploy gate, how many
+    scenarios passed, and the previous run of these scenarios to compare with."""
     passed = sum(1 for s in report.scenarios if s.scenario_passed)
     total = len(report.scenarios)
     gate = (
@@ -333,15 +325,6 @@ def render_html(
         if report.previous_run
         else ""
     )
-    without = (
-        '<p id="without-state-gate" class="note">Graded without the state gate '
-        "(<code>completion: conversation</code>, no persisted session): "
-        f"{escape(', '.join(report.without_state_gate))}</p>"
-        if report.without_state_gate
-        else ""
-    )
-    checks = sorted({fc.check for t in report.trials for fc in t.failed_checks})
-    failed_rows = "".join(_failed_rows(report))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>passk report: {escape(report.run_id)}</title>
@@ -352,7 +335,20 @@ def render_html(
 <p class="sub">generated {escape(generated_at.isoformat(timespec="seconds"))} · deploy gate
 <b id="deploy-gate">{gate}</b> · {passed} of {total} scenarios passed pass^k</p>
 {previous}
-<h2>Reliability per scenario</h2>
+"""
+
+
+def _reliability_section(report: RunReport) -> str:
+    """Reliability per scenario: the chart, the table, the scenarios graded without the
+    state gate."""
+    without = (
+        '<p id="without-state-gate" class="note">Graded without the state gate '
+        "(<code>completion: conversation</code>, no persisted session): "
+        f"{escape(', '.join(report.without_state_gate))}</p>"
+        if report.without_state_gate
+        else ""
+    )
+    return f"""<h2>Reliability per scenario</h2>
 <p class="sub">A scenario passes only with at least k trials, every one passed. pass^k gates
 deploys; the gap to pass@k is where flakiness hides.</p>
 {_plot(reliability_figure(report), "reliability-chart")}
@@ -363,13 +359,14 @@ deploys; the gap to pass@k is where flakiness hides.</p>
 <th>verdict</th><th>gates</th></tr></thead>
 <tbody>{"".join(_scenario_rows(report))}</tbody></table>
 {without}
-{_invalid(report)}
-{over_time or ""}
-<h2>Flakiness explained</h2>
-<p class="sub">For each scenario whose trials disagree: the checks whose result flips between
-its trials, by how many trials they failed.</p>
-<div id="flakiness">{_flakiness(report, {v.trial_id for v in opened})}</div>
-<h2>Failed checks</h2>
+"""
+
+
+def _failed_checks_section(report: RunReport) -> str:
+    """Failed checks: the table of every failed check, filtered by scenario and check."""
+    checks = sorted({fc.check for t in report.trials for fc in t.failed_checks})
+    failed_rows = "".join(_failed_rows(report))
+    return f"""<h2>Failed checks</h2>
 <p><label>scenario<select id="filter-scenario"><option value="">all</option>
 {_options(s.scenario_id for s in report.scenarios)}</select></label>
 <label>check<select id="filter-check"><option value="">all</option>{_options(checks)}
@@ -377,7 +374,32 @@ its trials, by how many trials they failed.</p>
 <table id="failed-checks"><thead><tr><th>trial</th><th>scenario</th><th>outcome</th>
 <th>check</th><th>reason</th><th>exit checked (whose)</th></tr></thead>
 <tbody>{failed_rows}</tbody></table>
-<h2>Trials opened</h2>
+"""
+
+
+def render_html(
+    report: RunReport,
+    *,
+    generated_at: datetime,
+    over_time: str | None = None,
+    opened: Sequence[TrialView] = (),
+    not_opened: int = 0,
+) -> str:
+    """The whole page as one string; `over_time`, the run's scenarios over time
+    (services/report/over_time.py), when the projection holds their windows; `opened`, the
+    trials expanded (services/report/trial_view.py)."""
+    head = _page_head(report, generated_at)
+    reliability = _reliability_section(report)
+    invalid = _invalid(report)
+    flakiness = _flakiness(report, {v.trial_id for v in opened})
+    failed_checks = _failed_checks_section(report)
+    return f"""{head}{reliability}{invalid}
+{over_time or ""}
+<h2>Flakiness explained</h2>
+<p class="sub">For each scenario whose trials disagree: the checks whose result flips between
+its trials, by how many trials they failed.</p>
+<div id="flakiness">{flakiness}</div>
+{failed_checks}<h2>Trials opened</h2>
 <p class="sub">Every failed trial, and the first of each scenario: its checks, the persisted
 state against each expectation (the failing paths marked), the judge calls and the
 conversation. <code>passk show TRIAL_ID</code> prints the same.</p>

@@ -121,6 +121,22 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
     windows where the alert condition held."""
     x = [middle(w) for w in items]  # a point stands for its whole window: drawn at its middle
     fig = go.Figure()
+    _draw_estimates(fig, items, x)
+    _draw_alerts(fig, items)
+    _draw_errors(fig, items, x)
+    _draw_target(fig, items)
+    fig.update_layout(
+        height=320,
+        margin={"t": 30, "b": 40, "l": 50, "r": 20},
+        yaxis={"range": [0, 1.05], "title": "estimate"},
+        xaxis={"range": time_range(items), "type": "date"},
+        legend={"orientation": "h", "y": 1.15},
+    )
+    return fig
+
+
+def _draw_estimates(fig: go.Figure, items: Sequence[WindowView], x: list[datetime]) -> None:
+    """The pass^k credible band, pass^k, pass@k, and pass^k judged when some trials errored."""
     fig.add_scatter(
         x=x,
         y=[w.pass_hat_k_upper for w in items],
@@ -161,6 +177,10 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
             line={"color": "#16794c", "dash": "dot"},
             name="pass^k judged",
         )
+
+
+def _draw_alerts(fig: go.Figure, items: Sequence[WindowView]) -> None:
+    """The windows where the alert condition held: a cross on pass^k and the window shaded."""
     alerts = [w for w in items if w.alert_condition]
     fig.add_scatter(
         x=[middle(w) for w in alerts],
@@ -173,6 +193,10 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
         fig.add_vrect(
             x0=w.window_start, x1=w.window_end, fillcolor="#b42318", opacity=0.08, line_width=0
         )
+
+
+def _draw_errors(fig: go.Figure, items: Sequence[WindowView], x: list[datetime]) -> None:
+    """The share of errored trials per window, as bars (only when some errored)."""
     if any(w.errors for w in items):
         fig.add_bar(
             x=x,
@@ -181,6 +205,10 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
             marker_color="#a15c07",
             opacity=0.35,
         )
+
+
+def _draw_target(fig: go.Figure, items: Sequence[WindowView]) -> None:
+    """The latest window's alert target, as a dotted line."""
     target = next(
         (w.alert_min_pass_hat_k for w in reversed(items) if w.alert_min_pass_hat_k is not None),
         None,
@@ -193,14 +221,6 @@ def over_time_figure(items: Sequence[WindowView]) -> go.Figure:
             annotation_text=f"alert target {target:g}",
             annotation_position="top left",
         )
-    fig.update_layout(
-        height=320,
-        margin={"t": 30, "b": 40, "l": 50, "r": 20},
-        yaxis={"range": [0, 1.05], "title": "estimate"},
-        xaxis={"range": time_range(items), "type": "date"},
-        legend={"orientation": "h", "y": 1.15},
-    )
-    return fig
 
 
 def time_range(items: Sequence[WindowView]) -> list[str]:

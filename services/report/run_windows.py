@@ -54,25 +54,17 @@ def unsampled(judges: Iterable[JudgeRecord]) -> set[str]:
     return {j.trial_id for j in judges if j.result == "not_sampled"}
 
 
-def recount(
-    trials: Sequence[TrialRecord],
-    not_sampled: set[str],
-    sizes: Sequence[WindowSize],
-    aggregated: Sequence[WindowRecord],
-    now: datetime,
-) -> list[WindowRecord]:
-    """The windows of these trials, one row per (scenario, size, start) that holds one, with
-    the aggregate's alert targets of that window (None when it has no record of it)."""
-    targets = {
-        (r.scenario_id, r.window, as_utc(r.window_start)): (
-            r.alert_min_pass_hat_k,
-            r.alert_min_trials,
-        )
-        for r in aggregated
-    }
-    counts: dict[tuple[str, str, int], dict[str, int]] = {}
-    k_of: dict[tuple[str, str, int], tuple[datetime, int]] = {}
-    length = {s.label: s for s in sizes}
+WindowKey = tuple[str, str, int]
+"""(scenario id, window size label, window start in epoch seconds)."""
+
+
+def _tally(
+    trials: Sequence[TrialRecord], not_sampled: set[str], sizes: Sequence[WindowSize]
+) -> tuple[dict[WindowKey, dict[str, int]], dict[WindowKey, tuple[datetime, int]]]:
+    """Per window each trial finished in: its outcome counts (all and sampled), and the
+    latest verdict's time and k."""
+    counts: dict[WindowKey, dict[str, int]] = {}
+    k_of: dict[WindowKey, tuple[datetime, int]] = {}
     for t in trials:
         if t.finished_at is None:
             continue
@@ -107,35 +99,73 @@ def recount(
             verdict_at = as_utc(t.verdict_at)
             if key not in k_of or verdict_at >= k_of[key][0]:
                 k_of[key] = (verdict_at, t.k)  # the latest verdict's k, as a run's summary
-    out = []
-    for (scenario_id, label, start), c in sorted(counts.items()):
-        k = k_of[(scenario_id, label, start)][1]
-        tally = ReliabilityTally(
-            k=k, passed=c["passed"], failed=c["failed"], errors=c["errors"], invalid=c["invalid"]
+    return counts, k_of
+
+
+def _window_record(
+    key: WindowKey,
+    c: dict[str, int],
+    k: int,
+    size: WindowSize,
+    target: tuple[float | None, int | None],
+    now: datetime,
+) -> WindowRecord:
+    """One window's record from its counts: the figures, the credible interval, and the
+    aggregate's alert targets of that window."""
+    scenario_id, label, start = key
+    tally = ReliabilityTally(
+        k=k, passed=c["passed"], failed=c["failed"], errors=c["errors"], invalid=c["invalid"]
+    )
+    lower, upper = pass_hat_k_interval(tally.n, tally.passed, k)
+    min_hat, min_trials = target
+    return WindowRecord(
+        scenario_id=scenario_id,
+        window=label,
+        window_start=as_datetime(start),
+        window_end=as_datetime(size.end(start)),
+        **{f: v for f, v in tally.figures().items() if f != "scenario_passed"},
+        pass_hat_k_lower=lower,
+        pass_hat_k_upper=upper,
+        alert_min_pass_hat_k=min_hat,
+        alert_min_trials=min_trials,
+        seq=0,
+        occurred_at=now,
+        event_id=f"recount:{scenario_id}:{label}:{start}",
+        n_sampled=c["n_sampled"],
+        passed_sampled=c["passed_sampled"],
+        errors_sampled=c["errors_sampled"],
+    )
+
+
+def recount(
+    trials: Sequence[TrialRecord],
+    not_sampled: set[str],
+    sizes: Sequence[WindowSize],
+    aggregated: Sequence[WindowRecord],
+    now: datetime,
+) -> list[WindowRecord]:
+    """The windows of these trials, one row per (scenario, size, start) that holds one, with
+    the aggregate's alert targets of that window (None when it has no record of it)."""
+    targets = {
+        (r.scenario_id, r.window, as_utc(r.window_start)): (
+            r.alert_min_pass_hat_k,
+            r.alert_min_trials,
         )
-        lower, upper = pass_hat_k_interval(tally.n, tally.passed, k)
-        begin = as_datetime(start)
-        min_hat, min_trials = targets.get((scenario_id, label, begin), (None, None))
-        out.append(
-            WindowRecord(
-                scenario_id=scenario_id,
-                window=label,
-                window_start=begin,
-                window_end=as_datetime(length[label].end(start)),
-                **{f: v for f, v in tally.figures().items() if f != "scenario_passed"},
-                pass_hat_k_lower=lower,
-                pass_hat_k_upper=upper,
-                alert_min_pass_hat_k=min_hat,
-                alert_min_trials=min_trials,
-                seq=0,
-                occurred_at=now,
-                event_id=f"recount:{scenario_id}:{label}:{start}",
-                n_sampled=c["n_sampled"],
-                passed_sampled=c["passed_sampled"],
-                errors_sampled=c["errors_sampled"],
-            )
+        for r in aggregated
+    }
+    counts, k_of = _tally(trials, not_sampled, sizes)
+    length = {s.label: s for s in sizes}
+    return [
+        _window_record(
+            (scenario_id, label, start),
+            c,
+            k_of[(scenario_id, label, start)][1],
+            length[label],
+            targets.get((scenario_id, label, as_datetime(start)), (None, None)),
+            now,
         )
-    return out
+        for (scenario_id, label, start), c in sorted(counts.items())
+    ]
 
 
 def last_of_each(rows: Sequence[WindowRecord], last: int) -> list[WindowRecord]:

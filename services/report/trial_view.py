@@ -90,23 +90,11 @@ def _path_of(check: str) -> str | None:
     return check[len("state:") :].rsplit(" ", 1)[0]
 
 
-def build_view(
-    trial: TrialRecord,
-    gates: Sequence[GateRecord],
-    judges: Sequence[JudgeRecord],
-    transcript: TranscriptRecord | None,
-    prices: Prices = Prices(),
-) -> TrialView:
-    failed = {fc["check"]: fc["reason"] for fc in trial.failed_checks}
-    advisory = {a["judge_id"]: a for a in trial.advisory_judges}
+def _shown_judges(trial: TrialRecord, judges: Sequence[JudgeRecord]) -> list[ShownJudge]:
+    """The trial's judge calls, each marked gating as the verdict recorded it (older
+    verdicts did not: then as the judge row says)."""
     recorded = bool(trial.gating_judges or trial.advisory_judges)  # older verdicts did not
-    checks: list[ShownCheck] = []
-    for name in trial.checks_passed:
-        checks.append(ShownCheck(check=name, verdict="passed", reason=""))
-    for name, reason in failed.items():
-        verdict = "error" if reason.startswith("error:") else "failed"
-        checks.append(ShownCheck(check=name, verdict=verdict, reason=reason))
-    shown_judges = [
+    return [
         ShownJudge(
             **j.model_dump(include=set(ShownJudge.model_fields) - {"gating"}),
             kind=j.judge_kind,
@@ -114,6 +102,20 @@ def build_view(
         )
         for j in judges
     ]
+
+
+def _checks(trial: TrialRecord, shown_judges: Sequence[ShownJudge]) -> list[ShownCheck]:
+    """Every check with its verdict: passed, failed (or error), then the judges shown but
+    never counted (skipped, not sampled, advisory) and the advisory external checks; the
+    exit and state gates first."""
+    failed = {fc["check"]: fc["reason"] for fc in trial.failed_checks}
+    advisory = {a["judge_id"]: a for a in trial.advisory_judges}
+    checks: list[ShownCheck] = []
+    for name in trial.checks_passed:
+        checks.append(ShownCheck(check=name, verdict="passed", reason=""))
+    for name, reason in failed.items():
+        verdict = "error" if reason.startswith("error:") else "failed"
+        checks.append(ShownCheck(check=name, verdict=verdict, reason=reason))
     listed = {c.check for c in checks}
     for j in shown_judges:  # advisory and skipped judges: shown, never counted
         name = f"judge:{j.judge_id}"
@@ -142,7 +144,12 @@ def build_view(
         )
     order = {"gate:exit": 0, "gate:state": 1}
     checks.sort(key=lambda c: (order.get(c.check, 2), c.check))
-    expectations = [
+    return checks
+
+
+def _expectations(gates: Sequence[GateRecord]) -> list[ShownExpectation]:
+    """Each elementary check of the gates, with what it expected and what it found."""
+    return [
         ShownExpectation(
             gate=g.gate,
             check=c["check"],
@@ -155,6 +162,18 @@ def build_view(
         for g in gates
         for c in g.checks
     ]
+
+
+def build_view(
+    trial: TrialRecord,
+    gates: Sequence[GateRecord],
+    judges: Sequence[JudgeRecord],
+    transcript: TranscriptRecord | None,
+    prices: Prices = Prices(),
+) -> TrialView:
+    shown_judges = _shown_judges(trial, judges)
+    checks = _checks(trial, shown_judges)
+    expectations = _expectations(gates)
     cost = trial_costs(judges, prices).get(trial.trial_id)
     return TrialView(
         trial_id=trial.trial_id,
