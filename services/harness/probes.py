@@ -121,17 +121,23 @@ def read_only_engine(url: str) -> Any:
 
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
 
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         path = parsed.database or ""
         if not path or path == ":memory:":
             raise ValueError("a sql probe needs the product's SQLite file, not :memory:")
+        # NullPool: each read opens and closes its own connection in its own thread. The
+        # "sqlite://" URL alone would pick SingletonThreadPool, which closes other threads'
+        # connections once five threads have one: with a thread per read, a connection
+        # closed under a running query (a segfault in sqlite3, seen in passk run).
         return create_engine(
             "sqlite://",
             creator=lambda: sqlite3.connect(
                 f"file:{quote(path)}?mode=ro", uri=True, check_same_thread=False
             ),
+            poolclass=NullPool,
         )
     if parsed.get_backend_name() == "postgresql":
         return create_engine(url, connect_args={"options": "-c default_transaction_read_only=on"})
@@ -161,7 +167,8 @@ class SqlStateProbe:
                         .first()
                     )
                 finally:
-                    reading.pop("dbapi", None)
+                    with reading["lock"]:  # no interrupt once the connection may close
+                        reading.pop("dbapi", None)
                     connection.rollback()
         except SQLAlchemyError as exc:
             return (
@@ -185,7 +192,7 @@ class SqlStateProbe:
         the query is interrupted where the driver can, and abandoned anyway."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[tuple[Probed | None, str | None]] = loop.create_future()
-        reading: dict[str, Any] = {}
+        reading: dict[str, Any] = {"lock": threading.Lock()}
 
         def settle(
             result: tuple[Probed | None, str | None] | None, error: BaseException | None
@@ -214,7 +221,8 @@ class SqlStateProbe:
         try:
             return await answer
         except asyncio.CancelledError:
-            _give_up(reading.get("dbapi"))
+            with reading["lock"]:  # the connection is not closed while it is interrupted
+                _give_up(reading.get("dbapi"))
             raise
 
     async def find(self, session_id: str) -> tuple[Probed | None, str | None]:

@@ -76,6 +76,13 @@ NOT_DELIVERED = re.compile(
 )
 
 
+def crash_first(said: str) -> str:
+    """A crash's report (faulthandler: the crashing thread first) before the output's tail."""
+    at = said.find("Fatal Python error")
+    head = said[at : at + 6000] + "\n[...]\n" if at >= 0 else ""
+    return head + said[-3000:]
+
+
 def distinct(values: list[str]) -> tuple[int, int]:
     """(records, distinct values)."""
     return len(values), len(set(values))
@@ -113,6 +120,7 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
             PASSK_PRODUCER_DELIVERY_TIMEOUT_S=str(DELIVERY_TIMEOUT_S),
             PASSK_OTLP_PUBLISH_TIMEOUT_S="5",
             COLUMNS="200",
+            PYTHONFAULTHANDLER="1",  # a crash in C code says where
         )
         logs = tmp_path / "logs"
         logs.mkdir()
@@ -245,7 +253,9 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
             assert post_trace(otlp_port, second, 120) == 503
             assert time.monotonic() - asked < 60
             time.sleep(max(OUTAGE_S - (time.monotonic() - asked), 0))
-            assert run.poll() is None  # still running trials
+            if run.poll() is not None:  # still running trials, or say what it said
+                said = run.communicate(timeout=30)[0].decode(errors="replace")
+                pytest.fail(f"passk run ended ({run.returncode}) mid-outage:\n" + crash_first(said))
             broker.up()
             out, _ = run.communicate(timeout=RUN_TRIALS * 3 * REPLY_S + DEADLINE_S + 300)
         finally:
@@ -270,7 +280,7 @@ def test_a_broker_away_past_the_delivery_timeout_hangs_nothing_and_doubles_nothi
         assert otlp.wait(30) == 0
 
         rerun = pipeline.passk(*run_cmd[3:], timeout=600)
-        assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+        assert rerun.returncode == 0, crash_first(rerun.stdout + rerun.stderr)
         ran = [
             t
             for t in on_topic(settings, Topic.CONVERSATION_FINISHED, "trial_id")

@@ -196,3 +196,29 @@ async def test_an_http_store_that_never_answers_ends_at_the_wait() -> None:
     assert 1.4 < time.monotonic() - started < 5
     await probe.close()
     await runner.cleanup()
+
+
+async def test_many_concurrent_sql_reads_each_keep_their_own_connection(tmp_path: Path) -> None:
+    # Each read runs in a thread of its own. With SQLAlchemy's default pool for a
+    # "sqlite://" engine (SingletonThreadPool, five connections), the sixth thread's
+    # checkout closed another thread's connection, under its running query: passk run
+    # crashed with SIGSEGV in sqlite3 (test_producer_outage, 2026-12-06).
+    import asyncio
+
+    from sqlalchemy.pool import SingletonThreadPool
+
+    db = store(tmp_path / "p.db")
+    db.executemany(
+        "INSERT INTO sessions VALUES (?, ?, 'product_closed')",
+        [(f"s-{i}", json.dumps({"n": i})) for i in range(40)],
+    )
+    probe = SqlStateProbe(
+        SqlProbe(kind="sql", url=f"sqlite:///{tmp_path / 'p.db'}", query=QUERY, wait_s=0)
+    )
+    assert not isinstance(probe._engine.pool, SingletonThreadPool)
+    try:
+        for _ in range(3):
+            found = await asyncio.gather(*(probe.find(f"s-{i}") for i in range(40)))
+            assert [f.state for f, _ in found if f is not None] == [{"n": i} for i in range(40)]
+    finally:
+        await probe.close()
