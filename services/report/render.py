@@ -331,36 +331,6 @@ def print_view(view: TrialView, console: Console) -> None:
         )
 
 
-# ------------------------------------------------------------------------- HTML
-
-STYLE = """
-details.trial { border: 1px solid #e3e7ec; border-radius: 4px; margin: 6px 0; padding: 4px 10px; }
-details.trial > summary { cursor: pointer; }
-details.trial:target { border-color: #1f5f99; }
-.trial .failing-path td { background: #fdecea; }
-.trial .failing-path td.path { font-weight: 700; color: #b42318; }
-.transcript { list-style: none; padding-left: 0; }
-.transcript li { margin: 4px 0; } .transcript .role { font-weight: 600; margin-right: 6px; }
-.transcript .text { white-space: pre-wrap; overflow-wrap: anywhere; }
-.transcript .role-user .role { color: #1f5f99; }
-.transcript .role-assistant .role { color: #16794c; }
-code.json { white-space: pre-wrap; overflow-wrap: anywhere; }
-"""
-
-# Opens the trial a link points at (#trial-...), on load and when the address changes.
-OPEN_SCRIPT = """
-(function () {
-  function openTarget() {
-    if (!location.hash || location.hash.indexOf('#trial-') !== 0) { return; }
-    var el = document.getElementById(location.hash.slice(1));
-    if (el && el.tagName === 'DETAILS') { el.open = true; }
-  }
-  window.addEventListener('hashchange', openTarget);
-  openTarget();
-})();
-"""
-
-
 def print_windows(items: list[WindowView], out: Console) -> None:
     from services.report.over_time import stamp
 
