@@ -26,6 +26,7 @@ from datetime import datetime
 
 from schemas.events import JudgeCalibration, Label
 from services.grading.calibration import Bar, decide, matrix_of
+from services.grading.estimators import ReliabilityTally, drop_alert_holds
 from services.grading.sampling import sampled
 
 QUEUES: tuple[str, ...] = ("disagreements", "uncalibrated", "sampled", "alerting")
@@ -120,25 +121,37 @@ def uncalibrated(judge_id: str, calibrations: Mapping[str, JudgeCalibration], ba
 
 @dataclass(frozen=True)
 class WindowFigures:
-    """The newest window of one size of one scenario, as the drop alert reads it."""
+    """The newest window of one size of one scenario: the figures the drop alert reads,
+    those of the window's sampled trials (every check ran; every trial without sampling)."""
 
     scenario_id: str
     window: str
     window_start: datetime
-    n: int
-    errors: int
-    pass_hat_k_upper: float
+    k: int
+    n_sampled: int
+    passed_sampled: int
+    errors_sampled: int
     alert_min_pass_hat_k: float | None = None
     alert_min_trials: int | None = None
+
+    @property
+    def sampled(self) -> ReliabilityTally:
+        failed = self.n_sampled - self.passed_sampled - self.errors_sampled
+        return ReliabilityTally(
+            k=self.k, passed=self.passed_sampled, failed=failed, errors=self.errors_sampled
+        )
 
 
 def alerting_scenarios(
     windows: Iterable[WindowFigures], *, default_min_pass_hat_k: float, default_min_trials: int
 ) -> set[str]:
     """Scenarios whose drop alert condition (infra/prometheus/alerts.yml,
-    PasskScenarioReliabilityDrop) holds on the newest window of some size: the upper bound
-    of pass^k below the scenario's target, with at least its minimum of judged trials, and
-    not mostly errors."""
+    PasskScenarioReliabilityDrop; services/grading/estimators.py `drop_alert_holds`) holds
+    on the newest window of some size: over the window's sampled trials that were judged
+    (errors out), the upper bound of pass^k is below the scenario's target, with at least
+    its minimum of judged trials (and at least k), and errors are not most of the sampled
+    trials. A window that carries no targets (a row from before they were recorded) is
+    asked against the defaults."""
     newest: dict[tuple[str, str], WindowFigures] = {}
     for w in windows:
         key = (w.scenario_id, w.window)
@@ -150,7 +163,7 @@ def alerting_scenarios(
             w.alert_min_pass_hat_k if w.alert_min_pass_hat_k is not None else default_min_pass_hat_k
         )
         least = w.alert_min_trials if w.alert_min_trials is not None else default_min_trials
-        if w.pass_hat_k_upper < target and w.n - w.errors >= least and not w.errors * 2 > w.n:
+        if drop_alert_holds(w.sampled, target, least):
             out.add(w.scenario_id)
     return out
 
