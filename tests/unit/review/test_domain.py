@@ -313,6 +313,40 @@ def test_an_item_leaves_once_enough_reviewers_labelled_it_newest_first() -> None
     ] == [f"t{i}" for i in range(5, -1, -1)]
 
 
+def test_a_reviewer_counts_once_they_labelled_every_judge_the_queue_asks_about() -> None:
+    # One item, two LLM judges; the gates passed, so `a` (failed) disagrees and `b`
+    # (passed) does not. Three reviewers.
+    item = cand("t", judges=(("a", "failed"), ("b", "passed")), scenario_id="down")
+    alerting = rules(alerting=frozenset({"down"}))
+
+    def shown(queue: str, labels: list[Label], overlap: float) -> dict[str, bool]:
+        book = d.LabelBook.of(labels)
+        return {
+            who: d.queue_items(queue, [item], alerting, book, overlap, who) == [item]
+            for who in ("ann", "bob", "cy")
+        }
+
+    everyone = {"ann": True, "bob": True, "cy": True}
+    nobody = {"ann": False, "bob": False, "cy": False}
+    ann_a = [label("t", "a", "ann", True)]
+    ann_ab = [*ann_a, label("t", "b", "ann", True)]
+    # one reviewer needed: ann labelled one of the two judges; the item stays, for her too
+    assert shown("alerting", ann_a, 0.0) == everyone
+    assert shown("alerting", ann_ab, 0.0) == nobody
+    # `disagreements` asks only about `a`: ann's label on it is all it needed
+    assert shown("disagreements", ann_a, 0.0) == nobody
+    # two reviewers needed (overlap 1: every item): ann done, bob half-way, so the item
+    # waits, for bob and cy; it leaves once cy (or bob) labelled both
+    bob_a = [label("t", "a", "bob", False)]
+    assert shown("alerting", ann_ab + bob_a, 1.0) == {"ann": False, "bob": True, "cy": True}
+    cy_ab = [label("t", "a", "cy", True), label("t", "b", "cy", True)]
+    assert shown("alerting", ann_ab + bob_a + cy_ab, 1.0) == nobody
+    # each judge then has two reviewers' labels: a pair for the kappa
+    book = d.LabelBook.of(ann_ab + bob_a + cy_ab)
+    assert d.reviewer_pairs(book, "a") == [(True, False)]
+    assert d.reviewer_pairs(book, "b") == [(True, True)]
+
+
 def test_an_unknown_queue_is_refused() -> None:
     with pytest.raises(ValueError):
         d.holds("nope", cand("a"), rules())
