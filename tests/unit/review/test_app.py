@@ -16,7 +16,7 @@ from services.grading.calibration import Bar
 from services.report.trial_view import ShownCheck, ShownExpectation, ShownJudge, TrialView
 from services.review import domain as d
 from services.review.app import ReviewConfig, ReviewSource, create_app
-from services.review.auth import BadTokens, Reviewers
+from services.review.auth import BadTokens, Reviewers, new_csrf
 
 HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> </textarea>"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -179,6 +179,19 @@ def test_posts_without_a_session_or_with_a_wrong_csrf_token_publish_nothing(
     )
     # the item left ann's queue at once, before the labels topic is read back
     assert "t1" not in client.get("/queue/uncalibrated").text.split("queue-items")[-1]
+
+
+def test_a_logout_without_its_csrf_token_is_refused_and_the_session_stays(
+    client: TestClient,
+) -> None:
+    csrf = sign_in(client)
+    for form in ({}, {"csrf": ""}, {"csrf": csrf + "x"}, {"csrf": new_csrf()}):
+        answer = client.post("/logout", data=form, follow_redirects=False)
+        assert answer.status_code == 403, form
+        assert client.get("/", follow_redirects=False).status_code == 200, form
+    answer = client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert (answer.status_code, answer.headers["location"]) == (303, "/login")
+    assert client.get("/", follow_redirects=False).headers["location"] == "/login"
 
 
 def test_every_string_from_a_producer_or_a_model_is_escaped(client: TestClient) -> None:
