@@ -62,6 +62,7 @@ def view(trial_id: str) -> TrialView:
 class World:
     def __init__(self) -> None:
         self.published: list[Label] = []
+        self.more_judges: list[ShownJudge] = []  # shown on item pages after view()'s
         self.labels: list[Label] = []
         ids = ["t1", "t2"]
         self.candidates = [
@@ -91,7 +92,11 @@ def world() -> World:
 def client(world: World) -> TestClient:
     source = ReviewSource(
         candidates=lambda: world.candidates,
-        trial_view=lambda t: view(t) if t in ("t1", "t2") else None,
+        trial_view=lambda t: (
+            view(t).model_copy(update={"judges": view(t).judges + world.more_judges})
+            if t in ("t1", "t2")
+            else None
+        ),
         windows=lambda: [],
         labels=lambda: world.labels,
         calibrations=lambda: [],
@@ -214,7 +219,25 @@ def test_every_string_from_a_producer_or_a_model_is_escaped(client: TestClient) 
         "next-item",
     ):
         assert f'data-testid="{testid}"' in page.text
-    assert 'data-testid="judge-rx"' not in page.text  # a regex judge is not labelled
+    assert 'data-testid="judge-rx"' in page.text  # shown with its testid, not labelled
+    assert 'data-testid="label-rx-pass"' not in page.text
+
+
+def test_every_judge_shown_carries_its_testid_whatever_its_result(
+    client: TestClient, world: World
+) -> None:
+    world.more_judges = [
+        ShownJudge(judge_id="slow", kind="llm", result="error", reason="timeout", gating=False),
+        ShownJudge(judge_id="cheap", kind="llm", result="skipped", reason="", gating=False),
+    ]
+    sign_in(client)
+    page = client.get("/item/t1").text
+    fieldsets = re.findall(r'<fieldset class="judge[^"]*" data-testid="judge-([^"]+)"', page)
+    assert fieldsets == ["polite", "rx", "slow", "cheap"]
+    # an error or a skipped verdict has nothing to label: no radios, no note
+    for judge in ("slow", "cheap"):
+        for testid in (f"label-{judge}-pass", f"label-{judge}-fail", f"note-{judge}"):
+            assert f'data-testid="{testid}"' not in page
 
 
 def test_the_index_lists_each_queue_with_its_count(client: TestClient) -> None:
