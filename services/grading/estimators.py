@@ -124,3 +124,17 @@ class ReliabilityTally:
     def scenario_passed(self) -> bool:
         """Passes only with at least k trials observed and every one passed."""
         return not self.insufficient and self.passed == self.n
+
+
+def drop_alert_holds(sampled: ReliabilityTally, min_pass_hat_k: float, min_trials: int) -> bool:
+    """Whether PasskScenarioReliabilityDrop's condition (infra/prometheus/alerts.yml; its
+    `for:` duration aside) holds for one window, given the window's *sampled* trials (every
+    check ran; every trial without sampling) and its scenario's targets: over the trials
+    that were judged (errors left out), pass^k is defined (at least k of them) and the upper
+    bound of its 90% credible interval is below `min_pass_hat_k`, at least `min_trials`
+    were judged, and errors are not more than half of the sampled trials. The gauges the
+    rule reads are these figures (services/aggregate/metrics.py)."""
+    judged = sampled.judged()
+    if judged.pass_hat_k is None or judged.n < min_trials or 2 * sampled.errors > sampled.n:
+        return False
+    return pass_hat_k_interval(judged.n, judged.passed, judged.k)[1] < min_pass_hat_k

@@ -26,7 +26,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from schemas.events import ReliabilityFigures
-from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
+from services.grading.estimators import ReliabilityTally, drop_alert_holds, pass_hat_k_interval
 from services.report.cells import cell, figure
 from services.report.html import STYLE
 from services.storage.records import WindowRecord
@@ -58,15 +58,11 @@ class WindowView(ReliabilityFigures):
 def alert_condition(
     tally: ReliabilityTally, min_pass_hat_k: float | None, min_trials: int | None
 ) -> bool:
-    """Whether PasskScenarioReliabilityDrop's condition holds for a window of these counts
-    (without its `for:` duration)."""
+    """Whether PasskScenarioReliabilityDrop's condition holds for a window whose sampled
+    trials are `tally` (without its `for:` duration); never for a window without targets."""
     if min_pass_hat_k is None or min_trials is None:
         return False
-    judged = tally.judged()
-    if judged.pass_hat_k is None or judged.n < min_trials or 2 * tally.errors > tally.n:
-        return False
-    upper = pass_hat_k_interval(judged.n, judged.passed, judged.k)[1]
-    return upper < min_pass_hat_k
+    return drop_alert_holds(tally, min_pass_hat_k, min_trials)
 
 
 def sampled_tally(row: WindowRecord) -> ReliabilityTally:

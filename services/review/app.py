@@ -387,19 +387,28 @@ def candidates_from(store: Any) -> list[domain.Candidate]:
 
 
 def windows_from(store: Any) -> list[domain.WindowFigures]:
-    return [
-        domain.WindowFigures(
-            scenario_id=w.scenario_id,
-            window=w.window,
-            window_start=w.window_start,
-            n=w.n,
-            errors=w.errors,
-            pass_hat_k_upper=w.pass_hat_k_upper,
-            alert_min_pass_hat_k=w.alert_min_pass_hat_k,
-            alert_min_trials=w.alert_min_trials,
+    """Each scenario's newest window of each size, its sampled figures (a row from before
+    sampling, whose n_sampled is NULL, counted every trial: all of them)."""
+    out = []
+    for w in store.windows(last=1):
+        if w.n_sampled is None:
+            n_s, passed_s, errors_s = w.n, w.passed, w.errors
+        else:
+            n_s, passed_s, errors_s = w.n_sampled, w.passed_sampled or 0, w.errors_sampled or 0
+        out.append(
+            domain.WindowFigures(
+                scenario_id=w.scenario_id,
+                window=w.window,
+                window_start=w.window_start,
+                k=w.k,
+                n_sampled=n_s,
+                passed_sampled=passed_s,
+                errors_sampled=errors_s,
+                alert_min_pass_hat_k=w.alert_min_pass_hat_k,
+                alert_min_trials=w.alert_min_trials,
+            )
         )
-        for w in store.windows(last=1)
-    ]
+    return out
 
 
 async def serve(

@@ -1,7 +1,9 @@
 """Who may label: reviewers and their tokens from PASSK_REVIEW_TOKENS ("name:token,...").
 
-The tokens are kept only as salted PBKDF2 hashes (the plain text is dropped once read)
-and compared in constant time; neither is ever logged. Sessions are signed cookies
+`Reviewers` keeps the tokens only as salted PBKDF2 hashes and compares against them in
+constant time. The plain text is not dropped from the process: it stays in the
+environment it came from and in the cached settings (a pydantic SecretStr, which hides it
+from repr and str); neither it nor a hash is ever logged. Sessions are signed cookies
 (Starlette's SessionMiddleware); each carries a random CSRF token that every
 state-changing request must echo."""
 

@@ -12,9 +12,10 @@ A queue item is a graded trial with at least one LLM judge verdict a person can 
   the review rate, by the sampling hash (services/grading/sampling.py);
 - `alerting`: a trial of a scenario whose drop alert condition holds now.
 
-An item leaves a queue once enough reviewers labelled it: one, or two for the items in the
-overlap (a fixed fraction, by the same hash over another key), whose pairs of labels give
-the kappa between reviewers.
+An item leaves a queue once enough reviewers are done with it: one, or two for the items in
+the overlap (a fixed fraction, by the same hash over another key), whose pairs of labels
+give the kappa between reviewers. A reviewer is done with an item once they labelled every
+LLM judge of it that the queue asks about (`asked`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from datetime import datetime
 
 from schemas.events import JudgeCalibration, Label
 from services.grading.calibration import Bar, decide, matrix_of
+from services.grading.estimators import ReliabilityTally, drop_alert_holds
 from services.grading.sampling import sampled
 
 QUEUES: tuple[str, ...] = ("disagreements", "uncalibrated", "sampled", "alerting")
@@ -120,25 +122,37 @@ def uncalibrated(judge_id: str, calibrations: Mapping[str, JudgeCalibration], ba
 
 @dataclass(frozen=True)
 class WindowFigures:
-    """The newest window of one size of one scenario, as the drop alert reads it."""
+    """The newest window of one size of one scenario: the figures the drop alert reads,
+    those of the window's sampled trials (every check ran; every trial without sampling)."""
 
     scenario_id: str
     window: str
     window_start: datetime
-    n: int
-    errors: int
-    pass_hat_k_upper: float
+    k: int
+    n_sampled: int
+    passed_sampled: int
+    errors_sampled: int
     alert_min_pass_hat_k: float | None = None
     alert_min_trials: int | None = None
+
+    @property
+    def sampled(self) -> ReliabilityTally:
+        failed = self.n_sampled - self.passed_sampled - self.errors_sampled
+        return ReliabilityTally(
+            k=self.k, passed=self.passed_sampled, failed=failed, errors=self.errors_sampled
+        )
 
 
 def alerting_scenarios(
     windows: Iterable[WindowFigures], *, default_min_pass_hat_k: float, default_min_trials: int
 ) -> set[str]:
     """Scenarios whose drop alert condition (infra/prometheus/alerts.yml,
-    PasskScenarioReliabilityDrop) holds on the newest window of some size: the upper bound
-    of pass^k below the scenario's target, with at least its minimum of judged trials, and
-    not mostly errors."""
+    PasskScenarioReliabilityDrop; services/grading/estimators.py `drop_alert_holds`) holds
+    on the newest window of some size: over the window's sampled trials that were judged
+    (errors out), the upper bound of pass^k is below the scenario's target, with at least
+    its minimum of judged trials (and at least k), and errors are not most of the sampled
+    trials. A window that carries no targets (a row from before they were recorded) is
+    asked against the defaults."""
     newest: dict[tuple[str, str], WindowFigures] = {}
     for w in windows:
         key = (w.scenario_id, w.window)
@@ -150,7 +164,7 @@ def alerting_scenarios(
             w.alert_min_pass_hat_k if w.alert_min_pass_hat_k is not None else default_min_pass_hat_k
         )
         least = w.alert_min_trials if w.alert_min_trials is not None else default_min_trials
-        if w.pass_hat_k_upper < target and w.n - w.errors >= least and not w.errors * 2 > w.n:
+        if drop_alert_holds(w.sampled, target, least):
             out.add(w.scenario_id)
     return out
 
@@ -184,11 +198,11 @@ class LabelBook:
             label.passed, label.note
         )
 
-    def reviewers(self, trial_id: str, judge_ids: Iterable[str]) -> set[str]:
-        out: set[str] = set()
-        for judge_id in judge_ids:
-            out |= set(self.by_item.get((trial_id, judge_id), {}))
-        return out
+    def finished(self, trial_id: str, judge_ids: Iterable[str]) -> set[str]:
+        """The reviewers who labelled every one of these judges of the trial (none when
+        there is no judge to label)."""
+        who = [set(self.by_item.get((trial_id, j), {})) for j in judge_ids]
+        return set.intersection(*who) if who else set()
 
     def given(self, trial_id: str, judge_id: str, reviewer: str) -> Given | None:
         return self.by_item.get((trial_id, judge_id), {}).get(reviewer)
@@ -212,31 +226,42 @@ class QueueRules:
     alerting: frozenset[str]  # scenarios whose drop alert holds now
 
 
-def holds(queue: str, c: Candidate, rules: QueueRules) -> bool:
-    """Whether the queue's rule takes the candidate (one with an LLM judge to label)."""
+def asked(queue: str, c: Candidate, rules: QueueRules) -> tuple[JudgeSeen, ...]:
+    """The LLM judges of the candidate the queue asks reviewers about: in `disagreements`
+    those that disagree with the gates, in `uncalibrated` those not yet calibrated, in
+    `sampled` and `alerting` every LLM judge with a verdict to label; none when the queue's
+    rule does not take the candidate."""
     judges = c.llm_judges
-    if not judges:
-        return False
     if queue == "disagreements":
-        return any(
-            (j.result == "failed" and c.gates_passed) or (j.result == "passed" and c.state_failed)
+        return tuple(
+            j
             for j in judges
+            if (j.result == "failed" and c.gates_passed)
+            or (j.result == "passed" and c.state_failed)
         )
     if queue == "uncalibrated":
-        return any(uncalibrated(j.judge_id, rules.calibrations, rules.bar) for j in judges)
+        return tuple(j for j in judges if uncalibrated(j.judge_id, rules.calibrations, rules.bar))
     if queue == "sampled":
-        return fnmatch.fnmatchcase(c.run_id, rules.production_runs) and sampled(
+        taken = fnmatch.fnmatchcase(c.run_id, rules.production_runs) and sampled(
             c.trial_id, rules.sample_rate
         )
+        return judges if taken else ()
     if queue == "alerting":
-        return c.scenario_id in rules.alerting
+        return judges if c.scenario_id in rules.alerting else ()
     raise ValueError(f"unknown queue {queue!r}; one of {', '.join(QUEUES)}")
 
 
-def waiting(c: Candidate, book: LabelBook, overlap: float) -> bool:
-    """Fewer reviewers labelled it than it needs."""
-    who = book.reviewers(c.trial_id, (j.judge_id for j in c.llm_judges))
-    return len(who) < reviewers_needed(c.trial_id, overlap)
+def holds(queue: str, c: Candidate, rules: QueueRules) -> bool:
+    """Whether the queue's rule takes the candidate (one with an LLM judge to label)."""
+    return bool(asked(queue, c, rules))
+
+
+def done_by(c: Candidate, judges: Iterable[JudgeSeen], book: LabelBook) -> set[str]:
+    """The reviewers who are done with the item: each labelled every one of `judges` (the
+    ones its queue asks about). Someone who labelled only some of them is not, and may
+    come back to it; so an item in the overlap leaves only once two people labelled each
+    judge, which gives every judge its pair for the kappa."""
+    return book.finished(c.trial_id, (j.judge_id for j in judges))
 
 
 def queue_items(
@@ -248,14 +273,14 @@ def queue_items(
     reviewer: str | None = None,
 ) -> list[Candidate]:
     """The queue, newest first: the candidates its rule takes that still wait for a
-    reviewer, and (given a reviewer) that this reviewer has not labelled yet."""
+    reviewer, and (given a reviewer) that this reviewer is not done with."""
     out = []
     for c in candidates:
-        if not holds(queue, c, rules) or not waiting(c, book, overlap):
+        judges = asked(queue, c, rules)
+        if not judges:
             continue
-        if reviewer is not None and reviewer in book.reviewers(
-            c.trial_id, (j.judge_id for j in c.llm_judges)
-        ):
+        done = done_by(c, judges, book)
+        if len(done) >= reviewers_needed(c.trial_id, overlap) or reviewer in done:
             continue
         out.append(c)
     return sorted(out, key=lambda c: (c.verdict_at, c.trial_id), reverse=True)

@@ -16,7 +16,7 @@ from services.grading.calibration import Bar
 from services.report.trial_view import ShownCheck, ShownExpectation, ShownJudge, TrialView
 from services.review import domain as d
 from services.review.app import ReviewConfig, ReviewSource, create_app
-from services.review.auth import BadTokens, Reviewers
+from services.review.auth import BadTokens, Reviewers, new_csrf
 
 HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> </textarea>"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -62,6 +62,7 @@ def view(trial_id: str) -> TrialView:
 class World:
     def __init__(self) -> None:
         self.published: list[Label] = []
+        self.more_judges: list[ShownJudge] = []  # shown on item pages after view()'s
         self.labels: list[Label] = []
         ids = ["t1", "t2"]
         self.candidates = [
@@ -91,7 +92,11 @@ def world() -> World:
 def client(world: World) -> TestClient:
     source = ReviewSource(
         candidates=lambda: world.candidates,
-        trial_view=lambda t: view(t) if t in ("t1", "t2") else None,
+        trial_view=lambda t: (
+            view(t).model_copy(update={"judges": view(t).judges + world.more_judges})
+            if t in ("t1", "t2")
+            else None
+        ),
         windows=lambda: [],
         labels=lambda: world.labels,
         calibrations=lambda: [],
@@ -181,6 +186,19 @@ def test_posts_without_a_session_or_with_a_wrong_csrf_token_publish_nothing(
     assert "t1" not in client.get("/queue/uncalibrated").text.split("queue-items")[-1]
 
 
+def test_a_logout_without_its_csrf_token_is_refused_and_the_session_stays(
+    client: TestClient,
+) -> None:
+    csrf = sign_in(client)
+    for form in ({}, {"csrf": ""}, {"csrf": csrf + "x"}, {"csrf": new_csrf()}):
+        answer = client.post("/logout", data=form, follow_redirects=False)
+        assert answer.status_code == 403, form
+        assert client.get("/", follow_redirects=False).status_code == 200, form
+    answer = client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert (answer.status_code, answer.headers["location"]) == (303, "/login")
+    assert client.get("/", follow_redirects=False).headers["location"] == "/login"
+
+
 def test_every_string_from_a_producer_or_a_model_is_escaped(client: TestClient) -> None:
     sign_in(client)
     page = client.get("/item/t1?queue=uncalibrated")
@@ -201,7 +219,25 @@ def test_every_string_from_a_producer_or_a_model_is_escaped(client: TestClient) 
         "next-item",
     ):
         assert f'data-testid="{testid}"' in page.text
-    assert 'data-testid="judge-rx"' not in page.text  # a regex judge is not labelled
+    assert 'data-testid="judge-rx"' in page.text  # shown with its testid, not labelled
+    assert 'data-testid="label-rx-pass"' not in page.text
+
+
+def test_every_judge_shown_carries_its_testid_whatever_its_result(
+    client: TestClient, world: World
+) -> None:
+    world.more_judges = [
+        ShownJudge(judge_id="slow", kind="llm", result="error", reason="timeout", gating=False),
+        ShownJudge(judge_id="cheap", kind="llm", result="skipped", reason="", gating=False),
+    ]
+    sign_in(client)
+    page = client.get("/item/t1").text
+    fieldsets = re.findall(r'<fieldset class="judge[^"]*" data-testid="judge-([^"]+)"', page)
+    assert fieldsets == ["polite", "rx", "slow", "cheap"]
+    # an error or a skipped verdict has nothing to label: no radios, no note
+    for judge in ("slow", "cheap"):
+        for testid in (f"label-{judge}-pass", f"label-{judge}-fail", f"note-{judge}"):
+            assert f'data-testid="{testid}"' not in page
 
 
 def test_the_index_lists_each_queue_with_its_count(client: TestClient) -> None:

@@ -4,14 +4,18 @@ label an item, the alert condition, and Cohen's kappa."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
 from schemas.events import JudgeCalibration, Label
 from services.grading.calibration import Bar
+from services.grading.estimators import pass_hat_k_interval
 from services.grading.sampling import sample_point, sampled
 from services.review import domain as d
+from services.review.app import windows_from
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BAR = Bar(0.8, 10)
@@ -155,27 +159,141 @@ def test_sampled_takes_production_runs_by_the_hash() -> None:
     assert not d.holds("sampled", cand(ids[0], run_id="ci-1"), rules(rate=1.0))
 
 
-def test_alerting_takes_the_scenarios_whose_drop_alert_holds() -> None:
-    def w(s: str, start: int, n: int, errors: int, upper: float, **kw: object) -> d.WindowFigures:
-        return d.WindowFigures(s, "1h", T0 + timedelta(hours=start), n, errors, upper, **kw)
+@dataclass(frozen=True)
+class Win:
+    """A window as a test writes it: all its trials, and its sampled ones (None: all)."""
 
-    found = d.alerting_scenarios(
-        [
-            w("drop", 0, 20, 0, 0.9),
-            w("drop", 1, 20, 0, 0.5),  # newest window below
-            w("recovered", 0, 20, 0, 0.5),
-            w("recovered", 1, 20, 0, 0.95),
-            w("few", 1, 5, 0, 0.1),  # too few trials
-            w("errors", 1, 20, 11, 0.1),  # mostly errors
-            w("own-target", 1, 20, 0, 0.85, alert_min_pass_hat_k=0.9),
-        ],
-        default_min_pass_hat_k=0.8,
-        default_min_trials=10,
+    scenario: str
+    passed: int
+    failed: int
+    errors: int
+    sampled: tuple[int, int, int] | None = None  # (n, passed, errors) of the sampled trials
+    start: int = 0
+    own_target: float | None = None
+    own_min_trials: int | None = None
+
+    def figures(self) -> d.WindowFigures:
+        n_s, p_s, e_s = self.sampled or (self.passed + self.failed + self.errors,) + (
+            self.passed,
+            self.errors,
+        )
+        return d.WindowFigures(
+            self.scenario,
+            "1h",
+            T0 + timedelta(hours=self.start),
+            K,
+            n_s,
+            p_s,
+            e_s,
+            alert_min_pass_hat_k=self.own_target,
+            alert_min_trials=self.own_min_trials,
+        )
+
+    def alert_rule(self) -> bool:
+        """PasskScenarioReliabilityDrop, written out from alerts.yml: the judged pass^k
+        gauge exists (at least k judged), its upper bound is below the target, sampled
+        trials minus sampled errors reach min_trials, sampled errors are not most."""
+        n_s, p_s, e_s = self.sampled or (self.passed + self.failed + self.errors,) + (
+            self.passed,
+            self.errors,
+        )
+        judged = n_s - e_s
+        target = self.own_target if self.own_target is not None else TARGET
+        least = self.own_min_trials if self.own_min_trials is not None else MIN_TRIALS
+        return (
+            judged >= K
+            and pass_hat_k_interval(judged, p_s, K)[1] < target
+            and judged >= least
+            and not e_s * 2 > n_s
+        )
+
+    def old_rule(self) -> bool:
+        """What the queue asked before: the upper bound over all trials, errors failing."""
+        n = self.passed + self.failed + self.errors
+        target = self.own_target if self.own_target is not None else TARGET
+        least = self.own_min_trials if self.own_min_trials is not None else MIN_TRIALS
+        upper = pass_hat_k_interval(n, self.passed, K)[1]
+        return upper < target and n - self.errors >= least and not self.errors * 2 > n
+
+
+K, TARGET, MIN_TRIALS = 3, 0.8, 10
+
+
+def alerting(wins: list[Win]) -> set[str]:
+    return d.alerting_scenarios(
+        [w.figures() for w in wins],
+        default_min_pass_hat_k=TARGET,
+        default_min_trials=MIN_TRIALS,
     )
+
+
+def test_alerting_takes_the_scenarios_whose_drop_alert_holds() -> None:
+    wins = [
+        Win("drop", 18, 2, 0, start=0),
+        Win("drop", 3, 9, 0, start=1),  # newest window below: 3 of 12
+        Win("recovered", 3, 9, 0, start=0),
+        Win("recovered", 12, 0, 0, start=1),
+        Win("few", 0, 5, 0, start=1),  # too few trials
+        Win("errors", 0, 9, 11, start=1),  # mostly errors
+        Win("own-target", 18, 2, 0, start=1, own_target=0.95),
+    ]
+    assert {w.scenario for w in wins if w.start == 1 and w.alert_rule()} == {"drop", "own-target"}
+    found = alerting(wins)
     assert found == {"drop", "own-target"}
     c = cand("a", scenario_id="drop")
     assert d.holds("alerting", c, rules(alerting=frozenset(found)))
     assert not d.holds("alerting", cand("b", scenario_id="few"), rules(alerting=frozenset(found)))
+
+
+# Windows where the alert's rule (sampled, judged trials) and the rule the queue had (the
+# upper bound over all trials, errors counted as failures) disagree.
+DIFFERING = [
+    # 11 passed, 9 errors: all trials 11/20 (upper 0.36), but every judged trial passed
+    Win("errors-are-the-judges", 11, 0, 9),
+    # sampling: all trials look fine (36/40), the 12 sampled ones show 3 passed
+    Win("sampled-drop", 36, 4, 0, sampled=(12, 3, 0)),
+    # sampling: all trials are bad (10/40), but only 6 were sampled (< min_trials)
+    Win("few-sampled", 10, 30, 0, sampled=(6, 1, 0)),
+    # sampling: 10 errors of 40 is not most, but 7 of the 12 sampled trials are errors
+    Win("sampled-mostly-errors", 5, 25, 10, sampled=(12, 1, 7)),
+    # a scenario whose min_trials is below k: 2 judged trials, no pass^k gauge to alert on
+    Win("fewer-than-k", 0, 2, 0, own_min_trials=1),
+]
+
+
+@pytest.mark.parametrize("w", DIFFERING, ids=lambda w: w.scenario)
+def test_alerting_is_the_alerts_rule_not_the_all_trials_bound(w: Win) -> None:
+    assert w.alert_rule() != w.old_rule()  # the case tells the two rules apart
+    assert (w.scenario in alerting([w])) is w.alert_rule()
+
+
+def test_the_windows_figures_are_the_sampled_ones_or_all_before_sampling() -> None:
+    def row(**kw: object) -> SimpleNamespace:
+        base = {
+            "scenario_id": "s",
+            "window": "1h",
+            "window_start": T0,
+            "k": 3,
+            "n": 40,
+            "passed": 36,
+            "errors": 1,
+            "n_sampled": None,
+            "passed_sampled": None,
+            "errors_sampled": None,
+            "alert_min_pass_hat_k": 0.8,
+            "alert_min_trials": 10,
+        }
+        return SimpleNamespace(**{**base, **kw})
+
+    class Store:
+        def windows(self, last: int) -> list[SimpleNamespace]:
+            assert last == 1
+            return [row(), row(scenario_id="t", n_sampled=12, passed_sampled=3, errors_sampled=2)]
+
+    before, sampled_ = windows_from(Store())
+    assert (before.n_sampled, before.passed_sampled, before.errors_sampled) == (40, 36, 1)
+    assert (sampled_.n_sampled, sampled_.passed_sampled, sampled_.errors_sampled) == (12, 3, 2)
+    assert (sampled_.sampled.failed, sampled_.k) == (7, 3)
 
 
 def test_an_item_leaves_once_enough_reviewers_labelled_it_newest_first() -> None:
@@ -193,6 +311,40 @@ def test_an_item_leaves_once_enough_reviewers_labelled_it_newest_first() -> None
         c.trial_id
         for c in d.queue_items("uncalibrated", items, rules(), d.LabelBook(), overlap, "ann")
     ] == [f"t{i}" for i in range(5, -1, -1)]
+
+
+def test_a_reviewer_counts_once_they_labelled_every_judge_the_queue_asks_about() -> None:
+    # One item, two LLM judges; the gates passed, so `a` (failed) disagrees and `b`
+    # (passed) does not. Three reviewers.
+    item = cand("t", judges=(("a", "failed"), ("b", "passed")), scenario_id="down")
+    alerting = rules(alerting=frozenset({"down"}))
+
+    def shown(queue: str, labels: list[Label], overlap: float) -> dict[str, bool]:
+        book = d.LabelBook.of(labels)
+        return {
+            who: d.queue_items(queue, [item], alerting, book, overlap, who) == [item]
+            for who in ("ann", "bob", "cy")
+        }
+
+    everyone = {"ann": True, "bob": True, "cy": True}
+    nobody = {"ann": False, "bob": False, "cy": False}
+    ann_a = [label("t", "a", "ann", True)]
+    ann_ab = [*ann_a, label("t", "b", "ann", True)]
+    # one reviewer needed: ann labelled one of the two judges; the item stays, for her too
+    assert shown("alerting", ann_a, 0.0) == everyone
+    assert shown("alerting", ann_ab, 0.0) == nobody
+    # `disagreements` asks only about `a`: ann's label on it is all it needed
+    assert shown("disagreements", ann_a, 0.0) == nobody
+    # two reviewers needed (overlap 1: every item): ann done, bob half-way, so the item
+    # waits, for bob and cy; it leaves once cy (or bob) labelled both
+    bob_a = [label("t", "a", "bob", False)]
+    assert shown("alerting", ann_ab + bob_a, 1.0) == {"ann": False, "bob": True, "cy": True}
+    cy_ab = [label("t", "a", "cy", True), label("t", "b", "cy", True)]
+    assert shown("alerting", ann_ab + bob_a + cy_ab, 1.0) == nobody
+    # each judge then has two reviewers' labels: a pair for the kappa
+    book = d.LabelBook.of(ann_ab + bob_a + cy_ab)
+    assert d.reviewer_pairs(book, "a") == [(True, False)]
+    assert d.reviewer_pairs(book, "b") == [(True, True)]
 
 
 def test_an_unknown_queue_is_refused() -> None:

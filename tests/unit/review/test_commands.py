@@ -1,0 +1,57 @@
+"""`passk review` binds 127.0.0.1 unless told otherwise (the broker and the server are
+stood in for: only the address the app would be served on is looked at)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from services.cli.main import app
+from services.contract import settings as settings_module
+
+
+@pytest.fixture
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
+    """The (host, port) `passk review` hands the server, with no settings file read, a
+    projection in tmp_path, a free port (0), and no broker needed."""
+    bound: list[tuple[str, int]] = []
+
+    async def serve(settings: Any, trial_view: Any, *, host: str, port: int) -> None:
+        bound.append((host, port))
+
+    monkeypatch.setenv("PASSK_ENV_FILE", "")
+    monkeypatch.setenv("PASSK_DATABASE_URL", f"sqlite:///{tmp_path / 'p.db'}")
+    monkeypatch.setenv("PASSK_REVIEW_PORT", "0")
+    monkeypatch.setattr("services.review.app.serve", serve)
+    monkeypatch.setattr("services.kafka.reach.require_broker", lambda wait, settings: None)
+    settings_module.get_settings.cache_clear()
+    try:
+        yield bound
+    finally:
+        settings_module.get_settings.cache_clear()
+
+
+def test_the_settings_default_host_is_the_loopback() -> None:
+    assert settings_module.Settings().review_host == "127.0.0.1"
+
+
+def test_passk_review_binds_127_0_0_1_by_default(served: list[tuple[str, int]]) -> None:
+    result = CliRunner().invoke(app, ["review"])
+    assert result.exit_code == 0, result.output
+    assert served == [("127.0.0.1", 0)]
+
+
+def test_passk_review_binds_elsewhere_only_when_told(
+    served: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = CliRunner().invoke(app, ["review", "--host", "127.0.0.2"])
+    assert result.exit_code == 0, result.output
+    monkeypatch.setenv("PASSK_REVIEW_HOST", "127.0.0.3")
+    settings_module.get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["review"])
+    assert result.exit_code == 0, result.output
+    assert served == [("127.0.0.2", 0), ("127.0.0.3", 0)]
