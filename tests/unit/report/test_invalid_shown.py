@@ -141,7 +141,10 @@ def test_passk_windows_table_and_page_show_the_invalid_trials(tmp_path: Path) ->
     }
     # every run shown: the aggregate's own record, as it published it
     [aggregate] = load_windows(url, 6, "1h", runs="*")
-    assert (aggregate.n, aggregate.invalid) == (2 * expected["a"]["n"], 2 * expected["a"]["invalid"])
+    assert (aggregate.n, aggregate.invalid) == (
+        2 * expected["a"]["n"],
+        2 * expected["a"]["invalid"],
+    )
 
     console = Console(record=True, width=250)
     print_windows(list(recounted.values()), console)
