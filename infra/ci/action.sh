@@ -47,6 +47,8 @@ run() {
   [ -z "${INPUT_TRIALS:-}" ] || args+=(--trials "$INPUT_TRIALS")
   [ -z "${INPUT_BASELINE:-}" ] || args+=(--baseline "$INPUT_BASELINE")
   [ "${INPUT_FAIL_ON_REGRESSION:-false}" != true ] || args+=(--fail-on-regression)
+  [ -z "${INPUT_BUDGET:-}" ] || args+=(--adaptive --budget "$INPUT_BUDGET")
+  [ -z "${INPUT_GOAL:-}" ] || args+=(--goal "$INPUT_GOAL")
   if [ -n "${INPUT_ARGS:-}" ]; then
     local extra
     read -r -a extra <<< "$INPUT_ARGS"  # words, never evaluated

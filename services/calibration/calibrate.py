@@ -18,6 +18,7 @@ from schemas.events import ConversationFinished, JudgeCalibration, Message
 from schemas.scenario import JudgeSpec, Scenario
 from services.calibration.sets import LabelledItem, LabelledSet, SetProblem
 from services.grading.calibration import Bar, Matrix, calibration_event
+from services.grading.user_checks import user_check_specs, user_view
 
 MissKind = Literal["false positive", "false negative", "error"]
 
@@ -44,6 +45,9 @@ class JudgeCalibrationResult(BaseModel):
 class JudgeUnderTest:
     spec: JudgeSpec
     scenario: Scenario
+    # A user check (`user:<id>`): it reads the user's view of the transcript (the user's
+    # persona and instructions, then the user's and assistant's turns), as in production.
+    user_check: bool = False
 
 
 @dataclass
@@ -52,16 +56,19 @@ class Plan:
 
 
 def plan_judges(scenarios: Sequence[Scenario]) -> Plan:
-    """Each distinct LLM judge (id and assertion) of the scenarios; one id with two
+    """Each distinct LLM judge (id and assertion) of the scenarios, and each LLM user check
+    under its judge id `user:<id>` (its set: `user:<id>.jsonl`); one id with two
     assertions is two judge versions, each calibrated on the same set."""
     plan = Plan()
     for scenario in scenarios:
-        for spec in scenario.judges:
+        specs = [(spec, False) for spec in scenario.judges]
+        specs += [(spec, True) for spec in user_check_specs(scenario)]
+        for spec, user_check in specs:
             if spec.kind != "llm":
                 continue
             known = plan.judges.setdefault(spec.id, [])
             if all(j.spec.assertion != spec.assertion for j in known):
-                known.append(JudgeUnderTest(spec, scenario))
+                known.append(JudgeUnderTest(spec, scenario, user_check))
     return plan
 
 
@@ -108,7 +115,7 @@ def as_trial(
     item: LabelledItem, transcript: list[Message], judge: JudgeUnderTest
 ) -> ConversationFinished:
     ident = f"calibration:{judge.spec.id}:{item.id}"
-    return ConversationFinished(
+    trial = ConversationFinished(
         event_id=ident,
         run_id="calibration",
         scenario_id=judge.scenario.id,
@@ -117,6 +124,7 @@ def as_trial(
         exit_reason="calibration",
         transcript=transcript,
     )
+    return user_view(trial, judge.scenario) if judge.user_check else trial
 
 
 async def run(

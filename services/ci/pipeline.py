@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from services.ci.stack import CI_PROCESSORS, Stack, stack_for, start_workers
 from services.contract.exits import NothingToJudge, Unreachable, UsageError
 from services.contract.settings import Settings
+from services.grading.adaptive import Observed, Standing, fixed_plan_trials, standing
 from services.harness.adaptive_run import AdaptiveOptions
 from services.report.compare import Comparison, compare_runs
 from services.report.domain import GateDecision, RunReport, gate_decision
@@ -33,6 +34,7 @@ from services.report.domain import GateDecision, RunReport, gate_decision
 if TYPE_CHECKING:
     from schemas.scenario import Scenario
     from services.grading.scenario_loader import LoadResult
+    from services.harness.adaptive_run import AdaptiveResult
     from services.harness.runner import UserFactory
     from services.harness.target import Target
 
@@ -69,6 +71,50 @@ class CiOptions:
     adaptive: AdaptiveOptions | None = None  # `--adaptive`: rounds within a budget
 
 
+@dataclass(frozen=True)
+class CiAdaptive:
+    """An adaptive run's answer (`--adaptive`): each scenario's interval and decision
+    against its goal, counted from the run's final verdicts, and the budget."""
+
+    budget: int
+    trials_run: int
+    credibility: float
+    standings: list[Standing]
+
+    @property
+    def fixed_plan_trials(self) -> int:
+        return fixed_plan_trials(self.standings, self.credibility)
+
+    def of(self, scenario_id: str) -> Standing | None:
+        return next((s for s in self.standings if s.scenario_id == scenario_id), None)
+
+
+def adaptive_answer(played: AdaptiveResult, report: RunReport) -> CiAdaptive:
+    """The adaptive run's standings again from the report's counts (every verdict in by
+    now, those that came after the loop's last look too), at the run's credibility."""
+    counted = {s.scenario_id: s for s in report.scenarios}
+    standings = []
+    for s in played.standings:
+        r = counted.get(s.scenario_id)
+        observed = Observed(
+            s.scenario_id,
+            k=s.k,
+            goal=s.goal,
+            trials=s.trials if r is None else r.n + r.invalid,
+            passed=s.passed if r is None else r.passed,
+            failed=s.failed if r is None else r.failed,
+            errors=s.errors if r is None else r.errors,
+            invalid=s.invalid if r is None else r.invalid,
+        )
+        standings.append(standing(observed, played.credibility))
+    return CiAdaptive(
+        budget=played.budget,
+        trials_run=played.trials_run,
+        credibility=played.credibility,
+        standings=standings,
+    )
+
+
 @dataclass
 class CiResult:
     run_id: str
@@ -84,6 +130,7 @@ class CiResult:
     started: list[str] = field(default_factory=list)  # what ci started (and stopped)
     reused: list[str] = field(default_factory=list)  # processors it found running
     timings: dict[str, float] = field(default_factory=dict)  # seconds, by phase
+    adaptive: CiAdaptive | None = None  # `--adaptive`: the decisions and the budget
 
     @property
     def gate_passed(self) -> bool:
@@ -146,12 +193,14 @@ def run_ci(
         timings["workers_spawn_s"] = time.monotonic() - mark
         users = _users(options, loaded.scenarios, stack, say)
         mark = time.monotonic()
-        expected = _play(options, loaded.scenarios, target, users, stack, say, on_trial)
+        expected, played = _play(options, loaded.scenarios, target, users, stack, say, on_trial)
         timings["conversations_s"] = time.monotonic() - mark
         mark = time.monotonic()
         _await(options, settings, stack, expected)
         timings["last_verdict_s"] = time.monotonic() - mark
         result = _decide(options, settings, base, versions, loaded.sources, published, stack)
+        if played is not None:
+            result.adaptive = adaptive_answer(played, result.report)
     timings.update({k: v for k, v in stack.timings.items() if k == "teardown_s"})
     timings["total_s"] = timings["startup_s"] + time.monotonic() - began
     timings["own_s"] = timings["total_s"] - timings.get("conversations_s", 0.0)
@@ -249,11 +298,13 @@ def _play(
     stack: Stack,
     say: Say,
     on_trial: Callable[[str, str], None],
-) -> int:
+) -> tuple[int, AdaptiveResult | None]:
     """The trials run (fixed or adaptive) against the target; how many verdicts to wait
-    for. Stopped when interrupted, Unreachable when a trial was not published."""
+    for, and the adaptive run's result. Stopped when interrupted, Unreachable when a trial
+    was not published."""
     from services.harness.play import play
 
+    adaptive: AdaptiveResult | None = None
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if options.adaptive is not None:
@@ -299,7 +350,7 @@ def _play(
             f"{summary.errors[0][1] if summary.errors else ''}; run the "
             "same --run-id again to retry them"
         )
-    return summary.published + summary.skipped
+    return summary.published + summary.skipped, adaptive
 
 
 def _await(options: CiOptions, settings: Settings, stack: Stack, expected: int) -> None:

@@ -11,8 +11,16 @@ Markdown: a heading naming the run and the gate's answer, then one row per scena
 `scenario | verdict | pass^k | 90% interval | pass@k | passed/n | vs baseline | failing
 checks`. The interval cell leads with the posterior median of pass^k, which lies in it
 (the pass^k column is the unbiased estimate the gate reads). "vs baseline" is marked
-only when `passk compare` calls the scenario confidently worse. At most 65,536
-characters (GitHub's comment limit): the longest cells are cut first, then rows.
+only when `passk compare` calls the scenario confidently worse. An adaptive run
+(`--adaptive`) adds, after passed/n, `invalid` and `decision` (above, below or undecided
+against the goal, at the run's credibility) and a line with the trials run, the budget
+and the fixed plan; a run with invalid trials adds the `invalid` column alone. At most
+65,536 characters (GitHub's comment limit): the longest cells are cut first, then rows.
+
+JSON: `passk report --json`'s object plus the gate, the versions, the baseline, what ci
+ran on, and for an adaptive run `adaptive: {budget, trials_run, credibility,
+fixed_plan_trials}` and, per scenario, `decision`, `goal`, `lower` and `upper` (the
+interval the decision read, over judged trials at the run's credibility).
 """
 
 from __future__ import annotations
@@ -46,6 +54,22 @@ COLUMNS = (
     "vs baseline",
     "failing checks",
 )
+# After passed/n: `invalid` when a trial was (or the run was adaptive), `decision` when
+# the run was adaptive.
+INVALID, DECISION = "invalid", "decision"
+
+
+def columns(result: CiResult) -> tuple[str, ...]:
+    """The comment table's columns for this run."""
+    extra = ((INVALID,) if _shows_invalid(result) else ()) + (
+        (DECISION,) if result.adaptive is not None else ()
+    )
+    at = COLUMNS.index("passed/n") + 1
+    return COLUMNS[:at] + extra + COLUMNS[at:]
+
+
+def _shows_invalid(result: CiResult) -> bool:
+    return result.adaptive is not None or any(s.invalid for s in result.report.scenarios)
 
 
 def failing_checks(result: CiResult, scenario_id: str) -> list[CheckFailures]:
@@ -82,6 +106,8 @@ def junit_xml(result: CiResult) -> str:
             f"pass^k={_figure(s.pass_hat_k)} (90% interval "
             f"[{s.pass_hat_k_lower:.2f}, {s.pass_hat_k_upper:.2f}]), "
             f"pass@k={_figure(s.pass_at_k)}, {s.passed}/{s.n} passed, k={s.k}"
+            + (f", invalid={s.invalid}" if _shows_invalid(result) else "")
+            + _decision_words(result, s.scenario_id)
         )
         checks = failing_checks(result, s.scenario_id)
         if s.insufficient:
@@ -117,6 +143,21 @@ def junit_xml(result: CiResult) -> str:
     suite.set("skipped", "0")
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _decision_words(result: CiResult, scenario_id: str) -> str:
+    standing = result.adaptive.of(scenario_id) if result.adaptive else None
+    if standing is None:
+        return ""
+    return f", decision={standing.decision} (goal {standing.goal:g})"
+
+
+def decision_cell(result: CiResult, scenario_id: str) -> str:
+    """above / below / undecided, and the goal it was decided against."""
+    standing = result.adaptive.of(scenario_id) if result.adaptive else None
+    if standing is None:
+        return "—"
+    return f"{standing.decision} (goal {standing.goal:g})"
 
 
 # ------------------------------------------------------------------------------ Markdown
@@ -171,7 +212,18 @@ def _comment_head(result: CiResult) -> list[str]:
                 else "no scenario confidently worse"
             )
         )
-    head += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    if result.adaptive is not None:
+        a = result.adaptive
+        fixed = a.fixed_plan_trials
+        share = f" ({a.trials_run / fixed:.0%} of it)" if fixed else ""
+        head += [
+            "",
+            f"Adaptive: {a.trials_run} trials of a budget of {a.budget}; decided at "
+            f"{a.credibility:.0%} credibility against each scenario's goal; a fixed plan "
+            f"reaching the same interval widths would have run {fixed}{share}.",
+        ]
+    shown = columns(result)
+    head += ["", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     return head
 
 
@@ -191,6 +243,8 @@ def _scenario_rows(result: CiResult) -> tuple[list[list[str]], list[list[str]]]:
                 interval_of(s),
                 _figure(s.pass_at_k),
                 f"{s.passed}/{s.n}",
+                *((str(s.invalid),) if _shows_invalid(result) else ()),
+                *((decision_cell(result, s.scenario_id),) if result.adaptive else ()),
                 baseline_cell(changes.get(s.scenario_id) if result.comparison else None),
             ]
         )
@@ -287,6 +341,20 @@ def ci_json(result: CiResult) -> dict[str, Any]:
         compared = result.comparison.model_dump()
         compared["regressions"] = result.regressions
         data["baseline"] = compared
+    if result.adaptive is not None:
+        a = result.adaptive
+        data["adaptive"] = {
+            "budget": a.budget,
+            "trials_run": a.trials_run,
+            "credibility": a.credibility,
+            "fixed_plan_trials": a.fixed_plan_trials,
+        }
+        for row in data["scenarios"]:
+            standing = a.of(row["scenario_id"])
+            row["decision"] = standing.decision if standing else None
+            row["goal"] = standing.goal if standing else None
+            row["lower"] = standing.lower if standing else None
+            row["upper"] = standing.upper if standing else None
     data["ci"] = {
         "own_broker": result.own_broker,
         "started": result.started,

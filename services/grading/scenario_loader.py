@@ -290,7 +290,8 @@ def _describe(error: Any) -> tuple[tuple[str | int, ...], str]:
     if kind == "value_error":
         for fragment, name in _FIELD_OF_MESSAGE:
             if fragment in msg:
-                return (*loc, name), msg
+                # a field validator's location names the field already (user_checks)
+                return (loc if loc[-1:] == (name,) else (*loc, name)), msg
         return loc, msg
     if "input" in error and not isinstance(error["input"], dict | list):
         msg += f" (got {_short(error['input'])})"

@@ -13,6 +13,7 @@ from schemas.scenario import JudgeSpec, Scenario
 from services.contract.settings import Settings
 from services.grading.calibration import judge_version
 from services.grading.production import llm_judges_sampled
+from services.grading.user_checks import user_check_specs, user_view
 from services.judge import domain
 from services.judge.cache import CachedAnswer, JudgeCacheEntry, VerdictCache, cache_key
 from services.judge.client import JudgeClient, RetryPolicy
@@ -123,10 +124,10 @@ class Grader:
     ) -> list[JudgeVerdict]:
         """The scenario's user checks over the user's view of the trial, as `user:<id>`
         verdicts; graded whatever the gates said (a spoiled trial is invalid, not failed)."""
-        specs = domain.user_check_specs(scenario)
+        specs = user_check_specs(scenario)
         if not specs:
             return []
-        return await self.grade_judges(domain.user_view(trial, scenario), scenario, specs)
+        return await self.grade_judges(user_view(trial, scenario), scenario, specs)
 
     async def grade_judges(
         self, trial: ConversationFinished, scenario: Scenario, specs: list[JudgeSpec]

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from schemas.events import ExternalCheckResult, FailedCheck, ReliabilityFigures
-from services.grading.adaptive import Observed, fixed_plan_trials, standing
+from services.grading.adaptive import DEFAULT_CREDIBILITY, Observed, fixed_plan_trials, standing
 from services.grading.estimators import ReliabilityTally, pass_hat_k_interval
 from services.report.flakiness import ScenarioFlakiness, TrialChecks, explain_flakiness
 from services.report.judge_cost import (
@@ -134,6 +134,10 @@ class InvalidTrial(BaseModel):
 class FixedPlanComparison(BaseModel):
     trials_run: int
     fixed_plan_trials: int
+    # The mass of the intervals compared. The projection does not record the credibility
+    # an adaptive run used (`--credibility`), so the report compares at the default and
+    # says so; `passk run --adaptive --json` compares at the run's own.
+    credibility: float = DEFAULT_CREDIBILITY
 
     @property
     def ratio(self) -> float:
@@ -143,8 +147,8 @@ class FixedPlanComparison(BaseModel):
         share = f" ({self.ratio:.0%} of it)" if self.fixed_plan_trials else ""
         return (
             f"adaptive run: {self.trials_run} trials; a fixed plan (the same n for every "
-            f"scenario) reaching the same interval widths would have run "
-            f"{self.fixed_plan_trials}{share}"
+            f"scenario) reaching the same widths of {self.credibility:.0%} intervals would "
+            f"have run {self.fixed_plan_trials}{share}"
         )
 
 
@@ -190,12 +194,15 @@ def fixed_plan_comparison(scenarios: Sequence[ScenarioReport]) -> FixedPlanCompa
                 failed=s.failed,
                 errors=s.errors,
                 invalid=s.invalid,
-            )
+            ),
+            DEFAULT_CREDIBILITY,
         )
         for s in scenarios
     ]
     return FixedPlanComparison(
-        trials_run=sum(ran.values()), fixed_plan_trials=fixed_plan_trials(standings)
+        trials_run=sum(ran.values()),
+        fixed_plan_trials=fixed_plan_trials(standings, DEFAULT_CREDIBILITY),
+        credibility=DEFAULT_CREDIBILITY,
     )
 
 

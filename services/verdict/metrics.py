@@ -21,7 +21,8 @@ LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 class VerdictMetrics(MetricSet):
     trials = counter(
         "passk_trials_total",
-        "Trial verdicts, by scenario and outcome (passed, failed, error).",
+        "Trial verdicts, by scenario and outcome (passed, failed, error, invalid: "
+        "a check of the simulated user failed).",
         "scenario",
         "outcome",
     )

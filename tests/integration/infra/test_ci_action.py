@@ -133,11 +133,33 @@ def test_run_defaults_and_a_run_that_never_reached_the_gate(tmp_path: Path) -> N
     assert re.fullmatch(r"ci-\d{8}T\d{6}Z", out["run-id"]) and out["run-id"] in args
     assert "--trials" not in args and "--baseline" not in args
     assert "--fail-on-regression" not in args
+    assert "--adaptive" not in args and "--budget" not in args and "--goal" not in args
     assert args[-3:] == ["$(touch", "x)", ";"]  # words, never evaluated
     assert not (tmp_path / "x").exists()
     assert out["exit-code"] == "4"
     comment = Path(out["markdown"]).read_text()
     assert comment.startswith(MARKER) and "no answer (exit 4)" in comment
+
+
+def test_a_budget_runs_ci_adaptively_with_its_goal(tmp_path: Path) -> None:
+    _stub(tmp_path / "bin", "passk", FAKE_PASSK)
+    done, out = _run(
+        tmp_path,
+        "run",
+        PASSK_BIN=str(tmp_path / "bin" / "passk"),
+        INPUT_SCENARIOS="s",
+        INPUT_TARGET="t.yaml",
+        INPUT_RUN_ID="pr-8",
+        INPUT_BUDGET="60",
+        INPUT_GOAL="0.8",
+        INPUT_ARGS="--credibility 0.95",
+        CODE="0",
+        WRITE="1",
+    )
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "passk.args").read_text().splitlines()
+    assert args[-7:] == ["--adaptive", "--budget", "60", "--goal", "0.8", "--credibility", "0.95"]
+    assert out["exit-code"] == "0"
 
 
 def test_run_needs_scenarios_and_target(tmp_path: Path) -> None:
@@ -237,6 +259,8 @@ def test_the_action_is_composite_and_runs_these_steps() -> None:
         "trials",
         "baseline",
         "fail-on-regression",
+        "budget",
+        "goal",
         "args",
     ):
         assert run["env"][f"INPUT_{name.upper().replace('-', '_')}"] == f"${{{{ inputs.{name} }}}}"

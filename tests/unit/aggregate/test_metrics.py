@@ -24,6 +24,7 @@ def window(
     scenario_id: str = "s1",
     size: str = "1h",
     k: int = 3,
+    invalid: int = 0,
 ) -> Bucket:
     return Bucket(
         scenario_id=scenario_id,
@@ -31,7 +32,8 @@ def window(
         passed=passed,
         failed=failed,
         errors=errors,
-        seq=passed + failed + errors,
+        invalid=invalid,
+        seq=passed + failed + errors + invalid,
         partition=0,
         window=size,
         window_start=start,
@@ -185,3 +187,29 @@ def test_the_llm_judge_calls_the_sample_saved_per_window(registry: CollectorRegi
     # without sampling nothing was saved
     gauges.set_window(window(HOUR + 3600, passed=5))
     assert value(registry, "passk_scenario_llm_judge_calls_saved", **at) == 0
+
+
+def test_invalid_trials_are_exported_apart_and_out_of_every_figure(
+    registry: CollectorRegistry,
+) -> None:
+    # 14 trials in the hour: 7 passed, 2 failed, 1 error, and 4 the simulated user spoiled
+    gauges = ReliabilityGauges(registry)
+    gauges.set_window(window(HOUR, passed=7, failed=2, errors=1, invalid=4))
+    at = {"scenario": "s1", "window": "1h"}
+    n, c, k = 7 + 2 + 1, 7, 3  # the agent's trials: the spoiled ones are not among them
+    assert value(registry, "passk_scenario_invalid", **at) == 4
+    assert value(registry, "passk_scenario_trials", **at) == n
+    assert value(registry, "passk_scenario_errors", **at) == 1
+    assert value(registry, "passk_scenario_pass_hat_k", **at) == pytest.approx(
+        comb(c, k) / comb(n, k)
+    )
+    assert value(registry, "passk_scenario_pass_hat_k_upper", **at) == pytest.approx(
+        beta.ppf(0.95, c + 1, n - c + 1) ** k
+    )
+    # judged: errors out too, 7 of 9
+    assert value(registry, "passk_scenario_judged_pass_hat_k", **at) == pytest.approx(
+        comb(7, 3) / comb(9, 3)
+    )
+    # a window with none shows 0, not an absent series
+    gauges.set_window(window(HOUR, passed=3, size="1d"))
+    assert value(registry, "passk_scenario_invalid", scenario="s1", window="1d") == 0

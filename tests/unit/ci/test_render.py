@@ -162,3 +162,121 @@ def test_json_is_the_report_plus_the_gate_and_the_versions(tmp_path: Path) -> No
     assert data["gate"] == {"passed": False, "exit_code": 1, "message": data["gate"]["message"]}
     assert data["scenario_versions"] == {"a": "a-hash", "b": "b-hash"}
     assert "trials" in data and "baseline" not in data
+
+
+# ------------------------------------------------------------------ an adaptive run
+
+
+def _verdicts(run: str, scenario: str, outcomes: list[str]):  # type: ignore[no-untyped-def]
+    return [
+        trial_record(
+            f.verdict(
+                f"{run}:{scenario}:{i:03d}",
+                outcome,
+                run_id=run,
+                scenario_id=scenario,
+                k=3,
+                version=f"{scenario}-hash",
+                when=i,
+                failed=[("user:in_role", "answered as the assistant")]
+                if outcome == "invalid"
+                else None,
+            )
+        )
+        for i, outcome in enumerate(outcomes, 1)
+    ]
+
+
+# What the run did, per scenario: its outcomes in order, and the decision and interval the
+# test says it reached (every scenario with n == k = 3 judged trials, so that a fixed
+# plan reaching the same widths gives each 3 trials: 9 in all).
+ADAPTIVE = {
+    "broken": (["failed"] * 3, "below", 0.0, 0.146),
+    "open": (["passed", "invalid", "passed", "invalid", "failed"], "undecided", 0.04, 0.79),
+    "sure": (["passed"] * 3, "above", 0.51, 0.96),
+}
+
+
+def adaptive_result(run: str = "ci-9") -> CiResult:
+    from services.ci.pipeline import CiAdaptive
+    from services.grading.adaptive import Standing
+
+    done = result(run)
+    report = build_report(
+        run, [r for sid, (o, *_) in ADAPTIVE.items() for r in _verdicts(run, sid, o)]
+    )
+    done.report, done.decision = report, gate_decision(report)
+    done.exit_code = done.decision.exit_code
+    done.scenario_versions = {sid: f"{sid}-hash" for sid in ADAPTIVE}
+    standings = []
+    for sid, (outcomes, decision, lower, upper) in ADAPTIVE.items():
+        counts = {o: outcomes.count(o) for o in ("passed", "failed", "error", "invalid")}
+        standings.append(
+            Standing(
+                scenario_id=sid, k=3, goal=0.5, trials=len(outcomes),
+                n=counts["passed"] + counts["failed"], passed=counts["passed"],
+                failed=counts["failed"], errors=counts["error"], invalid=counts["invalid"],
+                pass_hat_k=None, lower=lower, upper=upper, decision=decision,  # type: ignore[arg-type]
+            )
+        )  # fmt: skip
+    trials = sum(len(o) for o, *_ in ADAPTIVE.values())
+    done.adaptive = CiAdaptive(budget=20, trials_run=trials, credibility=0.9, standings=standings)
+    return done
+
+
+def test_an_adaptive_comment_has_the_decision_and_invalid_columns_and_the_budget() -> None:
+    text = markdown(adaptive_result())
+    header, *body = _table(text)
+    at = COLUMNS.index("passed/n") + 1
+    assert tuple(header) == (*COLUMNS[:at], "invalid", "decision", *COLUMNS[at:])
+    rows = {r[0].split()[0].strip("`"): dict(zip(header, r, strict=True)) for r in body}
+    for sid, (outcomes, decision, *_) in ADAPTIVE.items():
+        judged = [o for o in outcomes if o != "invalid"]
+        assert rows[sid]["invalid"] == str(outcomes.count("invalid")), sid
+        assert rows[sid]["decision"] == f"{decision} (goal 0.5)", sid
+        assert rows[sid]["passed/n"] == f"{judged.count('passed')}/{len(judged)}", sid
+    trials = sum(len(o) for o, *_ in ADAPTIVE.values())
+    assert (
+        f"Adaptive: {trials} trials of a budget of 20; decided at 90% credibility against "
+        f"each scenario's goal; a fixed plan reaching the same interval widths would have "
+        f"run 9 ({trials / 9:.0%} of it)."
+    ) in text
+
+
+def test_an_adaptive_runs_json_carries_each_decision_and_the_budget() -> None:
+    data = ci_json(adaptive_result())
+    trials = sum(len(o) for o, *_ in ADAPTIVE.values())
+    assert data["adaptive"] == {
+        "budget": 20,
+        "trials_run": trials,
+        "credibility": 0.9,
+        "fixed_plan_trials": 9,
+    }
+    by = {s["scenario_id"]: s for s in data["scenarios"]}
+    assert {
+        sid: (s["decision"], s["goal"], s["lower"], s["upper"], s["invalid"])
+        for sid, s in by.items()
+    } == {
+        sid: (decision, 0.5, lower, upper, outcomes.count("invalid"))
+        for sid, (outcomes, decision, lower, upper) in ADAPTIVE.items()
+    }
+
+
+def test_an_adaptive_runs_junit_names_each_decision_and_its_invalid_trials() -> None:
+    root = ET.fromstring(junit_xml(adaptive_result()))
+    out = {c.get("name"): c.findtext("system-out") or "" for c in root.iter("testcase")}
+    for sid, (outcomes, decision, *_) in ADAPTIVE.items():
+        assert f"invalid={outcomes.count('invalid')}" in out[sid]
+        assert f"decision={decision} (goal 0.5)" in out[sid]
+
+
+def test_a_fixed_run_with_invalid_trials_shows_them_without_a_decision() -> None:
+    done = adaptive_result()
+    done.adaptive = None
+    header, *body = _table(markdown(done))
+    at = COLUMNS.index("passed/n") + 1
+    assert tuple(header) == (*COLUMNS[:at], "invalid", *COLUMNS[at:])
+    assert "Adaptive:" not in markdown(done)
+    assert "adaptive" not in ci_json(done) and "decision" not in ci_json(done)["scenarios"][0]
+    # and a run without any keeps the plain columns
+    assert tuple(_table(markdown(result("ci-10", ("a", 3, 3))))[0]) == COLUMNS

@@ -30,6 +30,24 @@ judges:
 """
 
 
+WITH_USER_CHECKS = """\
+id: s-user
+trials: 3
+expected_exit: product_closed
+user:
+  persona: A customer who lost an order number.
+  instructions: Ask where the shoes are.
+user_checks:
+  - id: stayed_in_role
+    assertion: "The user never answered as the assistant."
+  - id: no_code
+    kind: regex
+    role: user
+    pattern: "E-[0-9]+"
+    must_match: false
+"""
+
+
 def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
@@ -246,6 +264,50 @@ ERROR_CASES = [
     ),
     pytest.param("# nothing here\n", FILE_LEVEL, ["the file is empty"], None, id="empty file"),
     pytest.param(
+        WITH_USER_CHECKS.replace(
+            '    assertion: "The user never answered as the assistant."\n', ""
+        ),
+        "user_checks[0].assertion",
+        ["needs a non-empty assertion"],
+        8,
+        id="llm user check without assertion",
+    ),
+    pytest.param(
+        WITH_USER_CHECKS.replace("id: no_code", "id: stayed_in_role"),
+        "user_checks",
+        ["user check ids must be unique", "stayed_in_role"],
+        7,
+        id="duplicate user check ids",
+    ),
+    pytest.param(
+        WITH_USER_CHECKS.replace('"E-[0-9]+"', '"E-[0-9+"'),
+        "user_checks[1].pattern",
+        ["not a valid regular expression", "regex judge"],
+        13,
+        id="user check with a bad pattern",
+    ),
+    pytest.param(
+        WITH_USER_CHECKS.replace("role: user", "role: robot"),
+        "user_checks[1].role",
+        ["'assistant', 'user'"],
+        12,
+        id="user check reading an unknown role",
+    ),
+    pytest.param(
+        WITH_USER_CHECKS.replace("kind: regex", "kind: telepathy"),
+        "user_checks[1].kind",
+        ["unknown judge kind 'telepathy'"],
+        11,
+        id="user check of an unknown kind",
+    ),
+    pytest.param(
+        WITH_USER_CHECKS.split("user_checks:")[0] + "user_checks: stayed_in_role\n",
+        "user_checks",
+        ["valid list"],
+        7,
+        id="user checks not a list",
+    ),
+    pytest.param(
         VALID + "---\nid: second\n",
         FILE_LEVEL,
         ["invalid YAML", "single document"],
@@ -339,3 +401,19 @@ def test_the_invalid_examples_name_file_field_and_problem() -> None:
         ("unknown-field.yaml", "judge"),
     }
     assert len(result.scenarios) == 5  # the valid ones still validate; the caller publishes none
+
+
+def test_user_checks_load_beside_the_judges_and_change_the_version(tmp_path: Path) -> None:
+    path = write(tmp_path, "user.yaml", WITH_USER_CHECKS)
+    result = validate_paths([path])
+    assert result.errors == []
+    [scenario] = result.scenarios
+    checks = {c.id: c for c in scenario.user_checks}
+    assert list(checks) == ["stayed_in_role", "no_code"]
+    assert checks["stayed_in_role"].kind == "llm" and checks["stayed_in_role"].assertion
+    assert checks["no_code"].kind == "regex"
+    assert scenario.judges == []  # the agent's judges are apart
+    (tmp_path / "plain").mkdir()
+    without = write(tmp_path / "plain", "user.yaml", WITH_USER_CHECKS.split("user_checks:")[0])
+    [plain] = validate_paths([without]).scenarios
+    assert plain.version != scenario.version  # a user check is part of the content

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 import typer
 from rich.console import Console
+from scipy.stats import beta
 
 from schemas.scenario import Scenario
 from services.harness.adaptive_run import AdaptiveOptions, goal_of, run_adaptive
@@ -174,19 +175,33 @@ def test_the_summary_table_says_each_decision_and_the_fixed_plan(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     pipeline = FakePipeline(truth)
-    result = run(pipeline, SCENARIOS, budget=20, goal=0.5)
+    result = run(pipeline, SCENARIOS, budget=30, goal=0.5)
     out, err = io.StringIO(), io.StringIO()
     with pytest.raises(typer.Exit) as ended:
         _adaptive_summary(result, Console(file=out, width=200), Console(file=err, width=200), False)
     assert ended.value.exit_code == 0
     text = out.getvalue()
     rows = {
-        line.split()[1]: line
+        line.split()[1]: line.split("│")
         for line in text.splitlines()
-        if "debrief" in line or any(f" {sid} " in line for sid in ("good", "bad", "mid"))
+        if any(f" {sid} " in line for sid in ("good", "bad", "mid"))
     }
-    assert "below" in rows["bad"] and "undecided" in rows["mid"] and "undecided" in rows["good"]
-    assert f"trials run: 20 of a budget of 20 (20 now, in {result.rounds} round(s))" in text
+    # each decision from the trials played and the truth, here: Beta(c+1, n-c+1) quantiles
+    # of p raised to k = 3, against the goal 0.5
+    for sid in ("good", "bad", "mid"):
+        numbers = [int(t[-3:]) for t in pipeline.played if f":{sid}:" in t]
+        n, c = len(numbers), sum(truth(sid, x) == "passed" for x in numbers)
+        lower, upper = (float(beta.ppf(q, c + 1, n - c + 1)) ** 3 for q in (0.05, 0.95))
+        want = "above" if lower > 0.5 else "below" if upper < 0.5 else "undecided"
+        cells = [cell.strip() for cell in rows[sid]]
+        assert cells[2:4] == [str(n), str(c)] and cells[-2] == want, (sid, cells)
+    # one row of each decision (a good scenario is shown above the goal after 12 passes)
+    assert sorted(cells[-2] for cells in ([c.strip() for c in r] for r in rows.values())) == [
+        "above",
+        "below",
+        "undecided",
+    ]
+    assert f"trials run: 30 of a budget of 30 (30 now, in {result.rounds} round(s))" in text
     assert f"same interval widths: {result.fixed_plan_trials}" in text
     with pytest.raises(typer.Exit):
         _adaptive_summary(result, Console(file=io.StringIO()), Console(file=io.StringIO()), True)

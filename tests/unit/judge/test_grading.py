@@ -262,7 +262,7 @@ async def test_user_checks_judge_the_users_turns_against_its_persona(
 
 
 def test_the_user_view_starts_with_the_persona_and_keeps_only_the_two_speakers() -> None:
-    from services.judge.domain import user_view
+    from services.grading.user_checks import user_view
 
     seen = user_view(
         conversation(

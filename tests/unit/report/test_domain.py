@@ -448,6 +448,10 @@ def test_a_fixed_plan_run_has_no_comparison_an_adaptive_one_has() -> None:
     assert (adaptive.fixed_plan.trials_run, adaptive.fixed_plan.fixed_plan_trials) == (23, 40)
     assert "23 trials" in adaptive.fixed_plan.text()
     assert "would have run 40" in adaptive.fixed_plan.text()
+    # the projection does not hold the run's --credibility: the report compares 90 %
+    # intervals, and says so
+    assert "the same widths of 90% intervals" in adaptive.fixed_plan.text()
+    assert report_json(adaptive)["fixed_plan"]["credibility"] == 0.9
     # the same counts from production traffic (trace ids, not passk run's): no plan to compare
     traffic = build_report(
         "r",

@@ -116,6 +116,24 @@ BAD: list[tuple[str, dict[str, Any], tuple[Any, ...], str]] = [
         (),
         "judge ids must be unique: j",
     ),
+    (
+        "llm user check without assertion",
+        example(user_checks=[{"id": "in_role"}]),
+        ("user_checks", 0),
+        "assertion",
+    ),
+    (
+        "duplicate user check ids",
+        example(user_checks=[{"id": "u", "assertion": "a"}, {"id": "u", "assertion": "b"}]),
+        ("user_checks",),
+        "user check ids must be unique: u",
+    ),
+    (
+        "user check id with a space",
+        example(user_checks=[{"id": "in role", "assertion": "a"}]),
+        ("user_checks", 0, "id"),
+        "pattern",
+    ),
 ]
 
 

@@ -74,8 +74,43 @@ def test_known_scenarios_have_every_outcome_series_at_zero() -> None:
 
     registry = CollectorRegistry()
     VerdictMetrics(registry).known_scenarios(["s1"])
-    for outcome in ("passed", "failed", "error"):
+    for outcome in ("passed", "failed", "error", "invalid"):
         assert (
             registry.get_sample_value("passk_trials_total", {"scenario": "s1", "outcome": outcome})
             == 0.0
         )
+
+
+def test_an_invalid_trial_is_counted_under_its_own_outcome() -> None:
+    """A trial a simulated user spoiled is neither passed, failed nor error in the counter."""
+    from prometheus_client import generate_latest
+
+    from schemas.events import TrialVerdict
+
+    registry = CollectorRegistry()
+    metrics = VerdictMetrics(registry)
+    outcomes = ["passed", "invalid", "failed", "invalid", "invalid"]
+    for i, outcome in enumerate(outcomes):
+        metrics.count(
+            TrialVerdict(
+                event_id=f"verdict:t{i}",
+                trial_id=f"t{i}",
+                run_id="r",
+                scenario_id="checkout",
+                scenario_version="v",
+                session_id=f"s{i}",
+                k=3,
+                outcome=outcome,  # type: ignore[arg-type]
+            )
+        )
+    for outcome in ("passed", "failed", "invalid"):
+        assert sample(
+            registry, "passk_trials_total", scenario="checkout", outcome=outcome
+        ) == outcomes.count(outcome)
+    assert sample(registry, "passk_trials_total", scenario="checkout", outcome="error") is None
+    help_line = next(
+        line
+        for line in generate_latest(registry).decode().splitlines()
+        if line.startswith("# HELP passk_trials_total ")
+    )
+    assert "invalid" in help_line
