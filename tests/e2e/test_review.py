@@ -206,7 +206,7 @@ def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
             bob: dict[str, bool] = {}
             for i, trial_id in enumerate(chosen):
                 driver.get(f"{base}/item/{trial_id}")
-                says = ann[trial_id] if i not in (1, 4) else not ann[trial_id]
+                says = ann[trial_id] if i != 4 else not ann[trial_id]
                 by_testid(driver, f"label-{JUDGE}-{'pass' if says else 'fail'}").click()
                 submit(driver, "submit-labels")
                 assert by_testid(driver, "saved")
@@ -216,4 +216,21 @@ def test_reviewers_label_through_the_queue_and_the_judge_starts_gating(
             cell = by_testid(driver, f"kappa-{JUDGE}")
             assert float(cell.get_attribute("data-value")) == pytest.approx(expected)
             assert cell.text == f"{expected:.2f}"
+
+            # the newest label of each item counts (bob's where he labelled): the judge's
+            # precision and recall over them, counted here (positive = a failure)
+            newest = {**ann, **bob}
+            flags = [not newest[t] for t in newest if flagged[t]]
+            failures = [flagged[t] for t in newest if not newest[t]]
+            precision, recall = sum(flags) / len(flags), sum(failures) / len(failures)
+            assert recall < 1.0  # bob's one disagreement: a failure the judge missed
+
+            def agreement_shows() -> bool:
+                driver.get(f"{base}/agreement")
+                shown = (by_testid(driver, f"{m}-{JUDGE}").text for m in ("precision", "recall"))
+                return tuple(shown) == (f"{precision:.2f}", f"{recall:.2f}")
+
+            wait_for(agreement_shows, timeout=120, interval=2.0, what="bob's labels counted")
+            gates = "yes" if precision >= 0.8 else "no"
+            assert by_testid(driver, f"gating-{JUDGE}").text == gates
             screenshot(driver, tmp_path, "review-agreement.png")
