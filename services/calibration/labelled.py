@@ -210,28 +210,8 @@ def transcripts_of(settings: Settings) -> Any:
 
 
 def publish_calibrations(settings: Settings, calibrations: list[JudgeCalibration]) -> None:
-    from kafka import KafkaProducer
-
     from services.contract.codec import encode
-    from services.contract.topics import Topic, topic_name
-    from services.kafka.kafka_client import kafka_client_kwargs
+    from services.contract.topics import Topic
+    from services.kafka.send import send_all
 
-    # Idempotent, said so a conflicting setting raises: a judge's calibrations, keyed by
-    # judge, stay in the order sent across a retried send (the last one is the current).
-    producer = KafkaProducer(
-        **kafka_client_kwargs(settings),
-        acks="all",
-        enable_idempotence=True,
-        request_timeout_ms=15000,
-        max_block_ms=15000,
-    )
-    try:
-        name = topic_name(Topic.JUDGE_CALIBRATIONS, settings)
-        futures = [
-            producer.send(name, key=c.judge_id.encode(), value=encode(c)) for c in calibrations
-        ]
-        producer.flush(timeout=30)
-        for f in futures:
-            f.get(timeout=30)
-    finally:
-        producer.close(timeout=10)
+    send_all(settings, Topic.JUDGE_CALIBRATIONS, [(c.judge_id, encode(c)) for c in calibrations])

@@ -16,7 +16,7 @@ from services.contract.codec import Rejection, decode, encode
 from services.contract.settings import Settings
 from services.contract.topics import Topic, topic_name
 from services.kafka.follower import TopicFollower
-from services.kafka.kafka_client import kafka_client_kwargs
+from services.kafka.send import send_all
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +39,7 @@ def label_event(
 def publish_labels(settings: Settings, labels: list[Label]) -> None:
     """Publish the labels (key: trial id) and wait until the broker has every one; raises
     what the producer raised when it could not."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(
-        **kafka_client_kwargs(settings), acks="all", request_timeout_ms=15000, max_block_ms=15000
-    )
-    try:
-        name = topic_name(Topic.LABELS, settings)
-        futures = [
-            producer.send(name, key=label.trial_id.encode(), value=encode(label))
-            for label in labels
-        ]
-        producer.flush(timeout=30)
-        for future in futures:
-            future.get(timeout=30)
-    finally:
-        producer.close(timeout=10)
+    send_all(settings, Topic.LABELS, [(label.trial_id, encode(label)) for label in labels])
 
 
 class LabelFollower(TopicFollower):
