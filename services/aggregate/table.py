@@ -151,6 +151,9 @@ def read_verdicts(
     return ordered, ends
 
 
+WRITE_CHUNK = 5000  # corrections sent, then acknowledged, at a time
+
+
 def write_corrections(
     settings: Settings,
     writes: Sequence[Correction],
@@ -170,28 +173,38 @@ def write_corrections(
     )
     try:
         changelog = changelog_name(settings)
-        futures = [
-            producer.send(
-                changelog,
-                key=json.dumps(c.key).encode(),
-                value=None if c.value is None else json.dumps(c.value).encode(),
-                partition=c.partition,
-            )
-            for c in writes
-        ]
         reliability = topic_name(Topic.SCENARIO_RELIABILITY, settings)
-        futures += [
-            producer.send(
+        # Both topics' metadata first: asked for behind a queue of changelog batches, the
+        # second topic's took more than max_block_ms (writing a 320,000-trial recount failed).
+        for topic in (changelog, reliability):
+            producer.partitions_for(topic)
+        records: list[tuple[str, bytes, bytes | None, int | None]] = [
+            (changelog, json.dumps(c.key).encode(), _encoded(c.value), c.partition) for c in writes
+        ]
+        records += [
+            (
                 reliability,
-                key=b.scenario_id.encode(),
-                value=encode(domain.record(b, target(b.scenario_id))),
+                b.scenario_id.encode(),
+                encode(domain.record(b, target(b.scenario_id))),
+                None,
             )
             for b in figures
         ]
-        for future in futures:
-            future.get(timeout=60)
+        # In acknowledged chunks: a send never waits long for room in the producer's buffer
+        # however many corrections there are (one producer, one request in flight: in order).
+        for start in range(0, len(records), WRITE_CHUNK):
+            futures = [
+                producer.send(topic, key=key, value=value, partition=partition)
+                for topic, key, value, partition in records[start : start + WRITE_CHUNK]
+            ]
+            for future in futures:
+                future.get(timeout=60)
     finally:
         producer.close(timeout=10)
+
+
+def _encoded(value: Any) -> bytes | None:
+    return None if value is None else json.dumps(value).encode()
 
 
 def move_offsets(settings: Settings, verdict_ends: dict[int, int]) -> None:
