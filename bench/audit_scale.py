@@ -1,5 +1,5 @@
 """What `passk audit` costs as the log grows: its time against a plain read of the same
-topics (the baseline, measured in the same run), and its peak memory at two sizes.
+topics (the baseline, measured in the same run), and its peak memory at each size.
 
 Not a test: it prints. For each size N it writes N trials' worth of records straight to a
 topic prefix of its own (a ConversationFinished, a gate result, a judge verdict and a
@@ -8,7 +8,7 @@ makes it from those verdicts (so the audit comes out clean, having done all its 
 then times `passk audit --json` and a group-less read of the same four topics, each a
 process of its own, and reads each one's peak RSS.
 
-    .venv/bin/python bench/audit_scale.py [--sizes 5000,20000]
+    .venv/bin/python bench/audit_scale.py [--sizes 5000,20000,80000]
 """
 
 from __future__ import annotations
@@ -162,8 +162,11 @@ def write_log(settings: Settings, trials: int) -> None:
 
 
 # Runs a module or a snippet, then writes its own peak RSS (KiB) on stderr's last line.
+# VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across fork and exec, so a
+# child started from this process (which holds every verdict it wrote) reported *our* peak
+# as its own, and that grew with the log (the 134 -> 216 MiB of an earlier run).
 PEAK = """
-import resource, runpy, sys
+import runpy, sys
 what = sys.argv.pop(1)
 try:
     if what == "-c":
@@ -171,7 +174,8 @@ try:
     else:
         runpy.run_module(what, run_name="__main__")
 finally:
-    sys.stderr.write("\\npeak %d\\n" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+    sys.stderr.write("\\npeak %s\\n" % hwm)
 """
 
 
@@ -195,7 +199,7 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="5000,20000")
+    parser.add_argument("--sizes", default="5000,20000,80000")
     args = parser.parse_args()
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
