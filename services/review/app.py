@@ -108,6 +108,13 @@ class Review:
         self.config = config
         self.templates = templates()
         self.sent: list[Label] = []  # published here, until the follower reads them back
+        # Signing out ends the session on the server too, not only in the browser: the
+        # cookie is signed, not stored, so a copy taken before would otherwise stay good
+        # for its 12 hours. Each session carries its reviewer's generation at sign-in;
+        # signing out moves the reviewer to the next one, and a session of an older
+        # generation is signed out (every session of that reviewer: "sign out everywhere").
+        # One integer per reviewer who ever signed out, so bounded by the configured names.
+        self.generations: dict[str, int] = {}
 
     # ------------------------------------------------------------ state
 
@@ -157,14 +164,21 @@ class Review:
 
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
         session = request.session
-        context.setdefault("reviewer", session.get("reviewer"))
+        context.setdefault("reviewer", self.signed_in(request))
         context.setdefault("csrf", session.get("csrf", ""))
         return self.templates.TemplateResponse(request, template, context, status_code=status)
 
-    @staticmethod
-    def signed_in(request: Request) -> str | None:
-        name = request.session.get("reviewer")
-        return name if isinstance(name, str) and name else None
+    def signed_in(self, request: Request) -> str | None:
+        """The reviewer of a live session, or None (a session from before its reviewer
+        signed out is forgotten here, the cookie with it)."""
+        session = request.session
+        name = session.get("reviewer")
+        if not isinstance(name, str) or not name:
+            return None
+        if session.get("generation") != self.generations.get(name, 0):
+            session.clear()
+            return None
+        return name
 
     def refuse(self, request: Request, why: str, status: int = 403) -> Response:
         return self.page(request, "refused.html", status=status, why=why)
@@ -184,6 +198,7 @@ class Review:
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
+            self.signed_in(request)  # a signed-out session's cookie is dropped first
             if not request.session.get("csrf"):
                 request.session["csrf"] = new_csrf()
             return self.page(request, "login.html", nobody=not self.config.reviewers.names)
@@ -202,13 +217,17 @@ class Review:
                 nobody=not self.config.reviewers.names,
             )
         request.session.clear()
-        request.session.update({"reviewer": name, "csrf": new_csrf()})
+        request.session.update(
+            {"reviewer": name, "generation": self.generations.get(name, 0), "csrf": new_csrf()}
+        )
         return RedirectResponse("/", status_code=303)
 
     async def logout(self, request: Request) -> Response:
-        _, _, refused = await self.guarded_form(request)
+        reviewer, _, refused = await self.guarded_form(request)
         if refused is not None:
             return refused
+        assert reviewer is not None
+        self.generations[reviewer] = self.generations.get(reviewer, 0) + 1
         request.session.clear()
         return RedirectResponse("/login", status_code=303)
 

@@ -261,3 +261,52 @@ def test_make_up_records_that_reviewers_are_set_never_their_tokens() -> None:
     from services.contract.masking import mask_value
 
     assert mask_value("PASSK_REVIEW_TOKENS", "ann:s3cret-ann") == "(set; not recorded)"
+
+
+def test_a_copy_of_the_cookie_taken_before_signing_out_no_longer_works(
+    client: TestClient, world: World
+) -> None:
+    csrf = sign_in(client)
+    stolen = session_cookie(client)
+    answer = client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert (answer.status_code, answer.headers["location"]) == (303, "/login")
+    replay(client, stolen)
+    for path in ("/", "/queue/uncalibrated", "/item/t1", "/agreement"):
+        answer = client.get(path, follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["location"] == "/login", path
+    replay(client, stolen)
+    form = {"label-polite": "fail", "queue": "uncalibrated", "csrf": csrf}
+    assert client.post("/item/t1", data=form, follow_redirects=False).status_code == 403
+    replay(client, stolen)
+    assert client.post("/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 403
+    assert world.published == []
+    # the reviewer signs in again: a new session works, the old copy still does not
+    sign_in(client)
+    assert client.get("/", follow_redirects=False).status_code == 200
+    replay(client, stolen)
+    assert client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_the_login_page_after_signing_out_is_usable_with_the_old_cookie(
+    client: TestClient,
+) -> None:
+    csrf = sign_in(client)
+    stolen = session_cookie(client)
+    client.post("/logout", data={"csrf": csrf})
+    replay(client, stolen)
+    page = client.get("/login")
+    assert "signed in as" not in page.text
+    sign_in(client)  # a fresh CSRF token on the page, a new session
+    assert client.get("/", follow_redirects=False).status_code == 200
+
+
+def replay(client: TestClient, cookie: str) -> None:
+    """The client holds this session cookie and no other."""
+    client.cookies.clear()
+    client.cookies.set("passk_review", cookie)
+
+
+def session_cookie(client: TestClient) -> str:
+    value = client.cookies.get("passk_review")
+    assert value
+    return value
