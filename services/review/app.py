@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from schemas.events import JudgeCalibration, Label
 from services.grading.calibration import Bar
 from services.kafka.labels import label_event
 from services.review import domain
-from services.review.auth import Reviewers, new_csrf, same_csrf
+from services.review.auth import Reviewers, Throttle, new_csrf, same_csrf
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class ReviewConfig:
     min_pass_hat_k: float
     min_trials: int
     secret: str = field(default_factory=lambda: secrets.token_hex(32))
+    throttle: Throttle = field(default_factory=Throttle)  # failed sign-ins per name
 
 
 def _json(value: Any) -> str:
@@ -206,6 +208,20 @@ class Review:
         if not same_csrf(request.session.get("csrf"), form.get("csrf")):  # type: ignore[arg-type]
             return self.refuse(request, "the form's CSRF token is missing or wrong")
         name, token = str(form.get("name") or ""), str(form.get("token") or "")
+        throttle = self.config.throttle
+        wait = throttle.locked(name)
+        if wait is not None:  # refused unchecked, the right token too: no guess is tried
+            seconds = max(1, math.ceil(wait))
+            answer = self.refuse(
+                request,
+                f"too many failed sign-ins for this name: try again in {seconds} s",
+                429,
+            )
+            answer.headers["retry-after"] = str(seconds)
+            return answer
+        # Counted as failed before the check (no await in between), so attempts sent at
+        # once cannot all pass the lock while their checks run; a right token clears it.
+        throttle.failed(name)
         if not await run_in_threadpool(self.config.reviewers.check, name, token):
             request.session.clear()
             request.session["csrf"] = new_csrf()
@@ -216,6 +232,7 @@ class Review:
                 failed=True,
                 nobody=not self.config.reviewers.names,
             )
+        throttle.succeeded(name)
         request.session.clear()
         request.session.update(
             {"reviewer": name, "generation": self.generations.get(name, 0), "csrf": new_csrf()}

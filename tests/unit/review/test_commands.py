@@ -86,3 +86,23 @@ def test_a_host_from_the_settings_that_does_not_resolve_is_named(
     assert result.exit_code == 2, result.output
     assert "error: passk review cannot listen on nonsense.invalid:0" in result.output
     assert served == []
+
+
+@pytest.mark.parametrize(
+    ("tokens", "said"),
+    [
+        (" , ,", "PASSK_REVIEW_TOKENS is set but names no reviewer"),
+        ("ann:ann-token-7f3a,bob:short-bob", "reviewer 'bob''s token is shorter than 12"),
+    ],
+)
+def test_tokens_naming_nobody_or_too_short_stop_it_before_it_starts(
+    served: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch, tokens: str, said: str
+) -> None:
+    monkeypatch.setenv("PASSK_REVIEW_TOKENS", tokens)
+    settings_module.get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["review"])
+    assert result.exit_code == 2, result.output
+    [line] = result.output.strip().splitlines()
+    assert line.startswith("error: ") and said in line, line
+    assert "short-bob" not in line and "7f3a" not in line
+    assert served == []
