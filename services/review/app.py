@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from schemas.events import JudgeCalibration, Label
 from services.grading.calibration import Bar
 from services.kafka.labels import label_event
 from services.review import domain
-from services.review.auth import Reviewers, new_csrf, same_csrf
+from services.review.auth import Reviewers, Throttle, new_csrf, same_csrf
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class ReviewConfig:
     min_pass_hat_k: float
     min_trials: int
     secret: str = field(default_factory=lambda: secrets.token_hex(32))
+    throttle: Throttle = field(default_factory=Throttle)  # failed sign-ins per name
 
 
 def _json(value: Any) -> str:
@@ -108,6 +110,13 @@ class Review:
         self.config = config
         self.templates = templates()
         self.sent: list[Label] = []  # published here, until the follower reads them back
+        # Signing out ends the session on the server too, not only in the browser: the
+        # cookie is signed, not stored, so a copy taken before would otherwise stay good
+        # for its 12 hours. Each session carries its reviewer's generation at sign-in;
+        # signing out moves the reviewer to the next one, and a session of an older
+        # generation is signed out (every session of that reviewer: "sign out everywhere").
+        # One integer per reviewer who ever signed out, so bounded by the configured names.
+        self.generations: dict[str, int] = {}
 
     # ------------------------------------------------------------ state
 
@@ -157,14 +166,21 @@ class Review:
 
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
         session = request.session
-        context.setdefault("reviewer", session.get("reviewer"))
+        context.setdefault("reviewer", self.signed_in(request))
         context.setdefault("csrf", session.get("csrf", ""))
         return self.templates.TemplateResponse(request, template, context, status_code=status)
 
-    @staticmethod
-    def signed_in(request: Request) -> str | None:
-        name = request.session.get("reviewer")
-        return name if isinstance(name, str) and name else None
+    def signed_in(self, request: Request) -> str | None:
+        """The reviewer of a live session, or None (a session from before its reviewer
+        signed out is forgotten here, the cookie with it)."""
+        session = request.session
+        name = session.get("reviewer")
+        if not isinstance(name, str) or not name:
+            return None
+        if session.get("generation") != self.generations.get(name, 0):
+            session.clear()
+            return None
+        return name
 
     def refuse(self, request: Request, why: str, status: int = 403) -> Response:
         return self.page(request, "refused.html", status=status, why=why)
@@ -184,6 +200,7 @@ class Review:
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
+            self.signed_in(request)  # a signed-out session's cookie is dropped first
             if not request.session.get("csrf"):
                 request.session["csrf"] = new_csrf()
             return self.page(request, "login.html", nobody=not self.config.reviewers.names)
@@ -191,6 +208,20 @@ class Review:
         if not same_csrf(request.session.get("csrf"), form.get("csrf")):  # type: ignore[arg-type]
             return self.refuse(request, "the form's CSRF token is missing or wrong")
         name, token = str(form.get("name") or ""), str(form.get("token") or "")
+        throttle = self.config.throttle
+        wait = throttle.locked(name)
+        if wait is not None:  # refused unchecked, the right token too: no guess is tried
+            seconds = max(1, math.ceil(wait))
+            answer = self.refuse(
+                request,
+                f"too many failed sign-ins for this name: try again in {seconds} s",
+                429,
+            )
+            answer.headers["retry-after"] = str(seconds)
+            return answer
+        # Counted as failed before the check (no await in between), so attempts sent at
+        # once cannot all pass the lock while their checks run; a right token clears it.
+        throttle.failed(name)
         if not await run_in_threadpool(self.config.reviewers.check, name, token):
             request.session.clear()
             request.session["csrf"] = new_csrf()
@@ -201,14 +232,19 @@ class Review:
                 failed=True,
                 nobody=not self.config.reviewers.names,
             )
+        throttle.succeeded(name)
         request.session.clear()
-        request.session.update({"reviewer": name, "csrf": new_csrf()})
+        request.session.update(
+            {"reviewer": name, "generation": self.generations.get(name, 0), "csrf": new_csrf()}
+        )
         return RedirectResponse("/", status_code=303)
 
     async def logout(self, request: Request) -> Response:
-        _, _, refused = await self.guarded_form(request)
+        reviewer, _, refused = await self.guarded_form(request)
         if refused is not None:
             return refused
+        assert reviewer is not None
+        self.generations[reviewer] = self.generations.get(reviewer, 0) + 1
         request.session.clear()
         return RedirectResponse("/login", status_code=303)
 

@@ -49,7 +49,7 @@ def test_make_up_supervises_the_review_app(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PASSK_REVIEW_TOKENS": "ann:s3cret-ann"},
+        env={**os.environ, "PASSK_REVIEW_TOKENS": "ann:s3cret-ann-token"},
     )
     assert done.returncode == 0, done.stderr
     conf = out.read_text()

@@ -16,7 +16,7 @@ from services.grading.calibration import Bar
 from services.report.trial_view import ShownCheck, ShownExpectation, ShownJudge, TrialView
 from services.review import domain as d
 from services.review.app import ReviewConfig, ReviewSource, create_app
-from services.review.auth import BadTokens, Reviewers, new_csrf
+from services.review.auth import MIN_TOKEN, BadTokens, Reviewers, Throttle, new_csrf
 
 HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(2)> </textarea>"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -64,6 +64,7 @@ class World:
         self.published: list[Label] = []
         self.more_judges: list[ShownJudge] = []  # shown on item pages after view()'s
         self.labels: list[Label] = []
+        self.now = 1000.0  # the sign-in throttle's clock, in seconds
         ids = ["t1", "t2"]
         self.candidates = [
             d.candidate(
@@ -102,13 +103,14 @@ def client(world: World) -> TestClient:
         calibrations=lambda: [],
     )
     config = ReviewConfig(
-        reviewers=Reviewers("ann:s3cret-ann,bob:s3cret-bob"),
+        reviewers=Reviewers("ann:s3cret-ann-token,bob:s3cret-bob-token"),
         bar=Bar(),
         overlap=0.0,
         sample_rate=0.0,
         production_runs="production-*",
         min_pass_hat_k=0.8,
         min_trials=10,
+        throttle=Throttle(clock=lambda: world.now),
     )
     return TestClient(create_app(source, world.publish, config), base_url="http://127.0.0.1")
 
@@ -119,7 +121,7 @@ def csrf_of(html: str) -> str:
     return found.group(1)
 
 
-def sign_in(client: TestClient, name: str = "ann", token: str = "s3cret-ann") -> str:
+def sign_in(client: TestClient, name: str = "ann", token: str = "s3cret-ann-token") -> str:
     page = client.get("/login")
     answer = client.post(
         "/login",
@@ -142,7 +144,7 @@ def test_a_wrong_token_cannot_sign_in_and_nothing_logs_it(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     page = client.get("/login")
-    for name, token in (("ann", "s3cret-bob"), ("eve", "s3cret-ann"), ("ann", "")):
+    for name, token in (("ann", "s3cret-bob-token"), ("eve", "s3cret-ann-token"), ("ann", "")):
         answer = client.post(
             "/login",
             data={"csrf": csrf_of(page.text), "name": name, "token": token},
@@ -157,7 +159,7 @@ def test_a_wrong_token_cannot_sign_in_and_nothing_logs_it(
 def test_a_login_without_its_csrf_token_is_refused(client: TestClient) -> None:
     client.get("/login")
     answer = client.post(
-        "/login", data={"name": "ann", "token": "s3cret-ann"}, follow_redirects=False
+        "/login", data={"name": "ann", "token": "s3cret-ann-token"}, follow_redirects=False
     )
     assert answer.status_code == 403
     assert client.get("/", follow_redirects=False).status_code == 303
@@ -254,10 +256,135 @@ def test_malformed_tokens_are_refused_without_echoing_them() -> None:
     with pytest.raises(BadTokens) as caught:
         Reviewers("ann:one,bob-no-token-secret")
     assert "secret" not in str(caught.value)
-    assert "one" not in repr(Reviewers("ann:one").__dict__)
+    assert "one-long-token" not in repr(Reviewers("ann:one-long-token").__dict__)
 
 
 def test_make_up_records_that_reviewers_are_set_never_their_tokens() -> None:
     from services.contract.masking import mask_value
 
-    assert mask_value("PASSK_REVIEW_TOKENS", "ann:s3cret-ann") == "(set; not recorded)"
+    assert mask_value("PASSK_REVIEW_TOKENS", "ann:s3cret-ann-token") == "(set; not recorded)"
+
+
+def test_a_copy_of_the_cookie_taken_before_signing_out_no_longer_works(
+    client: TestClient, world: World
+) -> None:
+    csrf = sign_in(client)
+    stolen = session_cookie(client)
+    answer = client.post("/logout", data={"csrf": csrf}, follow_redirects=False)
+    assert (answer.status_code, answer.headers["location"]) == (303, "/login")
+    replay(client, stolen)
+    for path in ("/", "/queue/uncalibrated", "/item/t1", "/agreement"):
+        answer = client.get(path, follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["location"] == "/login", path
+    replay(client, stolen)
+    form = {"label-polite": "fail", "queue": "uncalibrated", "csrf": csrf}
+    assert client.post("/item/t1", data=form, follow_redirects=False).status_code == 403
+    replay(client, stolen)
+    assert client.post("/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 403
+    assert world.published == []
+    # the reviewer signs in again: a new session works, the old copy still does not
+    sign_in(client)
+    assert client.get("/", follow_redirects=False).status_code == 200
+    replay(client, stolen)
+    assert client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_the_login_page_after_signing_out_is_usable_with_the_old_cookie(
+    client: TestClient,
+) -> None:
+    csrf = sign_in(client)
+    stolen = session_cookie(client)
+    client.post("/logout", data={"csrf": csrf})
+    replay(client, stolen)
+    page = client.get("/login")
+    assert "signed in as" not in page.text
+    sign_in(client)  # a fresh CSRF token on the page, a new session
+    assert client.get("/", follow_redirects=False).status_code == 200
+
+
+def replay(client: TestClient, cookie: str) -> None:
+    """The client holds this session cookie and no other."""
+    client.cookies.clear()
+    client.cookies.set("passk_review", cookie)
+
+
+def session_cookie(client: TestClient) -> str:
+    value = client.cookies.get("passk_review")
+    assert value
+    return value
+
+
+def try_sign_in(client: TestClient, name: str, token: str) -> int:
+    page = client.get("/login")
+    answer = client.post(
+        "/login",
+        data={"csrf": csrf_of(page.text), "name": name, "token": token},
+        follow_redirects=False,
+    )
+    return answer.status_code
+
+
+def test_five_failed_sign_ins_lock_the_name_out_for_the_window_its_right_token_too(
+    client: TestClient, world: World
+) -> None:
+    for _ in range(Throttle.LIMIT):
+        assert try_sign_in(client, "ann", "wrong-guess-000") == 401
+        world.now += 1
+    page = client.get("/login")
+    answer = client.post(
+        "/login",
+        data={"csrf": csrf_of(page.text), "name": "ann", "token": "s3cret-ann-token"},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 429
+    assert answer.headers["retry-after"] == "55"  # the first failure was 5 s ago
+    assert "too many failed sign-ins" in answer.text and "s3cret" not in answer.text
+    assert client.get("/", follow_redirects=False).status_code == 303
+    assert try_sign_in(client, "ann", "wrong-guess-001") == 429  # not counted, not checked
+    # another name is not locked out with it
+    assert try_sign_in(client, "bob", "s3cret-bob-token") == 303
+    client.cookies.clear()
+    world.now += 54
+    assert try_sign_in(client, "ann", "s3cret-ann-token") == 429
+    world.now += 1  # the first failure is a window old: four left in it, one try
+    assert try_sign_in(client, "ann", "s3cret-ann-token") == 303
+
+
+def test_a_right_token_clears_the_failures_before_it(client: TestClient, world: World) -> None:
+    for _ in range(Throttle.LIMIT - 1):
+        assert try_sign_in(client, "ann", "wrong-guess-000") == 401
+    assert try_sign_in(client, "ann", "s3cret-ann-token") == 303
+    client.cookies.clear()
+    for _ in range(Throttle.LIMIT - 1):
+        assert try_sign_in(client, "ann", "wrong-guess-000") == 401
+    assert try_sign_in(client, "ann", "s3cret-ann-token") == 303
+
+
+def test_the_throttle_keeps_a_bounded_table() -> None:
+    now = [0.0]
+    throttle = Throttle(limit=2, window=60.0, cap=3, clock=lambda: now[0])
+    throttle.failed("old")
+    throttle.failed("old")
+    now[0] = 100.0  # old's failures are past the window
+    throttle.failed("a")
+    throttle.failed("a")
+    throttle.failed("b")
+    assert throttle.locked("a") == 60.0
+    throttle.failed("c")  # full: the expired name goes, the locked one stays
+    assert len(throttle) == 3 and throttle.locked("a") == 60.0
+    for i in range(1000):
+        throttle.failed(f"spray-{i}" + "x" * 1000)
+    assert len(throttle) == 3
+    assert throttle.locked("a") is None  # pushed out by a spray within the window: bounded
+    assert all(len(key) == 32 for key in throttle._failures)  # a hash, whatever the name
+
+
+def test_tokens_naming_nobody_or_too_short_are_refused_without_echoing_them() -> None:
+    assert Reviewers(None).names == [] and Reviewers("  ").names == []
+    with pytest.raises(BadTokens, match="names no reviewer"):
+        Reviewers(" , ,")
+    short = "x" * (MIN_TOKEN - 1)
+    with pytest.raises(BadTokens) as caught:
+        Reviewers(f"bob:{'y' * MIN_TOKEN},ann:{short}")
+    assert "'ann'" in str(caught.value) and short not in str(caught.value)
+    assert Reviewers(f"ann:{'x' * MIN_TOKEN}").names == ["ann"]
