@@ -370,6 +370,16 @@ def _scenario_of(data: dict[str, Any], node: yaml.Node | None, problem: Problem)
                 for loc, text_ in found:
                     where = (section, i, *loc)
                     problem(where, text_, _line_of(node, where))
+        if scenario.user_checks and scenario.user is not None and scenario.user.script:
+            # A scripted user says the lines it was given, no model plays it: nothing to
+            # spoil, and a failed check would only take an agent's trial out of n.
+            problem(
+                ("user_checks",),
+                "a scripted user (user.script) says only the lines it was given, so it "
+                "cannot spoil a trial: user_checks are for a user a model plays (persona, "
+                "instructions); remove them, or the script",
+                _line_of(node, ("user_checks",)),
+            )
     return scenario
 
 

@@ -349,6 +349,16 @@ ERROR_CASES = [
         id="llm user check with a field it does not take",
     ),
     pytest.param(
+        WITH_USER_CHECKS.replace(
+            "  instructions: Ask where the shoes are.\n",
+            "  script: [Where are my shoes]\n",
+        ),
+        "user_checks",
+        ["a scripted user (user.script)", "user_checks are for a user a model plays"],
+        7,
+        id="user checks on a scripted user",
+    ),
+    pytest.param(
         WITH_USER_CHECKS.split("user_checks:")[0] + "user_checks: stayed_in_role\n",
         "user_checks",
         ["valid list"],
