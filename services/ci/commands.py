@@ -63,10 +63,16 @@ BUDGET = typer.Option(
     None, "--budget", min=1, help="with --adaptive: trials of the run in all, at most"
 )
 GOAL = typer.Option(
-    None, "--goal", min=0.0, max=1.0, help="with --adaptive: the pass^k to decide against"
+    None,
+    "--goal",
+    help="with --adaptive: the pass^k to decide against, between 0 and 1 exclusive",
 )
 CREDIBILITY = typer.Option(
-    0.9, "--credibility", min=0.5, max=0.999, help="with --adaptive: the interval's mass"
+    None,
+    "--credibility",
+    min=0.5,
+    max=0.999,
+    help="with --adaptive: the interval's mass (default 0.9)",
 )
 BATCH = typer.Option(None, "--batch", min=1, help="with --adaptive: trials per round at most")
 
@@ -89,7 +95,7 @@ def ci(
     adaptive: bool = ADAPTIVE,
     budget: int = BUDGET,
     goal: float = GOAL,
-    credibility: float = CREDIBILITY,
+    credibility: float | None = CREDIBILITY,
     batch: int = BATCH,
 ) -> None:
     """Gate a pull request: use the broker that answers at KAFKA_BOOTSTRAP_SERVERS, or
@@ -103,6 +109,7 @@ def ci(
     from services.ci.pipeline import CiOptions, default_run_id
     from services.ci.render import closing_lines
     from services.contract.settings import get_settings
+    from services.grading.adaptive import DEFAULT_CREDIBILITY
     from services.harness.adaptive_run import AdaptiveOptions
     from services.harness.drive import check_adaptive
 
@@ -112,7 +119,7 @@ def ci(
     def say(line: str) -> None:
         err.print(line, soft_wrap=True, markup=False, highlight=False)
 
-    check_adaptive(adaptive, budget, goal, batch)
+    check_adaptive(adaptive, budget, goal, batch, credibility)
     options = CiOptions(
         scenarios=scenarios,
         target=target,
@@ -127,7 +134,7 @@ def ci(
         adaptive=AdaptiveOptions(
             budget=budget,
             goal=goal,
-            credibility=credibility,
+            credibility=DEFAULT_CREDIBILITY if credibility is None else credibility,
             batch=batch,
             initial=trials,
             verdict_timeout_s=timeout,

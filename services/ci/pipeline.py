@@ -212,6 +212,7 @@ def _validate(options: CiOptions, say: Say) -> tuple[LoadResult, Target]:
     """The scenarios (each with a user to play) and the target: nothing started yet, so
     exit 2 stays cheap."""
     from services.grading.scenario_loader import validate_paths
+    from services.harness.drive import check_budget
     from services.harness.target import InvalidTarget, load_target
 
     loaded = validate_paths([options.scenarios])
@@ -231,6 +232,7 @@ def _validate(options: CiOptions, say: Say) -> tuple[LoadResult, Target]:
             f"{options.scenarios}: scenario(s) without a `user:` section, so no "
             f"user to play: {', '.join(without_user)}; nothing was run"
         )
+    check_budget(loaded.scenarios, options.adaptive)
     try:
         return loaded, load_target(options.target, os.environ)
     except InvalidTarget as exc:

@@ -2,12 +2,15 @@
 
 `llm` is the model-graded kind: its work is a model call (see `client`). Every other kind
 is deterministic: a small function `(spec, transcript) -> Decision` that makes no model call
-and is registered with `@judge_kind("name")`. Its arguments are the extra fields of the
-`JudgeSpec` (validated by the kind), and the whole spec is recorded with every verdict.
+and is registered with `@judge_kind("name", params=Model)`. Its arguments are the extra
+fields of the `JudgeSpec`, validated by its `params` model (a kind registered without one,
+like `llm`, takes none: `passk scenarios validate` refuses any extra field), and the whole
+spec is recorded with every verdict.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,16 +56,35 @@ def judge_kind(
     return register
 
 
+def _unknown_fields(spec: JudgeSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """A judge of a kind that takes no arguments (`llm`, or a kind registered without an
+    argument model): each extra field is a typo or a wish (`gatting: false`, `model:`)
+    that would otherwise be silently ignored."""
+    allowed = list(JudgeSpec.model_fields)
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    for name in spec.params:
+        guess = difflib.get_close_matches(name, allowed, n=1)
+        hint = f"; did you mean {guess[0]!r}?" if guess else ""
+        found.append(
+            (
+                (name,),
+                f"unknown field {name!r}{hint} (a judge of kind {spec.kind} takes only "
+                f"{', '.join(allowed)})",
+            )
+        )
+    return found
+
+
 def spec_problems(spec: JudgeSpec) -> list[tuple[tuple[str | int, ...], str]]:
     """What is wrong with a judge before any trial runs: (field path, problem) pairs."""
     if spec.kind == LLM:
-        return []
+        return _unknown_fields(spec)
     if spec.kind not in _KINDS:
         known = ", ".join(known_kinds())
         return [(("kind",), f"unknown judge kind {spec.kind!r} (known: {known})")]
     model = _PARAMS.get(spec.kind)
     if model is None:
-        return []
+        return _unknown_fields(spec)
     try:
         model.model_validate(spec.params)
     except ValidationError as exc:
@@ -71,6 +93,46 @@ def spec_problems(spec: JudgeSpec) -> list[tuple[tuple[str | int, ...], str]]:
             for e in exc.errors()
         ]
     return []
+
+
+# The simulated user's own turns, as a user check reads them (services.grading.user_checks).
+USER_ROLE = "user"
+
+
+def user_check_problems(spec: JudgeSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """What is wrong with a judge as a *user check*, beyond `spec_problems`: a user check
+    that fails makes the trial `invalid` (out of n and pass^k), so it may read only the
+    simulated user's own turns, or an agent failure would be booked as the user's.
+    `llm` judges the user by its assertion; `regex` only with `role: user` (its default in
+    a user check); every other kind reads the assistant's turns (`repeated_question`) or
+    nothing known to be the user's, and is refused."""
+    if spec.kind == LLM or spec.kind not in _KINDS:
+        return []  # an unknown kind is spec_problems' to report
+    if spec.kind == "regex":
+        role = spec.params.get("role", USER_ROLE)
+        if role == USER_ROLE:
+            return []
+        return [
+            (
+                ("role",),
+                f"a user check reads only the simulated user's turns: role must be "
+                f"{USER_ROLE!r} (its default here), not {role!r}; to check the "
+                "assistant, make it a judge (under judges:)",
+            )
+        ]
+    what = (
+        "the assistant's questions"
+        if spec.kind == "repeated_question"
+        else "turns other than the simulated user's"
+    )
+    return [
+        (
+            ("kind",),
+            f"kind {spec.kind!r} reads {what}, not the simulated user's own turns: a user "
+            "check may be llm, or regex with role: user; to check the assistant, make it "
+            "a judge (under judges:)",
+        )
+    ]
 
 
 def deterministic_kind(name: str) -> DeterministicJudge | None:

@@ -24,7 +24,7 @@ from services.contract.scenario_records import (
     MAX_SCENARIO_RECORD_BYTES,
     encode_scenario,
 )
-from services.grading.kinds import spec_problems
+from services.grading.kinds import spec_problems, user_check_problems
 from services.grading.production import overlaps
 
 SUFFIXES = (".yaml", ".yml")
@@ -364,9 +364,22 @@ def _scenario_of(data: dict[str, Any], node: yaml.Node | None, problem: Problem)
     if scenario is not None:
         for section, specs in (("judges", scenario.judges), ("user_checks", scenario.user_checks)):
             for i, judge in enumerate(specs):
-                for loc, text_ in spec_problems(judge):
+                found = spec_problems(judge)
+                if section == "user_checks" and not found:
+                    found = user_check_problems(judge)
+                for loc, text_ in found:
                     where = (section, i, *loc)
                     problem(where, text_, _line_of(node, where))
+        if scenario.user_checks and scenario.user is not None and scenario.user.script:
+            # A scripted user says the lines it was given, no model plays it: nothing to
+            # spoil, and a failed check would only take an agent's trial out of n.
+            problem(
+                ("user_checks",),
+                "a scripted user (user.script) says only the lines it was given, so it "
+                "cannot spoil a trial: user_checks are for a user a model plays (persona, "
+                "instructions); remove them, or the script",
+                _line_of(node, ("user_checks",)),
+            )
     return scenario
 
 

@@ -11,21 +11,30 @@ from __future__ import annotations
 
 from schemas.events import ConversationFinished, Message
 from schemas.scenario import JudgeSpec, Scenario
+from services.grading.kinds import USER_ROLE
 
 USER_CHECK_PREFIX = "user:"
 
 
 def user_check_specs(scenario: Scenario) -> list[JudgeSpec]:
     """The scenario's user checks as judges named `user:<id>` (a judge of the same id
-    stays apart)."""
-    return [s.model_copy(update={"id": f"{USER_CHECK_PREFIX}{s.id}"}) for s in scenario.user_checks]
+    stays apart). A `regex` check with no `role` reads the user's turns (a judge's
+    default, `assistant`, would book the agent's words as the user's; the loader refuses
+    any other role in a user check)."""
+    out = []
+    for spec in scenario.user_checks:
+        update: dict[str, object] = {"id": f"{USER_CHECK_PREFIX}{spec.id}"}
+        if spec.kind == "regex" and "role" not in spec.params:
+            update["role"] = USER_ROLE
+        out.append(spec.model_copy(update=update))
+    return out
 
 
 def user_view(trial: ConversationFinished, scenario: Scenario) -> ConversationFinished:
     """The trial as a user check reads it: a system message saying whom the simulated user
     was told to play, then the user's and the assistant's turns (tool and system messages
-    of the product left out). Deterministic kinds read the user's turns by role (a regex
-    check with `role: user`)."""
+    of the product left out). A `regex` check reads the user's turns (`role: user`, its
+    default here)."""
     user = scenario.user
     told = (
         "The simulated user (the `user` turns below) was told to play this persona "

@@ -60,17 +60,15 @@ BUDGET = typer.Option(
 GOAL = typer.Option(
     None,
     "--goal",
-    min=0.0,
-    max=1.0,
-    help="with --adaptive: the pass^k to decide against (default: each scenario's "
-    "alert target, else PASSK_ALERT_MIN_PASS_HAT_K)",
+    help="with --adaptive: the pass^k to decide against, between 0 and 1 exclusive "
+    "(default: each scenario's alert target, else PASSK_ALERT_MIN_PASS_HAT_K)",
 )
 CREDIBILITY = typer.Option(
-    0.9,
+    None,
     "--credibility",
     min=0.5,
     max=0.999,
-    help="with --adaptive: the credible interval's mass",
+    help="with --adaptive: the credible interval's mass (default 0.9)",
 )
 BATCH = typer.Option(
     None,
@@ -79,11 +77,14 @@ BATCH = typer.Option(
     help="with --adaptive: trials per round at most (default: one per undecided scenario)",
 )
 VERDICT_TIMEOUT = typer.Option(
-    600.0,
+    None,
     "--verdict-timeout",
     min=1.0,
-    help="with --adaptive: how long to wait for a round's verdicts",
+    help="with --adaptive: how long to wait for a round's verdicts, in seconds (default 600)",
 )
+
+
+VERDICT_TIMEOUT_S = 600.0  # --verdict-timeout's default
 
 
 def register(app: typer.Typer, *, publish: Publisher) -> None:
@@ -105,9 +106,9 @@ def register(app: typer.Typer, *, publish: Publisher) -> None:
         adaptive: bool = ADAPTIVE,
         budget: int = BUDGET,
         goal: float = GOAL,
-        credibility: float = CREDIBILITY,
+        credibility: float | None = CREDIBILITY,
         batch: int = BATCH,
-        verdict_timeout: float = VERDICT_TIMEOUT,
+        verdict_timeout: float | None = VERDICT_TIMEOUT,
     ) -> None:
         """Run each scenario max(--trials, k) times against the agent with its simulated
         user, read the product's persisted session with the target's state probe, and
@@ -121,11 +122,12 @@ def register(app: typer.Typer, *, publish: Publisher) -> None:
         could not be published for another reason, 2 for invalid scenarios or target, 130
         when stopped (SIGINT: finished trials are published, with a summary)."""
         from services.contract.settings import get_settings
+        from services.grading.adaptive import DEFAULT_CREDIBILITY
         from services.harness.adaptive_run import AdaptiveOptions
         from services.harness.drive import check_adaptive
 
         settings = get_settings()
-        check_adaptive(adaptive, budget, goal, batch)
+        check_adaptive(adaptive, budget, goal, batch, credibility, verdict_timeout)
         _play_run(
             publish,
             scenarios,
@@ -142,10 +144,10 @@ def register(app: typer.Typer, *, publish: Publisher) -> None:
             adaptive=AdaptiveOptions(
                 budget=budget,
                 goal=goal,
-                credibility=credibility,
+                credibility=DEFAULT_CREDIBILITY if credibility is None else credibility,
                 batch=batch,
                 initial=trials,
-                verdict_timeout_s=verdict_timeout,
+                verdict_timeout_s=VERDICT_TIMEOUT_S if verdict_timeout is None else verdict_timeout,
             )
             if adaptive
             else None,
@@ -184,6 +186,7 @@ def _play_run(
         publish=publish,
         user_model=user_model,
         say=sayer(err),
+        adaptive=adaptive,
     )
     if adaptive is not None:
         _adaptive(

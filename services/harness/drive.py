@@ -41,13 +41,58 @@ class Prepared:
 
 
 def check_adaptive(
-    adaptive: bool, budget: int | None, goal: float | None, batch: int | None
+    adaptive: bool,
+    budget: int | None,
+    goal: float | None,
+    batch: int | None,
+    credibility: float | None = None,
+    verdict_timeout: float | None = None,
 ) -> None:
-    """--budget, --goal and --batch go with --adaptive, which needs --budget."""
+    """--budget, --goal, --batch, --credibility and --verdict-timeout (`passk run`'s; `passk
+    ci`'s --timeout is not only adaptive) go with --adaptive, which needs --budget; an
+    option given without it is refused, not ignored. --goal is strictly between 0 and 1
+    (at 0 or 1 every decision is settled before any trial), and not NaN (its own check:
+    typer's range would call NaN "above 1")."""
     if adaptive and budget is None:
         raise UsageError("--adaptive needs --budget N (trials of the run in all)")
-    if not adaptive and any(v is not None for v in (budget, goal, batch)):
-        raise UsageError("--budget, --goal and --batch go with --adaptive")
+    given = {
+        "--budget": budget,
+        "--goal": goal,
+        "--batch": batch,
+        "--credibility": credibility,
+        "--verdict-timeout": verdict_timeout,
+    }
+    if not adaptive and any(v is not None for v in given.values()):
+        named = ", ".join(name for name, v in given.items() if v is not None)
+        raise UsageError(
+            f"{named} given without --adaptive: options that go with --adaptive are "
+            "refused without it, not ignored"
+        )
+    if goal is not None and not 0.0 < goal < 1.0:
+        raise UsageError(
+            f"--goal must be a number between 0 and 1 exclusive (got {goal}): at 0 or 1 "
+            "every scenario's decision is known before any trial"
+        )
+
+
+def check_budget(scenarios: Sequence[Scenario], adaptive: AdaptiveOptions | None) -> None:
+    """--budget must cover the trials every scenario first gets (its k, or --trials when
+    more) before any round: below that some scenario never reaches k trials, so nothing
+    could be decided about it, and the summary's fixed-plan comparison would be made up.
+    UsageError naming the budget and the sum; checked before anything is published."""
+    if adaptive is None:
+        return
+    first = sum(max(adaptive.initial, s.k) for s in scenarios)
+    if adaptive.budget >= first:
+        return
+    each = "k" if adaptive.initial == 0 else f"max(--trials {adaptive.initial}, k)"
+    raise UsageError(
+        f"--budget {adaptive.budget} is below the {first} trials the {len(scenarios)} "
+        f"scenario(s) first get (the sum of their {each}: "
+        f"{' + '.join(str(max(adaptive.initial, s.k)) for s in scenarios[:20])}"
+        f"{' + …' if len(scenarios) > 20 else ''}), before any adaptive round; "
+        f"give --budget {first} or more; nothing was run"
+    )
 
 
 def prepare_run(
@@ -60,6 +105,7 @@ def prepare_run(
     publish: Publish,
     user_model: str | None,
     say: Say,
+    adaptive: AdaptiveOptions | None = None,
 ) -> Prepared:
     """The scenarios of `scenarios` validated (each with a user to play), the target file
     loaded, the broker reached, the scenarios published (`publish_first`) or checked to be
@@ -85,6 +131,7 @@ def prepare_run(
         )
     if not loaded.scenarios:
         raise UsageError(f"no scenario in {scenarios}")
+    check_budget(loaded.scenarios, adaptive)
     try:
         chosen = load_target(target, os.environ)
     except InvalidTarget as exc:

@@ -95,12 +95,30 @@ def test_an_unknown_baseline_is_exit_2_and_what_started_meanwhile_is_stopped(qui
     assert STACK == ["started", "stopped"]
 
 
+A = ["--adaptive", "--budget", "40"]
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
         (["--adaptive"], "--adaptive needs --budget"),
         (["--budget", "10"], "go with --adaptive"),
         (["--goal", "0.9"], "go with --adaptive"),
+        (["--credibility", "0.95"], "--credibility given without --adaptive"),
+        (A + ["--goal", "0"], "--goal must be a number between 0 and 1 exclusive (got 0.0)"),
+        (A + ["--goal", "1"], "--goal must be a number between 0 and 1 exclusive (got 1.0)"),
+        (A + ["--goal", "nan"], "--goal must be a number between 0 and 1 exclusive (got nan)"),
+        # examples/scenarios: five scenarios, k = 3, 3, 3, 3, 5; each first gets its k
+        (
+            ["--adaptive", "--budget", "16"],
+            "--budget 16 is below the 17 trials the 5 scenario(s) first get (the sum of "
+            "their k: 3 + 3 + 3 + 3 + 5)",
+        ),
+        (
+            ["--adaptive", "--budget", "20", "--trials", "4"],
+            "--budget 20 is below the 21 trials the 5 scenario(s) first get (the sum of "
+            "their max(--trials 4, k): 4 + 4 + 4 + 4 + 5)",
+        ),
     ],
 )
 def test_adaptive_options_are_checked_before_anything_starts(
@@ -114,7 +132,7 @@ def test_adaptive_options_are_checked_before_anything_starts(
         *args,
     )
     assert done.exit_code == 2, done.output
-    assert said in done.output
+    assert said in " ".join(done.output.split())  # rich wraps long lines
     assert STACK == []  # nothing was started
 
 

@@ -81,6 +81,32 @@ def test_a_new_kind_is_one_registered_function() -> None:
         kinds._KINDS.pop("test_min_turns")
 
 
+def test_a_kind_without_an_argument_model_takes_no_arguments() -> None:
+    # llm, and a kind registered without `params`: nothing would check an extra field, so
+    # a typo (`gatting: false`) or a wish (`modle: gpt-5`) would be silently ignored
+    assert kinds.spec_problems(JudgeSpec(id="j", assertion="a", gatting=False)) == [
+        (
+            ("gatting",),
+            "unknown field 'gatting'; did you mean 'gating'? (a judge of kind llm takes only "
+            "id, kind, assertion, gating, dimension)",
+        )
+    ]
+    assert kinds.spec_problems(JudgeSpec(id="j", assertion="a")) == []
+
+    @judge_kind("test_no_params")
+    def no_params(spec: JudgeSpec, transcript: Any) -> kinds.Decision:
+        return kinds.Decision(True, "ok")
+
+    try:
+        assert kinds.spec_problems(JudgeSpec(id="j", kind="test_no_params")) == []
+        [(loc, problem)] = kinds.spec_problems(JudgeSpec(id="j", kind="test_no_params", n=3))
+        assert loc == ("n",) and problem.startswith(
+            "unknown field 'n' (a judge of kind test_no_params"
+        )
+    finally:
+        kinds._KINDS.pop("test_no_params")
+
+
 # ------------------------------------------------------------ repeated_question
 
 

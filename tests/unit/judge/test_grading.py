@@ -284,6 +284,35 @@ def test_the_user_view_starts_with_the_persona_and_keeps_only_the_two_speakers()
     assert "product prompt" not in head
 
 
+def test_a_regex_user_check_without_a_role_reads_the_users_turns() -> None:
+    # a judge's regex defaults to the assistant's turns; as a user check that would book
+    # the agent's words as the user's (an agent failure turned into an `invalid` trial)
+    from services.grading.kinds import regex
+    from services.grading.user_checks import user_check_specs, user_view
+
+    scenario = Scenario(
+        id="debrief",
+        expected_exit=["product_closed"],
+        user={"persona": "A field technician.", "instructions": "The pump seized."},
+        user_checks=[JudgeSpec(id="in_role", kind="regex", pattern="(?i)how can I help",
+                               must_match=False)],
+    ).versioned()  # fmt: skip
+    [spec] = user_check_specs(scenario)
+    assert (spec.id, spec.params["role"]) == ("user:in_role", "user")
+    trial = conversation(
+        "t1",
+        run_id="r",
+        scenario_id="debrief",
+        transcript=[
+            Message(role="user", content="The pump seized."),
+            Message(role="assistant", content="How can I help you further?"),
+        ],
+    )
+    decision = regex(spec, user_view(trial, scenario).transcript)
+    assert decision.passed, decision.reason  # the assistant's line is not the user's
+    assert decision.reason == "/(?i)how can I help/ matched no user message, as required"
+
+
 async def test_a_production_trial_outside_the_sample_asks_no_model(
     standin: StartStandin, tmp_path: Path
 ) -> None:
