@@ -30,11 +30,17 @@ SCENARIO = "forward-dated"
 JUDGES = [{"id": "said_goodbye", "kind": "regex", "pattern": "Goodbye", "must_match": True}]
 
 
-def trial(trial_id: str, run: str, at: datetime | None = None) -> list[bytes]:
-    dated = {} if at is None else {"occurred_at": at}
+# The present trials' event time: the start of the hour the test began in, so that every
+# one of them falls in one 1h window even when the test runs across the hour (a trial
+# dated by the clock at 11:00:30 opened a new window of one trial, and the gauge of the
+# newest window read 1 where the test waited for 13).
+PRESENT = datetime.now(UTC).replace(minute=0, second=1, microsecond=0)
+
+
+def trial(trial_id: str, run: str, at: datetime = PRESENT) -> list[bytes]:
     return [
-        encode(conversation(trial_id, run_id=run, scenario_id=SCENARIO, **dated)),
-        encode(session(trial_id, **dated)),
+        encode(conversation(trial_id, run_id=run, scenario_id=SCENARIO, occurred_at=at)),
+        encode(session(trial_id, occurred_at=at)),
     ]
 
 
