@@ -166,7 +166,10 @@ def write_corrections(
         **kafka_client_kwargs(settings),
         acks="all",
         max_in_flight_requests_per_connection=1,
-        retries=5,
+        # Retried for up to a minute, not five times: a partition without its leader yet (a
+        # topic just created, a leader moving) answers NotLeaderForPartition for longer
+        # than five quick retries on a loaded broker (the integration test met it).
+        delivery_timeout_ms=60_000,
         request_timeout_ms=15000,
         max_block_ms=15000,
         max_request_size=settings.max_event_bytes + 4096,
@@ -198,7 +201,7 @@ def write_corrections(
                 for topic, key, value, partition in records[start : start + WRITE_CHUNK]
             ]
             for future in futures:
-                future.get(timeout=60)
+                future.get(timeout=75)  # past the delivery timeout: what it gave up
     finally:
         producer.close(timeout=10)
 
