@@ -65,20 +65,8 @@ def alert_condition(
     return drop_alert_holds(tally, min_pass_hat_k, min_trials)
 
 
-def sampled_tally(row: WindowRecord) -> ReliabilityTally:
-    """The window's sampled trials (every check ran): all of them without sampling."""
-    if row.n_sampled is None:
-        return ReliabilityTally(
-            k=row.k, passed=row.passed, failed=row.failed, errors=row.errors, invalid=row.invalid
-        )
-    passed, errors = row.passed_sampled or 0, row.errors_sampled or 0
-    return ReliabilityTally(
-        k=row.k, passed=passed, failed=row.n_sampled - passed - errors, errors=errors
-    )
-
-
 def view(row: WindowRecord) -> WindowView:
-    sampled = sampled_tally(row)
+    sampled = row.sampled_tally()
     judged = sampled.judged()
     lower, upper = pass_hat_k_interval(sampled.n, sampled.passed, sampled.k)
     return WindowView(

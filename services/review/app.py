@@ -427,19 +427,16 @@ def windows_from(store: Any) -> list[domain.WindowFigures]:
     sampling, whose n_sampled is NULL, counted every trial: all of them)."""
     out = []
     for w in store.windows(last=1):
-        if w.n_sampled is None:
-            n_s, passed_s, errors_s = w.n, w.passed, w.errors
-        else:
-            n_s, passed_s, errors_s = w.n_sampled, w.passed_sampled or 0, w.errors_sampled or 0
+        sampled = w.sampled_tally()
         out.append(
             domain.WindowFigures(
                 scenario_id=w.scenario_id,
                 window=w.window,
                 window_start=w.window_start,
                 k=w.k,
-                n_sampled=n_s,
-                passed_sampled=passed_s,
-                errors_sampled=errors_s,
+                n_sampled=sampled.n,
+                passed_sampled=sampled.passed,
+                errors_sampled=sampled.errors,
                 alert_min_pass_hat_k=w.alert_min_pass_hat_k,
                 alert_min_trials=w.alert_min_trials,
             )

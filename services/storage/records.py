@@ -204,6 +204,23 @@ class WindowRecord(Projection, ReliabilityFigures):
     passed_sampled: int | None = None
     errors_sampled: int | None = None
 
+    def sampled_tally(self) -> ReliabilityTally:
+        """The window's sampled trials (every check ran): all of them without sampling (a
+        row from before sampling). What the drop alert reads, for `passk windows` and the
+        review queue's `alerting` rule alike."""
+        if self.n_sampled is None:
+            return ReliabilityTally(
+                k=self.k,
+                passed=self.passed,
+                failed=self.failed,
+                errors=self.errors,
+                invalid=self.invalid,
+            )
+        passed, errors = self.passed_sampled or 0, self.errors_sampled or 0
+        return ReliabilityTally(
+            k=self.k, passed=passed, failed=self.n_sampled - passed - errors, errors=errors
+        )
+
 
 Record = (
     TrialRecord | TrialAttemptRecord | GateRecord | JudgeRecord | TranscriptRecord | WindowRecord

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +15,7 @@ from services.grading.estimators import pass_hat_k_interval
 from services.grading.sampling import sample_point, sampled
 from services.review import domain as d
 from services.review.app import windows_from
+from services.storage.records import WindowRecord
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BAR = Bar(0.8, 10)
@@ -268,25 +268,34 @@ def test_alerting_is_the_alerts_rule_not_the_all_trials_bound(w: Win) -> None:
 
 
 def test_the_windows_figures_are_the_sampled_ones_or_all_before_sampling() -> None:
-    def row(**kw: object) -> SimpleNamespace:
+    def row(**kw: object) -> WindowRecord:
         base = {
             "scenario_id": "s",
             "window": "1h",
             "window_start": T0,
+            "window_end": T0,
             "k": 3,
             "n": 40,
             "passed": 36,
+            "failed": 3,
             "errors": 1,
+            "pass_at_k": None,
+            "pass_hat_k": None,
+            "pass_hat_k_lower": 0.0,
+            "pass_hat_k_upper": 1.0,
+            "seq": 1,
+            "occurred_at": T0,
+            "event_id": "e",
             "n_sampled": None,
             "passed_sampled": None,
             "errors_sampled": None,
             "alert_min_pass_hat_k": 0.8,
             "alert_min_trials": 10,
         }
-        return SimpleNamespace(**{**base, **kw})
+        return WindowRecord(**{**base, **kw})
 
     class Store:
-        def windows(self, last: int) -> list[SimpleNamespace]:
+        def windows(self, last: int) -> list[WindowRecord]:
             assert last == 1
             return [row(), row(scenario_id="t", n_sampled=12, passed_sampled=3, errors_sampled=2)]
 
